@@ -1,0 +1,178 @@
+import 'reflect-metadata';
+import { plainToInstance, Transform } from 'class-transformer';
+import {
+  IsBoolean,
+  IsIn,
+  IsInt,
+  IsOptional,
+  IsString,
+  IsUrl,
+  Max,
+  Min,
+  MinLength,
+  validateSync,
+  ValidationError,
+} from 'class-validator';
+
+const toList = ({ value }: { value: unknown }) =>
+  typeof value === 'string'
+    ? value
+        .split(',')
+        .map((item) => item.trim())
+        .filter((item) => item.length > 0)
+    : value;
+
+/** Only the literal words count: `Boolean("false")` is true, which is how flags get silently flipped. */
+const toBoolean = ({ value }: { value: unknown }) => {
+  if (typeof value !== 'string') return value;
+  const word = value.trim().toLowerCase();
+  if (['true', '1', 'yes'].includes(word)) return true;
+  if (['false', '0', 'no'].includes(word)) return false;
+  return value;
+};
+
+const toInt = ({ value }: { value: unknown }) =>
+  typeof value === 'string' && /^-?\d+$/.test(value.trim()) ? Number(value.trim()) : value;
+
+const URL_OPTIONS = { require_tld: false, require_protocol: true, protocols: ['http', 'https'] };
+
+/**
+ * The environment as the service understands it. Every variable has a default that lets
+ * `npm start` run with no other server (SPEC §8); production deployments override them.
+ */
+export class EnvironmentVariables {
+  @IsIn(['all', 'control', 'gateway'])
+  ROLE: 'all' | 'control' | 'gateway' = 'all';
+
+  @IsString()
+  HOST = '0.0.0.0';
+
+  @Transform(toInt)
+  @IsInt()
+  @Min(0)
+  @Max(65535)
+  INTERNAL_PORT = 8080;
+
+  @Transform(toInt)
+  @IsInt()
+  @Min(0)
+  @Max(65535)
+  GATEWAY_PORT = 4318;
+
+  @IsIn(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'])
+  LOG_LEVEL = 'info';
+
+  /** Unset: a secret is generated under `.secrets/` on first start, as GitLab does for its own secrets. */
+  @IsOptional()
+  @IsString()
+  @MinLength(1)
+  INTERNAL_API_SECRET_FILE?: string;
+
+  @Transform(toList)
+  @IsString({ each: true })
+  @MinLength(1, { each: true })
+  INTERNAL_API_ISSUERS: string[] = ['gitlab'];
+
+  @IsOptional()
+  @IsString()
+  @MinLength(1)
+  TRACE_KEY_FILE?: string;
+
+  @Transform(toInt)
+  @IsInt()
+  @Min(1024)
+  BODY_LIMIT_BYTES = 8 * 1024 * 1024;
+
+  @IsOptional()
+  @IsUrl({ require_tld: false, require_protocol: true, protocols: ['redis', 'rediss'] })
+  REDIS_URL?: string;
+
+  /** How long the decorator waits for the store before answering `degraded` (SPEC §4 "Grant"). */
+  @Transform(toInt)
+  @IsInt()
+  @Min(1)
+  @Max(10000)
+  STORE_TIMEOUT_MS = 150;
+
+  @Transform(toInt)
+  @IsInt()
+  @Min(0)
+  GRANT_GRACE_SECONDS = 900;
+
+  @IsString()
+  @MinLength(1)
+  FLAGS_FILE = 'config/flags.json';
+
+  @IsOptional()
+  @IsUrl(URL_OPTIONS)
+  UNLEASH_URL?: string;
+
+  @IsOptional()
+  @IsString()
+  UNLEASH_API_TOKEN?: string;
+
+  @IsString()
+  @MinLength(1)
+  UNLEASH_APP_NAME = 'ci-job-telemetry';
+
+  @Transform(toInt)
+  @IsInt()
+  @Min(1000)
+  UNLEASH_REFRESH_INTERVAL_MS = 15000;
+
+  @IsUrl(URL_OPTIONS)
+  GATEWAY_PUBLIC_URL = 'http://localhost:4318';
+
+  @IsUrl(URL_OPTIONS)
+  COLLECTOR_PUBLIC_URL = 'http://localhost:4318';
+
+  @Transform(toList)
+  @IsIn(['instance_type', 'group_type', 'project_type'], { each: true })
+  HOSTED_RUNNER_TYPES: string[] = [];
+
+  @Transform(({ value }) => (toList({ value }) as unknown[] | undefined)?.map((id) => toInt({ value: id })))
+  @IsInt({ each: true })
+  HOSTED_RUNNER_IDS: number[] = [];
+
+  @IsString()
+  @MinLength(1)
+  HOSTED_OIDC_AUDIENCE = 'ci-job-telemetry';
+
+  /** Runners that say nothing about tracing ignore fields they do not know, so they are eligible by default. */
+  @Transform(toBoolean)
+  @IsBoolean()
+  UNADVERTISED_RUNNERS_ELIGIBLE = true;
+}
+
+export type AppConfig = Readonly<EnvironmentVariables>;
+
+export class ConfigError extends Error {
+  constructor(readonly problems: string[]) {
+    super(problems.join('\n'));
+    this.name = 'ConfigError';
+  }
+}
+
+function describe(error: ValidationError): string {
+  const value = error.value === undefined ? 'unset' : JSON.stringify(error.value);
+  const constraints = Object.values(error.constraints ?? {}).join('; ');
+  return `${error.property}: ${constraints} (got ${value})`;
+}
+
+/**
+ * Reads and validates the environment once at start (SPEC §8). Throws a {@link ConfigError}
+ * holding one line per bad variable; nothing else in the code base reads `process.env`.
+ */
+export function loadConfig(env: NodeJS.ProcessEnv | Record<string, string | undefined>): AppConfig {
+  const known = Object.keys(new EnvironmentVariables());
+  const provided: Record<string, string> = {};
+  const optional = ['INTERNAL_API_SECRET_FILE', 'TRACE_KEY_FILE', 'REDIS_URL', 'UNLEASH_URL', 'UNLEASH_API_TOKEN'];
+  for (const key of new Set([...known, ...optional])) {
+    const value = env[key];
+    if (value !== undefined && value !== '') provided[key] = value;
+  }
+  const config = plainToInstance(EnvironmentVariables, provided);
+  const errors = validateSync(config, { forbidUnknownValues: true });
+  if (errors.length > 0) throw new ConfigError(errors.map(describe));
+  return Object.freeze(config);
+}

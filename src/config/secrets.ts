@@ -1,0 +1,59 @@
+import { randomBytes } from 'node:crypto';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { dirname } from 'node:path';
+import { deriveTokenDigestKey } from '../grants/token-digest';
+import { AppConfig, ConfigError } from './app-config';
+
+/** Secrets are base64, at least 32 bytes, as GitLab's workhorse and shell secrets are (SPEC §3). */
+const MIN_SECRET_BYTES = 32;
+
+export interface Secrets {
+  /** HS256 key of the internal API JWT (SPEC §3). */
+  readonly internalApiSecret: Buffer;
+  /** Key of the trace and span id HMACs (SPEC §4 "Trace context"); shared with whatever emits job spans. */
+  readonly traceKey: Buffer;
+  /** Key of the runner and job token digests held in grants. */
+  readonly tokenDigestKey: Buffer;
+}
+
+function readSecret(variable: string, path: string | undefined, generatedPath: string, problems: string[]): Buffer {
+  let text: string;
+  if (path === undefined) {
+    // Unset: behave like GitLab does for its own secrets and create one on first start, so the
+    // embedded quick start needs no setup. An explicitly named file that is missing is an error below.
+    try {
+      text = readFileSync(generatedPath, 'utf8');
+    } catch {
+      text = randomBytes(MIN_SECRET_BYTES).toString('base64');
+      mkdirSync(dirname(generatedPath), { recursive: true, mode: 0o700 });
+      writeFileSync(generatedPath, `${text}\n`, { mode: 0o600, flag: 'wx' });
+    }
+    path = generatedPath;
+  } else {
+    try {
+      text = readFileSync(path, 'utf8');
+    } catch (error) {
+      problems.push(`${variable}: cannot read ${path} (${(error as NodeJS.ErrnoException).code ?? 'error'})`);
+      return Buffer.alloc(0);
+    }
+  }
+  const trimmed = text.trim();
+  const secret = Buffer.from(trimmed, 'base64');
+  if (!/^[A-Za-z0-9+/]+={0,2}$/.test(trimmed) || secret.length < MIN_SECRET_BYTES) {
+    problems.push(`${variable}: ${path} must hold at least ${MIN_SECRET_BYTES} bytes, base64-encoded`);
+  }
+  return secret;
+}
+
+export function loadSecrets(config: AppConfig, generatedDir = '.secrets'): Secrets {
+  const problems: string[] = [];
+  const internalApiSecret = readSecret(
+    'INTERNAL_API_SECRET_FILE',
+    config.INTERNAL_API_SECRET_FILE,
+    `${generatedDir}/internal_api_secret`,
+    problems,
+  );
+  const traceKey = readSecret('TRACE_KEY_FILE', config.TRACE_KEY_FILE, `${generatedDir}/trace_key`, problems);
+  if (problems.length > 0) throw new ConfigError(problems);
+  return { internalApiSecret, traceKey, tokenDigestKey: deriveTokenDigestKey(traceKey) };
+}

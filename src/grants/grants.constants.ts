@@ -1,0 +1,1 @@
+export const GRANT_STORE = Symbol('GRANT_STORE');

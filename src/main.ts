@@ -1,0 +1,42 @@
+import 'reflect-metadata';
+import { createInternalApp } from './app.factory';
+import { ConfigError, loadConfig } from './config/app-config';
+import { loadSecrets } from './config/secrets';
+import { createLogger } from './observability/logger';
+
+/** Bounded graceful shutdown: in-flight requests get this long to finish (SPEC §8). */
+const SHUTDOWN_GRACE_MS = 10_000;
+
+async function bootstrap(): Promise<void> {
+  let config;
+  let secrets;
+  try {
+    config = loadConfig(process.env);
+    secrets = loadSecrets(config);
+  } catch (error) {
+    if (!(error instanceof ConfigError)) throw error;
+    for (const problem of error.problems) process.stderr.write(`invalid configuration: ${problem}\n`);
+    process.exit(78); // EX_CONFIG
+  }
+
+  const logger = createLogger(config.LOG_LEVEL);
+  const internal = await createInternalApp(config, secrets, logger);
+  await internal.listen(config.INTERNAL_PORT, config.HOST);
+  logger.info({ url: await internal.getUrl(), role: config.ROLE }, 'internal API listening');
+
+  const shutdown = (signal: string) => {
+    logger.info({ signal }, 'shutting down');
+    setTimeout(() => process.exit(1), SHUTDOWN_GRACE_MS).unref();
+    internal.close().then(
+      () => process.exit(0),
+      (error: unknown) => {
+        logger.error({ err: error }, 'shutdown failed');
+        process.exit(1);
+      },
+    );
+  };
+  process.once('SIGTERM', () => shutdown('SIGTERM'));
+  process.once('SIGINT', () => shutdown('SIGINT'));
+}
+
+void bootstrap();

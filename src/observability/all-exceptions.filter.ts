@@ -1,0 +1,38 @@
+import { ArgumentsHost, Catch, ExceptionFilter, HttpException, Logger } from '@nestjs/common';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import { sendError } from './http-error';
+
+/**
+ * The one place errors become HTTP answers on the internal port, replying on Fastify directly.
+ * Nest routes Fastify's own errors (body parsing, size limits) here too.
+ */
+@Catch()
+export class AllExceptionsFilter implements ExceptionFilter {
+  private readonly logger = new Logger('HttpError');
+
+  catch(exception: unknown, host: ArgumentsHost): void {
+    const http = host.switchToHttp();
+    const request = http.getRequest<FastifyRequest>();
+    const reply = http.getResponse<FastifyReply>();
+    if (exception instanceof HttpException) {
+      const response = exception.getResponse();
+      // Our own 400s carry `{ error, fields }`; Nest's built-in exceptions carry `{ message }`.
+      if (typeof response === 'object' && response !== null && !('message' in response) && 'error' in response) {
+        const { error, ...details } = response as { error: string };
+        sendError(request, reply, exception.getStatus(), error, details);
+      } else {
+        sendError(request, reply, exception.getStatus(), exception.message);
+      }
+      return;
+    }
+    // Fastify's own errors carry `statusCode`; anything else is ours: a 500 that shows no internals.
+    const error = exception as Error & { statusCode?: number };
+    const status = error.statusCode ?? 500;
+    if (status >= 500) {
+      this.logger.error(`request failed: ${error.stack ?? error.message}`);
+      sendError(request, reply, status, 'internal error');
+    } else {
+      sendError(request, reply, status, error.message);
+    }
+  }
+}

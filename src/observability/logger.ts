@@ -1,0 +1,59 @@
+import { LoggerService } from '@nestjs/common';
+import { AsyncLocalStorage } from 'node:async_hooks';
+import pino, { Logger } from 'pino';
+
+/** Carries the request id into every log line written while serving that request (SPEC §8). */
+export const requestScope = new AsyncLocalStorage<{ readonly requestId: string }>();
+
+/**
+ * Paths redacted wherever they appear in a logged object. Request logging never includes headers
+ * or bodies, so this is the second line of defence: tokens must never reach a log.
+ */
+const REDACTED_PATHS = [
+  'req.headers.authorization',
+  'req.headers["runner-token"]',
+  'req.headers["gitlab-ci-telemetry-api-request"]',
+  '*.token',
+  '*.*.token',
+];
+
+export function createLogger(level: string, destination?: pino.DestinationStream): Logger {
+  return pino(
+    {
+      level,
+      base: { service: 'ci-job-telemetry' },
+      timestamp: pino.stdTimeFunctions.isoTime,
+      redact: { paths: REDACTED_PATHS, censor: '[redacted]' },
+      mixin: () => {
+        const scope = requestScope.getStore();
+        return scope === undefined ? {} : { request_id: scope.requestId };
+      },
+    },
+    destination,
+  );
+}
+
+/** Nest's own messages (startup, services' `new Logger(...)`) as JSON lines through the same pino. */
+export class PinoNestLogger implements LoggerService {
+  constructor(private readonly logger: Logger) {}
+
+  log(message: unknown, context?: string): void {
+    this.logger.info({ context }, String(message));
+  }
+
+  error(message: unknown, trace?: string, context?: string): void {
+    this.logger.error({ context, trace }, String(message));
+  }
+
+  warn(message: unknown, context?: string): void {
+    this.logger.warn({ context }, String(message));
+  }
+
+  debug(message: unknown, context?: string): void {
+    this.logger.debug({ context }, String(message));
+  }
+
+  verbose(message: unknown, context?: string): void {
+    this.logger.trace({ context }, String(message));
+  }
+}

@@ -1,0 +1,1 @@
+export const INTERNAL_API_VERIFIER = Symbol('INTERNAL_API_VERIFIER');

@@ -1,0 +1,99 @@
+import { createHmac } from 'node:crypto';
+
+/**
+ * W3C trace context of a CI job (SPEC §4 "Trace context"). Pure functions: ids are HMACs of the
+ * pipeline and job ids under the trace key, so any holder of the key derives the same context
+ * without coordination and nobody else can guess it.
+ */
+export interface TraceContext {
+  readonly traceId: string;
+  readonly spanParentId: string;
+  readonly traceparent: string;
+  /** Absent when the pipeline sampling percentage is 100 %. */
+  readonly tracestate?: string;
+  /** Whether the trace id falls inside the sampling threshold (consistent probability sampling). */
+  readonly sampled: boolean;
+}
+
+/** Rightmost 56 bits of the trace id are the randomness value R of OpenTelemetry's consistent sampling. */
+const RANDOMNESS_BITS = 56n;
+const MAX_THRESHOLD = 1n << RANDOMNESS_BITS;
+/** Percentages are honoured to 1/10,000 of a percent; Unleash itself only stores whole percentages. */
+const PERCENT_SCALE = 1_000_000n;
+
+function nonZeroDigest(key: Buffer, message: string, bytes: number): string {
+  // An all-zero id is invalid in W3C Trace Context. A 2^-64 event, but deterministic all the same:
+  // rehash with a counter so every holder of the key picks the same replacement.
+  for (let attempt = 0; ; attempt++) {
+    const input = attempt === 0 ? message : `${message}#${attempt}`;
+    const id = createHmac('sha256', key).update(input).digest().subarray(0, bytes);
+    if (id.some((byte) => byte !== 0)) return id.toString('hex');
+  }
+}
+
+/** One trace per root pipeline: every job of a pipeline, child pipelines included, shares it. */
+export function traceIdFor(traceKey: Buffer, rootPipelineId: number): string {
+  return nonZeroDigest(traceKey, `pipeline:${rootPipelineId}`, 16);
+}
+
+/** The job's own span id, so another holder of the key can emit the job span later with this id. */
+export function spanIdFor(traceKey: Buffer, jobId: number): string {
+  return nonZeroDigest(traceKey, `job:${jobId}`, 8);
+}
+
+/** Flags 03 = sampled | random (W3C Trace Context Level 2): the trace id is uniformly random. */
+export function traceparentFor(traceId: string, spanId: string): string {
+  return `00-${traceId}-${spanId}-03`;
+}
+
+/**
+ * Rejection threshold T for a sampling percentage: a trace is kept iff R ≥ T.
+ * Returns `null` for 0 %, which no threshold below 2^56 expresses: nothing is sampled.
+ */
+export function samplingThreshold(percent: number): bigint | null {
+  if (!Number.isFinite(percent) || percent <= 0) return null;
+  if (percent >= 100) return 0n;
+  const kept = BigInt(Math.round((percent / 100) * Number(PERCENT_SCALE)));
+  const rejected = PERCENT_SCALE - kept;
+  // round(2^56 * rejected / scale) in integer arithmetic
+  return (MAX_THRESHOLD * rejected * 2n + PERCENT_SCALE) / (PERCENT_SCALE * 2n);
+}
+
+/** `th` value: 14 hex digits with trailing zeros removed, "0" for the zero threshold. */
+export function encodeThreshold(threshold: bigint): string {
+  const digits = threshold.toString(16).padStart(14, '0').replace(/0+$/, '');
+  return digits === '' ? '0' : digits;
+}
+
+export function randomnessOf(traceId: string): bigint {
+  return BigInt(`0x${traceId.slice(-14)}`);
+}
+
+/** `ot=th:…` below 100 %, absent at 100 % (nothing to say) and at 0 % (nothing is sampled). */
+export function tracestateFor(percent: number): string | undefined {
+  const threshold = samplingThreshold(percent);
+  if (threshold === null || threshold === 0n) return undefined;
+  return `ot=th:${encodeThreshold(threshold)}`;
+}
+
+export function isSampled(traceId: string, percent: number): boolean {
+  const threshold = samplingThreshold(percent);
+  return threshold !== null && randomnessOf(traceId) >= threshold;
+}
+
+export function mintTraceContext(
+  traceKey: Buffer,
+  job: { readonly jobId: number; readonly rootPipelineId: number },
+  samplingPercent: number,
+): TraceContext {
+  const traceId = traceIdFor(traceKey, job.rootPipelineId);
+  const spanParentId = spanIdFor(traceKey, job.jobId);
+  const tracestate = tracestateFor(samplingPercent);
+  return {
+    traceId,
+    spanParentId,
+    traceparent: traceparentFor(traceId, spanParentId),
+    ...(tracestate === undefined ? {} : { tracestate }),
+    sampled: isSampled(traceId, samplingPercent),
+  };
+}
