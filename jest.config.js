@@ -1,10 +1,10 @@
-/** Unit specs live next to the code (src/**/*.spec.ts); HTTP and e2e tests under test/. */
+// Unit specs live next to the code (src/, *.spec.ts); HTTP and e2e tests under test/.
 module.exports = {
   testEnvironment: 'node',
   roots: ['<rootDir>/src', '<rootDir>/test'],
   testMatch: ['**/*.spec.ts', '**/*.e2e-spec.ts'],
   transform: {
-    '^.+\\.ts$': ['ts-jest', { tsconfig: 'tsconfig.json', isolatedModules: true }],
+    '^.+\\.ts$': ['ts-jest', { tsconfig: 'tsconfig.json' }],
   },
   testTimeout: 30000,
 };

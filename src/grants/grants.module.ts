@@ -12,10 +12,10 @@ import { RedisGrantStore } from './redis-grant-store';
     {
       provide: GRANT_STORE,
       inject: [APP_CONFIG],
-      useFactory: (config: AppConfig): GrantStore =>
+      useFactory: async (config: AppConfig): Promise<GrantStore> =>
         config.REDIS_URL === undefined
           ? new MemoryGrantStore()
-          : RedisGrantStore.connect(config.REDIS_URL, config.STORE_TIMEOUT_MS),
+          : RedisGrantStore.open(config.REDIS_URL, config.STORE_TIMEOUT_MS),
     },
   ],
   exports: [GRANT_STORE],

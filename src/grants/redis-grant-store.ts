@@ -22,10 +22,22 @@ export function redisOptions(commandTimeoutMs: number): RedisOptions {
 export class RedisGrantStore implements GrantStore {
   constructor(private readonly redis: Redis) {}
 
-  static connect(url: string, commandTimeoutMs: number): RedisGrantStore {
+  /**
+   * Connects, waiting at most `startWaitMs` for the first connection so the first pickups after a
+   * start find Redis ready. Redis being down is not fatal: the service starts, reports not ready,
+   * answers `degraded`, and ioredis keeps reconnecting.
+   */
+  static async open(url: string, commandTimeoutMs: number, startWaitMs = 2000): Promise<RedisGrantStore> {
     const redis = new Redis(url, redisOptions(commandTimeoutMs));
     // Errors surface through the commands that fail; without a listener ioredis prints every reconnect.
     redis.on('error', () => undefined);
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, startWaitMs);
+      redis.once('ready', () => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
     return new RedisGrantStore(redis);
   }
 

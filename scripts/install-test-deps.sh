@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs the real servers the tests start as processes, when they are missing: redis-server and
+# nginx from Debian's packages. Idempotent; needs root (or sudo) only when something is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx-light)
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-test-deps: installing ${missing[*]} from Debian's packages"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [ -f scripts/install-unleash-deps.sh ]; then
+  bash scripts/install-unleash-deps.sh
+fi

@@ -1,0 +1,43 @@
+import { ConfigError, loadConfig } from './app-config';
+
+const problemsOf = (env: Record<string, string>) => {
+  try {
+    loadConfig(env);
+  } catch (error) {
+    if (error instanceof ConfigError) return error.problems;
+    throw error;
+  }
+  return [];
+};
+
+describe('loadConfig', () => {
+  it('runs on embedded defaults with an empty environment', () => {
+    const config = loadConfig({});
+    expect(config).toMatchObject({ ROLE: 'all', INTERNAL_PORT: 8080, GATEWAY_PORT: 4318, BODY_LIMIT_BYTES: 8 * 1024 * 1024 });
+    expect(config.REDIS_URL).toBeUndefined();
+    expect(config.UNLEASH_URL).toBeUndefined();
+  });
+
+  it('parses numbers, lists and booleans from their text', () => {
+    const config = loadConfig({
+      INTERNAL_PORT: '9090',
+      INTERNAL_API_ISSUERS: 'gitlab, gitlab-canary',
+      HOSTED_RUNNER_IDS: '1,2',
+      UNADVERTISED_RUNNERS_ELIGIBLE: 'false',
+    });
+    expect(config.INTERNAL_PORT).toBe(9090);
+    expect(config.INTERNAL_API_ISSUERS).toEqual(['gitlab', 'gitlab-canary']);
+    expect(config.HOSTED_RUNNER_IDS).toEqual([1, 2]);
+    expect(config.UNADVERTISED_RUNNERS_ELIGIBLE).toBe(false);
+  });
+
+  it('names every bad variable once, with the value it got', () => {
+    const problems = problemsOf({ INTERNAL_PORT: '70000', ROLE: 'edge', UNLEASH_URL: 'not a url', STORE_TIMEOUT_MS: '1.5' });
+    expect(problems.map((line) => line.split(':')[0]).sort()).toEqual(['INTERNAL_PORT', 'ROLE', 'STORE_TIMEOUT_MS', 'UNLEASH_URL']);
+    expect(problems.find((line) => line.startsWith('ROLE'))).toContain('"edge"');
+  });
+
+  it('does not read "false" as true', () => {
+    expect(problemsOf({ UNADVERTISED_RUNNERS_ELIGIBLE: 'nope' })).toHaveLength(1);
+  });
+});

@@ -1,0 +1,106 @@
+import { RedisServer, startRedis } from '../../test/helpers/redis';
+import { Grant, GrantStore, StoreUnavailableError } from './grant';
+import { MemoryGrantStore } from './memory-grant-store';
+import { RedisGrantStore } from './redis-grant-store';
+
+const grant = (overrides: Partial<Grant> = {}): Grant => ({
+  jobId: 1001,
+  projectId: 7,
+  pipelineId: 500,
+  rootPipelineId: 500,
+  runnerId: 17,
+  traceId: '0af7651916cd43dd8448eb211c80319c',
+  spanParentId: 'b7ad6b7169203331',
+  runnerTokenDigest: 'a'.repeat(64),
+  jobTokenDigest: 'b'.repeat(64),
+  expiresAt: Date.now() + 60_000,
+  ...overrides,
+});
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** One behaviour, two stores (SPEC §7): whatever passes here holds for either deployment. */
+function behavesAsAGrantStore(name: string, open: () => Promise<GrantStore>) {
+  describe(`${name} grant store`, () => {
+    let store: GrantStore;
+    beforeEach(async () => (store = await open()));
+    afterEach(() => store.close());
+
+    it('gives back the grant it was given', async () => {
+      await store.saveGrant(grant());
+      expect(await store.findGrant(1001)).toEqual(grant({ expiresAt: expect.any(Number) as unknown as number }));
+    });
+
+    it('knows nothing of a job it never saw', async () => {
+      expect(await store.findGrant(424242)).toBeNull();
+    });
+
+    it('replaces the grant of a job picked up again, never keeping two', async () => {
+      await store.saveGrant(grant({ runnerId: 17 }));
+      await store.saveGrant(grant({ runnerId: 18 }));
+      expect((await store.findGrant(1001))?.runnerId).toBe(18);
+    });
+
+    it('keeps grants of different jobs apart', async () => {
+      await store.saveGrant(grant({ jobId: 1, traceId: '1'.repeat(32) }));
+      await store.saveGrant(grant({ jobId: 2, traceId: '2'.repeat(32) }));
+      expect((await store.findGrant(1))?.traceId).toBe('1'.repeat(32));
+      expect((await store.findGrant(2))?.traceId).toBe('2'.repeat(32));
+    });
+
+    it('forgets a grant at its expiry', async () => {
+      await store.saveGrant(grant({ expiresAt: Date.now() + 300 }));
+      expect(await store.findGrant(1001)).not.toBeNull();
+      await sleep(450);
+      expect(await store.findGrant(1001)).toBeNull();
+    });
+
+    it('does not store a grant that has already expired', async () => {
+      await store.saveGrant(grant());
+      await store.saveGrant(grant({ expiresAt: Date.now() - 1 }));
+      expect(await store.findGrant(1001)).toBeNull();
+    });
+
+    it('answers a ping', async () => {
+      await expect(store.ping()).resolves.toBeUndefined();
+    });
+  });
+}
+
+behavesAsAGrantStore('in-memory', async () => new MemoryGrantStore());
+
+let redis: RedisServer;
+beforeAll(async () => (redis = await startRedis()));
+afterAll(() => redis.stop());
+
+behavesAsAGrantStore('Redis', () => RedisGrantStore.open(redis.url, 500));
+
+describe('Redis grant store when Redis is gone', () => {
+  it('fails at once with StoreUnavailableError instead of queueing, and recovers when Redis is back', async () => {
+    const store = await RedisGrantStore.open(redis.url, 500);
+    try {
+      await store.ping();
+      await redis.stop();
+      const started = Date.now();
+      await expect(store.saveGrant(grant())).rejects.toBeInstanceOf(StoreUnavailableError);
+      await expect(store.findGrant(1001)).rejects.toBeInstanceOf(StoreUnavailableError);
+      await expect(store.ping()).rejects.toBeInstanceOf(StoreUnavailableError);
+      // Not a timing assertion on speed: a queued command would wait for the reconnect, forever here.
+      expect(Date.now() - started).toBeLessThan(5000);
+
+      await redis.start();
+      const deadline = Date.now() + 10_000;
+      while (Date.now() < deadline) {
+        try {
+          await store.saveGrant(grant());
+          break;
+        } catch {
+          await sleep(100);
+        }
+      }
+      expect((await store.findGrant(1001))?.jobId).toBe(1001);
+    } finally {
+      await store.close();
+    }
+  });
+});

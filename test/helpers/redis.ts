@@ -1,0 +1,62 @@
+import { ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { connect } from 'node:net';
+import { freePort, waitFor } from './ports';
+
+export interface RedisServer {
+  readonly url: string;
+  readonly port: number;
+  stop(): Promise<void>;
+  /** Starts it again on the same port (data is not kept: it runs without persistence). */
+  start(): Promise<void>;
+}
+
+function redisBinary(): string {
+  try {
+    return execFileSync('sh', ['-c', 'command -v redis-server'], { encoding: 'utf8' }).trim();
+  } catch {
+    throw new Error('redis-server is not installed: run `npm test` (it installs it) or `apt-get install -y redis-server`');
+  }
+}
+
+function answersPing(port: number): Promise<boolean | undefined> {
+  return new Promise((resolve) => {
+    const socket = connect(port, '127.0.0.1');
+    socket.setTimeout(500);
+    socket.once('connect', () => socket.write('PING\r\n'));
+    socket.once('data', (data) => {
+      socket.destroy();
+      resolve(data.toString().startsWith('+PONG') ? true : undefined);
+    });
+    socket.once('error', () => resolve(undefined));
+    socket.once('timeout', () => {
+      socket.destroy();
+      resolve(undefined);
+    });
+  });
+}
+
+/** A real redis-server on a free loopback port, no persistence, for one test file. */
+export async function startRedis(): Promise<RedisServer> {
+  const binary = redisBinary();
+  const port = await freePort();
+  let child: ChildProcess | undefined;
+
+  const start = async () => {
+    child = spawn(binary, ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], {
+      stdio: 'ignore',
+    });
+    await waitFor(`redis-server on ${port}`, () => answersPing(port));
+  };
+  const stop = async () => {
+    const running = child;
+    child = undefined;
+    if (running === undefined || running.exitCode !== null) return;
+    await new Promise<void>((resolve) => {
+      running.once('exit', () => resolve());
+      running.kill('SIGKILL');
+    });
+  };
+
+  await start();
+  return { url: `redis://127.0.0.1:${port}`, port, start, stop };
+}

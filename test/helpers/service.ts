@@ -1,0 +1,121 @@
+import { NestFastifyApplication } from '@nestjs/platform-fastify';
+import { ChildProcess, spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import { createInternalApp } from '../../src/app.factory';
+import { AppConfig, loadConfig } from '../../src/config/app-config';
+import { loadSecrets, Secrets } from '../../src/config/secrets';
+import { createLogger } from '../../src/observability/logger';
+import { makeSecretFiles, SecretFiles } from './internal-api';
+import { freePort, waitFor } from './ports';
+
+const ROOT = join(__dirname, '..', '..');
+const FLAGS_FILE = join(ROOT, 'config', 'flags.json');
+
+/** Collects every log line the service writes, so tests can assert on what an operator would read. */
+export class LogCapture extends Writable {
+  readonly lines: string[] = [];
+
+  override _write(chunk: Buffer, _encoding: string, callback: () => void): void {
+    this.lines.push(...chunk.toString().split('\n').filter((line) => line.length > 0));
+    callback();
+  }
+
+  text(): string {
+    return this.lines.join('\n');
+  }
+}
+
+export interface InProcessService {
+  readonly app: NestFastifyApplication;
+  readonly config: AppConfig;
+  readonly secrets: Secrets;
+  readonly logs: LogCapture;
+  close(): Promise<void>;
+}
+
+/** The internal API in this process (Fastify `inject` or supertest), built from environment-style overrides. */
+export async function startInProcess(env: Record<string, string> = {}): Promise<InProcessService> {
+  const files = makeSecretFiles();
+  const config = loadConfig({
+    INTERNAL_API_SECRET_FILE: files.internalApiSecretFile,
+    TRACE_KEY_FILE: files.traceKeyFile,
+    FLAGS_FILE,
+    LOG_LEVEL: 'info',
+    ...env,
+  });
+  const secrets = loadSecrets(config);
+  const logs = new LogCapture();
+  const app = await createInternalApp(config, secrets, createLogger(config.LOG_LEVEL, logs));
+  await app.getHttpAdapter().getInstance().ready();
+  let closed: Promise<void> | undefined;
+  return { app, config, secrets, logs, close: () => (closed ??= app.close()) };
+}
+
+export interface ServiceProcess {
+  readonly url: string;
+  readonly secrets: SecretFiles;
+  readonly output: () => string;
+  stop(signal?: NodeJS.Signals): Promise<number | null>;
+}
+
+/** The built service (`dist/main.js`) as its own process, the way operators run it. */
+export async function startService(
+  env: Record<string, string> = {},
+  options: { waitReady?: boolean; cwd?: string } = {},
+): Promise<ServiceProcess> {
+  const main = join(ROOT, 'dist', 'main.js');
+  if (!existsSync(main)) throw new Error('dist/main.js is missing: `npm test` builds it first (npm run build)');
+  const secrets = makeSecretFiles();
+  const port = await freePort();
+  let output = '';
+  const child: ChildProcess = spawn(process.execPath, [main], {
+    cwd: options.cwd ?? ROOT,
+    env: {
+      PATH: process.env.PATH,
+      HOST: '127.0.0.1',
+      INTERNAL_PORT: String(port),
+      INTERNAL_API_SECRET_FILE: secrets.internalApiSecretFile,
+      TRACE_KEY_FILE: secrets.traceKeyFile,
+      FLAGS_FILE,
+      ...env,
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  child.stdout?.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  child.stderr?.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  const url = `http://127.0.0.1:${port}`;
+
+  if (options.waitReady !== false) {
+    await waitFor(`service on ${url} (output: ${output})`, async () => {
+      if (child.exitCode !== null) throw new Error(`exited with ${child.exitCode}: ${output}`);
+      const response = await fetch(`${url}/-/readiness`);
+      return response.status === 200 ? true : undefined;
+    });
+  }
+  return {
+    url,
+    secrets,
+    output: () => output,
+    stop: async (signal = 'SIGTERM') => {
+      if (child.exitCode === null) child.kill(signal);
+      return exited;
+    },
+  };
+}
+
+/** Runs the built service to completion (for configuration errors) and returns its exit code and output. */
+export function runServiceToExit(env: Record<string, string>): Promise<{ code: number | null; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [join(ROOT, 'dist', 'main.js')], {
+      cwd: ROOT,
+      env: { PATH: process.env.PATH, ...env },
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
+    let stderr = '';
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    child.once('exit', (code) => resolve({ code, stderr }));
+  });
+}

@@ -1,0 +1,321 @@
+import { createSecretKey } from 'node:crypto';
+import { createServer, Server, Socket } from 'node:net';
+import Redis from 'ioredis';
+import { SignJWT } from 'jose';
+import { GRANT_STORE } from '../../src/grants/grants.constants';
+import { GrantStore } from '../../src/grants/grant';
+import { tokenDigest } from '../../src/grants/token-digest';
+import { jobPayloadRequest, JOB_TOKEN, RUNNER_TOKEN } from '../fixtures/job-payload';
+import { writeFlagsFile } from '../helpers/flags-file';
+import { internalApiHeaders } from '../helpers/internal-api';
+import { expectMatchesOpenApi } from '../helpers/openapi';
+import { freePort } from '../helpers/ports';
+import { RedisServer, startRedis } from '../helpers/redis';
+import { InProcessService, startInProcess } from '../helpers/service';
+
+const PATH = '/internal/ci/telemetry/job_payload';
+
+async function call(service: InProcessService, body: unknown, headers?: Record<string, string>) {
+  const response = await service.app.inject({
+    method: 'POST',
+    url: PATH,
+    headers: { 'content-type': 'application/json', ...(headers ?? (await internalApiHeaders(service.secrets.internalApiSecret))) },
+    payload: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+  const json = response.json();
+  expectMatchesOpenApi(PATH, 'post', response.statusCode, response.headers['content-type'] as string, json);
+  return { status: response.statusCode, body: json, headers: response.headers };
+}
+
+describe('POST /internal/ci/telemetry/job_payload', () => {
+  let service: InProcessService | undefined;
+  afterEach(async () => {
+    await service?.close();
+    service = undefined;
+  });
+  const running = () => service!;
+
+  describe('internal API authentication (SPEC §3)', () => {
+    beforeEach(async () => (service = await startInProcess()));
+
+    const now = () => Math.floor(Date.now() / 1000);
+    const sign = (secret: Buffer, claims: { iss?: string; iat?: number; exp?: number }) => {
+      const jwt = new SignJWT({}).setProtectedHeader({ alg: 'HS256' }).setIssuedAt(claims.iat ?? now()).setExpirationTime(claims.exp ?? now() + 60);
+      if (claims.iss !== undefined) jwt.setIssuer(claims.iss);
+      return jwt.sign(createSecretKey(secret));
+    };
+    const header = (value: string) => ({ 'gitlab-ci-telemetry-api-request': value });
+    const secret = () => running().secrets.internalApiSecret;
+
+    it.each([
+      ['missing', async () => ({})],
+      ['forged with another secret', async () => header(await sign(Buffer.alloc(32, 1), { iss: 'gitlab' }))],
+      ['expired', async () => header(await sign(secret(), { iss: 'gitlab', iat: now() - 30, exp: now() - 5 }))],
+      ['issued more than 60 s ago', async () => header(await sign(secret(), { iss: 'gitlab', iat: now() - 120, exp: now() + 600 }))],
+      ['from an issuer not in the allow-list', async () => header(await sign(secret(), { iss: 'mallory' }))],
+      ['without an issuer', async () => header(await sign(secret(), {}))],
+      [
+        'unsigned (alg none)',
+        async () =>
+          header(`${Buffer.from('{"alg":"none"}').toString('base64url')}.${Buffer.from(JSON.stringify({ iss: 'gitlab', iat: now() })).toString('base64url')}.`),
+      ],
+    ])('refuses a %s token with 401 and a JSON error', async (_, headers) => {
+      const { status, body } = await call(running(), jobPayloadRequest(), await headers());
+      expect(status).toBe(401);
+      expect(body.error).toEqual(expect.any(String));
+    });
+
+    it('accepts a fresh token from an allowed issuer', async () => {
+      expect((await call(running(), jobPayloadRequest())).status).toBe(200);
+    });
+  });
+
+  describe('decorating (SPEC §4)', () => {
+    beforeEach(async () => (service = await startInProcess()));
+
+    it('adds features.tracing in the shape GitLab Runner reads and TRACEPARENT as a public variable', async () => {
+      const request = jobPayloadRequest();
+      const { status, body } = await call(running(), request);
+      expect(status).toBe(200);
+      const tracing = body.payload.features.tracing;
+      expect(body.telemetry).toMatchObject({ enabled: true, reason: 'enabled', trace_id: tracing.trace_id, span_parent_id: tracing.span_parent_id });
+      expect(tracing.traceparent).toBe(`00-${tracing.trace_id}-${tracing.span_parent_id}-03`);
+      expect(tracing.otel_endpoints).toEqual([{ url: 'http://localhost:4318', auth: { type: 'ci_job_telemetry_tokens' } }]);
+      expect(body.payload.variables).toContainEqual({ key: 'TRACEPARENT', value: tracing.traceparent, public: true, masked: false });
+      expect(body.payload.variables.some((v: { key: string }) => v.key.startsWith('OTEL_EXPORTER_'))).toBe(false);
+      // Everything else in the payload is what GitLab sent.
+      const { features, variables, ...rest } = body.payload;
+      const { features: sentFeatures, variables: sentVariables, ...sentRest } = request.payload as Record<string, unknown>;
+      expect(rest).toEqual(sentRest);
+      expect(features).toEqual({ ...(sentFeatures as object), tracing });
+      expect(variables.filter((v: { key: string }) => v.key !== 'TRACEPARENT')).toEqual(sentVariables);
+    });
+
+    it('replaces an existing TRACEPARENT (and a stale TRACESTATE) instead of adding a second one', async () => {
+      const request = jobPayloadRequest();
+      (request.payload.variables as unknown[]).push(
+        { key: 'TRACEPARENT', value: '00-11111111111111111111111111111111-2222222222222222-01', public: true },
+        { key: 'TRACESTATE', value: 'vendor=x', public: true },
+      );
+      const { body } = await call(running(), request);
+      const traceVariables = body.payload.variables.filter((v: { key: string }) => v.key === 'TRACEPARENT' || v.key === 'TRACESTATE');
+      expect(traceVariables).toEqual([{ key: 'TRACEPARENT', value: body.telemetry.traceparent, public: true, masked: false }]);
+    });
+
+    it('creates variables and features when the payload has none', async () => {
+      const { body } = await call(running(), jobPayloadRequest({ payload: { id: 1001 } }));
+      expect(body.payload.variables).toHaveLength(1);
+      expect(Object.keys(body.payload.features)).toEqual(['tracing']);
+    });
+
+    it('answers the same job with the same context every time, and puts all jobs of a pipeline in one trace', async () => {
+      const first = await call(running(), jobPayloadRequest());
+      const again = await call(running(), jobPayloadRequest());
+      const sibling = await call(running(), jobPayloadRequest({ job: { id: 1002, pipeline_id: 501 } }));
+      expect(again.body.payload.features.tracing).toEqual(first.body.payload.features.tracing);
+      expect(sibling.body.telemetry.trace_id).toBe(first.body.telemetry.trace_id);
+      expect(sibling.body.telemetry.span_parent_id).not.toBe(first.body.telemetry.span_parent_id);
+    });
+
+    it('records a grant holding token digests, expiring after the job timeout plus grace', async () => {
+      const before = Date.now();
+      const { body } = await call(running(), jobPayloadRequest({ job: { timeout: 600 } }));
+      const grant = await running().app.get<GrantStore>(GRANT_STORE).findGrant(1001);
+      expect(grant).toMatchObject({
+        jobId: 1001,
+        projectId: 7,
+        pipelineId: 500,
+        rootPipelineId: 500,
+        runnerId: 17,
+        traceId: body.telemetry.trace_id,
+        spanParentId: body.telemetry.span_parent_id,
+        runnerTokenDigest: tokenDigest(running().secrets.tokenDigestKey, RUNNER_TOKEN),
+        jobTokenDigest: tokenDigest(running().secrets.tokenDigestKey, JOB_TOKEN),
+      });
+      const graceMs = running().config.GRANT_GRACE_SECONDS * 1000;
+      expect(grant!.expiresAt).toBeGreaterThanOrEqual(before + 600_000 + graceMs);
+      expect(grant!.expiresAt).toBeLessThanOrEqual(Date.now() + 600_000 + graceMs);
+      expect(Date.parse(body.telemetry.expires_at)).toBe(grant!.expiresAt);
+    });
+
+    it('names each bad field in a 400 and stores nothing', async () => {
+      const { status, body } = await call(running(), {
+        runner: { id: 'seventeen', runner_type: 'shared' },
+        job: { id: 1001, project_id: -7, pipeline_id: 500, timeout: 3600 },
+        payload: { variables: 'not a list' },
+      });
+      expect(status).toBe(400);
+      expect(body.fields.map((f: { field: string }) => f.field).sort()).toEqual(
+        ['job.project_id', 'job.root_pipeline_id', 'payload.variables', 'runner.id', 'runner.runner_type'].sort(),
+      );
+      for (const field of body.fields) expect(body.error).toContain(field.field);
+      expect(await running().app.get<GrantStore>(GRANT_STORE).findGrant(1001)).toBeNull();
+    });
+
+    it('answers 400 for a body that is not JSON, and for a missing payload', async () => {
+      expect((await call(running(), '{"runner": ')).status).toBe(400);
+      const { payload: _, ...withoutPayload } = jobPayloadRequest();
+      const { status, body } = await call(running(), withoutPayload);
+      expect(status).toBe(400);
+      expect(body.error).toContain('payload');
+    });
+
+    it('echoes the caller request id and puts it in the error body', async () => {
+      const response = await running().app.inject({ method: 'POST', url: PATH, headers: { 'x-request-id': 'gitlab-corr-123' }, payload: {} });
+      expect(response.headers['x-request-id']).toBe('gitlab-corr-123');
+      expect(response.json().request_id).toBe('gitlab-corr-123');
+    });
+
+    it('never writes a token to the logs', async () => {
+      const headers = await internalApiHeaders(running().secrets.internalApiSecret);
+      await call(running(), jobPayloadRequest(), headers);
+      await call(running(), { ...jobPayloadRequest(), runner: { id: 'bad', token: RUNNER_TOKEN } }, headers);
+      const logs = running().logs.text();
+      expect(logs).toContain('request completed');
+      for (const secret of [RUNNER_TOKEN, JOB_TOKEN, headers['gitlab-ci-telemetry-api-request']]) expect(logs).not.toContain(secret);
+    });
+  });
+
+  describe('negotiation with the runner', () => {
+    it.each([
+      ['tracing: false', 'runner_unsupported', { tracing: false }],
+      ['legacy job_telemetry: false', 'runner_unsupported', { job_telemetry: false }],
+      ['nothing (eligible by default)', 'enabled', {}],
+      ['tracing: true', 'enabled', { tracing: true }],
+    ])('a runner advertising %s gets %s', async (_, reason, features) => {
+      service = await startInProcess();
+      const request = jobPayloadRequest({ runner: { features } });
+      const { body } = await call(running(), request);
+      expect(body.telemetry.reason).toBe(reason);
+      if (reason !== 'enabled') expect(body.payload).toEqual(request.payload);
+    });
+
+    it('treats silent runners as unsupported when configured so', async () => {
+      service = await startInProcess({ UNADVERTISED_RUNNERS_ELIGIBLE: 'false' });
+      const request = jobPayloadRequest({ runner: { features: undefined } });
+      const { body } = await call(running(), request);
+      expect(body.telemetry).toEqual({ enabled: false, reason: 'runner_unsupported' });
+      expect(body.payload).toEqual(request.payload);
+    });
+
+    it('sends hosted runners to the collector with GCP OIDC, everyone else to the gateway', async () => {
+      service = await startInProcess({
+        HOSTED_RUNNER_TYPES: 'instance_type',
+        HOSTED_RUNNER_IDS: '99',
+        COLLECTOR_PUBLIC_URL: 'https://otel-collector.example:4318',
+        GATEWAY_PUBLIC_URL: 'https://telemetry.example',
+        HOSTED_OIDC_AUDIENCE: 'ci-telemetry-aud',
+      });
+      const hosted = { url: 'https://otel-collector.example:4318', auth: { type: 'http_bearer_gcp_oidc', audience: 'ci-telemetry-aud' } };
+      const byType = await call(running(), jobPayloadRequest({ runner: { runner_type: 'instance_type' } }));
+      const byId = await call(running(), jobPayloadRequest({ runner: { id: 99 } }));
+      const selfManaged = await call(running(), jobPayloadRequest());
+      expect(byType.body.payload.features.tracing.otel_endpoints).toEqual([hosted]);
+      expect(byId.body.payload.features.tracing.otel_endpoints).toEqual([hosted]);
+      expect(selfManaged.body.payload.features.tracing.otel_endpoints).toEqual([
+        { url: 'https://telemetry.example', auth: { type: 'ci_job_telemetry_tokens' } },
+      ]);
+    });
+  });
+
+  describe('flags', () => {
+    it('returns the payload untouched for a project the flag does not enable', async () => {
+      service = await startInProcess({ FLAGS_FILE: writeFlagsFile({ constraints: [{ contextName: 'projectId', operator: 'IN', values: ['8'] }] }) });
+      const request = jobPayloadRequest();
+      const { body } = await call(running(), request);
+      expect(body).toEqual({ payload: request.payload, telemetry: { enabled: false, reason: 'flag_disabled' } });
+      expect((await call(running(), jobPayloadRequest({ job: { project_id: 8 } }))).body.telemetry.reason).toBe('enabled');
+    });
+
+    it('samples whole pipelines and writes the ot=th threshold for those it keeps', async () => {
+      service = await startInProcess({ FLAGS_FILE: writeFlagsFile({ sampling: 25 }) });
+      const outcomes = new Map<number, Set<string>>();
+      let jobId = 1;
+      for (let pipeline = 1; pipeline <= 120; pipeline++) {
+        for (let job = 0; job < 3; job++) {
+          const { body } = await call(running(), jobPayloadRequest({ job: { id: jobId++, pipeline_id: pipeline * 10 + job, root_pipeline_id: pipeline } }));
+          outcomes.set(pipeline, (outcomes.get(pipeline) ?? new Set()).add(body.telemetry.reason));
+          if (body.telemetry.enabled) expect(body.telemetry.tracestate).toBe('ot=th:c');
+          else expect(body.payload).not.toHaveProperty('features.tracing');
+        }
+      }
+      for (const reasons of outcomes.values()) expect(reasons.size).toBe(1);
+      const sampled = [...outcomes.values()].filter((reasons) => reasons.has('enabled')).length;
+      expect(sampled).toBeGreaterThan(10);
+      expect(sampled).toBeLessThan(60);
+    });
+  });
+
+  describe('on a real Redis', () => {
+    let redis: RedisServer;
+    beforeEach(async () => {
+      redis = await startRedis();
+      service = await startInProcess({ REDIS_URL: redis.url, STORE_TIMEOUT_MS: '150' });
+    });
+    afterEach(() => redis.stop());
+
+    it('stores the grant in Redis without any raw token', async () => {
+      const { body } = await call(running(), jobPayloadRequest());
+      expect(body.telemetry.enabled).toBe(true);
+      const client = new Redis(redis.url);
+      try {
+        const keys = await client.keys('*');
+        expect(keys).toEqual(['cjt:grant:1001']);
+        const stored = (await client.get(keys[0]))!;
+        expect(JSON.parse(stored).traceId).toBe(body.telemetry.trace_id);
+        for (const token of [RUNNER_TOKEN, JOB_TOKEN]) expect(stored).not.toContain(token);
+        expect(await client.pttl(keys[0])).toBeGreaterThan(3600_000);
+      } finally {
+        client.disconnect();
+      }
+    });
+
+    it('still answers 200 with Redis stopped: degraded, payload unchanged, and soon', async () => {
+      await redis.stop();
+      const request = jobPayloadRequest();
+      const started = Date.now();
+      const { status, body } = await call(running(), request);
+      // A bound on "does not hang on the store", not a performance figure (those are in bench/).
+      expect(Date.now() - started).toBeLessThan(2000);
+      expect(status).toBe(200);
+      expect(body).toEqual({ payload: request.payload, telemetry: { enabled: false, reason: 'degraded' } });
+    });
+
+    it('keeps hosted runners enabled with Redis stopped: they never need the grant', async () => {
+      await running().close();
+      service = await startInProcess({ REDIS_URL: redis.url, HOSTED_RUNNER_TYPES: 'instance_type' });
+      await redis.stop();
+      const { body } = await call(running(), jobPayloadRequest({ runner: { runner_type: 'instance_type' } }));
+      expect(body.telemetry.reason).toBe('enabled');
+    });
+  });
+
+  describe('with a store that accepts connections and never answers', () => {
+    let blackhole: Server;
+    const sockets = new Set<Socket>();
+    afterEach(async () => {
+      await running().close();
+      for (const socket of sockets) socket.destroy();
+      await new Promise((resolve) => blackhole.close(resolve));
+    });
+
+    it('gives up after STORE_TIMEOUT_MS and answers degraded', async () => {
+      const port = await freePort();
+      blackhole = createServer((socket) => sockets.add(socket)).listen(port, '127.0.0.1');
+      service = await startInProcess({ REDIS_URL: `redis://127.0.0.1:${port}`, STORE_TIMEOUT_MS: '100' });
+      const started = Date.now();
+      const { status, body } = await call(running(), jobPayloadRequest());
+      expect(Date.now() - started).toBeLessThan(2000);
+      expect(status).toBe(200);
+      expect(body.telemetry.reason).toBe('degraded');
+    });
+  });
+
+  it('refuses a body over the configured limit with 413', async () => {
+    service = await startInProcess({ BODY_LIMIT_BYTES: '4096' });
+    const request = jobPayloadRequest({ payload: { id: 1, script: 'x'.repeat(8192) } });
+    const { status, body } = await call(running(), request);
+    expect(status).toBe(413);
+    expect(body.error).toEqual(expect.any(String));
+  });
+});
