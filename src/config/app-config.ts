@@ -7,6 +7,7 @@ import {
   IsOptional,
   IsString,
   IsUrl,
+  Matches,
   Max,
   Min,
   MinLength,
@@ -138,6 +139,53 @@ export class EnvironmentVariables {
   @MinLength(1)
   HOSTED_OIDC_AUDIENCE = 'ci-job-telemetry';
 
+  /** GitLab's public keys for JWT job tokens (`glcbt-` + RS256 JWT): a JWKS file or URL (SPEC §5). */
+  @IsOptional()
+  @IsString()
+  @MinLength(1)
+  JOB_TOKEN_JWKS_FILE?: string;
+
+  @IsOptional()
+  @IsUrl(URL_OPTIONS)
+  JOB_TOKEN_JWKS_URL?: string;
+
+  /** When set, JWT job tokens must carry this `iss` (the GitLab instance URL). */
+  @IsOptional()
+  @IsString()
+  @MinLength(1)
+  JOB_TOKEN_ISSUER?: string;
+
+  /** Upper bound of the auth decision's `Cache-Control: max-age`. */
+  @Transform(toInt)
+  @IsInt()
+  @Min(0)
+  AUTH_DECISION_MAX_AGE_SECONDS = 60;
+
+  /** Auth requests one runner may make per window, counted in the store across replicas. */
+  @Transform(toInt)
+  @IsInt()
+  @Min(1)
+  RUNNER_RATE_LIMIT = 1200;
+
+  @Transform(toInt)
+  @IsInt()
+  @Min(1)
+  RUNNER_RATE_WINDOW_SECONDS = 60;
+
+  /** After a job finishes or is canceled, its runner may still flush telemetry this long. */
+  @Transform(toInt)
+  @IsInt()
+  @Min(0)
+  GRANT_REVOKE_GRACE_SECONDS = 60;
+
+  /**
+   * SHA-256 digests (hex) of caller keys accepted on the auth endpoint in place of the internal-API
+   * JWT, for gateways that cannot sign one (nginx `auth_request`). Only digests are configured.
+   */
+  @Transform(toList)
+  @Matches(/^[0-9a-f]{64}$/, { each: true, message: 'each entry must be a SHA-256 digest in lowercase hex' })
+  AUTH_CALLER_KEY_DIGESTS: string[] = [];
+
   /** Runners that say nothing about tracing ignore fields they do not know, so they are eligible by default. */
   @Transform(toBoolean)
   @IsBoolean()
@@ -166,7 +214,16 @@ function describe(error: ValidationError): string {
 export function loadConfig(env: NodeJS.ProcessEnv | Record<string, string | undefined>): AppConfig {
   const known = Object.keys(new EnvironmentVariables());
   const provided: Record<string, string> = {};
-  const optional = ['INTERNAL_API_SECRET_FILE', 'TRACE_KEY_FILE', 'REDIS_URL', 'UNLEASH_URL', 'UNLEASH_API_TOKEN'];
+  const optional = [
+    'INTERNAL_API_SECRET_FILE',
+    'TRACE_KEY_FILE',
+    'REDIS_URL',
+    'UNLEASH_URL',
+    'UNLEASH_API_TOKEN',
+    'JOB_TOKEN_JWKS_FILE',
+    'JOB_TOKEN_JWKS_URL',
+    'JOB_TOKEN_ISSUER',
+  ];
   for (const key of new Set([...known, ...optional])) {
     const value = env[key];
     if (value !== undefined && value !== '') provided[key] = value;

@@ -61,6 +61,36 @@ function behavesAsAGrantStore(name: string, open: () => Promise<GrantStore>) {
       expect(await store.findGrant(1001)).toBeNull();
     });
 
+    it('finds a grant by its job token digest, and forgets the old digest when the job is picked up again', async () => {
+      await store.saveGrant(grant({ jobTokenDigest: 'c'.repeat(64) }));
+      expect((await store.findGrantByJobTokenDigest('c'.repeat(64)))?.jobId).toBe(1001);
+      await store.saveGrant(grant({ jobTokenDigest: 'd'.repeat(64) }));
+      expect(await store.findGrantByJobTokenDigest('c'.repeat(64))).toBeNull();
+      expect((await store.findGrantByJobTokenDigest('d'.repeat(64)))?.jobId).toBe(1001);
+      expect(await store.findGrantByJobTokenDigest('e'.repeat(64))).toBeNull();
+    });
+
+    it('marks a grant revoked without shortening its life, and never pushes a revocation later', async () => {
+      const expiresAt = Date.now() + 60_000;
+      await store.saveGrant(grant({ expiresAt }));
+      const revokedAt = Date.now() + 1000;
+      expect((await store.revokeGrant(1001, revokedAt))?.revokedAt).toBe(revokedAt);
+      expect((await store.revokeGrant(1001, revokedAt + 5000))?.revokedAt).toBe(revokedAt);
+      expect(await store.findGrant(1001)).toMatchObject({ revokedAt, expiresAt });
+      expect(await store.revokeGrant(424242, revokedAt)).toBeNull();
+    });
+
+    it('counts hits in a fixed window per key, and starts over when the window ends', async () => {
+      const hits = [];
+      for (let i = 0; i < 4; i++) hits.push(await store.hitRateWindow('runner:17', 3, 400));
+      expect(hits.map((hit) => hit.allowed)).toEqual([true, true, true, false]);
+      expect(hits[3].resetInMs).toBeGreaterThan(0);
+      expect(hits[3].resetInMs).toBeLessThanOrEqual(400);
+      expect((await store.hitRateWindow('runner:18', 3, 400)).allowed).toBe(true);
+      await sleep(450);
+      expect((await store.hitRateWindow('runner:17', 3, 400)).allowed).toBe(true);
+    });
+
     it('answers a ping', async () => {
       await expect(store.ping()).resolves.toBeUndefined();
     });
@@ -73,7 +103,10 @@ let redis: RedisServer;
 beforeAll(async () => (redis = await startRedis()));
 afterAll(() => redis.stop());
 
-behavesAsAGrantStore('Redis', () => RedisGrantStore.open(redis.url, 500));
+behavesAsAGrantStore('Redis', async () => {
+  await redis.flush();
+  return RedisGrantStore.open(redis.url, 500);
+});
 
 describe('Redis grant store when Redis is gone', () => {
   it('fails at once with StoreUnavailableError instead of queueing, and recovers when Redis is back', async () => {

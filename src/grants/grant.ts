@@ -14,12 +14,33 @@ export interface Grant {
   readonly jobTokenDigest?: string;
   /** Epoch milliseconds. */
   readonly expiresAt: number;
+  /** Epoch milliseconds from which the grant is revoked (job finished or canceled, plus grace). */
+  readonly revokedAt?: number;
+}
+
+/** Outcome of one hit on a fixed-window counter. */
+export interface RateWindow {
+  readonly allowed: boolean;
+  /** Milliseconds until the window resets. */
+  readonly resetInMs: number;
 }
 
 export interface GrantStore {
   /** Stores or replaces the grant of `grant.jobId`; it disappears at `grant.expiresAt`. */
   saveGrant(grant: Grant): Promise<void>;
   findGrant(jobId: number): Promise<Grant | null>;
+  /** The grant whose opaque job token has this digest (SPEC §5). */
+  findGrantByJobTokenDigest(jobTokenDigest: string): Promise<Grant | null>;
+  /**
+   * Marks the grant revoked from `revokedAt` on; the record stays until its expiry so the answer
+   * is "revoked" (403), not "unknown". Resolves with the updated grant, or null when there is none.
+   */
+  revokeGrant(jobId: number, revokedAt: number): Promise<Grant | null>;
+  /**
+   * Counts one event against `key` in a fixed window shared by every replica; allowed while the
+   * count is at most `limit`.
+   */
+  hitRateWindow(key: string, limit: number, windowMs: number): Promise<RateWindow>;
   /** Resolves when the store answers; rejects otherwise. */
   ping(): Promise<void>;
   close(): Promise<void>;

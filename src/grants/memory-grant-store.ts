@@ -1,21 +1,26 @@
-import { Grant, GrantStore } from './grant';
+import { Grant, GrantStore, RateWindow } from './grant';
 
 /** Single-process store: the embedded default when no REDIS_URL is set (SPEC §7). */
 export class MemoryGrantStore implements GrantStore {
   private readonly grants = new Map<number, Grant>();
+  private readonly jobIdsByTokenDigest = new Map<string, number>();
+  private readonly windows = new Map<string, { count: number; resetsAt: number }>();
   private readonly sweeper: NodeJS.Timeout;
 
   constructor(private readonly now: () => number = Date.now, sweepIntervalMs = 60_000) {
-    // Reads check expiry themselves; the sweep only returns memory of grants nobody asks about again.
+    // Reads check expiry themselves; the sweep only returns memory of entries nobody asks about again.
     this.sweeper = setInterval(() => this.sweep(), sweepIntervalMs).unref();
   }
 
   async saveGrant(grant: Grant): Promise<void> {
+    const previous = this.grants.get(grant.jobId);
+    if (previous?.jobTokenDigest !== undefined) this.jobIdsByTokenDigest.delete(previous.jobTokenDigest);
     if (grant.expiresAt <= this.now()) {
       this.grants.delete(grant.jobId);
       return;
     }
     this.grants.set(grant.jobId, { ...grant });
+    if (grant.jobTokenDigest !== undefined) this.jobIdsByTokenDigest.set(grant.jobTokenDigest, grant.jobId);
   }
 
   async findGrant(jobId: number): Promise<Grant | null> {
@@ -28,15 +33,48 @@ export class MemoryGrantStore implements GrantStore {
     return { ...grant };
   }
 
+  async findGrantByJobTokenDigest(jobTokenDigest: string): Promise<Grant | null> {
+    const jobId = this.jobIdsByTokenDigest.get(jobTokenDigest);
+    if (jobId === undefined) return null;
+    const grant = await this.findGrant(jobId);
+    return grant?.jobTokenDigest === jobTokenDigest ? grant : null;
+  }
+
+  async revokeGrant(jobId: number, revokedAt: number): Promise<Grant | null> {
+    const grant = await this.findGrant(jobId);
+    if (grant === null) return null;
+    const revoked = { ...grant, revokedAt: Math.min(grant.revokedAt ?? Infinity, revokedAt) };
+    this.grants.set(jobId, revoked);
+    return { ...revoked };
+  }
+
+  async hitRateWindow(key: string, limit: number, windowMs: number): Promise<RateWindow> {
+    const now = this.now();
+    let window = this.windows.get(key);
+    if (window === undefined || window.resetsAt <= now) {
+      window = { count: 0, resetsAt: now + windowMs };
+      this.windows.set(key, window);
+    }
+    window.count++;
+    return { allowed: window.count <= limit, resetInMs: window.resetsAt - now };
+  }
+
   async ping(): Promise<void> {}
 
   async close(): Promise<void> {
     clearInterval(this.sweeper);
     this.grants.clear();
+    this.jobIdsByTokenDigest.clear();
+    this.windows.clear();
   }
 
   private sweep(): void {
     const now = this.now();
-    for (const [jobId, grant] of this.grants) if (grant.expiresAt <= now) this.grants.delete(jobId);
+    for (const [jobId, grant] of this.grants) {
+      if (grant.expiresAt > now) continue;
+      this.grants.delete(jobId);
+      if (grant.jobTokenDigest !== undefined) this.jobIdsByTokenDigest.delete(grant.jobTokenDigest);
+    }
+    for (const [key, window] of this.windows) if (window.resetsAt <= now) this.windows.delete(key);
   }
 }

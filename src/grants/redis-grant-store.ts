@@ -1,7 +1,36 @@
 import Redis, { RedisOptions } from 'ioredis';
-import { Grant, GrantStore, StoreUnavailableError } from './grant';
+import { Grant, GrantStore, RateWindow, StoreUnavailableError } from './grant';
 
-const GRANT_KEY_PREFIX = 'cjt:grant:';
+const GRANT_KEY = (jobId: number) => `cjt:grant:${jobId}`;
+const REVOKED_KEY = (jobId: number) => `cjt:revoked:${jobId}`;
+const JOB_TOKEN_KEY = (digest: string) => `cjt:jobtoken:${digest}`;
+const RATE_KEY = (key: string) => `cjt:rate:${key}`;
+
+/**
+ * Fixed-window counter in one round trip: INCR, start the window on the first hit, report its TTL.
+ * Atomic on the server, so replicas share one count.
+ */
+const HIT_RATE_WINDOW = `
+local count = redis.call('INCR', KEYS[1])
+if count == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl < 0 then redis.call('PEXPIRE', KEYS[1], ARGV[1]); ttl = tonumber(ARGV[1]) end
+return {count, ttl}
+`;
+
+/**
+ * Records the revocation time beside the grant, living exactly as long as the grant; an earlier
+ * revocation is never pushed later. A key of its own rather than a rewrite of the grant's JSON:
+ * Lua's cjson would round ids above 10^14.
+ */
+const REVOKE_GRANT = `
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl <= 0 then return false end
+local current = redis.call('GET', KEYS[2])
+if current and tonumber(current) <= tonumber(ARGV[1]) then return current end
+redis.call('SET', KEYS[2], ARGV[1], 'PX', ttl)
+return ARGV[1]
+`;
 
 /**
  * Connection options that make a Redis outage cost milliseconds, not seconds: commands fail at once
@@ -43,33 +72,58 @@ export class RedisGrantStore implements GrantStore {
 
   async saveGrant(grant: Grant): Promise<void> {
     const ttlMs = grant.expiresAt - Date.now();
-    try {
-      if (ttlMs <= 0) await this.redis.del(GRANT_KEY_PREFIX + grant.jobId);
-      else await this.redis.set(GRANT_KEY_PREFIX + grant.jobId, JSON.stringify(grant), 'PX', ttlMs);
-    } catch (error) {
-      throw new StoreUnavailableError(error);
-    }
+    await this.guard(async () => {
+      const transaction = this.redis.multi();
+      transaction.del(REVOKED_KEY(grant.jobId));
+      if (ttlMs <= 0) transaction.del(GRANT_KEY(grant.jobId));
+      else transaction.set(GRANT_KEY(grant.jobId), JSON.stringify(grant), 'PX', ttlMs);
+      if (grant.jobTokenDigest !== undefined && ttlMs > 0) {
+        transaction.set(JOB_TOKEN_KEY(grant.jobTokenDigest), String(grant.jobId), 'PX', ttlMs);
+      }
+      const results = await transaction.exec();
+      const failed = results?.find(([error]) => error !== null);
+      if (failed) throw failed[0];
+    });
   }
 
   async findGrant(jobId: number): Promise<Grant | null> {
-    let stored: string | null;
-    try {
-      stored = await this.redis.get(GRANT_KEY_PREFIX + jobId);
-    } catch (error) {
-      throw new StoreUnavailableError(error);
-    }
-    return stored === null ? null : (JSON.parse(stored) as Grant);
+    const [stored, revokedAt] = await this.guard(() => this.redis.mget(GRANT_KEY(jobId), REVOKED_KEY(jobId)));
+    if (stored === null) return null;
+    const grant = JSON.parse(stored) as Grant;
+    return revokedAt === null ? grant : { ...grant, revokedAt: Number(revokedAt) };
+  }
+
+  async findGrantByJobTokenDigest(jobTokenDigest: string): Promise<Grant | null> {
+    const jobId = await this.guard(() => this.redis.get(JOB_TOKEN_KEY(jobTokenDigest)));
+    if (jobId === null) return null;
+    const grant = await this.findGrant(Number(jobId));
+    // A job picked up again with a new token leaves the old index entry behind until it expires.
+    return grant?.jobTokenDigest === jobTokenDigest ? grant : null;
+  }
+
+  async revokeGrant(jobId: number, revokedAt: number): Promise<Grant | null> {
+    const revoked = await this.guard(() => this.redis.eval(REVOKE_GRANT, 2, GRANT_KEY(jobId), REVOKED_KEY(jobId), String(revokedAt)));
+    return revoked === null ? null : this.findGrant(jobId);
+  }
+
+  async hitRateWindow(key: string, limit: number, windowMs: number): Promise<RateWindow> {
+    const [count, ttl] = (await this.guard(() => this.redis.eval(HIT_RATE_WINDOW, 1, RATE_KEY(key), String(windowMs)))) as [number, number];
+    return { allowed: count <= limit, resetInMs: ttl };
   }
 
   async ping(): Promise<void> {
-    try {
-      await this.redis.ping();
-    } catch (error) {
-      throw new StoreUnavailableError(error);
-    }
+    await this.guard(() => this.redis.ping());
   }
 
   async close(): Promise<void> {
     this.redis.disconnect();
+  }
+
+  private async guard<T>(operation: () => Promise<T>): Promise<T> {
+    try {
+      return await operation();
+    } catch (error) {
+      throw new StoreUnavailableError(error);
+    }
   }
 }

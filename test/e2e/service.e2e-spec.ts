@@ -17,7 +17,8 @@ async function decorate(service: ServiceProcess, body: unknown, headers?: Record
     headers: { 'content-type': 'application/json', ...(headers ?? (await internalApiHeaders(service.secrets.internalApiSecret))) },
     body: JSON.stringify(body),
   });
-  const json = await response.json();
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- shape checked against openapi.yaml below
+  const json = (await response.json()) as any;
   expectMatchesOpenApi(PATH, 'post', response.status, response.headers.get('content-type') ?? undefined, json);
   return { status: response.status, body: json };
 }
@@ -40,7 +41,7 @@ describe('the built service as a process', () => {
     const liveness = await fetch(`${service.url}/-/liveness`);
     expectMatchesOpenApi('/-/liveness', 'get', liveness.status, liveness.headers.get('content-type') ?? undefined, await liveness.json());
     const readiness = await fetch(`${service.url}/-/readiness`);
-    const readinessBody = await readiness.json();
+    const readinessBody = (await readiness.json()) as { status: string; checks: Record<string, string> };
     expectMatchesOpenApi('/-/readiness', 'get', readiness.status, readiness.headers.get('content-type') ?? undefined, readinessBody);
     expect(readinessBody).toEqual({ status: 'ok', checks: { store: 'ok', flags: 'ok' } });
 
@@ -69,8 +70,8 @@ describe('the built service as a process', () => {
       await redis.stop();
       const readiness = await fetch(`${service.url}/-/readiness`);
       expect(readiness.status).toBe(503);
-      expect((await readiness.json()).checks.store).toBe('failing');
-      expect((await (await fetch(`${service.url}/-/liveness`)).json()).status).toBe('ok');
+      expect(((await readiness.json()) as { checks: { store: string } }).checks.store).toBe('failing');
+      expect(((await (await fetch(`${service.url}/-/liveness`)).json()) as { status: string }).status).toBe('ok');
       const degraded = await decorate(service, jobPayloadRequest({ job: { id: 2002 } }));
       expect(degraded.status).toBe(200);
       expect(degraded.body.telemetry.reason).toBe('degraded');

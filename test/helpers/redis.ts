@@ -8,6 +8,8 @@ export interface RedisServer {
   stop(): Promise<void>;
   /** Starts it again on the same port (data is not kept: it runs without persistence). */
   start(): Promise<void>;
+  /** Empties it, so tests sharing one server do not see each other's keys. */
+  flush(): Promise<void>;
 }
 
 function redisBinary(): string {
@@ -57,6 +59,16 @@ export async function startRedis(): Promise<RedisServer> {
     });
   };
 
+  const flush = () =>
+    new Promise<void>((resolve, reject) => {
+      const socket = connect(port, '127.0.0.1', () => socket.write('FLUSHALL\r\n'));
+      socket.once('data', () => {
+        socket.destroy();
+        resolve();
+      });
+      socket.once('error', reject);
+    });
+
   await start();
-  return { url: `redis://127.0.0.1:${port}`, port, start, stop };
+  return { url: `redis://127.0.0.1:${port}`, port, start, stop, flush };
 }

@@ -1,0 +1,64 @@
+import { Controller, Delete, Headers, HttpCode, NotFoundException, Param, ParseIntPipe, Post, Req, Res, UseGuards } from '@nestjs/common';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import { sendError } from '../observability/http-error';
+import { AcceptsCallerKey } from './accepts-caller-key.decorator';
+import { AuthOutcome, identityOf } from './auth-outcome';
+import { InternalApiGuard } from './internal-api.guard';
+import { TokenAuthService } from './token-auth.service';
+
+const BEARER = /^Bearer\s+(\S+)\s*$/i;
+
+@Controller('internal/ci/telemetry')
+@UseGuards(InternalApiGuard)
+export class TokenAuthController {
+  constructor(private readonly tokenAuth: TokenAuthService) {}
+
+  /** Runner credentials come as the runner sent them, so nginx can pass its request's headers through. */
+  @Post('auth')
+  @AcceptsCallerKey()
+  async authenticate(
+    @Headers('authorization') authorization: string | undefined,
+    @Headers('runner-token') runnerToken: string | undefined,
+    @Req() request: FastifyRequest,
+    @Res() reply: FastifyReply,
+  ): Promise<void> {
+    const jobToken = authorization === undefined ? undefined : BEARER.exec(authorization)?.[1];
+    sendAuthOutcome(request, reply, await this.tokenAuth.authenticate(jobToken, runnerToken));
+  }
+
+  /** GitLab calls this when a job finishes or is canceled; the grant ends after the grace. */
+  @Delete('grants/:jobId')
+  @HttpCode(200)
+  async revoke(@Param('jobId', ParseIntPipe) jobId: number): Promise<{ job_id: number; revoked_at: string }> {
+    const grant = await this.tokenAuth.revoke(jobId);
+    if (grant === null) throw new NotFoundException(`no grant for job ${jobId}`);
+    return { job_id: jobId, revoked_at: new Date(grant.revokedAt!).toISOString() };
+  }
+}
+
+function sendAuthOutcome(request: FastifyRequest, reply: FastifyReply, outcome: AuthOutcome): void {
+  // Only a positive decision may be reused; a refusal must be asked again (the gateway caps its own).
+  if (outcome.kind !== 'allowed') void reply.header('cache-control', 'no-store');
+  switch (outcome.kind) {
+    case 'allowed':
+      void reply
+        .header('cache-control', `private, max-age=${outcome.maxAgeSeconds}`)
+        .status(200)
+        .send(identityOf(outcome.grant));
+      return;
+    case 'unauthenticated':
+      return sendError(request, reply, 401, outcome.reason);
+    case 'forbidden':
+      return sendError(request, reply, 403, outcome.reason);
+    case 'rate_limited':
+      void reply.header('retry-after', String(outcome.retryAfterSeconds));
+      return sendError(request, reply, 429, 'runner rate limit exceeded');
+    case 'unavailable':
+      void reply.header('retry-after', String(outcome.retryAfterSeconds));
+      return sendError(request, reply, 503, 'grant store unavailable');
+    default: {
+      const unreachable: never = outcome;
+      throw new Error(`unhandled auth outcome ${JSON.stringify(unreachable)}`);
+    }
+  }
+}

@@ -1,0 +1,83 @@
+import { join } from 'node:path';
+import { callerKeyDigest, generateCallerKey } from '../../src/token-auth/caller-keys';
+import { jobPayloadRequest, RUNNER_TOKEN } from '../fixtures/job-payload';
+import { HttpSink, startHttpSink } from '../helpers/http-sink';
+import { internalApiHeaders } from '../helpers/internal-api';
+import { GitLabKeys, makeGitLabKeys } from '../helpers/job-tokens';
+import { NginxServer, startNginx } from '../helpers/nginx';
+import { RedisServer, startRedis } from '../helpers/redis';
+import { ServiceProcess, startService } from '../helpers/service';
+
+const EXAMPLE = join(__dirname, '..', '..', 'deploy', 'nginx', 'ci-job-telemetry-auth.conf');
+const OTLP_BODY = JSON.stringify({ resourceSpans: [] });
+
+/** The documented nginx example, for real, in front of a sink, asking the built service. */
+describe('nginx auth_request in front of an OTLP endpoint', () => {
+  let redis: RedisServer;
+  let keys: GitLabKeys;
+  let service: ServiceProcess;
+  let sink: HttpSink;
+  let nginx: NginxServer;
+
+  beforeAll(async () => {
+    const callerKey = generateCallerKey();
+    [redis, keys, sink] = await Promise.all([startRedis(), makeGitLabKeys(), startHttpSink()]);
+    service = await startService({
+      REDIS_URL: redis.url,
+      JOB_TOKEN_JWKS_FILE: keys.jwksFile,
+      AUTH_CALLER_KEY_DIGESTS: callerKeyDigest(callerKey),
+    });
+    nginx = await startNginx(EXAMPLE, { OTLP_UPSTREAM: sink.url, CONTROL_URL: service.url, CALLER_KEY: callerKey });
+
+    const pickup = await fetch(`${service.url}/internal/ci/telemetry/job_payload`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...(await internalApiHeaders(service.secrets.internalApiSecret)) },
+      body: JSON.stringify(jobPayloadRequest({ job: { id: 4001 } })),
+    });
+    expect(pickup.status).toBe(200);
+  });
+
+  afterAll(async () => {
+    await nginx?.stop();
+    await service?.stop();
+    await sink?.stop();
+    await redis?.stop();
+  });
+
+  const exportThroughNginx = (headers: Record<string, string>) =>
+    fetch(`${nginx.url}/v1/traces`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: OTLP_BODY });
+
+  it('passes an export with valid tokens to the upstream, without the runner credentials', async () => {
+    const response = await exportThroughNginx({ authorization: `Bearer ${await keys.sign(4001)}`, 'runner-token': RUNNER_TOKEN });
+    expect(response.status).toBe(200);
+    const forwarded = sink.received.at(-1)!;
+    expect(forwarded.path).toBe('/v1/traces');
+    expect(forwarded.body.toString()).toBe(OTLP_BODY);
+    expect(forwarded.headers.authorization).toBeUndefined();
+    expect(forwarded.headers['runner-token']).toBeUndefined();
+  });
+
+  it('answers 401 for bad tokens and forwards nothing', async () => {
+    const before = sink.received.length;
+    const jwt = await keys.sign(4001);
+    expect((await exportThroughNginx({ authorization: `Bearer ${jwt}`, 'runner-token': 'glrt-someone-else' })).status).toBe(401);
+    expect((await exportThroughNginx({ authorization: 'Bearer glcbt-forged', 'runner-token': RUNNER_TOKEN })).status).toBe(401);
+    expect((await exportThroughNginx({})).status).toBe(401);
+    expect(sink.received.length).toBe(before);
+  });
+
+  it('answers 403 for a job without telemetry', async () => {
+    expect((await exportThroughNginx({ authorization: `Bearer ${await keys.sign(4999)}`, 'runner-token': RUNNER_TOKEN })).status).toBe(403);
+  });
+
+  it('turns a store outage into a retryable 503 with Retry-After, not a 500 or a 401', async () => {
+    await redis.stop();
+    try {
+      const response = await exportThroughNginx({ authorization: `Bearer ${await keys.sign(4001)}`, 'runner-token': RUNNER_TOKEN });
+      expect(response.status).toBe(503);
+      expect(Number(response.headers.get('retry-after'))).toBeGreaterThan(0);
+    } finally {
+      await redis.start();
+    }
+  });
+});

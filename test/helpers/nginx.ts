@@ -1,0 +1,64 @@
+import { ChildProcess, spawn } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { freePort, waitFor } from './ports';
+
+const NGINX = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((path) => existsSync(path));
+
+export interface NginxServer {
+  readonly url: string;
+  readonly port: number;
+  stop(): Promise<void>;
+}
+
+/**
+ * Real nginx (Debian's package) on a free port, with a configuration template from the repository:
+ * `${NAME}` placeholders are filled from `variables` (plus LISTEN_PORT), as envsubst would.
+ */
+export async function startNginx(templatePath: string, variables: Record<string, string>): Promise<NginxServer> {
+  if (NGINX === undefined) throw new Error('nginx is not installed: run `npm test` (it installs it) or `apt-get install -y nginx-light`');
+  const prefix = mkdtempSync(join(tmpdir(), 'cjt-nginx-'));
+  for (const dir of ['logs', 'tmp']) mkdirSync(join(prefix, dir));
+  const port = await freePort();
+  const values: Record<string, string> = { LISTEN_PORT: String(port), ...variables };
+  const site = readFileSync(templatePath, 'utf8').replace(/\$\{([A-Z_]+)\}/g, (match, name: string) => values[name] ?? match);
+  // The example is a server block for conf.d; the test wraps it in a minimal main configuration.
+  writeFileSync(
+    join(prefix, 'nginx.conf'),
+    `worker_processes 1;
+pid ${prefix}/nginx.pid;
+error_log ${prefix}/logs/error.log warn;
+events { worker_connections 256; }
+http {
+  access_log ${prefix}/logs/access.log;
+  client_body_temp_path ${prefix}/tmp/body;
+  proxy_temp_path ${prefix}/tmp/proxy;
+  fastcgi_temp_path ${prefix}/tmp/fastcgi;
+  uwsgi_temp_path ${prefix}/tmp/uwsgi;
+  scgi_temp_path ${prefix}/tmp/scgi;
+${site}
+}
+`,
+  );
+  const child: ChildProcess = spawn(NGINX, ['-p', prefix, '-c', join(prefix, 'nginx.conf'), '-g', 'daemon off;'], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let stderr = '';
+  child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  const url = `http://127.0.0.1:${port}`;
+  await waitFor(`nginx on ${port}`, async () => {
+    if (child.exitCode !== null) throw new Error(`nginx exited: ${stderr}`);
+    await fetch(url, { method: 'HEAD' });
+    return true;
+  });
+  return {
+    url,
+    port,
+    stop: async () => {
+      if (child.exitCode !== null) return;
+      await new Promise<void>((resolve) => {
+        child.once('exit', () => resolve());
+        child.kill('SIGQUIT');
+      });
+    },
+  };
+}

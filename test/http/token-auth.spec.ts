@@ -1,0 +1,270 @@
+import { createSecretKey } from 'node:crypto';
+import { SignJWT } from 'jose';
+import { callerKeyDigest, generateCallerKey } from '../../src/token-auth/caller-keys';
+import { jobPayloadRequest, JOB_TOKEN, RUNNER_TOKEN } from '../fixtures/job-payload';
+import { writeFlagsFile } from '../helpers/flags-file';
+import { internalApiHeaders } from '../helpers/internal-api';
+import { GitLabKeys, makeGitLabKeys } from '../helpers/job-tokens';
+import { expectMatchesOpenApi } from '../helpers/openapi';
+import { RedisServer, startRedis } from '../helpers/redis';
+import { InProcessService, startInProcess } from '../helpers/service';
+
+const AUTH = '/internal/ci/telemetry/auth';
+const PICKUP = '/internal/ci/telemetry/job_payload';
+const OTHER_RUNNER_TOKEN = 'glrt-another-runners-token-987654';
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- bodies are checked against openapi.yaml
+type Json = any;
+
+interface Answer {
+  readonly status: number;
+  readonly body: Json;
+  readonly raw: string;
+  readonly headers: Record<string, string | string[] | number | undefined>;
+}
+
+describe('POST /internal/ci/telemetry/auth (SPEC §5)', () => {
+  let redis: RedisServer;
+  let keys: GitLabKeys;
+  let service: InProcessService;
+  const callerKey = generateCallerKey();
+  /** Every body the endpoint answered, scanned for tokens at the end. */
+  const answered: string[] = [];
+
+  const start = (env: Record<string, string> = {}) =>
+    startInProcess({
+      REDIS_URL: redis.url,
+      JOB_TOKEN_JWKS_FILE: keys.jwksFile,
+      AUTH_CALLER_KEY_DIGESTS: callerKeyDigest(callerKey),
+      ...env,
+    });
+
+  async function request(target: InProcessService, method: 'POST' | 'DELETE', url: string, headers: Record<string, string>, body?: unknown): Promise<Answer> {
+    const response = await target.app.inject({ method, url, headers, payload: body === undefined ? undefined : JSON.stringify(body) });
+    answered.push(response.body);
+    const template = url.startsWith('/internal/ci/telemetry/grants/') ? '/internal/ci/telemetry/grants/{job_id}' : url;
+    expectMatchesOpenApi(template, method, response.statusCode, response.headers['content-type'] as string, response.json());
+    return { status: response.statusCode, body: response.json(), raw: response.body, headers: response.headers };
+  }
+
+  async function pickUp(target: InProcessService, overrides: Parameters<typeof jobPayloadRequest>[0] = {}) {
+    const headers = { 'content-type': 'application/json', ...(await internalApiHeaders(target.secrets.internalApiSecret)) };
+    return request(target, 'POST', PICKUP, headers, jobPayloadRequest(overrides));
+  }
+
+  async function auth(jobToken: string | undefined, runnerToken: string | undefined, target = service): Promise<Answer> {
+    const headers: Record<string, string> = await internalApiHeaders(target.secrets.internalApiSecret);
+    if (jobToken !== undefined) headers.authorization = `Bearer ${jobToken}`;
+    if (runnerToken !== undefined) headers['runner-token'] = runnerToken;
+    return request(target, 'POST', AUTH, headers);
+  }
+
+  beforeAll(async () => {
+    redis = await startRedis();
+    keys = await makeGitLabKeys();
+  });
+  afterAll(() => redis.stop());
+  beforeEach(async () => {
+    await redis.flush();
+    service = await start();
+  });
+  afterEach(() => service.close());
+
+  describe('with a JWT job token', () => {
+    it('answers who the job is and which trace it may write, with a reusable decision', async () => {
+      const pickup = await pickUp(service, { job: { id: 3001, token: await keys.sign(3001) } });
+      const { status, body, headers } = await auth(await keys.sign(3001), RUNNER_TOKEN);
+      expect(status).toBe(200);
+      expect(body).toEqual({
+        job_id: 3001,
+        project_id: 7,
+        pipeline_id: 500,
+        runner_id: 17,
+        trace_id: pickup.body.telemetry.trace_id,
+        expires_at: pickup.body.telemetry.expires_at,
+      });
+      expect(headers['cache-control']).toBe('private, max-age=60');
+    });
+
+    it('accepts a token expired less than 60 s ago (grace), not one expired longer', async () => {
+      await pickUp(service, { job: { id: 3002 } });
+      expect((await auth(await keys.sign(3002, { expiresIn: -30 }), RUNNER_TOKEN)).status).toBe(200);
+      expect((await auth(await keys.sign(3002, { expiresIn: -90 }), RUNNER_TOKEN)).status).toBe(401);
+    });
+
+    it.each<[string, (job: number) => Promise<string>]>([
+      ['an unknown kid', (job) => keys.sign(job, { kid: 'not-published' })],
+      ['the wrong audience', (job) => keys.sign(job, { audience: 'gitlab' })],
+      ['alg none', async (job) => `glcbt-${unsigned({ aud: 'gitlab-authz-token', sub: `gid://gitlab/Ci::Build/${job}` })}`],
+      [
+        'HS256 signed with the public key as the secret (algorithm confusion)',
+        async (job) => {
+          const pem = keys.publicKey.export({ type: 'spki', format: 'pem' });
+          const jwt = await new SignJWT({})
+            .setProtectedHeader({ alg: 'HS256', kid: keys.kid })
+            .setAudience('gitlab-authz-token')
+            .setSubject(`gid://gitlab/Ci::Build/${job}`)
+            .setExpirationTime('1h')
+            .sign(createSecretKey(Buffer.from(pem)));
+          return `glcbt-${jwt}`;
+        },
+      ],
+      ['a signature by another key under the published kid', async (job) => (await makeGitLabKeys()).sign(job, { kid: keys.kid })],
+      ['a malformed token', async () => 'glcbt-eyJhbGciOi.not-base64!.x'],
+      ['a subject that is not a CI build', (job) => keys.sign(job, { subject: `gid://gitlab/User/${job}` })],
+      ['a subject naming another job than the grant it is checked against', () => keys.sign(3003, { subject: 'gid://gitlab/Ci::Build/3003x' })],
+    ])('refuses %s with 401', async (_, token) => {
+      await pickUp(service, { job: { id: 3003 } });
+      const { status, body } = await auth(await token(3003), RUNNER_TOKEN);
+      expect(status).toBe(401);
+      expect(body.error).toEqual(expect.any(String));
+    });
+
+    it('refuses a job picked up by runner A presented with runner B token (401)', async () => {
+      await pickUp(service, { job: { id: 3004 } });
+      expect((await auth(await keys.sign(3004), OTHER_RUNNER_TOKEN)).status).toBe(401);
+      expect((await auth(await keys.sign(3004), RUNNER_TOKEN)).status).toBe(200);
+    });
+
+    it('answers 403 for valid tokens of a job telemetry was not enabled for', async () => {
+      await service.close();
+      service = await start({ FLAGS_FILE: writeFlagsFile({ enabled: false }) });
+      const pickup = await pickUp(service, { job: { id: 3005 } });
+      expect(pickup.body.telemetry.reason).toBe('flag_disabled');
+      const { status, headers } = await auth(await keys.sign(3005), RUNNER_TOKEN);
+      expect(status).toBe(403);
+      expect(headers['cache-control']).toBe('no-store');
+    });
+
+    it('accepts a key GitLab rotated in after the service started', async () => {
+      await pickUp(service, { job: { id: 3006 } });
+      expect((await auth(await keys.sign(3006), RUNNER_TOKEN)).status).toBe(200);
+      const rotated = await keys.rotate();
+      expect((await auth(await rotated.sign(3006), RUNNER_TOKEN)).status).toBe(200);
+      keys = rotated;
+    });
+  });
+
+  describe('with an opaque job token', () => {
+    it('matches it by digest against the grant', async () => {
+      await pickUp(service, { job: { id: 3101, token: JOB_TOKEN } });
+      const { status, body } = await auth(JOB_TOKEN, RUNNER_TOKEN);
+      expect(status).toBe(200);
+      expect(body.job_id).toBe(3101);
+    });
+
+    it('refuses an unknown token, a missing one and the wrong runner with 401', async () => {
+      await pickUp(service, { job: { id: 3102, token: JOB_TOKEN } });
+      expect((await auth('glcbt-never-issued', RUNNER_TOKEN)).status).toBe(401);
+      expect((await auth(undefined, RUNNER_TOKEN)).status).toBe(401);
+      expect((await auth(JOB_TOKEN, undefined)).status).toBe(401);
+      expect((await auth(JOB_TOKEN, OTHER_RUNNER_TOKEN)).status).toBe(401);
+    });
+  });
+
+  describe('revocation when the job ends', () => {
+    it('keeps the grant usable for the grace, then answers 403', async () => {
+      await service.close();
+      service = await start({ GRANT_REVOKE_GRACE_SECONDS: '1' });
+      await pickUp(service, { job: { id: 3201 } });
+      const headers = await internalApiHeaders(service.secrets.internalApiSecret);
+      const before = Date.now();
+      const revoked = await request(service, 'DELETE', '/internal/ci/telemetry/grants/3201', headers);
+      expect(revoked.status).toBe(200);
+      expect(Date.parse(revoked.body.revoked_at)).toBeGreaterThanOrEqual(before + 1000 - 5);
+
+      const during = await auth(await keys.sign(3201), RUNNER_TOKEN);
+      expect(during.status).toBe(200);
+      expect(during.headers['cache-control']).toMatch(/^private, max-age=[01]$/);
+      await new Promise((resolve) => setTimeout(resolve, 1100));
+      const after = await auth(await keys.sign(3201), RUNNER_TOKEN);
+      expect(after.status).toBe(403);
+      expect(after.body.error).toContain('revoked');
+    });
+
+    it('answers 404 for a job without a grant', async () => {
+      const headers = await internalApiHeaders(service.secrets.internalApiSecret);
+      expect((await request(service, 'DELETE', '/internal/ci/telemetry/grants/999999', headers)).status).toBe(404);
+    });
+  });
+
+  it('caps max-age at the grant remaining life', async () => {
+    await service.close();
+    service = await start({ GRANT_GRACE_SECONDS: '0' });
+    await pickUp(service, { job: { id: 3301, timeout: 20 } });
+    const { headers } = await auth(await keys.sign(3301), RUNNER_TOKEN);
+    const maxAge = Number(/max-age=(\d+)/.exec(String(headers['cache-control']))?.[1]);
+    expect(maxAge).toBeGreaterThanOrEqual(18);
+    expect(maxAge).toBeLessThanOrEqual(20);
+  });
+
+  it('rate-limits each runner across replicas sharing the store (429 with Retry-After)', async () => {
+    await service.close();
+    service = await start({ RUNNER_RATE_LIMIT: '3', RUNNER_RATE_WINDOW_SECONDS: '30' });
+    // Replicas share the key files, as a deployment mounts the same secrets into each.
+    const replica = await start({
+      RUNNER_RATE_LIMIT: '3',
+      RUNNER_RATE_WINDOW_SECONDS: '30',
+      INTERNAL_API_SECRET_FILE: service.config.INTERNAL_API_SECRET_FILE!,
+      TRACE_KEY_FILE: service.config.TRACE_KEY_FILE!,
+    });
+    try {
+      await pickUp(service, { job: { id: 3401 } });
+      await pickUp(service, { job: { id: 3402 }, runner: { id: 18, token: OTHER_RUNNER_TOKEN } });
+      const token = await keys.sign(3401);
+      const statuses = [await auth(token, RUNNER_TOKEN), await auth(token, RUNNER_TOKEN, replica), await auth(token, RUNNER_TOKEN)].map((a) => a.status);
+      expect(statuses).toEqual([200, 200, 200]);
+      const limited = await auth(token, RUNNER_TOKEN, replica);
+      expect(limited.status).toBe(429);
+      expect(Number(limited.headers['retry-after'])).toBeGreaterThanOrEqual(1);
+      expect(Number(limited.headers['retry-after'])).toBeLessThanOrEqual(30);
+      // Another runner has its own budget.
+      expect((await auth(await keys.sign(3402), OTHER_RUNNER_TOKEN)).status).toBe(200);
+    } finally {
+      await replica.close();
+    }
+  });
+
+  it('answers 503 with Retry-After, never 401, when the store is down', async () => {
+    await pickUp(service, { job: { id: 3501, token: JOB_TOKEN } });
+    await redis.stop();
+    try {
+      for (const token of [await keys.sign(3501), JOB_TOKEN]) {
+        const { status, headers } = await auth(token, RUNNER_TOKEN);
+        expect(status).toBe(503);
+        expect(Number(headers['retry-after'])).toBeGreaterThan(0);
+      }
+    } finally {
+      await redis.start();
+    }
+  });
+
+  describe('callers that cannot sign JWTs (SPEC §3)', () => {
+    it('accept a configured caller key on the auth endpoint only', async () => {
+      await pickUp(service, { job: { id: 3601, token: JOB_TOKEN } });
+      const withKey = { 'ci-telemetry-caller-key': callerKey, authorization: `Bearer ${JOB_TOKEN}`, 'runner-token': RUNNER_TOKEN };
+      expect((await request(service, 'POST', AUTH, withKey)).status).toBe(200);
+      expect((await request(service, 'POST', AUTH, { ...withKey, 'ci-telemetry-caller-key': generateCallerKey() })).status).toBe(401);
+      const pickupWithKey = await request(service, 'POST', PICKUP, { 'ci-telemetry-caller-key': callerKey, 'content-type': 'application/json' }, jobPayloadRequest());
+      expect(pickupWithKey.status).toBe(401);
+    });
+  });
+
+  it('never puts a token in an answer or a log line', async () => {
+    await pickUp(service, { job: { id: 3701, token: JOB_TOKEN } });
+    const jwt = await keys.sign(3701);
+    await auth(jwt, RUNNER_TOKEN);
+    await auth(jwt, OTHER_RUNNER_TOKEN);
+    await auth(JOB_TOKEN, 'glrt-wrong');
+    await auth('glcbt-eyJ.broken.token', RUNNER_TOKEN);
+    const everything = answered.join('\n') + service.logs.text();
+    for (const secret of [JOB_TOKEN, RUNNER_TOKEN, OTHER_RUNNER_TOKEN, jwt, 'glrt-wrong', 'glcbt-eyJ.broken.token', callerKey]) {
+      expect(everything).not.toContain(secret);
+    }
+  });
+});
+
+function unsigned(claims: object): string {
+  const encode = (value: object) => Buffer.from(JSON.stringify(value)).toString('base64url');
+  return `${encode({ alg: 'none', typ: 'JWT' })}.${encode({ ...claims, exp: Math.floor(Date.now() / 1000) + 3600 })}.`;
+}
