@@ -1,0 +1,378 @@
+/**
+ * Job-payload decorator (`POST /internal/ci/telemetry/job_payload`, SPEC §4) against a bare Fastify
+ * JSON route served by the same process, with the in-memory grant store and with a real redis-server.
+ *
+ * Run (builds itself, incrementally, into node_modules/.cache; needs redis-server on PATH):
+ *
+ *   npx tsc -p bench/job-payload.tsconfig.json && node node_modules/.cache/job-payload-bench/bench/job-payload.bench.js
+ *
+ * Options: --stores memory,redis  --rounds 3  --round-seconds 5  --connections 10  --rate 1000
+ *          --latency-seconds 5  --warmup-seconds 2  --cpu-prof (keeps the server's .cpuprofile)
+ *          --autocannon-rate (also measures latency with autocannon's overallRate, for comparison)
+ *
+ * The machine is shared and noisy, so only ratios against the baseline measured in the same run
+ * mean anything: throughput rounds alternate bare/decorator (ABBA order, so drift hits both) and the
+ * median of each is compared; server CPU per request (from the server's own process.cpuUsage) is the
+ * least noisy figure. Exits 1 if any request was not answered 2xx or any decision was not `enabled`;
+ * the targets (throughput ratio ≥ 0.6, decorator p99 ≤ 2 ms) are reported, never enforced.
+ *
+ * Production-like: the server is built by createInternalApp as src/main.ts does, LOG_LEVEL info, pino's
+ * default destination (synchronous writes to stdout) with stdout redirected to a file in a temp dir,
+ * so every request pays for its real access-log line. Flags come from config/flags.json (100 %
+ * rollout, 100 % sampling), so every decorator request takes the full path: JWT check, validation,
+ * flag evaluation, HMACs, grant write, decorated answer.
+ */
+import autocannon from 'autocannon';
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { cpus, loadavg, tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { parseArgs } from 'node:util';
+import { INTERNAL_API_HEADER, signInternalApiToken } from '../src/token-auth/internal-api-token';
+import { ISSUER, makeSecretFiles } from '../test/helpers/internal-api';
+import { RedisServer, startRedis } from '../test/helpers/redis';
+import { BARE_ROUTE, BenchServer, DECORATOR_ROUTE, serverScript, startBenchServer } from './lib/bench-server';
+import { runFixedRate } from './lib/fixed-rate-load';
+import { jobPayloadBodies } from './lib/job-payload-body';
+import { median, percentile } from './lib/percentiles';
+
+type Route = 'bare' | 'decorator';
+type Store = 'memory' | 'redis';
+const PATHS: Record<Route, string> = { bare: BARE_ROUTE, decorator: DECORATOR_ROUTE };
+
+const { values: args } = parseArgs({
+  options: {
+    stores: { type: 'string', default: 'memory,redis' },
+    rounds: { type: 'string', default: '3' },
+    'round-seconds': { type: 'string', default: '5' },
+    'warmup-seconds': { type: 'string', default: '2' },
+    connections: { type: 'string', default: '10' },
+    rate: { type: 'string', default: '1000' },
+    'latency-seconds': { type: 'string', default: '5' },
+    'cpu-prof': { type: 'boolean', default: false },
+    'autocannon-rate': { type: 'boolean', default: false },
+  },
+});
+const options = {
+  stores: args.stores.split(',').map((store) => store.trim()) as Store[],
+  rounds: Number(args.rounds),
+  roundSeconds: Number(args['round-seconds']),
+  warmupSeconds: Number(args['warmup-seconds']),
+  connections: Number(args.connections),
+  rate: Number(args.rate),
+  latencySeconds: Number(args['latency-seconds']),
+  cpuProf: args['cpu-prof'],
+  autocannonRate: args['autocannon-rate'],
+};
+
+/** One load run against one route. */
+interface RunStats {
+  readonly ok: number;
+  readonly non2xx: number;
+  readonly errors: number;
+  readonly reqPerSec: number;
+  readonly serverCpuMicrosPerRequest: number;
+  /** Share of one core the load generator (this process) used: near 100 % means it, not the server, was the limit. */
+  readonly generatorCpuShare: number;
+  readonly p50Ms?: number;
+  readonly p99Ms?: number;
+}
+
+interface RouteReport {
+  readonly rounds: RunStats[];
+  latency?: RunStats;
+  autocannonLatency?: RunStats;
+}
+
+interface StoreReport {
+  readonly store: Store;
+  readonly routes: Record<Route, RouteReport>;
+  readonly decisions: Record<string, number>;
+  readonly decoratorOk: number;
+  readonly logBytes: number;
+}
+
+const failures: string[] = [];
+
+function repositoryRoot(from: string): string {
+  for (let dir = from; dir !== dirname(dir); dir = dirname(dir)) {
+    const manifest = join(dir, 'package.json');
+    if (existsSync(manifest) && (JSON.parse(readFileSync(manifest, 'utf8')) as { name?: string }).name === 'ci-job-telemetry') return dir;
+  }
+  throw new Error(`no ci-job-telemetry package.json above ${from}`);
+}
+
+/**
+ * The internal-API header, re-signed every 30 s: the service refuses a token issued more than 60 s
+ * ago (SPEC §3), whatever the run length.
+ */
+async function rollingAuthHeader(secret: Buffer): Promise<{ current(): Record<string, string>; stop(): void }> {
+  let header = { [INTERNAL_API_HEADER]: await signInternalApiToken(secret, ISSUER) };
+  const timer = setInterval(() => {
+    void signInternalApiToken(secret, ISSUER).then((token) => (header = { [INTERNAL_API_HEADER]: token }));
+  }, 30_000);
+  return { current: () => header, stop: () => clearInterval(timer) };
+}
+
+async function decisionCounts(origin: string): Promise<Record<string, number>> {
+  const text = await (await fetch(`${origin}/metrics`)).text();
+  const counts: Record<string, number> = {};
+  for (const match of text.matchAll(/^ci_job_telemetry_decisions_total\{reason="(\w+)"\} (\d+)$/gm)) counts[match[1]] = Number(match[2]);
+  return counts;
+}
+
+const diff = (after: Record<string, number>, before: Record<string, number>) =>
+  Object.fromEntries(Object.entries(after).map(([reason, count]) => [reason, count - (before[reason] ?? 0)]));
+
+async function main(): Promise<void> {
+  const root = repositoryRoot(__dirname);
+  const work = mkdtempSync(join(tmpdir(), 'cjt-job-payload-bench-'));
+  const secrets = makeSecretFiles();
+  const bodies = jobPayloadBodies();
+  const auth = await rollingAuthHeader(secrets.internalApiSecret);
+  let nextJobId = 1_000_000;
+  const nextBody = () => bodies.bodyFor(nextJobId++);
+  const jsonHeaders = (): Record<string, string> => ({ 'content-type': 'application/json', ...auth.current() });
+  const started = performance.now();
+
+  console.log('job-payload decorator vs bare Fastify route, same server process (ratios are the result; absolute numbers are noise)');
+  console.log(
+    `load average ${loadavg().map((load) => load.toFixed(1)).join(' ')} at start · body ${(bodies.bytes / 1024).toFixed(1)} KiB · ${options.connections} connections · ${options.rounds}×${options.roundSeconds} s alternating rounds · ` +
+      `${options.rate} req/s × ${options.latencySeconds} s open-loop · node ${process.version} · ${cpus().length} CPUs · logs: pino sync → file`,
+  );
+
+  const load = async (server: BenchServer, label: string, run: () => Promise<Omit<RunStats, 'serverCpuMicrosPerRequest' | 'generatorCpuShare'>>) => {
+    const serverCpuBefore = await server.cpuMicros();
+    const generatorBefore = process.cpuUsage();
+    const wallBefore = performance.now();
+    const stats = await run();
+    const generator = process.cpuUsage(generatorBefore);
+    const wallMicros = (performance.now() - wallBefore) * 1000;
+    const serverCpu = (await server.cpuMicros()) - serverCpuBefore;
+    const answered = stats.ok + stats.non2xx;
+    if (stats.non2xx > 0 || stats.errors > 0) failures.push(`${label}: ${stats.non2xx} non-2xx answers, ${stats.errors} errors/timeouts`);
+    return {
+      ...stats,
+      serverCpuMicrosPerRequest: answered === 0 ? Number.NaN : serverCpu / answered,
+      generatorCpuShare: (generator.user + generator.system) / wallMicros,
+    };
+  };
+
+  const maxThroughput = (server: BenchServer, store: Store, route: Route, seconds: number) =>
+    load(server, `${store} ${route} max-throughput`, async () => {
+      const result = await autocannon({
+        url: server.origin,
+        connections: options.connections,
+        pipelining: 1,
+        duration: seconds,
+        timeout: 10,
+        requests: [{ method: 'POST', path: PATHS[route], setupRequest: (request) => ({ ...request, headers: jsonHeaders(), body: nextBody() }) }],
+      });
+      return {
+        ok: result['2xx'],
+        non2xx: result.non2xx,
+        errors: result.errors + result.mismatches, // autocannon counts timeouts in errors too
+        reqPerSec: result['2xx'] / result.duration,
+      };
+    });
+
+  const fixedRate = (server: BenchServer, store: Store, route: Route) =>
+    load(server, `${store} ${route} fixed-rate`, async () => {
+      const result = await runFixedRate({
+        origin: server.origin,
+        path: PATHS[route],
+        ratePerSecond: options.rate,
+        durationSeconds: options.latencySeconds,
+        connections: options.connections,
+        headers: jsonHeaders,
+        bodyFor: () => nextBody(),
+      });
+      if (result.maxSendLagMs > 20) console.log(`  note: ${route} fixed-rate sender fell ${result.maxSendLagMs.toFixed(1)} ms behind schedule once`);
+      return {
+        ok: result.ok,
+        non2xx: result.non2xx,
+        errors: result.errors,
+        reqPerSec: result.achievedRate,
+        p50Ms: percentile(result.latenciesMs, 50),
+        p99Ms: percentile(result.latenciesMs, 99),
+      };
+    });
+
+  /** autocannon's own rate limiter, latencies taken unrounded from its 'response' events. */
+  const autocannonRate = (server: BenchServer, store: Store, route: Route) =>
+    load(server, `${store} ${route} autocannon-rate`, async () => {
+      const latencies: number[] = [];
+      const result = await new Promise<autocannon.Result>((resolve, reject) => {
+        const instance = autocannon(
+          {
+            url: server.origin,
+            connections: options.connections,
+            overallRate: options.rate,
+            duration: options.latencySeconds,
+            timeout: 10,
+            requests: [{ method: 'POST', path: PATHS[route], setupRequest: (request) => ({ ...request, headers: jsonHeaders(), body: nextBody() }) }],
+          },
+          (error, finished) => (error ? reject(error) : resolve(finished)),
+        );
+        instance.on('response', (_client, statusCode, _bytes, responseTime) => {
+          if (statusCode >= 200 && statusCode < 300) latencies.push(responseTime);
+        });
+      });
+      return {
+        ok: result['2xx'],
+        non2xx: result.non2xx,
+        errors: result.errors,
+        reqPerSec: result['2xx'] / result.duration,
+        p50Ms: percentile(latencies, 50),
+        p99Ms: percentile(latencies, 99),
+      };
+    });
+
+  const benchStore = async (store: Store): Promise<Omit<StoreReport, 'logBytes'>> => {
+    let redis: RedisServer | undefined;
+    let server: BenchServer | undefined;
+    const logFile = join(work, `service-${store}.log`);
+    try {
+      if (store === 'redis') redis = await startRedis();
+      server = await startBenchServer({
+        script: serverScript(__dirname),
+        cwd: root,
+        logFile,
+        nodeArgs: options.cpuProf ? ['--cpu-prof', `--cpu-prof-dir=${join(work, 'profiles')}`, `--cpu-prof-name=server-${store}.cpuprofile`] : [],
+        env: {
+          HOST: '127.0.0.1',
+          INTERNAL_PORT: '0',
+          LOG_LEVEL: 'info',
+          INTERNAL_API_SECRET_FILE: secrets.internalApiSecretFile,
+          TRACE_KEY_FILE: secrets.traceKeyFile,
+          FLAGS_FILE: join(root, 'config', 'flags.json'),
+          ...(redis === undefined ? {} : { REDIS_URL: redis.url }),
+        },
+      });
+
+      // One request each, answer checked: a decorator that answers 200 without decorating would be a cheap lie.
+      const smoke = await fetch(server.origin + DECORATOR_ROUTE, { method: 'POST', headers: jsonHeaders(), body: nextBody() });
+      const answer = (await smoke.json()) as { telemetry?: { reason?: string }; payload?: { variables?: Array<{ key: string }> } };
+      const traceparents = answer.payload?.variables?.filter((variable) => variable.key === 'TRACEPARENT').length;
+      if (smoke.status !== 200 || answer.telemetry?.reason !== 'enabled' || traceparents !== 1) {
+        throw new Error(`${store}: smoke request answered ${smoke.status} ${JSON.stringify(answer.telemetry)} (TRACEPARENT ×${traceparents})`);
+      }
+      const bare = await fetch(server.origin + BARE_ROUTE, { method: 'POST', headers: jsonHeaders(), body: nextBody() });
+      if (bare.status !== 200) throw new Error(`${store}: bare route answered ${bare.status}: ${await bare.text()}`);
+      const decisionsBefore = await decisionCounts(server.origin);
+      let decoratorOk = 0;
+
+      for (const route of ['bare', 'decorator'] as const) {
+        const warmup = await maxThroughput(server, store, route, options.warmupSeconds);
+        if (route === 'decorator') decoratorOk += warmup.ok;
+      }
+      const routes: Record<Route, RouteReport> = { bare: { rounds: [] }, decorator: { rounds: [] } };
+      for (let round = 0; round < options.rounds; round++) {
+        const order: Route[] = round % 2 === 0 ? ['bare', 'decorator'] : ['decorator', 'bare'];
+        for (const route of order) routes[route].rounds.push(await maxThroughput(server, store, route, options.roundSeconds));
+      }
+      for (const route of ['bare', 'decorator'] as const) routes[route].latency = await fixedRate(server, store, route);
+      if (options.autocannonRate) {
+        for (const route of ['bare', 'decorator'] as const) routes[route].autocannonLatency = await autocannonRate(server, store, route);
+      }
+      const decoratorRuns = [...routes.decorator.rounds, routes.decorator.latency, routes.decorator.autocannonLatency];
+      decoratorOk += decoratorRuns.reduce((sum, run) => sum + (run?.ok ?? 0), 0);
+
+      const decisions = diff(await decisionCounts(server.origin), decisionsBefore);
+      const notEnabled = Object.entries(decisions).filter(([reason, count]) => reason !== 'enabled' && count > 0);
+      // `enabled` may exceed the answers counted: requests in flight when autocannon stops are served but not counted.
+      if (notEnabled.length > 0 || (decisions.enabled ?? 0) < decoratorOk) {
+        failures.push(`${store}: ${decoratorOk} decorator answers but decisions ${JSON.stringify(decisions)} (all must be enabled)`);
+      }
+      return { store, routes, decisions, decoratorOk };
+    } finally {
+      await server?.stop();
+      await redis?.stop();
+    }
+  };
+
+  const reports: StoreReport[] = [];
+  try {
+    for (const store of options.stores) {
+      const report = await benchStore(store);
+      const logFile = join(work, `service-${store}.log`);
+      reports.push({ ...report, logBytes: existsSync(logFile) ? statSync(logFile).size : 0 });
+    }
+  } catch (error) {
+    failures.push(String((error as Error).stack ?? error));
+  } finally {
+    auth.stop();
+  }
+
+  printReport(reports);
+  console.log(`total ${((performance.now() - started) / 1000).toFixed(0)} s · load average at end ${loadavg().map((load) => load.toFixed(1)).join(' ')}`);
+  if (options.cpuProf) console.log(`server CPU profiles kept in ${join(work, 'profiles')}`);
+  else rmSync(work, { recursive: true, force: true });
+  rmSync(secrets.dir, { recursive: true, force: true });
+
+  if (failures.length > 0) {
+    console.error(`\nFAILED:\n  ${failures.join('\n  ')}`);
+    process.exitCode = 1;
+  }
+}
+
+const fixed = (value: number | undefined, digits: number) => (value === undefined || Number.isNaN(value) ? '-' : value.toFixed(digits));
+const ratio = (a: number, b: number) => (b === 0 ? Number.NaN : a / b);
+
+function printReport(reports: StoreReport[]): void {
+  const header = ['store', 'route', 'req/s by round', 'median', 'srv µs/req', 'gen CPU', 'p50 ms', 'p99 ms', 'at req/s'];
+  const rows: string[][] = [header];
+  const verdicts: string[] = [];
+  for (const { store, routes, decisions, decoratorOk, logBytes } of reports) {
+    for (const route of ['bare', 'decorator'] as const) {
+      const { rounds, latency, autocannonLatency } = routes[route];
+      rows.push([
+        store,
+        route,
+        rounds.map((run) => fixed(run.reqPerSec, 0)).join(' '),
+        fixed(median(rounds.map((run) => run.reqPerSec)), 0),
+        fixed(median(rounds.map((run) => run.serverCpuMicrosPerRequest)), 0),
+        `${fixed(median(rounds.map((run) => run.generatorCpuShare * 100)), 0)}%`,
+        fixed(latency?.p50Ms, 2),
+        fixed(latency?.p99Ms, 2),
+        fixed(latency?.reqPerSec, 0),
+      ]);
+      if (autocannonLatency !== undefined) {
+        rows.push(['', `  (autocannon overallRate)`, '', '', '', '', fixed(autocannonLatency.p50Ms, 2), fixed(autocannonLatency.p99Ms, 2), fixed(autocannonLatency.reqPerSec, 0)]);
+      }
+    }
+    const bare = routes.bare;
+    const decorator = routes.decorator;
+    const throughputRatio = ratio(median(decorator.rounds.map((run) => run.reqPerSec)), median(bare.rounds.map((run) => run.reqPerSec)));
+    // Per-round ratios (each pair ran back to back) show how much of the median ratio is noise.
+    const perRound = decorator.rounds.map((run, i) => fixed(ratio(run.reqPerSec, bare.rounds[i]?.reqPerSec ?? Number.NaN), 2)).join(' ');
+    const cpuRatio = ratio(
+      median(decorator.rounds.map((run) => run.serverCpuMicrosPerRequest)),
+      median(bare.rounds.map((run) => run.serverCpuMicrosPerRequest)),
+    );
+    const decoratorP99 = decorator.latency?.p99Ms ?? Number.NaN;
+    const p99Ratio = ratio(decoratorP99, bare.latency?.p99Ms ?? Number.NaN);
+    // Past its capacity an open-loop run measures a growing queue, not the service's latency.
+    const overloaded = (['bare', 'decorator'] as const).filter(
+      (route) => (routes[route].latency?.reqPerSec ?? 0) < 0.95 * options.rate || median(routes[route].rounds.map((run) => run.reqPerSec)) < options.rate,
+    );
+    verdicts.push(
+      `${store}: throughput decorator/bare ${fixed(throughputRatio, 2)} (per round ${perRound}; target ≥ 0.6: ${throughputRatio >= 0.6 ? 'met' : 'MISSED'})` +
+        ` · server CPU/request ×${fixed(cpuRatio, 2)}` +
+        ` · p99 decorator/bare ×${fixed(p99Ratio, 2)}, decorator p99 ${fixed(decoratorP99, 2)} ms (target ≤ 2 ms: ${decoratorP99 <= 2 ? 'met' : 'MISSED'})` +
+        (overloaded.length === 0 ? '' : ` · OVERLOADED at ${options.rate} req/s: ${overloaded.join(', ')} (max throughput below the rate: latency is queueing)`),
+      `${' '.repeat(store.length)}  checked: ${decoratorOk} decorator answers, decisions ${JSON.stringify(decisions)}; ` +
+        `log ${(logBytes / 1024 / 1024).toFixed(1)} MiB`,
+    );
+  }
+  const widths = header.map((_, column) => Math.max(...rows.map((row) => row[column].length)));
+  console.log('');
+  for (const row of rows) console.log(row.map((cell, column) => cell.padEnd(widths[column])).join('  ').trimEnd());
+  console.log('');
+  for (const verdict of verdicts) console.log(verdict);
+}
+
+main().catch((error: unknown) => {
+  console.error(error);
+  process.exitCode = 1;
+});

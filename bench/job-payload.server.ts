@@ -1,0 +1,54 @@
+/**
+ * Server side of job-payload.bench.ts (not run by hand): the real internal API, built exactly as
+ * src/main.ts builds it, plus a bare Fastify route on the same instance as the baseline.
+ */
+import 'reflect-metadata';
+import type { AddressInfo } from 'node:net';
+import { createInternalApp } from '../src/app.factory';
+import { loadConfig } from '../src/config/app-config';
+import { loadSecrets } from '../src/config/secrets';
+import { createLogger } from '../src/observability/logger';
+import { BARE_ROUTE, FromServer, ToServer } from './lib/bench-server';
+
+async function serve(): Promise<void> {
+  const config = loadConfig(process.env);
+  const secrets = loadSecrets(config);
+  // As main.ts: pino's default destination, stdout with synchronous writes; the bench points stdout at a file.
+  const logger = createLogger(config.LOG_LEVEL);
+  const app = await createInternalApp(config, secrets, logger);
+
+  // Same instance, so the same body parser, request-id and access-log hooks; none of Nest's routing,
+  // guard, pipe or interceptor machinery, and a small answer instead of the decorated payload.
+  app
+    .getHttpAdapter()
+    .getInstance()
+    .post<{ Body: { job?: { id?: unknown } } }>(BARE_ROUTE, async (request) => ({ ok: true, job_id: request.body?.job?.id ?? null }));
+
+  await app.listen(config.INTERNAL_PORT, config.HOST);
+  const reply = (message: FromServer) => process.send?.(message);
+  reply({ type: 'listening', port: (app.getHttpServer().address() as AddressInfo).port });
+
+  process.on('message', (message: ToServer) => {
+    switch (message.type) {
+      case 'cpu': {
+        const { user, system } = process.cpuUsage();
+        reply({ type: 'cpu', micros: user + system });
+        break;
+      }
+      case 'stop':
+        app.close().finally(() => process.exit(0));
+        break;
+      default: {
+        const unknown: never = message;
+        throw new Error(`unknown message ${JSON.stringify(unknown)}`);
+      }
+    }
+  });
+  // The bench died: do not linger.
+  process.once('disconnect', () => process.exit(0));
+}
+
+serve().catch((error: unknown) => {
+  process.stderr.write(`bench server failed: ${(error as Error).stack ?? String(error)}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,96 @@
+import { ChildProcess, spawn } from 'node:child_process';
+import { closeSync, openSync } from 'node:fs';
+import { join } from 'node:path';
+
+/** The baseline: a plain Fastify route on the same instance, parsing the same JSON body. */
+export const BARE_ROUTE = '/bench/bare';
+export const DECORATOR_ROUTE = '/internal/ci/telemetry/job_payload';
+
+/** Messages between the bench and its server process (IPC). */
+export type ToServer = { readonly type: 'cpu' } | { readonly type: 'stop' };
+export type FromServer =
+  | { readonly type: 'listening'; readonly port: number }
+  | { readonly type: 'cpu'; readonly micros: number };
+
+export interface BenchServer {
+  readonly origin: string;
+  /** CPU time (user + system) the server process has used so far, in µs. */
+  cpuMicros(): Promise<number>;
+  stop(): Promise<void>;
+}
+
+export interface BenchServerOptions {
+  readonly script: string;
+  readonly cwd: string;
+  readonly env: Record<string, string>;
+  /** The service's stdout (its pino log lines) goes here, as a container runtime would take it. */
+  readonly logFile: string;
+  readonly nodeArgs?: readonly string[];
+}
+
+/** The internal API plus the bare route, in its own process so it does not share the load generator's event loop. */
+export async function startBenchServer(options: BenchServerOptions): Promise<BenchServer> {
+  const log = openSync(options.logFile, 'a');
+  let stderr = '';
+  const child: ChildProcess = spawn(process.execPath, [...(options.nodeArgs ?? []), options.script], {
+    cwd: options.cwd,
+    env: { PATH: process.env.PATH, ...options.env },
+    stdio: ['ignore', log, 'pipe', 'ipc'],
+  });
+  closeSync(log);
+  child.stderr?.on('data', (chunk: Buffer) => (stderr = (stderr + chunk.toString()).slice(-4000)));
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+
+  const next = <T extends FromServer['type']>(type: T, timeoutMs: number) =>
+    new Promise<Extract<FromServer, { type: T }>>((resolve, reject) => {
+      const onMessage = (message: FromServer) => {
+        if (message.type !== type) return;
+        cleanup();
+        resolve(message as Extract<FromServer, { type: T }>);
+      };
+      const onExit = (code: number | null) => {
+        cleanup();
+        reject(new Error(`bench server exited (${code}) before '${type}'; stderr: ${stderr} (log: ${options.logFile})`));
+      };
+      const timer = setTimeout(() => {
+        cleanup();
+        reject(new Error(`bench server sent no '${type}' within ${timeoutMs} ms; stderr: ${stderr}`));
+      }, timeoutMs);
+      const cleanup = () => {
+        clearTimeout(timer);
+        child.off('message', onMessage);
+        child.off('exit', onExit);
+      };
+      child.on('message', onMessage);
+      child.once('exit', onExit);
+    });
+
+  const send = (message: ToServer) => child.send(message);
+  let listening: Extract<FromServer, { type: 'listening' }>;
+  try {
+    listening = await next('listening', 20_000);
+  } catch (error) {
+    child.kill('SIGKILL');
+    throw error;
+  }
+  return {
+    origin: `http://127.0.0.1:${listening.port}`,
+    cpuMicros: async () => {
+      const answer = next('cpu', 5000);
+      send({ type: 'cpu' });
+      return (await answer).micros;
+    },
+    stop: async () => {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      // A clean exit, so `--cpu-prof` gets written; killed if it hangs.
+      const killer = setTimeout(() => child.kill('SIGKILL'), 10_000);
+      send({ type: 'stop' });
+      await exited;
+      clearTimeout(killer);
+    },
+  };
+}
+
+export function serverScript(benchDir: string): string {
+  return join(benchDir, 'job-payload.server.js');
+}
