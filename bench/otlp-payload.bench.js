@@ -1,0 +1,192 @@
+// Run from the repository root:   node bench/otlp-payload.bench.js [rounds] [spans]
+//
+// Compares the two ways of enforcing SPEC §6 on an OTLP/HTTP protobuf trace export, on the same batch, in the
+// same process, alternating rounds so a noisy machine hurts both alike:
+//   wire        src/otlp-gateway (walks the envelope, copies untouched bytes as slices)
+//   protobufjs  decode the whole request with a complete schema, edit objects, encode again
+// and, for reference, the JSON path of src/otlp-gateway on the same batch in OTLP/JSON.
+// Plain JavaScript so it needs no build: the TypeScript sources are transpiled on require (no type check).
+'use strict';
+
+const fs = require('node:fs');
+const path = require('node:path');
+const ts = require('typescript');
+const protobuf = require('protobufjs');
+
+require.extensions['.ts'] = (module, filename) => {
+  const { outputText } = ts.transpileModule(fs.readFileSync(filename, 'utf8'), {
+    compilerOptions: { module: ts.ModuleKind.CommonJS, target: ts.ScriptTarget.ES2022, esModuleInterop: true },
+    fileName: filename,
+  });
+  module._compile(outputText, filename);
+};
+
+const { enforceExport } = require('../src/otlp-gateway/otlp-payload.ts');
+
+const root = protobuf.loadSync(path.join(__dirname, '../src/otlp-gateway/proto/otlp.proto'));
+const Request = root.lookupType('otlp.ExportTraceServiceRequest');
+
+const ROUNDS = Number(process.argv[2] ?? 7);
+const SPANS = Number(process.argv[3] ?? 512);
+const ROUND_MS = 400;
+const GRANT = { jobId: 123456789, projectId: 278964, pipelineId: 1500000001, runnerId: 42, traceId: '4bf92f3577b34da6a3ce929d0e0e4736' };
+const FOREIGN_TRACE = '0af7651916cd43dd8448eb211c80319c';
+const FOREIGN_EVERY = 64; // 8 foreign spans in 512
+const IDENTITY_KEYS = new Set([
+  'ci.job.id', 'ci.project.id', 'ci.pipeline.id', 'ci.runner.id',
+  'cicd.pipeline.run.id', 'cicd.pipeline.task.run.id', 'cicd.worker.id',
+]);
+
+/** A CI job's batch: one resource, two scopes, spans with ~10 attributes and an event, a few foreign ones. */
+function batch() {
+  const hex = (value, bytes) => value.toString(16).padStart(bytes * 2, '0');
+  const spans = [];
+  for (let i = 0; i < SPANS; i++) {
+    const start = 1700000000000000000n + BigInt(i) * 1000000n;
+    spans.push({
+      traceId: i % FOREIGN_EVERY === 7 ? FOREIGN_TRACE : GRANT.traceId,
+      spanId: hex(i + 1, 8),
+      parentSpanId: hex(1, 8),
+      name: `rspec spec/models/user_spec.rb:${i}`,
+      kind: 1,
+      startTimeUnixNano: String(start),
+      endTimeUnixNano: String(start + 750000n),
+      attributes: [
+        { key: 'code.filepath', value: { stringValue: `spec/models/user_spec_${i % 40}.rb` } },
+        { key: 'code.lineno', value: { intValue: String(i % 300) } },
+        { key: 'code.function', value: { stringValue: 'it validates the presence of email' } },
+        { key: 'test.suite.name', value: { stringValue: 'models' } },
+        { key: 'test.case.result.status', value: { stringValue: i % 17 === 0 ? 'fail' : 'pass' } },
+        { key: 'thread.id', value: { intValue: String(i % 8) } },
+        { key: 'db.system', value: { stringValue: 'postgresql' } },
+        { key: 'db.query.text', value: { stringValue: 'SELECT "users".* FROM "users" WHERE "users"."id" = $1 LIMIT $2' } },
+        { key: 'retry', value: { boolValue: false } },
+        { key: 'duration.ratio', value: { doubleValue: i / SPANS } },
+      ],
+      events: i % 4 === 0 ? [{ timeUnixNano: String(start + 1000n), name: 'log', attributes: [{ key: 'message', value: { stringValue: 'cache miss' } }] }] : [],
+      status: { code: i % 17 === 0 ? 2 : 0 },
+    });
+  }
+  const half = Math.ceil(spans.length / 2);
+  return {
+    resourceSpans: [{
+      resource: {
+        attributes: [
+          { key: 'service.name', value: { stringValue: 'gitlab-runner-job' } },
+          { key: 'host.name', value: { stringValue: 'runner-abc123-project-278964-concurrent-0' } },
+          { key: 'os.type', value: { stringValue: 'linux' } },
+          { key: 'process.runtime.name', value: { stringValue: 'ruby' } },
+          { key: 'process.runtime.version', value: { stringValue: '3.3.4' } },
+          { key: 'telemetry.sdk.name', value: { stringValue: 'opentelemetry' } },
+          { key: 'telemetry.sdk.language', value: { stringValue: 'ruby' } },
+          { key: 'ci.project.id', value: { intValue: '1' } },
+        ],
+      },
+      scopeSpans: [
+        { scope: { name: 'rspec', version: '3.13.0' }, spans: spans.slice(0, half) },
+        { scope: { name: 'active_record', version: '7.1.3' }, spans: spans.slice(half) },
+      ],
+    }],
+  };
+}
+
+function toProtobufObject(value, key) {
+  if (Array.isArray(value)) return value.map((item) => toProtobufObject(item));
+  if (value !== null && typeof value === 'object') {
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, toProtobufObject(v, k)]));
+  }
+  return (key === 'traceId' || key === 'spanId' || key === 'parentSpanId') ? Buffer.from(value, 'hex') : value;
+}
+
+/** Alternative (b): full decode, object edits, full encode. Mirrors the wire implementation's rules. */
+function enforceWithProtobufjs(body, grant, spanBudget) {
+  const traceId = Buffer.from(grant.traceId, 'hex');
+  const identity = [
+    { key: 'ci.job.id', value: { intValue: grant.jobId } },
+    { key: 'ci.project.id', value: { intValue: grant.projectId } },
+    { key: 'ci.pipeline.id', value: { intValue: grant.pipelineId } },
+    { key: 'ci.runner.id', value: { intValue: grant.runnerId } },
+    { key: 'cicd.pipeline.run.id', value: { stringValue: String(grant.pipelineId) } },
+    { key: 'cicd.pipeline.task.run.id', value: { stringValue: String(grant.jobId) } },
+    { key: 'cicd.worker.id', value: { stringValue: String(grant.runnerId) } },
+  ];
+  const request = Request.decode(body);
+  let kept = 0;
+  let rejected = 0;
+  const resourceSpans = [];
+  for (const rs of request.resourceSpans) {
+    const scopes = [];
+    for (const ss of rs.scopeSpans) {
+      const spans = ss.spans.filter((span) => {
+        if (!traceId.equals(span.traceId) || kept >= spanBudget) {
+          rejected++;
+          return false;
+        }
+        kept++;
+        return true;
+      });
+      if (spans.length > 0 || ss.spans.length === 0) {
+        ss.spans = spans;
+        scopes.push(ss);
+      }
+    }
+    if (rs.scopeSpans.length > 0 && scopes.length === 0) continue;
+    rs.scopeSpans = scopes;
+    const resource = rs.resource ?? { attributes: [] };
+    resource.attributes = resource.attributes.filter((kv) => !IDENTITY_KEYS.has(kv.key)).concat(identity);
+    rs.resource = resource;
+    resourceSpans.push(rs);
+  }
+  request.resourceSpans = resourceSpans;
+  return { body: Buffer.from(Request.encode(request).finish()), forwardedItems: kept, rejectedItems: rejected };
+}
+
+function opsPerSecond(fn) {
+  let ops = 0;
+  const started = process.hrtime.bigint();
+  const deadline = started + BigInt(ROUND_MS) * 1000000n;
+  let now = started;
+  while (now < deadline) {
+    fn();
+    ops++;
+    if ((ops & 3) === 0) now = process.hrtime.bigint();
+  }
+  now = process.hrtime.bigint();
+  return ops / (Number(now - started) / 1e9);
+}
+
+const median = (values) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
+
+const logical = batch();
+const protobufBody = Buffer.from(Request.encode(Request.fromObject(toProtobufObject(logical))).finish());
+const jsonBody = Buffer.from(JSON.stringify(logical));
+const budget = 1000;
+
+// Both must reach the same verdict and the same decoded data before their speed means anything.
+const viaWire = enforceExport('traces', 'protobuf', protobufBody, GRANT, budget);
+const viaProtobufjs = enforceWithProtobufjs(protobufBody, GRANT, budget);
+const decoded = (body) => JSON.stringify(Request.toObject(Request.decode(body), { longs: String, bytes: String }));
+if (viaWire.forwardedItems !== viaProtobufjs.forwardedItems || viaWire.rejectedItems !== viaProtobufjs.rejectedItems
+  || decoded(viaWire.body) !== decoded(viaProtobufjs.body)) {
+  throw new Error('the two implementations disagree; fix before measuring');
+}
+
+const approaches = {
+  wire: () => enforceExport('traces', 'protobuf', protobufBody, GRANT, budget),
+  protobufjs: () => enforceWithProtobufjs(protobufBody, GRANT, budget),
+  'json (reference)': () => enforceExport('traces', 'json', jsonBody, GRANT, budget),
+};
+for (const fn of Object.values(approaches)) opsPerSecond(fn); // warm-up
+
+const samples = Object.fromEntries(Object.keys(approaches).map((name) => [name, []]));
+for (let round = 0; round < ROUNDS; round++) {
+  for (const [name, fn] of Object.entries(approaches)) samples[name].push(opsPerSecond(fn));
+}
+
+console.log(`node ${process.version}, ${SPANS} spans (${viaWire.rejectedItems} foreign), ~10 attributes each`);
+console.log(`protobuf body ${protobufBody.length} B, JSON body ${jsonBody.length} B; median of ${ROUNDS} alternating rounds of ${ROUND_MS} ms`);
+for (const [name, values] of Object.entries(samples)) {
+  const ops = median(values);
+  console.log(`${name.padEnd(18)} ${ops.toFixed(0).padStart(8)} ops/s  ${(ops * SPANS).toFixed(0).padStart(10)} spans/s  (min ${Math.min(...values).toFixed(0)}, max ${Math.max(...values).toFixed(0)})`);
+}
+console.log(`wire / protobufjs = ${(median(samples.wire) / median(samples.protobufjs)).toFixed(2)}x`);

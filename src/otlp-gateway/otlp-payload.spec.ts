@@ -1,0 +1,637 @@
+import * as path from 'node:path';
+import { ROOT_CONTEXT, trace, TraceFlags } from '@opentelemetry/api';
+import { JsonTraceSerializer, ProtobufTraceSerializer } from '@opentelemetry/otlp-transformer';
+import { resourceFromAttributes } from '@opentelemetry/resources';
+import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
+import * as protobuf from 'protobufjs';
+import { enforceExport, type GatewayGrant, type OtlpSignal } from './otlp-payload';
+import { OtlpPayloadError } from './otlp-wire';
+
+// Independent codec: protobufjs with the OTLP schema, nothing from the code under test.
+const schema = protobuf.loadSync(path.join(__dirname, 'proto', 'otlp.proto'));
+const REQUEST_TYPES: Record<OtlpSignal, protobuf.Type> = {
+  traces: schema.lookupType('otlp.ExportTraceServiceRequest'),
+  metrics: schema.lookupType('otlp.ExportMetricsServiceRequest'),
+  logs: schema.lookupType('otlp.ExportLogsServiceRequest'),
+};
+
+const GRANT: GatewayGrant = {
+  jobId: 1001,
+  projectId: 7,
+  pipelineId: 500,
+  runnerId: 17,
+  traceId: '4bf92f3577b34da6a3ce929d0e0e4736',
+};
+const FOREIGN_TRACE = '0af7651916cd43dd8448eb211c80319c';
+
+const EXPECTED_IDENTITY = [
+  { key: 'ci.job.id', value: { intValue: '1001' } },
+  { key: 'ci.project.id', value: { intValue: '7' } },
+  { key: 'ci.pipeline.id', value: { intValue: '500' } },
+  { key: 'ci.runner.id', value: { intValue: '17' } },
+  { key: 'cicd.pipeline.run.id', value: { stringValue: '500' } },
+  { key: 'cicd.pipeline.task.run.id', value: { stringValue: '1001' } },
+  { key: 'cicd.worker.id', value: { stringValue: '17' } },
+];
+
+type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+
+/** A request in OTLP/JSON shape (hex ids, int64 as strings): the common input of both encodings. */
+function encode(signal: OtlpSignal, request: Json, encoding: 'protobuf' | 'json'): Buffer {
+  if (encoding === 'json') return Buffer.from(JSON.stringify(request));
+  const type = REQUEST_TYPES[signal];
+  return Buffer.from(type.encode(type.fromObject(hexToBase64(request) as Json)).finish());
+}
+
+/** Decodes either encoding into the OTLP/JSON shape, so both can be compared with the same expectations. */
+function decode(signal: OtlpSignal, body: Buffer, encoding: 'protobuf' | 'json'): Json {
+  if (encoding === 'json') return normalizeJson(JSON.parse(body.toString('utf8')));
+  const type = REQUEST_TYPES[signal];
+  const object = type.toObject(type.decode(body), { longs: String, bytes: String, enums: Number });
+  return base64ToHex(object);
+}
+
+const ID_FIELDS = new Set(['traceId', 'spanId', 'parentSpanId']);
+
+function hexToBase64(value: unknown, key = ''): unknown {
+  if (Array.isArray(value)) return value.map((item) => hexToBase64(item));
+  if (value !== null && typeof value === 'object') {
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, hexToBase64(v, k)]));
+  }
+  return ID_FIELDS.has(key) && typeof value === 'string' ? Buffer.from(value, 'hex').toString('base64') : value;
+}
+
+function base64ToHex(value: unknown, key = ''): Json {
+  if (Array.isArray(value)) return value.map((item) => base64ToHex(item)) as unknown as Json;
+  if (value !== null && typeof value === 'object') {
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, base64ToHex(v, k)]));
+  }
+  const isId = ID_FIELDS.has(key) && typeof value === 'string';
+  return (isId ? Buffer.from(value, 'base64').toString('hex') : value) as Json;
+}
+
+/** protobufjs omits empty repeated fields and defaults; JSON keeps what was sent. Drop empties on both sides. */
+function normalizeJson(value: unknown): Json {
+  if (Array.isArray(value)) return value.map((item) => normalizeJson(item)) as unknown as Json;
+  if (value !== null && typeof value === 'object') {
+    return Object.fromEntries(
+      Object.entries(value)
+        .filter(([, v]) => !(Array.isArray(v) && v.length === 0))
+        .map(([k, v]) => [k, normalizeJson(v)]),
+    );
+  }
+  return value as Json;
+}
+
+function span(traceId: string, name: string, extra: Json = {}): Json {
+  return {
+    traceId,
+    spanId: Buffer.from(name.padEnd(8, '_').slice(0, 8)).toString('hex'),
+    name,
+    kind: 1,
+    startTimeUnixNano: '1700000000000000123',
+    endTimeUnixNano: '1700000000500000456',
+    ...extra,
+  };
+}
+
+function attributesOf(resourceEntry: Json): Json[] {
+  return resourceEntry.resource?.attributes ?? [];
+}
+
+const IDENTITY_KEYS = new Set(EXPECTED_IDENTITY.map(({ key }) => key));
+
+function identityOf(resourceEntry: Json): Json[] {
+  return attributesOf(resourceEntry).filter((kv) => IDENTITY_KEYS.has(kv.key));
+}
+
+function spanNames(request: Json): string[] {
+  return (request.resourceSpans ?? []).flatMap((rs: Json) =>
+    (rs.scopeSpans ?? []).flatMap((ss: Json) => (ss.spans ?? []).map((s: Json) => s.name)),
+  );
+}
+
+const RICH_SPAN_EXTRA: Json = {
+  parentSpanId: 'abcdef0123456789',
+  traceState: 'ot=th:c',
+  flags: 769,
+  attributes: [
+    { key: 'http.method', value: { stringValue: 'GET' } },
+    { key: 'retries', value: { intValue: '3' } },
+    { key: 'ratio', value: { doubleValue: 0.25 } },
+    { key: 'tags', value: { arrayValue: { values: [{ stringValue: 'a' }, { boolValue: true }] } } },
+    { key: 'ci.project.id', value: { intValue: '999' } },
+  ],
+  droppedAttributesCount: 2,
+  events: [
+    {
+      timeUnixNano: '1700000000100000000',
+      name: 'exception',
+      attributes: [{ key: 'exception.type', value: { stringValue: 'Boom' } }],
+    },
+  ],
+  links: [
+    {
+      traceId: FOREIGN_TRACE,
+      spanId: '1122334455667788',
+      attributes: [{ key: 'link.kind', value: { stringValue: 'caused-by' } }],
+    },
+  ],
+  status: { code: 2, message: 'failed' },
+};
+
+function tracesRequest(): Json {
+  return {
+    resourceSpans: [
+      {
+        resource: {
+          attributes: [
+            { key: 'service.name', value: { stringValue: 'rspec' } },
+            { key: 'ci.project.id', value: { intValue: '666' } },
+            { key: 'host.name', value: { stringValue: 'runner-abc' } },
+            { key: 'ci.project.id', value: { stringValue: 'spoofed-again' } },
+            { key: 'cicd.worker.id', value: { stringValue: 'not-my-runner' } },
+          ],
+          droppedAttributesCount: 1,
+        },
+        scopeSpans: [
+          {
+            scope: { name: 'rspec-tracer', version: '1.2.3' },
+            spans: [
+              span(GRANT.traceId, 'compile', RICH_SPAN_EXTRA),
+              span(FOREIGN_TRACE, 'foreign-1'),
+              span(GRANT.traceId, 'test'),
+            ],
+            schemaUrl: 'https://opentelemetry.io/schemas/1.26.0',
+          },
+          { scope: { name: 'only-foreign' }, spans: [span(FOREIGN_TRACE, 'foreign-2')] },
+        ],
+        schemaUrl: 'https://opentelemetry.io/schemas/1.26.0',
+      },
+      {
+        scopeSpans: [{ scope: { name: 'no-resource' }, spans: [span(GRANT.traceId.toUpperCase(), 'upper-hex')] }],
+      },
+      {
+        resource: { attributes: [{ key: 'service.name', value: { stringValue: 'intruder' } }] },
+        scopeSpans: [{ spans: [span(FOREIGN_TRACE, 'foreign-3'), span('', 'no-trace-id')] }],
+      },
+    ],
+  };
+}
+
+describe.each(['protobuf', 'json'] as const)('enforceExport traces (%s)', (encoding) => {
+  it('drops and counts spans outside the granted trace, forwarding the rest', () => {
+    const result = enforceExport('traces', encoding, encode('traces', tracesRequest(), encoding), GRANT, 1000);
+
+    const forwarded = decode('traces', result.body, encoding);
+    expect(spanNames(forwarded)).toEqual(['compile', 'test', 'upper-hex']);
+    expect(result.forwardedItems).toBe(3);
+    expect(result.rejectedItems).toBe(4);
+    expect(result.errorMessage).toBe("4 spans rejected: trace_id is not this CI job's trace");
+    expect(result.nothingToForward).toBe(false);
+  });
+
+  it('removes the scopes and resources that only carried foreign spans', () => {
+    const result = enforceExport('traces', encoding, encode('traces', tracesRequest(), encoding), GRANT, 1000);
+
+    const forwarded = decode('traces', result.body, encoding);
+    expect(forwarded.resourceSpans).toHaveLength(2);
+    expect(forwarded.resourceSpans[0].scopeSpans.map((ss: Json) => ss.scope.name)).toEqual(['rspec-tracer']);
+    expect(attributesOf(forwarded.resourceSpans[1]).map((kv) => kv.key)).not.toContain('service.name');
+  });
+
+  it('rejects spans beyond the remaining span quota, in body order, after the trace check', () => {
+    const result = enforceExport('traces', encoding, encode('traces', tracesRequest(), encoding), GRANT, 2);
+
+    expect(spanNames(decode('traces', result.body, encoding))).toEqual(['compile', 'test']);
+    expect(result.forwardedItems).toBe(2);
+    expect(result.rejectedItems).toBe(5);
+    expect(result.errorMessage).toBe(
+      "4 spans rejected: trace_id is not this CI job's trace; 1 span rejected: this CI job's span quota is exhausted",
+    );
+  });
+
+  it('reports nothing to forward when the quota is already spent', () => {
+    const result = enforceExport('traces', encoding, encode('traces', tracesRequest(), encoding), GRANT, 0);
+
+    expect(result.nothingToForward).toBe(true);
+    expect(result.forwardedItems).toBe(0);
+    expect(result.rejectedItems).toBe(7);
+    expect(decode('traces', result.body, encoding).resourceSpans ?? []).toEqual([]);
+  });
+
+  it('overwrites spoofed identity attributes: one entry per key, grant values, other attributes in order', () => {
+    const result = enforceExport('traces', encoding, encode('traces', tracesRequest(), encoding), GRANT, 1000);
+
+    const [first, second] = decode('traces', result.body, encoding).resourceSpans;
+    expect(attributesOf(first)).toEqual([
+      { key: 'service.name', value: { stringValue: 'rspec' } },
+      { key: 'host.name', value: { stringValue: 'runner-abc' } },
+      ...EXPECTED_IDENTITY,
+    ]);
+    expect(first.resource.droppedAttributesCount).toBe(1);
+    expect(first.schemaUrl).toBe('https://opentelemetry.io/schemas/1.26.0');
+    // A resource the exporter left out is created, so its spans are attributed too.
+    expect(attributesOf(second)).toEqual(EXPECTED_IDENTITY);
+  });
+
+  it('leaves spans it keeps untouched: attributes (even ci.* on the span), events, links, status, flags', () => {
+    const input = tracesRequest();
+    const result = enforceExport('traces', encoding, encode('traces', input, encoding), GRANT, 1000);
+
+    const forwardedSpan = decode('traces', result.body, encoding).resourceSpans[0].scopeSpans[0].spans[0];
+    const sent = decode('traces', encode('traces', input, encoding), encoding);
+    const sentSpan = sent.resourceSpans[0].scopeSpans[0].spans[0];
+    expect(forwardedSpan).toEqual(sentSpan);
+    expect(forwardedSpan.events[0].name).toBe('exception');
+    expect(forwardedSpan.links[0].traceId).toBe(FOREIGN_TRACE);
+  });
+
+  it('treats an empty export as nothing to forward and no rejection', () => {
+    const result = enforceExport('traces', encoding, encode('traces', {}, encoding), GRANT, 1000);
+
+    expect(result).toMatchObject({ forwardedItems: 0, rejectedItems: 0, nothingToForward: true });
+    expect(result.errorMessage).toBeUndefined();
+  });
+});
+
+describe('enforceExport encodings agree', () => {
+  it.each(['traces', 'metrics', 'logs'] as const)('%s: protobuf and JSON forward the same data', (signal) => {
+    const request = signal === 'traces' ? tracesRequest() : signal === 'metrics' ? metricsRequest() : logsRequest();
+    const viaProtobuf = enforceExport(signal, 'protobuf', encode(signal, request, 'protobuf'), GRANT, 2);
+    const viaJson = enforceExport(signal, 'json', encode(signal, request, 'json'), GRANT, 2);
+
+    expect(decode(signal, viaJson.body, 'json')).toEqual(decode(signal, viaProtobuf.body, 'protobuf'));
+    expect({ ...viaJson, body: undefined }).toEqual({ ...viaProtobuf, body: undefined });
+  });
+});
+
+describe('enforceExport protobuf wire preservation', () => {
+  // Hand-built fields with numbers no OTLP version defines: what a newer SDK or a vendor could send.
+  function varint(value: number): Buffer {
+    const bytes: number[] = [];
+    while (value >= 128) {
+      bytes.push((value % 128) | 0x80);
+      value = Math.floor(value / 128);
+    }
+    bytes.push(value);
+    return Buffer.from(bytes);
+  }
+  function bytesField(fieldNumber: number, payload: Buffer): Buffer {
+    return Buffer.concat([varint(fieldNumber * 8 + 2), varint(payload.length), payload]);
+  }
+  const unknownIn = (where: string) => bytesField(4242, Buffer.from(`unknown field in ${where}`));
+  const spanType = schema.lookupType('otlp.Span');
+  const resourceType = schema.lookupType('otlp.Resource');
+  const encodeMessage = (type: protobuf.Type, object: Json) =>
+    Buffer.from(type.encode(type.fromObject(hexToBase64(object) as Json)).finish());
+
+  function requestWithUnknownFields(): { body: Buffer; keptSpan: Buffer; foreignSpan: Buffer } {
+    const keptSpan = Buffer.concat([
+      encodeMessage(spanType, span(GRANT.traceId, 'kept', RICH_SPAN_EXTRA)),
+      unknownIn('span'),
+    ]);
+    const foreignSpan = Buffer.concat([
+      encodeMessage(spanType, span(FOREIGN_TRACE, 'foreign')),
+      unknownIn('foreign span'),
+    ]);
+    const scopeSpans = Buffer.concat([bytesField(2, keptSpan), bytesField(2, foreignSpan), unknownIn('scope')]);
+    const resource = Buffer.concat([
+      encodeMessage(resourceType, { attributes: [{ key: 'ci.job.id', value: { intValue: '1' } }] }),
+      unknownIn('resource'),
+    ]);
+    // A second `resource` occurrence merges into the first for every decoder: spoofing must not hide in it.
+    const resourceTail = encodeMessage(resourceType, {
+      attributes: [
+        { key: 'ci.job.id', value: { intValue: '2' } },
+        { key: 'k8s.pod.name', value: { stringValue: 'runner-pod' } },
+      ],
+    });
+    const resourceSpans = Buffer.concat([
+      bytesField(1, resource),
+      bytesField(2, scopeSpans),
+      unknownIn('resource spans'),
+      bytesField(1, resourceTail),
+    ]);
+    const body = Buffer.concat([bytesField(1, resourceSpans), unknownIn('request')]);
+    return { body, keptSpan, foreignSpan };
+  }
+
+  it('forwards kept spans byte for byte and keeps unknown fields at every level', () => {
+    const { body, keptSpan, foreignSpan } = requestWithUnknownFields();
+
+    const result = enforceExport('traces', 'protobuf', body, GRANT, 1000);
+
+    expect(result.body.includes(keptSpan)).toBe(true);
+    expect(result.body.includes(foreignSpan)).toBe(false);
+    for (const where of ['scope', 'resource', 'resource spans', 'request']) {
+      expect(result.body.includes(unknownIn(where))).toBe(true);
+    }
+    const [resourceSpans] = decode('traces', result.body, 'protobuf').resourceSpans;
+    expect(attributesOf(resourceSpans)).toEqual([
+      { key: 'k8s.pod.name', value: { stringValue: 'runner-pod' } },
+      ...EXPECTED_IDENTITY,
+    ]);
+  });
+
+  it('leaves a request without foreign spans identical apart from the stamped resource', () => {
+    const spans = [span(GRANT.traceId, 'a'), span(GRANT.traceId, 'b')];
+    const request = { resourceSpans: [{ scopeSpans: [{ spans }] }] };
+    const body = encode('traces', request, 'protobuf');
+
+    const result = enforceExport('traces', 'protobuf', body, GRANT, 1000);
+
+    const scopeSpans = encodeMessage(schema.lookupType('otlp.ScopeSpans'), request.resourceSpans[0].scopeSpans[0]);
+    expect(result.body.includes(scopeSpans)).toBe(true);
+    expect(result.forwardedItems).toBe(2);
+  });
+
+  it('refuses the removed instrumentation_library_spans container, which it would not inspect', () => {
+    const legacy = bytesField(1, bytesField(1000, bytesField(2, encodeMessage(spanType, span(FOREIGN_TRACE, 'x')))));
+    expect(() => enforceExport('traces', 'protobuf', legacy, GRANT, 1000)).toThrow(OtlpPayloadError);
+  });
+});
+
+describe('enforceExport JSON specifics', () => {
+  it('applies the trace filter to snake_case field names, which the collector also reads', () => {
+    const body = Buffer.from(
+      JSON.stringify({
+        resource_spans: [
+          {
+            scope_spans: [
+              { spans: [{ trace_id: FOREIGN_TRACE, name: 'sneaky' }, { trace_id: GRANT.traceId, name: 'ok' }] },
+            ],
+          },
+        ],
+      }),
+    );
+
+    const result = enforceExport('traces', 'json', body, GRANT, 1000);
+
+    expect(result.rejectedItems).toBe(1);
+    expect(spanNames(decode('traces', result.body, 'json'))).toEqual(['ok']);
+  });
+
+  it('refuses a body naming the same field in both spellings', () => {
+    const body = Buffer.from(JSON.stringify({ resourceSpans: [], resource_spans: [] }));
+    expect(() => enforceExport('traces', 'json', body, GRANT, 1000)).toThrow(OtlpPayloadError);
+  });
+
+  it('keeps 64-bit integers sent as JSON numbers exact, and unknown members', () => {
+    const body = Buffer.from(
+      `{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"${GRANT.traceId}","name":"big",` +
+        `"startTimeUnixNano":1700000000000000123,"endTimeUnixNano": 1700000000000000999,` +
+        `"attributes":[{"key":"n","value":{"intValue":-9007199254740993}},` +
+        `{"key":"d","value":{"doubleValue":1.5e300}},` +
+        `{"key":"s","value":{"stringValue":"a: 12345678901234567 \\" ,99999999999999999"}}],` +
+        `"vendorExtension":{"x":[1,2,3]}}]}],"futureField":true}]}`,
+    );
+
+    const result = enforceExport('traces', 'json', body, GRANT, 1000);
+
+    const forwarded = JSON.parse(result.body.toString());
+    const forwardedSpan = forwarded.resourceSpans[0].scopeSpans[0].spans[0];
+    expect(BigInt(forwardedSpan.startTimeUnixNano)).toBe(1700000000000000123n);
+    expect(BigInt(forwardedSpan.endTimeUnixNano)).toBe(1700000000000000999n);
+    expect(BigInt(forwardedSpan.attributes[0].value.intValue)).toBe(-9007199254740993n);
+    expect(forwardedSpan.attributes[1].value.doubleValue).toBe(1.5e300);
+    expect(forwardedSpan.attributes[2].value.stringValue).toBe('a: 12345678901234567 " ,99999999999999999');
+    expect(forwardedSpan.vendorExtension).toEqual({ x: [1, 2, 3] });
+    expect(forwarded.resourceSpans[0].futureField).toBe(true);
+  });
+});
+
+describe('enforceExport with a real OpenTelemetry SDK as the client', () => {
+  async function exportedSpans() {
+    const exporter = new InMemorySpanExporter();
+    const provider = new BasicTracerProvider({
+      resource: resourceFromAttributes({ 'service.name': 'ci-job', 'ci.job.id': 4242 }),
+      spanProcessors: [new SimpleSpanProcessor(exporter)],
+    });
+    const tracer = provider.getTracer('spec');
+    const inTrace = (traceId: string) =>
+      trace.setSpanContext(ROOT_CONTEXT, { traceId, spanId: '00f067aa0ba902b7', traceFlags: TraceFlags.SAMPLED });
+    const own = tracer.startSpan('build', { attributes: { 'build.target': 'all' } }, inTrace(GRANT.traceId));
+    own.addEvent('cache-miss', { key: 'deps' });
+    own.end();
+    tracer.startSpan('elsewhere', {}, inTrace(FOREIGN_TRACE)).end();
+    await provider.forceFlush();
+    return exporter.getFinishedSpans();
+  }
+
+  it.each([
+    ['protobuf', ProtobufTraceSerializer],
+    ['json', JsonTraceSerializer],
+  ] as const)('enforces the %s export the SDK serializes', async (encoding, serializer) => {
+    const body = Buffer.from(serializer.serializeRequest(await exportedSpans())!);
+
+    const result = enforceExport('traces', encoding, body, GRANT, 1000);
+
+    expect(result).toMatchObject({ forwardedItems: 1, rejectedItems: 1 });
+    const [resourceSpans] = decode('traces', result.body, encoding).resourceSpans;
+    const [forwardedSpan] = resourceSpans.scopeSpans[0].spans;
+    expect(forwardedSpan.name).toBe('build');
+    expect(forwardedSpan.events[0].name).toBe('cache-miss');
+    expect(attributesOf(resourceSpans).filter((kv) => kv.key === 'ci.job.id')).toEqual([
+      { key: 'ci.job.id', value: { intValue: '1001' } },
+    ]);
+    expect(attributesOf(resourceSpans).map((kv) => kv.key)).toContain('service.name');
+  });
+});
+
+function metricsRequest(): Json {
+  const exemplar = {
+    timeUnixNano: '1700000000000000001',
+    asDouble: 2.5,
+    spanId: '1122334455667788',
+    traceId: GRANT.traceId,
+  };
+  return {
+    resourceMetrics: [
+      {
+        resource: {
+          attributes: [
+            { key: 'ci.runner.id', value: { intValue: '1' } },
+            { key: 'service.name', value: { stringValue: 'm' } },
+          ],
+        },
+        scopeMetrics: [
+          {
+            scope: { name: 'meter' },
+            metrics: [
+              { name: 'g', gauge: { dataPoints: [{ timeUnixNano: '1700000000000000000', asInt: '5' }] } },
+              {
+                name: 's',
+                sum: {
+                  dataPoints: [{ asDouble: 1.5, exemplars: [exemplar] }, { asDouble: 2 }],
+                  aggregationTemporality: 2,
+                  isMonotonic: true,
+                },
+              },
+              {
+                name: 'h',
+                histogram: {
+                  dataPoints: [
+                    { count: '3', sum: 6, bucketCounts: ['1', '2'], explicitBounds: [1], exemplars: [exemplar] },
+                  ],
+                  aggregationTemporality: 1,
+                },
+              },
+              {
+                name: 'e',
+                exponentialHistogram: {
+                  dataPoints: [
+                    { count: '2', scale: 3, zeroCount: '1', positive: { offset: -2, bucketCounts: ['1', '1'] } },
+                  ],
+                },
+              },
+              {
+                name: 'q',
+                summary: { dataPoints: [{ count: '1', sum: 1, quantileValues: [{ quantile: 0.5, value: 1 }] }] },
+              },
+            ],
+          },
+        ],
+      },
+      { scopeMetrics: [{ metrics: [{ name: 'lonely', gauge: { dataPoints: [{ asDouble: 0.5 }] } }] }] },
+    ],
+  };
+}
+
+function logsRequest(): Json {
+  return {
+    resourceLogs: [
+      {
+        resource: { attributes: [{ key: 'cicd.pipeline.task.run.id', value: { stringValue: 'forged' } }] },
+        scopeLogs: [
+          {
+            scope: { name: 'logger' },
+            logRecords: [
+              {
+                timeUnixNano: '1700000000000000000',
+                severityNumber: 9,
+                body: { stringValue: 'hello' },
+                traceId: FOREIGN_TRACE,
+              },
+              { severityText: 'WARN', body: { kvlistValue: { values: [{ key: 'a', value: { intValue: '1' } }] } } },
+            ],
+          },
+        ],
+      },
+    ],
+  };
+}
+
+describe.each(['protobuf', 'json'] as const)('enforceExport metrics and logs (%s)', (encoding) => {
+  it('stamps every resource of a metrics export, counts its data points and keeps them intact', () => {
+    const request = metricsRequest();
+    const result = enforceExport('metrics', encoding, encode('metrics', request, encoding), GRANT, 0);
+
+    expect(result).toMatchObject({ forwardedItems: 7, rejectedItems: 0, nothingToForward: false });
+    const forwarded = decode('metrics', result.body, encoding);
+    const sent = decode('metrics', encode('metrics', request, encoding), encoding);
+    expect(attributesOf(forwarded.resourceMetrics[0])).toEqual([
+      { key: 'service.name', value: { stringValue: 'm' } },
+      ...EXPECTED_IDENTITY,
+    ]);
+    expect(attributesOf(forwarded.resourceMetrics[1])).toEqual(EXPECTED_IDENTITY);
+    expect(forwarded.resourceMetrics.map((rm: Json) => rm.scopeMetrics)).toEqual(
+      sent.resourceMetrics.map((rm: Json) => rm.scopeMetrics),
+    );
+  });
+
+  it('stamps a logs export, counts its records and leaves them alone (log trace ids are not filtered)', () => {
+    const request = logsRequest();
+    const result = enforceExport('logs', encoding, encode('logs', request, encoding), GRANT, 0);
+
+    expect(result).toMatchObject({ forwardedItems: 2, rejectedItems: 0, nothingToForward: false });
+    const forwarded = decode('logs', result.body, encoding);
+    const sent = decode('logs', encode('logs', request, encoding), encoding);
+    expect(identityOf(forwarded.resourceLogs[0])).toEqual(EXPECTED_IDENTITY);
+    expect(forwarded.resourceLogs[0].scopeLogs).toEqual(sent.resourceLogs[0].scopeLogs);
+  });
+});
+
+describe('enforceExport malformed bodies', () => {
+  const valid = encode('traces', tracesRequest(), 'protobuf');
+
+  it.each([
+    ['truncated protobuf', 'protobuf', valid.subarray(0, valid.length - 7)],
+    ['protobuf length past the end', 'protobuf', Buffer.from([0x0a, 0x05, 0x01])],
+    ['resource_spans with a varint wire type', 'protobuf', Buffer.from([0x08, 0x01])],
+    ['span with a varint wire type', 'protobuf', Buffer.from([0x0a, 0x04, 0x12, 0x02, 0x10, 0x01])],
+    ['field number 0', 'protobuf', Buffer.from([0x02, 0x00])],
+    ['unterminated varint', 'protobuf', Buffer.from([0x0a, 0xff])],
+    ['not JSON', 'json', Buffer.from('{"resourceSpans": [')],
+    ['JSON array at the top', 'json', Buffer.from('[]')],
+    ['resourceSpans not an array', 'json', Buffer.from('{"resourceSpans": {}}')],
+    ['span not an object', 'json', Buffer.from('{"resourceSpans":[{"scopeSpans":[{"spans":[42]}]}]}')],
+    ['numeric traceId', 'json', Buffer.from('{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":1}]}]}]}')],
+    ['resource not an object', 'json', Buffer.from('{"resourceSpans":[{"resource":"x"}]}')],
+    ['invalid UTF-8', 'json', Buffer.from([0x7b, 0x22, 0xff, 0x22, 0x3a, 0x31, 0x7d])],
+    ['empty JSON body', 'json', Buffer.alloc(0)],
+    ['legacy JSON container', 'json', Buffer.from('{"resourceSpans":[{"instrumentationLibrarySpans":[]}]}')],
+  ] as const)('%s → OtlpPayloadError', (_name, encoding, body) => {
+    expect(() => enforceExport('traces', encoding, body, GRANT, 1000)).toThrow(OtlpPayloadError);
+  });
+
+  it('rejects a metric carrying two kinds of data in JSON', () => {
+    const body = Buffer.from('{"resourceMetrics":[{"scopeMetrics":[{"metrics":[{"gauge":{},"sum":{}}]}]}]}');
+    expect(() => enforceExport('metrics', 'json', body, GRANT, 0)).toThrow(OtlpPayloadError);
+  });
+
+  it('treats a bad grant as a programming error, not a bad request', () => {
+    expect(() => enforceExport('traces', 'protobuf', valid, { ...GRANT, traceId: 'nope' }, 1)).toThrow(TypeError);
+  });
+});
+
+describe('enforceExport on corrupted bodies', () => {
+  // Deterministic pseudo-random corruption: whatever the gateway accepts keeps the trace confinement and the
+  // identity stamping; whatever it refuses is refused as a bad request, never as a crash.
+  function corruptions(seedBody: Buffer, alphabet: Buffer, count: number): Buffer[] {
+    let seed = 42;
+    const random = (n: number) => {
+      seed = (Math.imul(seed, 1103515245) + 12345) >>> 0;
+      return (seed >>> 8) % n;
+    };
+    return Array.from({ length: count }, () => {
+      const mutated = Buffer.from(seedBody);
+      for (let k = 1 + random(3); k > 0; k--) mutated[random(mutated.length)] = alphabet[random(alphabet.length)];
+      return random(8) === 0 ? mutated.subarray(0, random(mutated.length)) : mutated;
+    });
+  }
+
+  it.each(['protobuf', 'json'] as const)('%s: refuses as bad request or forwards only the grant trace', (encoding) => {
+    const seedBody = encode('traces', tracesRequest(), encoding);
+    const alphabet =
+      encoding === 'json'
+        ? Buffer.from('0123456789abcdefABCDEF_-.e ":,{}[]')
+        : Buffer.from(Array.from({ length: 256 }, (_, i) => i));
+    let forwarded = 0;
+    for (const body of corruptions(seedBody, alphabet, 3000)) {
+      let result;
+      try {
+        result = enforceExport('traces', encoding, body, GRANT, 1000);
+      } catch (error) {
+        expect(error).toBeInstanceOf(OtlpPayloadError);
+        continue;
+      }
+      let decoded: Json;
+      try {
+        decoded = decode('traces', result.body, encoding);
+      } catch {
+        continue; // damage inside a span the gateway does not parse: the collector refuses it
+      }
+      forwarded++;
+      for (const resourceSpans of decoded.resourceSpans ?? []) {
+        expect(identityOf(resourceSpans)).toEqual(EXPECTED_IDENTITY);
+        for (const scopeSpans of resourceSpans.scopeSpans ?? []) {
+          for (const forwardedSpan of scopeSpans.spans ?? []) {
+            expect(String(forwardedSpan.traceId).toLowerCase()).toBe(GRANT.traceId);
+          }
+        }
+      }
+    }
+    expect(forwarded).toBeGreaterThan(50);
+  });
+});
