@@ -5,4 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-test-deps.sh
 npm run -s build
+# The OpenTelemetry SDK exporters load node:http with a dynamic import(), which jest's module VM
+# only allows with this flag. Spawned services get their own environment and do not inherit it.
+export NODE_OPTIONS="--experimental-vm-modules${NODE_OPTIONS:+ $NODE_OPTIONS}"
 exec npx jest "$@"

@@ -4,7 +4,7 @@ import { LogController } from 'fastify';
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { Logger } from 'pino';
-import { InternalApiModule } from './app.module';
+import { AppModule } from './app.module';
 import { AppConfig } from './config/app-config';
 import { Secrets } from './config/secrets';
 import { AllExceptionsFilter } from './observability/all-exceptions.filter';
@@ -18,7 +18,10 @@ function requestIdOf(header: string | string[] | undefined): string {
   return typeof header === 'string' && ACCEPTABLE_REQUEST_ID.test(header) ? header : randomUUID();
 }
 
-/** Builds the internal-API application, ready to `listen` (or `inject` in tests). */
+/**
+ * Builds the application: the internal API, ready to `listen` (or `inject` in tests), and, by role,
+ * the gateway's own Fastify server (`app.get(GatewayServer)`).
+ */
 export async function createInternalApp(config: AppConfig, secrets: Secrets, logger: Logger): Promise<NestFastifyApplication> {
   const adapter = new FastifyAdapter({
     loggerInstance: logger,
@@ -26,7 +29,7 @@ export async function createInternalApp(config: AppConfig, secrets: Secrets, log
     bodyLimit: config.BODY_LIMIT_BYTES,
     genReqId: (request: IncomingMessage) => requestIdOf(request.headers[REQUEST_ID_HEADER]),
   });
-  const app = await NestFactory.create<NestFastifyApplication>(InternalApiModule.forRoot(config, secrets), adapter, {
+  const app = await NestFactory.create<NestFastifyApplication>(AppModule.forRoot(config, secrets, logger), adapter, {
     logger: new PinoNestLogger(logger),
   });
   app.useGlobalFilters(new AllExceptionsFilter());

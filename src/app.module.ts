@@ -1,4 +1,5 @@
 import { DynamicModule, Module } from '@nestjs/common';
+import type { Logger } from 'pino';
 import { AppConfig } from './config/app-config';
 import { ConfigModule } from './config/config.module';
 import { Secrets } from './config/secrets';
@@ -6,22 +7,22 @@ import { FlagsModule } from './flags/flags.module';
 import { GrantsModule } from './grants/grants.module';
 import { JobPayloadModule } from './job-payload/job-payload.module';
 import { ObservabilityModule } from './observability/observability.module';
+import { OtlpGatewayModule } from './otlp-gateway/otlp-gateway.module';
 import { TokenAuthModule } from './token-auth/token-auth.module';
 
-/** The internal API (port 8080): job payload, auth, health and metrics. */
+/**
+ * The process by role (SPEC §2): the internal API on 8080 (job payload, auth, health, metrics) and,
+ * unless ROLE=control, the OTLP gateway on 4318. A gateway-only process keeps health and metrics
+ * on the internal port and asks a control process for auth decisions.
+ */
 @Module({})
-export class InternalApiModule {
-  static forRoot(config: AppConfig, secrets: Secrets): DynamicModule {
+export class AppModule {
+  static forRoot(config: AppConfig, secrets: Secrets, logger: Logger): DynamicModule {
+    const control = config.ROLE === 'gateway' ? [] : [FlagsModule, TokenAuthModule, JobPayloadModule];
+    const gateway = config.ROLE === 'control' ? [] : [OtlpGatewayModule.forRole(config.ROLE)];
     return {
-      module: InternalApiModule,
-      imports: [
-        ConfigModule.forRoot(config, secrets),
-        ObservabilityModule,
-        GrantsModule,
-        FlagsModule,
-        TokenAuthModule,
-        JobPayloadModule,
-      ],
+      module: AppModule,
+      imports: [ConfigModule.forRoot(config, secrets), ObservabilityModule.forRoot(logger), GrantsModule, ...control, ...gateway],
     };
   }
 }

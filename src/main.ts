@@ -3,6 +3,7 @@ import { createInternalApp } from './app.factory';
 import { ConfigError, loadConfig } from './config/app-config';
 import { loadSecrets } from './config/secrets';
 import { createLogger } from './observability/logger';
+import { GatewayServer } from './otlp-gateway/otlp-gateway.module';
 
 /** Bounded graceful shutdown: in-flight requests get this long to finish (SPEC §8). */
 const SHUTDOWN_GRACE_MS = 10_000;
@@ -23,6 +24,10 @@ async function bootstrap(): Promise<void> {
   const internal = await createInternalApp(config, secrets, logger);
   await internal.listen(config.INTERNAL_PORT, config.HOST);
   logger.info({ url: await internal.getUrl(), role: config.ROLE }, 'internal API listening');
+  if (config.ROLE !== 'control') {
+    const url = await internal.get(GatewayServer).listen(config.GATEWAY_PORT, config.HOST);
+    logger.info({ url, upstream: config.OTLP_UPSTREAM_URL }, 'OTLP gateway listening');
+  }
 
   const shutdown = (signal: string) => {
     logger.info({ signal }, 'shutting down');

@@ -186,6 +186,61 @@ export class EnvironmentVariables {
   @Matches(/^[0-9a-f]{64}$/, { each: true, message: 'each entry must be a SHA-256 digest in lowercase hex' })
   AUTH_CALLER_KEY_DIGESTS: string[] = [];
 
+  /** The OpenTelemetry Collector's OTLP/HTTP base URL the gateway forwards to (SPEC §6). */
+  @IsUrl(URL_OPTIONS)
+  OTLP_UPSTREAM_URL = 'http://localhost:4319';
+
+  /** Extra headers for the collector, `name=value` pairs separated by commas (upstream credentials). */
+  @IsOptional()
+  @Matches(/^\s*[!#$%&'*+.^_`|~0-9A-Za-z-]+=[^,]*(,\s*[!#$%&'*+.^_`|~0-9A-Za-z-]+=[^,]*)*\s*$/, {
+    message: 'must be name=value pairs separated by commas',
+  })
+  OTLP_UPSTREAM_HEADERS?: string;
+
+  @Transform(toInt)
+  @IsInt()
+  @Min(100)
+  OTLP_UPSTREAM_TIMEOUT_MS = 10_000;
+
+  /** Control process auth endpoint for ROLE=gateway (SPEC §2), e.g. http://control:8080/internal/ci/telemetry/auth. */
+  @IsOptional()
+  @IsUrl(URL_OPTIONS)
+  AUTH_URL?: string;
+
+  /** Bytes on the wire per export. */
+  @Transform(toInt)
+  @IsInt()
+  @Min(1024)
+  GATEWAY_MAX_WIRE_BYTES = 20 * 1024 * 1024;
+
+  /** Bytes after gzip per export, enforced while inflating (OTLP recommends 20 MiB). */
+  @Transform(toInt)
+  @IsInt()
+  @Min(1024)
+  GATEWAY_MAX_DECOMPRESSED_BYTES = 20 * 1024 * 1024;
+
+  @Transform(toInt)
+  @IsInt()
+  @Min(0)
+  SPANS_PER_JOB = 1000;
+
+  /** Exports one runner may send per window, across replicas. */
+  @Transform(toInt)
+  @IsInt()
+  @Min(1)
+  GATEWAY_RUNNER_RATE_LIMIT = 6000;
+
+  @Transform(toInt)
+  @IsInt()
+  @Min(1)
+  GATEWAY_RUNNER_RATE_WINDOW_SECONDS = 60;
+
+  /** Auth decisions kept per token pair (the endpoint's max-age caps each one). */
+  @Transform(toInt)
+  @IsInt()
+  @Min(1)
+  GATEWAY_DECISION_CACHE_SIZE = 10_000;
+
   /** Runners that say nothing about tracing ignore fields they do not know, so they are eligible by default. */
   @Transform(toBoolean)
   @IsBoolean()
@@ -223,6 +278,8 @@ export function loadConfig(env: NodeJS.ProcessEnv | Record<string, string | unde
     'JOB_TOKEN_JWKS_FILE',
     'JOB_TOKEN_JWKS_URL',
     'JOB_TOKEN_ISSUER',
+    'OTLP_UPSTREAM_HEADERS',
+    'AUTH_URL',
   ];
   for (const key of new Set([...known, ...optional])) {
     const value = env[key];
@@ -230,6 +287,10 @@ export function loadConfig(env: NodeJS.ProcessEnv | Record<string, string | unde
   }
   const config = plainToInstance(EnvironmentVariables, provided);
   const errors = validateSync(config, { forbidUnknownValues: true });
-  if (errors.length > 0) throw new ConfigError(errors.map(describe));
+  const problems = errors.map(describe);
+  if (config.ROLE === 'gateway' && config.AUTH_URL === undefined) {
+    problems.push('AUTH_URL: required with ROLE=gateway (the control process auth endpoint)');
+  }
+  if (problems.length > 0) throw new ConfigError(problems);
   return Object.freeze(config);
 }

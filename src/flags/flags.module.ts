@@ -6,6 +6,7 @@ import { APP_CONFIG } from '../config/config.constants';
 import { FileFlagRepository } from './file-flag-repository';
 import { UNLEASH_CLIENT } from './flags.constants';
 import { FlagsService } from './flags.service';
+import { ReadinessChecks } from '../observability/readiness-checks';
 
 export function createUnleashClient(config: AppConfig): Unleash {
   // Started by FlagsService once its listeners are attached, so no 'ready' or 'changed' is missed.
@@ -32,7 +33,13 @@ export function createUnleashClient(config: AppConfig): Unleash {
   exports: [FlagsService],
 })
 export class FlagsModule implements OnModuleDestroy {
-  constructor(@Inject(UNLEASH_CLIENT) private readonly unleash: Unleash) {}
+  constructor(
+    @Inject(UNLEASH_CLIENT) private readonly unleash: Unleash,
+    flags: FlagsService,
+    readiness: ReadinessChecks,
+  ) {
+    readiness.register('flags', () => flags.definitionsLoaded());
+  }
 
   onModuleDestroy(): void {
     this.unleash.destroy();

@@ -41,6 +41,11 @@ export interface GrantStore {
    * count is at most `limit`.
    */
   hitRateWindow(key: string, limit: number, windowMs: number): Promise<RateWindow>;
+  /**
+   * Takes up to `wanted` units of a quota of `limit` held under `key` for `ttlMs` from its first use,
+   * atomically across replicas. Resolves with how many were granted (0 when it is used up).
+   */
+  reserveQuota(key: string, wanted: number, limit: number, ttlMs: number): Promise<number>;
   /** Resolves when the store answers; rejects otherwise. */
   ping(): Promise<void>;
   close(): Promise<void>;

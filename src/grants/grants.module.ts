@@ -1,4 +1,5 @@
 import { Global, Inject, Module, OnModuleDestroy } from '@nestjs/common';
+import { ReadinessChecks } from '../observability/readiness-checks';
 import { AppConfig } from '../config/app-config';
 import { APP_CONFIG } from '../config/config.constants';
 import { GrantStore } from './grant';
@@ -21,7 +22,12 @@ import { RedisGrantStore } from './redis-grant-store';
   exports: [GRANT_STORE],
 })
 export class GrantsModule implements OnModuleDestroy {
-  constructor(@Inject(GRANT_STORE) private readonly store: GrantStore) {}
+  constructor(
+    @Inject(GRANT_STORE) private readonly store: GrantStore,
+    readiness: ReadinessChecks,
+  ) {
+    readiness.register('store', () => store.ping().then(() => true));
+  }
 
   async onModuleDestroy(): Promise<void> {
     await this.store.close();

@@ -5,6 +5,7 @@ export class MemoryGrantStore implements GrantStore {
   private readonly grants = new Map<number, Grant>();
   private readonly jobIdsByTokenDigest = new Map<string, number>();
   private readonly windows = new Map<string, { count: number; resetsAt: number }>();
+  private readonly quotas = new Map<string, { used: number; resetsAt: number }>();
   private readonly sweeper: NodeJS.Timeout;
 
   constructor(private readonly now: () => number = Date.now, sweepIntervalMs = 60_000) {
@@ -59,6 +60,18 @@ export class MemoryGrantStore implements GrantStore {
     return { allowed: window.count <= limit, resetInMs: window.resetsAt - now };
   }
 
+  async reserveQuota(key: string, wanted: number, limit: number, ttlMs: number): Promise<number> {
+    const now = this.now();
+    let quota = this.quotas.get(key);
+    if (quota === undefined || quota.resetsAt <= now) {
+      quota = { used: 0, resetsAt: now + ttlMs };
+      this.quotas.set(key, quota);
+    }
+    const granted = Math.max(0, Math.min(wanted, limit - quota.used));
+    quota.used += granted;
+    return granted;
+  }
+
   async ping(): Promise<void> {}
 
   async close(): Promise<void> {
@@ -66,6 +79,7 @@ export class MemoryGrantStore implements GrantStore {
     this.grants.clear();
     this.jobIdsByTokenDigest.clear();
     this.windows.clear();
+    this.quotas.clear();
   }
 
   private sweep(): void {
@@ -76,5 +90,6 @@ export class MemoryGrantStore implements GrantStore {
       if (grant.jobTokenDigest !== undefined) this.jobIdsByTokenDigest.delete(grant.jobTokenDigest);
     }
     for (const [key, window] of this.windows) if (window.resetsAt <= now) this.windows.delete(key);
+    for (const [key, quota] of this.quotas) if (quota.resetsAt <= now) this.quotas.delete(key);
   }
 }

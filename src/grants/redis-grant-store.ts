@@ -5,6 +5,18 @@ const GRANT_KEY = (jobId: number) => `cjt:grant:${jobId}`;
 const REVOKED_KEY = (jobId: number) => `cjt:revoked:${jobId}`;
 const JOB_TOKEN_KEY = (digest: string) => `cjt:jobtoken:${digest}`;
 const RATE_KEY = (key: string) => `cjt:rate:${key}`;
+const QUOTA_KEY = (key: string) => `cjt:quota:${key}`;
+
+/** Grants min(wanted, limit - used) and records it, in one atomic step shared by every replica. */
+const RESERVE_QUOTA = `
+local used = tonumber(redis.call('GET', KEYS[1]) or '0')
+local granted = math.max(0, math.min(tonumber(ARGV[1]), tonumber(ARGV[2]) - used))
+if granted > 0 then
+  redis.call('INCRBY', KEYS[1], granted)
+  if redis.call('PTTL', KEYS[1]) < 0 then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
+end
+return granted
+`;
 
 /**
  * Fixed-window counter in one round trip: INCR, start the window on the first hit, report its TTL.
@@ -109,6 +121,13 @@ export class RedisGrantStore implements GrantStore {
   async hitRateWindow(key: string, limit: number, windowMs: number): Promise<RateWindow> {
     const [count, ttl] = (await this.guard(() => this.redis.eval(HIT_RATE_WINDOW, 1, RATE_KEY(key), String(windowMs)))) as [number, number];
     return { allowed: count <= limit, resetInMs: ttl };
+  }
+
+  async reserveQuota(key: string, wanted: number, limit: number, ttlMs: number): Promise<number> {
+    const granted = await this.guard(() =>
+      this.redis.eval(RESERVE_QUOTA, 1, QUOTA_KEY(key), String(wanted), String(limit), String(Math.max(1, Math.round(ttlMs)))),
+    );
+    return Number(granted);
   }
 
   async ping(): Promise<void> {

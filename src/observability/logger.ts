@@ -2,6 +2,9 @@ import { LoggerService } from '@nestjs/common';
 import { AsyncLocalStorage } from 'node:async_hooks';
 import pino, { Logger } from 'pino';
 
+/** Injection token of the process's pino logger. */
+export const APP_LOGGER = Symbol('APP_LOGGER');
+
 /** Carries the request id into every log line written while serving that request (SPEC §8). */
 export const requestScope = new AsyncLocalStorage<{ readonly requestId: string }>();
 

@@ -55,7 +55,10 @@ export async function startInProcess(env: Record<string, string> = {}): Promise<
 
 export interface ServiceProcess {
   readonly url: string;
+  /** The OTLP gateway port of the same process (ROLE=all). */
+  readonly gatewayUrl: string;
   readonly secrets: SecretFiles;
+  readonly pid: number;
   readonly output: () => string;
   stop(signal?: NodeJS.Signals): Promise<number | null>;
 }
@@ -69,6 +72,7 @@ export async function startService(
   if (!existsSync(main)) throw new Error('dist/main.js is missing: `npm test` builds it first (npm run build)');
   const secrets = makeSecretFiles();
   const port = await freePort();
+  const gatewayPort = await freePort();
   let output = '';
   const child: ChildProcess = spawn(process.execPath, [main], {
     cwd: options.cwd ?? ROOT,
@@ -76,6 +80,7 @@ export async function startService(
       PATH: process.env.PATH,
       HOST: '127.0.0.1',
       INTERNAL_PORT: String(port),
+      GATEWAY_PORT: String(gatewayPort),
       INTERNAL_API_SECRET_FILE: secrets.internalApiSecretFile,
       TRACE_KEY_FILE: secrets.traceKeyFile,
       FLAGS_FILE,
@@ -97,7 +102,9 @@ export async function startService(
   }
   return {
     url,
+    gatewayUrl: `http://127.0.0.1:${gatewayPort}`,
     secrets,
+    pid: child.pid!,
     output: () => output,
     stop: async (signal = 'SIGTERM') => {
       if (child.exitCode === null) child.kill(signal);

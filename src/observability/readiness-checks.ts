@@ -1,0 +1,37 @@
+import { Injectable } from '@nestjs/common';
+
+const CHECK_TIMEOUT_MS = 1000;
+
+/**
+ * What `GET /-/readiness` asks (SPEC §8). Each feature registers its own check (store, flags,
+ * upstream), so health needs no knowledge of their internals and a gateway-only process asks
+ * only what it has.
+ */
+@Injectable()
+export class ReadinessChecks {
+  private readonly checks = new Map<string, () => Promise<boolean> | boolean>();
+
+  register(name: string, check: () => Promise<boolean> | boolean): void {
+    this.checks.set(name, check);
+  }
+
+  async run(): Promise<Record<string, 'ok' | 'failing'>> {
+    const names = [...this.checks.keys()];
+    const results = await Promise.all(names.map((name) => withTimeout(this.checks.get(name)!)));
+    return Object.fromEntries(names.map((name, i) => [name, results[i] ? 'ok' : 'failing']));
+  }
+}
+
+async function withTimeout(check: () => Promise<boolean> | boolean): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([
+      Promise.resolve().then(check),
+      new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), CHECK_TIMEOUT_MS))),
+    ]);
+  } catch {
+    return false;
+  } finally {
+    clearTimeout(timer);
+  }
+}

@@ -1,0 +1,93 @@
+import { Pool } from 'undici';
+import { AuthOutcome } from '../token-auth/auth-outcome';
+import { TokenAuthService } from '../token-auth/token-auth.service';
+import type { GatewayGrant } from './otlp-payload';
+
+/** The gateway's view of an auth outcome: the identity to stamp, and until when it may be reused. */
+export type GatewayDecision =
+  | { readonly kind: 'allowed'; readonly grant: GatewayGrant; readonly expiresAt: number; readonly maxAgeSeconds: number }
+  | Exclude<AuthOutcome, { kind: 'allowed' }>;
+
+export interface GatewayAuthenticator {
+  authenticate(jobToken: string, runnerToken: string): Promise<GatewayDecision>;
+}
+
+/** ROLE=all: the auth decision is made in this process, by the same service the endpoint uses. */
+export class InProcessAuthenticator implements GatewayAuthenticator {
+  constructor(private readonly tokenAuth: TokenAuthService) {}
+
+  async authenticate(jobToken: string, runnerToken: string): Promise<GatewayDecision> {
+    const outcome = await this.tokenAuth.authenticate(jobToken, runnerToken);
+    if (outcome.kind !== 'allowed') return outcome;
+    const { grant } = outcome;
+    return {
+      kind: 'allowed',
+      grant: { jobId: grant.jobId, projectId: grant.projectId, pipelineId: grant.pipelineId, runnerId: grant.runnerId, traceId: grant.traceId },
+      expiresAt: Math.min(grant.expiresAt, grant.revokedAt ?? Infinity),
+      maxAgeSeconds: outcome.maxAgeSeconds,
+    };
+  }
+}
+
+const REMOTE_RETRY_AFTER_SECONDS = 5;
+
+/**
+ * ROLE=gateway (SPEC §2): asks a control process's auth endpoint over HTTP, passing the runner's
+ * credentials exactly as received, and reads its answer back into the same outcomes.
+ */
+export class RemoteAuthenticator implements GatewayAuthenticator {
+  private readonly pool: Pool;
+  private readonly path: string;
+
+  constructor(
+    url: string,
+    private readonly internalApiHeaders: () => Promise<Record<string, string>>,
+    private readonly timeoutMs: number,
+  ) {
+    const target = new URL(url);
+    this.pool = new Pool(target.origin, { connections: 16, keepAliveTimeout: 30_000 });
+    this.path = target.pathname + target.search;
+  }
+
+  async authenticate(jobToken: string, runnerToken: string): Promise<GatewayDecision> {
+    let response;
+    try {
+      response = await this.pool.request({
+        path: this.path,
+        method: 'POST',
+        headers: { ...(await this.internalApiHeaders()), authorization: `Bearer ${jobToken}`, 'runner-token': runnerToken },
+        headersTimeout: this.timeoutMs,
+        bodyTimeout: this.timeoutMs,
+      });
+    } catch {
+      // An unreachable control process is an outage, never a reason to call a runner unauthenticated.
+      return { kind: 'unavailable', retryAfterSeconds: REMOTE_RETRY_AFTER_SECONDS };
+    }
+    const text = await response.body.text();
+    const retryAfter = Number(response.headers['retry-after']) || REMOTE_RETRY_AFTER_SECONDS;
+    switch (response.statusCode) {
+      case 200: {
+        const identity = JSON.parse(text) as { job_id: number; project_id: number; pipeline_id: number; runner_id: number; trace_id: string; expires_at: string };
+        const maxAge = /max-age=(\d+)/.exec(String(response.headers['cache-control'] ?? ''))?.[1];
+        return {
+          kind: 'allowed',
+          grant: { jobId: identity.job_id, projectId: identity.project_id, pipelineId: identity.pipeline_id, runnerId: identity.runner_id, traceId: identity.trace_id },
+          expiresAt: Date.parse(identity.expires_at),
+          maxAgeSeconds: maxAge === undefined ? 0 : Number(maxAge),
+        };
+      }
+      case 401:
+        return { kind: 'unauthenticated', reason: 'tokens refused by the control process' };
+      case 403:
+        return { kind: 'forbidden', reason: 'telemetry is not enabled for this job' };
+      case 429:
+        return { kind: 'rate_limited', retryAfterSeconds: retryAfter };
+      default:
+        return { kind: 'unavailable', retryAfterSeconds: retryAfter };
+    }
+  }
+
+  async close(): Promise<void> {
+    await this.pool.close();
+  }
+}

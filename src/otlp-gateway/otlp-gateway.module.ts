@@ -1,0 +1,97 @@
+import { DynamicModule, Inject, Injectable, Module, OnModuleDestroy } from '@nestjs/common';
+import type { FastifyInstance } from 'fastify';
+import type { Logger } from 'pino';
+import { AppConfig } from '../config/app-config';
+import { APP_CONFIG, SECRETS } from '../config/config.constants';
+import { Secrets } from '../config/secrets';
+import { GrantStore } from '../grants/grant';
+import { GRANT_STORE } from '../grants/grants.constants';
+import { APP_LOGGER } from '../observability/logger';
+import { MetricsService } from '../observability/metrics.service';
+import { ReadinessChecks } from '../observability/readiness-checks';
+import { signInternalApiToken } from '../token-auth/internal-api-token';
+import { TokenAuthService } from '../token-auth/token-auth.service';
+import { DecisionCache } from './decision-cache';
+import { GatewayAuthenticator, InProcessAuthenticator, RemoteAuthenticator } from './gateway-auth';
+import { GatewayMetrics } from './gateway-metrics';
+import { GATEWAY_AUTHENTICATOR, OTLP_UPSTREAM } from './otlp-gateway.constants';
+import { buildGatewayServer } from './otlp-gateway.server';
+import { OtlpUpstream, parseHeaderList } from './otlp-upstream';
+
+/** The gateway's own Fastify server, listening on GATEWAY_PORT; main.ts starts it, Nest closes it. */
+@Injectable()
+export class GatewayServer implements OnModuleDestroy {
+  readonly instance: FastifyInstance;
+
+  constructor(
+    @Inject(APP_CONFIG) config: AppConfig,
+    @Inject(APP_LOGGER) logger: Logger,
+    @Inject(GRANT_STORE) store: GrantStore,
+    @Inject(GATEWAY_AUTHENTICATOR) authenticator: GatewayAuthenticator,
+    @Inject(OTLP_UPSTREAM) private readonly upstream: OtlpUpstream,
+    metricsService: MetricsService,
+    readiness: ReadinessChecks,
+  ) {
+    const metrics = new GatewayMetrics(metricsService.registry);
+    const decisions = new DecisionCache(authenticator, config.GATEWAY_DECISION_CACHE_SIZE, metrics);
+    this.instance = buildGatewayServer({ config, logger, decisions, store, upstream, metrics });
+    // Only a gateway-only process is unready without its collector: in ROLE=all the same readiness
+    // gates job pickup, which must not leave rotation because the collector is down (exports get a
+    // retryable 502/503 meanwhile).
+    if (config.ROLE === 'gateway') readiness.register('upstream', () => upstream.reachable());
+  }
+
+  async listen(port: number, host: string): Promise<string> {
+    return this.instance.listen({ port, host });
+  }
+
+  /** Stops accepting, lets in-flight exports finish (Fastify's close), then drops the upstream pool. */
+  async onModuleDestroy(): Promise<void> {
+    await this.instance.close();
+    await this.upstream.close();
+  }
+}
+
+/** Internal-API headers for ROLE=gateway, signed once and reused while comfortably inside the 60 s window. */
+function internalApiHeaderSigner(secret: Buffer, issuer: string): () => Promise<Record<string, string>> {
+  let signed: { value: string; at: number } | undefined;
+  return async () => {
+    if (signed === undefined || Date.now() - signed.at > 30_000) {
+      signed = { value: await signInternalApiToken(secret, issuer), at: Date.now() };
+    }
+    return { 'gitlab-ci-telemetry-api-request': signed.value };
+  };
+}
+
+@Module({})
+export class OtlpGatewayModule {
+  /** ROLE=all decides in-process; ROLE=gateway asks the control process at AUTH_URL (SPEC §2). */
+  static forRole(role: AppConfig['ROLE']): DynamicModule {
+    const authenticator =
+      role === 'gateway'
+        ? {
+            provide: GATEWAY_AUTHENTICATOR,
+            inject: [APP_CONFIG, SECRETS],
+            useFactory: (config: AppConfig, secrets: Secrets) =>
+              new RemoteAuthenticator(
+                config.AUTH_URL!,
+                internalApiHeaderSigner(secrets.internalApiSecret, config.INTERNAL_API_ISSUERS[0]),
+                config.OTLP_UPSTREAM_TIMEOUT_MS,
+              ),
+          }
+        : { provide: GATEWAY_AUTHENTICATOR, inject: [TokenAuthService], useFactory: (tokenAuth: TokenAuthService) => new InProcessAuthenticator(tokenAuth) };
+    return {
+      module: OtlpGatewayModule,
+      providers: [
+        authenticator,
+        {
+          provide: OTLP_UPSTREAM,
+          inject: [APP_CONFIG],
+          useFactory: (config: AppConfig) => new OtlpUpstream(config.OTLP_UPSTREAM_URL, parseHeaderList(config.OTLP_UPSTREAM_HEADERS), config.OTLP_UPSTREAM_TIMEOUT_MS),
+        },
+        GatewayServer,
+      ],
+      exports: [GatewayServer],
+    };
+  }
+}

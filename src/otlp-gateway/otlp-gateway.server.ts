@@ -1,0 +1,290 @@
+import fastify, { FastifyBaseLogger, FastifyInstance, FastifyReply, FastifyRequest, LogController } from 'fastify';
+import { randomUUID } from 'node:crypto';
+import { promisify } from 'node:util';
+import { gunzip } from 'node:zlib';
+import type { Logger } from 'pino';
+import { AppConfig } from '../config/app-config';
+import { GrantStore, StoreUnavailableError } from '../grants/grant';
+import { requestScope } from '../observability/logger';
+import { DecisionCache } from './decision-cache';
+import { GatewayDecision } from './gateway-auth';
+import { GatewayMetrics } from './gateway-metrics';
+import { GatewayFailure, otlpErrorAnswer } from './otlp-errors';
+import { enforceExport, EnforcedExport, GatewayGrant, OtlpEncoding, OtlpSignal } from './otlp-payload';
+import { decodeExportResponse, encodeExportResponse, encodeRpcStatus, mergePartialSuccess, OtlpPartialSuccess } from './otlp-response';
+import { OtlpUpstream, UpstreamFailure } from './otlp-upstream';
+import { OtlpPayloadError } from './otlp-wire';
+
+const inflate = promisify(gunzip);
+
+const SIGNALS: readonly OtlpSignal[] = ['traces', 'metrics', 'logs'];
+const CONTENT_TYPES: Record<OtlpEncoding, string> = { protobuf: 'application/x-protobuf', json: 'application/json' };
+const BEARER = /^Bearer\s+(\S+)\s*$/i;
+const REQUEST_ID_HEADER = 'x-request-id';
+/** A span quota lives at least this long even for a grant about to end (clock skew between replicas). */
+const MIN_QUOTA_TTL_MS = 60_000;
+
+/** Thrown inside the handler to answer with an OTLP error; mapped in one place (otlpErrorAnswer). */
+class GatewayError extends Error {
+  constructor(readonly failure: GatewayFailure) {
+    super(failure.kind);
+  }
+}
+
+export interface GatewayDependencies {
+  readonly config: AppConfig;
+  readonly logger: Logger;
+  readonly decisions: DecisionCache;
+  readonly store: GrantStore;
+  readonly upstream: OtlpUpstream;
+  readonly metrics: GatewayMetrics;
+}
+
+function encodingOf(contentType: string | undefined): OtlpEncoding | undefined {
+  const mediaType = (contentType ?? '').split(';')[0].trim().toLowerCase();
+  if (mediaType === 'application/x-protobuf') return 'protobuf';
+  if (mediaType === 'application/json') return 'json';
+  return undefined;
+}
+
+/**
+ * The runner-facing OTLP/HTTP endpoint (SPEC §6). Plain Fastify routes rather than Nest controllers:
+ * every span of every job passes here, and Nest's per-request guard/pipe/interceptor machinery costs
+ * throughput for nothing on three fixed routes. Nest still wires the dependencies (GatewayModule).
+ */
+export function buildGatewayServer(deps: GatewayDependencies): FastifyInstance {
+  const { config, logger, metrics } = deps;
+  const app = fastify({
+    // pino's Logger and Fastify's FastifyBaseLogger differ only in typing details.
+    loggerInstance: logger as unknown as FastifyBaseLogger,
+    logController: new LogController({ disableRequestLogging: true }),
+    bodyLimit: config.GATEWAY_MAX_WIRE_BYTES,
+    genReqId: (request) => {
+      const header = request.headers[REQUEST_ID_HEADER];
+      return typeof header === 'string' && /^[A-Za-z0-9._:-]{1,128}$/.test(header) ? header : randomUUID();
+    },
+  });
+
+  // Bodies stay bytes: the payload core edits them in place, whatever the media type. Unknown media
+  // types are refused by the handler with an OTLP Status instead of Fastify's own 415.
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, body, done) => done(null, body));
+
+  app.addHook('onRequest', (request, reply, done) => {
+    requestScope.enterWith({ requestId: String(request.id) });
+    void reply.header(REQUEST_ID_HEADER, request.id);
+    done();
+  });
+  app.addHook('onResponse', (request, reply, done) => {
+    logger.info(
+      { method: request.method, url: request.url, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 100) / 100 },
+      'request completed',
+    );
+    done();
+  });
+
+  const sendFailure = (reply: FastifyReply, encoding: OtlpEncoding, failure: GatewayFailure) => {
+    const answer = otlpErrorAnswer(failure);
+    if (answer.retryAfterSeconds !== undefined) void reply.header('retry-after', String(answer.retryAfterSeconds));
+    return reply
+      .status(answer.httpStatus)
+      .header('content-type', CONTENT_TYPES[encoding])
+      .send(encodeRpcStatus(encoding, { code: answer.rpcCode, message: answer.message }));
+  };
+
+  // Errors Fastify raises before the handler (body over the wire limit, a client that hangs up).
+  app.setErrorHandler((error: Error & { statusCode?: number; code?: string }, request, reply) => {
+    const encoding = encodingOf(request.headers['content-type']) ?? 'protobuf';
+    if (error.code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
+      return sendFailure(reply, encoding, { kind: 'too_large', message: `body over ${config.GATEWAY_MAX_WIRE_BYTES} bytes` });
+    }
+    if (error.statusCode !== undefined && error.statusCode < 500) {
+      return sendFailure(reply, encoding, { kind: 'bad_request', message: error.message });
+    }
+    logger.error({ err: error }, 'gateway request failed');
+    return reply.status(500).header('content-type', CONTENT_TYPES[encoding]).send(encodeRpcStatus(encoding, { code: 13, message: 'internal error' }));
+  });
+  app.setNotFoundHandler((request, reply) =>
+    sendFailure(reply, encodingOf(request.headers['content-type']) ?? 'protobuf', { kind: 'not_found', message: `no OTLP route ${request.method} ${request.url}` }),
+  );
+
+  for (const signal of SIGNALS) {
+    app.post(`/v1/${signal}`, async (request, reply) => {
+      const encoding = encodingOf(request.headers['content-type']);
+      const finish = metrics.startRequest(signal);
+      try {
+        if (encoding === undefined) {
+          throw new GatewayError({ kind: 'unsupported_media_type', message: 'use application/x-protobuf or application/json' });
+        }
+        const answer = await handleExport(deps, signal, encoding, request);
+        void reply.status(200).header('content-type', CONTENT_TYPES[encoding]);
+        return answer;
+      } catch (error) {
+        if (error instanceof UpstreamRefusal) {
+          // The collector's 4xx goes on as it came, when its body is a Status the client can read;
+          // otherwise the client still gets a Status in its own encoding, with the collector's code.
+          if (error.retryAfter !== undefined) void reply.header('retry-after', error.retryAfter);
+          const readable = error.body.length > 0 && encodingOf(error.contentType) === encoding;
+          const body = readable ? error.body : encodeRpcStatus(encoding!, { code: 3, message: `collector answered ${error.status}` });
+          return reply.status(error.status).header('content-type', CONTENT_TYPES[encoding!]).send(body);
+        }
+        if (!(error instanceof GatewayError)) throw error;
+        return sendFailure(reply, encoding ?? 'protobuf', error.failure);
+      } finally {
+        finish(reply.statusCode);
+      }
+    });
+  }
+  return app;
+}
+
+async function handleExport(deps: GatewayDependencies, signal: OtlpSignal, encoding: OtlpEncoding, request: FastifyRequest): Promise<Buffer> {
+  const { config, store, metrics } = deps;
+  const contentEncoding = String(request.headers['content-encoding'] ?? 'identity').trim().toLowerCase();
+  if (contentEncoding !== 'identity' && contentEncoding !== 'gzip') {
+    throw new GatewayError({ kind: 'unsupported_media_type', message: `content-encoding ${contentEncoding} is not supported; use gzip or none` });
+  }
+
+  const grant = await authorize(deps, request);
+
+  const window = await orUnavailable(() =>
+    store.hitRateWindow(`gateway:runner:${grant.grant.runnerId}`, config.GATEWAY_RUNNER_RATE_LIMIT, config.GATEWAY_RUNNER_RATE_WINDOW_SECONDS * 1000),
+  );
+  if (!window.allowed) throw new GatewayError({ kind: 'rate_limited', retryAfterSeconds: Math.max(1, Math.ceil(window.resetInMs / 1000)) });
+
+  const wire = (request.body as Buffer | undefined) ?? Buffer.alloc(0);
+  metrics.bytesReceived.inc({ signal }, wire.length);
+  const body = contentEncoding === 'gzip' ? await decompress(wire, config.GATEWAY_MAX_DECOMPRESSED_BYTES) : wire;
+  if (body.length > config.GATEWAY_MAX_DECOMPRESSED_BYTES) {
+    throw new GatewayError({ kind: 'too_large', message: `body over ${config.GATEWAY_MAX_DECOMPRESSED_BYTES} bytes` });
+  }
+
+  const enforced = await enforce(deps, signal, encoding, body, grant);
+  const ours: OtlpPartialSuccess | undefined =
+    enforced.rejectedItems > 0 ? { rejectedItems: enforced.rejectedItems, errorMessage: enforced.errorMessage ?? '' } : undefined;
+  if (enforced.nothingToForward) return encodeExportResponse(signal, encoding, ours);
+
+  const theirs = await forward(deps, signal, encoding, enforced.body);
+  return encodeExportResponse(signal, encoding, mergePartialSuccess(ours, theirs));
+}
+
+async function authorize(deps: GatewayDependencies, request: FastifyRequest): Promise<Extract<GatewayDecision, { kind: 'allowed' }>> {
+  const authorization = request.headers.authorization;
+  const jobToken = typeof authorization === 'string' ? BEARER.exec(authorization)?.[1] : undefined;
+  const runnerToken = request.headers['runner-token'];
+  if (jobToken === undefined || typeof runnerToken !== 'string' || runnerToken.length === 0) {
+    throw new GatewayError({ kind: 'unauthenticated', message: 'send the job token as Authorization: Bearer and the runner token as Runner-Token' });
+  }
+  const decision = await deps.decisions.decide(jobToken, runnerToken);
+  switch (decision.kind) {
+    case 'allowed':
+      return decision;
+    case 'unauthenticated':
+      throw new GatewayError({ kind: 'unauthenticated', message: decision.reason });
+    case 'forbidden':
+      throw new GatewayError({ kind: 'forbidden', message: decision.reason });
+    case 'rate_limited':
+      throw new GatewayError({ kind: 'rate_limited', retryAfterSeconds: decision.retryAfterSeconds });
+    case 'unavailable':
+      throw new GatewayError({ kind: 'store_unavailable', retryAfterSeconds: decision.retryAfterSeconds });
+    default: {
+      const unreachable: never = decision;
+      throw new Error(`unhandled decision ${JSON.stringify(unreachable)}`);
+    }
+  }
+}
+
+/**
+ * Inflates with a hard output cap: zlib stops at the limit, so a gzip bomb costs at most that much
+ * memory and the time to produce it (SPEC §6).
+ */
+async function decompress(wire: Buffer, maxBytes: number): Promise<Buffer> {
+  try {
+    return await inflate(wire, { maxOutputLength: maxBytes });
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ERR_BUFFER_TOO_LARGE' || error instanceof RangeError) {
+      throw new GatewayError({ kind: 'too_large', message: `body over ${maxBytes} bytes once decompressed` });
+    }
+    throw new GatewayError({ kind: 'bad_request', message: 'body is not valid gzip' });
+  }
+}
+
+/**
+ * Trace binding and the per-job span quota. The quota is taken from the store only for spans that
+ * survived trace binding; in the rare case the store grants fewer (quota nearly used, or another
+ * replica took some), the body is enforced again with exactly what was granted.
+ */
+async function enforce(deps: GatewayDependencies, signal: OtlpSignal, encoding: OtlpEncoding, body: Buffer, decision: Extract<GatewayDecision, { kind: 'allowed' }>): Promise<EnforcedExport> {
+  const { config, store, metrics } = deps;
+  const grant: GatewayGrant = decision.grant;
+  let enforced: EnforcedExport;
+  try {
+    enforced = enforceExport(signal, encoding, body, grant, Number.MAX_SAFE_INTEGER);
+  } catch (error) {
+    if (error instanceof OtlpPayloadError) throw new GatewayError({ kind: 'bad_request', message: error.message });
+    throw error;
+  }
+  if (signal !== 'traces') {
+    metrics.items.inc({ signal, outcome: 'accepted' }, enforced.forwardedItems);
+    return enforced;
+  }
+  metrics.items.inc({ signal, outcome: 'rejected_foreign_trace' }, enforced.rejectedItems);
+  if (enforced.forwardedItems === 0) return enforced;
+
+  const inTrace = enforced.forwardedItems;
+  const ttlMs = Math.max(MIN_QUOTA_TTL_MS, decision.expiresAt - Date.now());
+  const granted = await orUnavailable(() => store.reserveQuota(`spans:${grant.jobId}`, inTrace, config.SPANS_PER_JOB, ttlMs));
+  if (granted < inTrace) {
+    const foreign = enforced.rejectedItems;
+    enforced = enforceExport(signal, encoding, body, grant, granted);
+    metrics.items.inc({ signal, outcome: 'rejected_quota' }, enforced.rejectedItems - foreign);
+  }
+  metrics.items.inc({ signal, outcome: 'accepted' }, enforced.forwardedItems);
+  return enforced;
+}
+
+/** 2xx only when the collector answered 2xx; its partial success is returned for merging. */
+async function forward(deps: GatewayDependencies, signal: OtlpSignal, encoding: OtlpEncoding, body: Buffer): Promise<OtlpPartialSuccess | undefined> {
+  const { upstream, metrics } = deps;
+  const stopTimer = metrics.upstreamSeconds.startTimer({ signal });
+  let answer;
+  try {
+    answer = await upstream.send(`/v1/${signal}`, CONTENT_TYPES[encoding], body);
+  } catch (error) {
+    if (!(error instanceof UpstreamFailure)) throw error;
+    stopTimer({ outcome: error.kind });
+    throw new GatewayError({ kind: error.kind === 'timeout' ? 'upstream_timeout' : 'upstream_unreachable' });
+  }
+  stopTimer({ outcome: String(answer.status) });
+  metrics.bytesForwarded.inc({ signal }, body.length);
+  if (answer.status >= 500) throw new GatewayError({ kind: 'upstream_error', status: answer.status });
+  if (answer.status >= 400) throw new UpstreamRefusal(answer.status, answer.contentType, answer.retryAfter, answer.body);
+  if (answer.status < 200 || answer.status >= 300) throw new GatewayError({ kind: 'upstream_error', status: answer.status });
+  try {
+    return decodeExportResponse(signal, encoding, answer.body);
+  } catch {
+    // The collector accepted the data; an unreadable answer must not make the client send it again.
+    return undefined;
+  }
+}
+
+/** The collector's own 4xx, passed on as it came (SPEC §6). */
+export class UpstreamRefusal extends Error {
+  constructor(
+    readonly status: number,
+    readonly contentType: string | undefined,
+    readonly retryAfter: string | undefined,
+    readonly body: Buffer,
+  ) {
+    super(`collector answered ${status}`);
+  }
+}
+
+async function orUnavailable<T>(operation: () => Promise<T>): Promise<T> {
+  try {
+    return await operation();
+  } catch (error) {
+    if (error instanceof StoreUnavailableError) throw new GatewayError({ kind: 'store_unavailable', retryAfterSeconds: 5 });
+    throw error;
+  }
+}

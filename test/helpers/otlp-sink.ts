@@ -1,0 +1,166 @@
+import { createServer, IncomingMessage, Server, ServerResponse } from 'node:http';
+import { Socket } from 'node:net';
+import { join } from 'node:path';
+import * as protobuf from 'protobufjs';
+import { freePort } from './ports';
+
+/**
+ * A stand-in OpenTelemetry Collector: decodes OTLP/HTTP exports on its own (protobufjs with the
+ * OTLP schema, or JSON) and answers as the test says. No Collector binary can be fetched here;
+ * what this proves is what reached the collector, byte for byte decoded independently of the gateway.
+ */
+const root = protobuf.loadSync(join(__dirname, '..', '..', 'src', 'otlp-gateway', 'proto', 'otlp.proto'));
+const REQUEST_TYPES = {
+  traces: root.lookupType('otlp.ExportTraceServiceRequest'),
+  metrics: root.lookupType('otlp.ExportMetricsServiceRequest'),
+  logs: root.lookupType('otlp.ExportLogsServiceRequest'),
+};
+
+export type AttributeValue = string | number | boolean | undefined;
+
+export interface ReceivedSpan {
+  readonly traceId: string;
+  readonly spanId: string;
+  readonly parentSpanId: string;
+  readonly name: string;
+  readonly resource: Record<string, AttributeValue>;
+  /** Every occurrence of each resource attribute key, to catch appended duplicates. */
+  readonly resourceKeys: string[];
+}
+
+export interface ReceivedExport {
+  readonly signal: 'traces' | 'metrics' | 'logs';
+  readonly contentType: string;
+  readonly headers: IncomingMessage['headers'];
+  /** Resource attributes of each resource in the export. */
+  readonly resources: Array<Record<string, AttributeValue>>;
+  readonly spans: ReceivedSpan[];
+}
+
+export type SinkAnswer = 'ok' | 'hang' | number | { rejectedSpans: number; errorMessage: string };
+
+export interface OtlpSink {
+  readonly url: string;
+  readonly exports: ReceivedExport[];
+  spans(): ReceivedSpan[];
+  answerWith(answer: SinkAnswer): void;
+  stop(): Promise<void>;
+  start(): Promise<void>;
+}
+
+type Decoded = Record<string, unknown>;
+const hex = (value: unknown) => (typeof value === 'string' ? value : Buffer.from((value as Uint8Array | undefined) ?? []).toString('hex'));
+
+function anyValue(value: Decoded | undefined): AttributeValue {
+  if (value === undefined) return undefined;
+  const camel = (key: string) => value[key] ?? value[key.replace(/_([a-z])/g, (_, c: string) => c.toUpperCase())];
+  const found = camel('string_value') ?? camel('int_value') ?? camel('bool_value') ?? camel('double_value');
+  return typeof found === 'string' && /^-?\d+$/.test(found) && camel('int_value') !== undefined ? Number(found) : (found as AttributeValue);
+}
+
+function attributes(list: Decoded[] | undefined): { map: Record<string, AttributeValue>; keys: string[] } {
+  const map: Record<string, AttributeValue> = {};
+  const keys: string[] = [];
+  for (const attribute of list ?? []) {
+    keys.push(attribute.key as string);
+    map[attribute.key as string] = anyValue(attribute.value as Decoded);
+  }
+  return { map, keys };
+}
+
+function decode(signal: ReceivedExport['signal'], contentType: string, body: Buffer): Decoded {
+  if (contentType.startsWith('application/json')) return JSON.parse(body.toString('utf8')) as Decoded;
+  const type = REQUEST_TYPES[signal];
+  return type.toObject(type.decode(body), { longs: String, defaults: false }) as Decoded;
+}
+
+function summarize(signal: ReceivedExport['signal'], contentType: string, headers: IncomingMessage['headers'], body: Buffer): ReceivedExport {
+  const request = decode(signal, contentType, body);
+  const top = (request.resourceSpans ?? request.resource_spans ?? request.resourceMetrics ?? request.resourceLogs ?? []) as Decoded[];
+  const resources: Array<Record<string, AttributeValue>> = [];
+  const spans: ReceivedSpan[] = [];
+  for (const resourceEntry of top) {
+    const { map, keys } = attributes((resourceEntry.resource as Decoded | undefined)?.attributes as Decoded[] | undefined);
+    resources.push(map);
+    for (const scope of (resourceEntry.scopeSpans ?? resourceEntry.scope_spans ?? []) as Decoded[]) {
+      for (const span of (scope.spans ?? []) as Decoded[]) {
+        spans.push({
+          traceId: hex(span.traceId ?? span.trace_id).toLowerCase(),
+          spanId: hex(span.spanId ?? span.span_id).toLowerCase(),
+          parentSpanId: hex(span.parentSpanId ?? span.parent_span_id).toLowerCase(),
+          name: span.name as string,
+          resource: map,
+          resourceKeys: keys,
+        });
+      }
+    }
+  }
+  return { signal, contentType, headers, resources, spans };
+}
+
+export async function startOtlpSink(): Promise<OtlpSink> {
+  const port = await freePort();
+  const exports: ReceivedExport[] = [];
+  let answer: SinkAnswer = 'ok';
+  let server: Server | undefined;
+  const sockets = new Set<Socket>();
+
+  const handle = (request: IncomingMessage, response: ServerResponse) => {
+    const chunks: Buffer[] = [];
+    request.on('data', (chunk: Buffer) => chunks.push(chunk));
+    request.on('end', () => {
+      const signal = (request.url ?? '').replace('/v1/', '') as ReceivedExport['signal'];
+      if (request.method !== 'POST' || !(signal in REQUEST_TYPES)) {
+        response.writeHead(404).end();
+        return;
+      }
+      if (answer === 'hang') return;
+      const contentType = request.headers['content-type'] ?? '';
+      if (typeof answer === 'number') {
+        // As a collector does: a google.rpc.Status in the request's encoding.
+        const status = { code: answer >= 500 ? 14 : 3, message: `sink answers ${answer}` };
+        const type = root.lookupType('otlp.RpcStatus');
+        const body = contentType.startsWith('application/json') ? JSON.stringify(status) : Buffer.from(type.encode(type.fromObject(status)).finish());
+        response.writeHead(answer, { 'content-type': contentType }).end(body);
+        return;
+      }
+      exports.push(summarize(signal, contentType, request.headers, Buffer.concat(chunks)));
+      const partial = typeof answer === 'object' ? answer : undefined;
+      if (contentType.startsWith('application/json')) {
+        const body = partial ? { partialSuccess: { rejectedSpans: String(partial.rejectedSpans), errorMessage: partial.errorMessage } } : {};
+        response.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(body));
+      } else {
+        const type = root.lookupType('otlp.ExportTraceServiceResponse');
+        const body = partial ? type.encode(type.fromObject({ partialSuccess: { rejectedSpans: partial.rejectedSpans, errorMessage: partial.errorMessage } })).finish() : new Uint8Array();
+        response.writeHead(200, { 'content-type': 'application/x-protobuf' }).end(Buffer.from(body));
+      }
+    });
+  };
+
+  const start = () =>
+    new Promise<void>((resolve) => {
+      server = createServer(handle);
+      server.on('connection', (socket) => {
+        sockets.add(socket);
+        socket.on('close', () => sockets.delete(socket));
+      });
+      server.listen(port, '127.0.0.1', () => resolve());
+    });
+  const stop = () =>
+    new Promise<void>((resolve) => {
+      for (const socket of sockets) socket.destroy();
+      if (server === undefined) return resolve();
+      server.close(() => resolve());
+      server = undefined;
+    });
+
+  await start();
+  return {
+    url: `http://127.0.0.1:${port}`,
+    exports,
+    spans: () => exports.flatMap((received) => received.spans),
+    answerWith: (next) => (answer = next),
+    stop,
+    start,
+  };
+}
