@@ -1,11 +1,10 @@
 import fastify, { FastifyBaseLogger, FastifyInstance, FastifyReply, FastifyRequest, LogController } from 'fastify';
-import { randomUUID } from 'node:crypto';
 import { promisify } from 'node:util';
 import { gunzip } from 'node:zlib';
 import type { Logger } from 'pino';
 import { AppConfig } from '../config/app-config';
 import { GrantStore, StoreUnavailableError } from '../grants/grant';
-import { requestScope } from '../observability/logger';
+import { addRequestHooks, requestIdOf } from '../observability/request-hooks';
 import { DecisionCache } from './decision-cache';
 import { GatewayDecision } from './gateway-auth';
 import { GatewayMetrics } from './gateway-metrics';
@@ -20,7 +19,6 @@ const inflate = promisify(gunzip);
 const SIGNALS: readonly OtlpSignal[] = ['traces', 'metrics', 'logs'];
 const CONTENT_TYPES: Record<OtlpEncoding, string> = { protobuf: 'application/x-protobuf', json: 'application/json' };
 const BEARER = /^Bearer\s+(\S+)\s*$/i;
-const REQUEST_ID_HEADER = 'x-request-id';
 /** A span quota lives at least this long even for a grant about to end (clock skew between replicas). */
 const MIN_QUOTA_TTL_MS = 60_000;
 
@@ -59,10 +57,7 @@ export function buildGatewayServer(deps: GatewayDependencies): FastifyInstance {
     loggerInstance: logger as unknown as FastifyBaseLogger,
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: config.GATEWAY_MAX_WIRE_BYTES,
-    genReqId: (request) => {
-      const header = request.headers[REQUEST_ID_HEADER];
-      return typeof header === 'string' && /^[A-Za-z0-9._:-]{1,128}$/.test(header) ? header : randomUUID();
-    },
+    genReqId: requestIdOf,
   });
 
   // Bodies stay bytes: the payload core edits them in place, whatever the media type. Unknown media
@@ -70,18 +65,7 @@ export function buildGatewayServer(deps: GatewayDependencies): FastifyInstance {
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, body, done) => done(null, body));
 
-  app.addHook('onRequest', (request, reply, done) => {
-    requestScope.enterWith({ requestId: String(request.id) });
-    void reply.header(REQUEST_ID_HEADER, request.id);
-    done();
-  });
-  app.addHook('onResponse', (request, reply, done) => {
-    logger.info(
-      { method: request.method, url: request.url, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 100) / 100 },
-      'request completed',
-    );
-    done();
-  });
+  addRequestHooks(app, logger);
 
   const sendFailure = (reply: FastifyReply, encoding: OtlpEncoding, failure: GatewayFailure) => {
     const answer = otlpErrorAnswer(failure);

@@ -1,0 +1,35 @@
+import type { FastifyInstance } from 'fastify';
+import { randomUUID } from 'node:crypto';
+import type { IncomingMessage } from 'node:http';
+import type { Logger } from 'pino';
+import { requestScope } from './logger';
+
+export const REQUEST_ID_HEADER = 'x-request-id';
+/** A caller's request id is kept when it is plausible, so GitLab's correlation id follows the call. */
+const ACCEPTABLE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+
+/** Fastify's `genReqId` for both ports. */
+export function requestIdOf(request: IncomingMessage): string {
+  const header = request.headers[REQUEST_ID_HEADER];
+  return typeof header === 'string' && ACCEPTABLE_REQUEST_ID.test(header) ? header : randomUUID();
+}
+
+/**
+ * Puts the request id on the response and on every log line written while serving the request, and
+ * writes one line per request after it is answered: method, route, status, duration; never headers
+ * or bodies (SPEC §8). The root logger's mixin adds the request id, so request.log is not used.
+ */
+export function addRequestHooks(app: FastifyInstance, logger: Logger): void {
+  app.addHook('onRequest', (request, reply, done) => {
+    requestScope.enterWith({ requestId: String(request.id) });
+    void reply.header(REQUEST_ID_HEADER, request.id);
+    done();
+  });
+  app.addHook('onResponse', (request, reply, done) => {
+    logger.info(
+      { method: request.method, url: request.url, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 100) / 100 },
+      'request completed',
+    );
+    done();
+  });
+}
