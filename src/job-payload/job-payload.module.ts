@@ -1,6 +1,6 @@
 import { Module } from '@nestjs/common';
-import { JobPayloadController } from './job-payload.controller';
+import { JobPayloadRoute } from './job-payload.route';
 import { JobPayloadService } from './job-payload.service';
 
-@Module({ controllers: [JobPayloadController], providers: [JobPayloadService] })
+@Module({ providers: [JobPayloadService, JobPayloadRoute] })
 export class JobPayloadModule {}

@@ -1,4 +1,5 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
+import { LRUCache } from 'lru-cache';
 import { AppConfig } from '../config/app-config';
 import { APP_CONFIG, SECRETS } from '../config/config.constants';
 import { Secrets } from '../config/secrets';
@@ -7,8 +8,8 @@ import { Grant, GrantStore } from '../grants/grant';
 import { GRANT_STORE } from '../grants/grants.constants';
 import { tokenDigest } from '../grants/token-digest';
 import { MetricsService } from '../observability/metrics.service';
-import { mintTraceContext, TraceContext } from '../trace-context/trace-context';
-import { JobPayload, JobPayloadRequest } from './dto/job-payload-request.dto';
+import { spanIdFor, TraceContext, traceContextOf, traceIdFor } from '../trace-context/trace-context';
+import { JobPayload, JobPayloadRequest } from './job-payload-request';
 
 export type TelemetryReason = 'enabled' | 'flag_disabled' | 'not_sampled' | 'runner_unsupported' | 'degraded';
 
@@ -41,12 +42,16 @@ export interface DecoratedJobPayload {
 }
 
 const TRACE_VARIABLES = new Set(['TRACEPARENT', 'TRACESTATE']);
+/** Root pipelines whose trace id is kept: every job of a pipeline asks for the same one (~100 bytes each). */
+const TRACE_ID_CACHE_SIZE = 10_000;
 
 @Injectable()
 export class JobPayloadService {
   private readonly logger = new Logger(JobPayloadService.name);
   private readonly hostedRunnerTypes: ReadonlySet<string>;
   private readonly hostedRunnerIds: ReadonlySet<number>;
+  /** Trace id by root pipeline id: a pure function of the two, so a kept one is always the right one. */
+  private readonly traceIds = new LRUCache<number, string>({ max: TRACE_ID_CACHE_SIZE });
 
   constructor(
     @Inject(APP_CONFIG) private readonly config: AppConfig,
@@ -85,11 +90,7 @@ export class JobPayloadService {
     });
     if (!flagged) return off('flag_disabled');
 
-    const context = mintTraceContext(
-      this.secrets.traceKey,
-      { jobId: job.id, rootPipelineId: job.root_pipeline_id },
-      this.flags.samplingPercent(),
-    );
+    const context = traceContextOf(this.traceIdFor(job.root_pipeline_id), spanIdFor(this.secrets.traceKey, job.id), this.flags.samplingPercent());
     if (!context.sampled) return off('not_sampled');
 
     const hosted = this.hostedRunnerTypes.has(runner.runner_type) || this.hostedRunnerIds.has(runner.id);
@@ -122,6 +123,15 @@ export class JobPayloadService {
         expires_at: new Date(grant.expiresAt).toISOString(),
       },
     };
+  }
+
+  private traceIdFor(rootPipelineId: number): string {
+    let traceId = this.traceIds.get(rootPipelineId);
+    if (traceId === undefined) {
+      traceId = traceIdFor(this.secrets.traceKey, rootPipelineId);
+      this.traceIds.set(rootPipelineId, traceId);
+    }
+    return traceId;
   }
 
   private runnerSupportsTracing(features: Record<string, unknown> | undefined): boolean {

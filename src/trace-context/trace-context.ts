@@ -86,8 +86,11 @@ export function mintTraceContext(
   job: { readonly jobId: number; readonly rootPipelineId: number },
   samplingPercent: number,
 ): TraceContext {
-  const traceId = traceIdFor(traceKey, job.rootPipelineId);
-  const spanParentId = spanIdFor(traceKey, job.jobId);
+  return traceContextOf(traceIdFor(traceKey, job.rootPipelineId), spanIdFor(traceKey, job.jobId), samplingPercent);
+}
+
+/** The context for ids already derived (`traceIdFor`, `spanIdFor`), for callers that keep trace ids per pipeline. */
+export function traceContextOf(traceId: string, spanParentId: string, samplingPercent: number): TraceContext {
   const tracestate = tracestateFor(samplingPercent);
   return {
     traceId,

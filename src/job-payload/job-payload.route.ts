@@ -1,0 +1,69 @@
+import { Inject, Injectable, Logger, OnModuleInit } from '@nestjs/common';
+import { HttpAdapterHost } from '@nestjs/core';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { sendError } from '../observability/http-error';
+import { INTERNAL_API_HEADER, InternalApiTokenVerifier } from '../token-auth/internal-api-token';
+import { INTERNAL_API_VERIFIER } from '../token-auth/token-auth.constants';
+import { parseJobPayloadRequest } from './job-payload-request';
+import { DecoratedJobPayload, JobPayloadService } from './job-payload.service';
+
+export const JOB_PAYLOAD_PATH = '/internal/ci/telemetry/job_payload';
+
+/**
+ * `POST /internal/ci/telemetry/job_payload` (SPEC §4) as a plain Fastify route. GitLab calls it on
+ * every job pickup, and Nest's per-request machinery (guard, pipe, parameter resolution) with
+ * class-validator cost about 400 µs of CPU per request, as much as the decorator itself: measured
+ * with bench/job-payload.bench.ts. DI still wires it; the handler is one call to JobPayloadService.
+ *
+ * Errors keep the internal API's one shape (`{ error, request_id }`, 400s with `fields`); Fastify's
+ * own errors (malformed JSON, 413 over BODY_LIMIT_BYTES) still go through AllExceptionsFilter.
+ */
+@Injectable()
+export class JobPayloadRoute implements OnModuleInit {
+  private readonly logger = new Logger(JobPayloadRoute.name);
+
+  constructor(
+    private readonly adapterHost: HttpAdapterHost,
+    @Inject(INTERNAL_API_VERIFIER) private readonly verifier: InternalApiTokenVerifier,
+    private readonly jobPayloads: JobPayloadService,
+  ) {}
+
+  onModuleInit(): void {
+    const fastify = this.adapterHost.httpAdapter.getInstance<FastifyInstance>();
+    fastify.route({
+      method: 'POST',
+      url: JOB_PAYLOAD_PATH,
+      // Before the body is read: an unauthenticated caller never gets up to 8 MiB parsed.
+      onRequest: (request, reply) => this.authenticate(request, reply),
+      handler: (request, reply) => this.decorate(request, reply),
+    });
+    this.logger.log(`Mapped {${JOB_PAYLOAD_PATH}, POST} route (plain Fastify)`);
+  }
+
+  /** The internal-API JWT (SPEC §3), with the same answers as InternalApiGuard on the Nest routes. */
+  private async authenticate(request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply | undefined> {
+    const header = request.headers[INTERNAL_API_HEADER];
+    if (typeof header !== 'string' || header.length === 0) {
+      sendError(request, reply, 401, `missing ${INTERNAL_API_HEADER} header`);
+      return reply;
+    }
+    try {
+      await this.verifier.verify(header);
+    } catch {
+      // Which check failed is not the caller's business: one answer for forged, expired, stale and foreign.
+      sendError(request, reply, 401, `invalid ${INTERNAL_API_HEADER} token`);
+      return reply;
+    }
+    return undefined;
+  }
+
+  private async decorate(request: FastifyRequest, reply: FastifyReply): Promise<DecoratedJobPayload | FastifyReply> {
+    const parsed = parseJobPayloadRequest(request.body);
+    if (parsed.problems !== undefined) {
+      const error = `invalid request: ${parsed.problems.flatMap((problem) => problem.problems).join('; ')}`;
+      sendError(request, reply, 400, error, { fields: parsed.problems });
+      return reply;
+    }
+    return this.jobPayloads.decorate(parsed.request);
+  }
+}
