@@ -60,8 +60,22 @@ export function redisOptions(commandTimeoutMs: number): RedisOptions {
   };
 }
 
+/** The store's Lua scripts as ioredis commands: sent by SHA (EVALSHA) after the first use, not as text. */
+interface ScriptCommands {
+  cjtHitRateWindow(key: string, windowMs: string): Promise<[number, number]>;
+  cjtRevokeGrant(grantKey: string, revokedKey: string, revokedAt: string): Promise<string | null>;
+  cjtReserveQuota(key: string, wanted: string, limit: string, ttlMs: string): Promise<number>;
+}
+
 export class RedisGrantStore implements GrantStore {
-  constructor(private readonly redis: Redis) {}
+  private readonly scripts: ScriptCommands;
+
+  constructor(private readonly redis: Redis) {
+    redis.defineCommand('cjtHitRateWindow', { numberOfKeys: 1, lua: HIT_RATE_WINDOW });
+    redis.defineCommand('cjtRevokeGrant', { numberOfKeys: 2, lua: REVOKE_GRANT });
+    redis.defineCommand('cjtReserveQuota', { numberOfKeys: 1, lua: RESERVE_QUOTA });
+    this.scripts = redis as unknown as ScriptCommands;
+  }
 
   /**
    * Connects, waiting at most `startWaitMs` for the first connection so the first pickups after a
@@ -114,18 +128,18 @@ export class RedisGrantStore implements GrantStore {
   }
 
   async revokeGrant(jobId: number, revokedAt: number): Promise<Grant | null> {
-    const revoked = await this.guard(() => this.redis.eval(REVOKE_GRANT, 2, GRANT_KEY(jobId), REVOKED_KEY(jobId), String(revokedAt)));
+    const revoked = await this.guard(() => this.scripts.cjtRevokeGrant(GRANT_KEY(jobId), REVOKED_KEY(jobId), String(revokedAt)));
     return revoked === null ? null : this.findGrant(jobId);
   }
 
   async hitRateWindow(key: string, limit: number, windowMs: number): Promise<RateWindow> {
-    const [count, ttl] = (await this.guard(() => this.redis.eval(HIT_RATE_WINDOW, 1, RATE_KEY(key), String(windowMs)))) as [number, number];
+    const [count, ttl] = await this.guard(() => this.scripts.cjtHitRateWindow(RATE_KEY(key), String(windowMs)));
     return { allowed: count <= limit, resetInMs: ttl };
   }
 
   async reserveQuota(key: string, wanted: number, limit: number, ttlMs: number): Promise<number> {
     const granted = await this.guard(() =>
-      this.redis.eval(RESERVE_QUOTA, 1, QUOTA_KEY(key), String(wanted), String(limit), String(Math.max(1, Math.round(ttlMs)))),
+      this.scripts.cjtReserveQuota(QUOTA_KEY(key), String(wanted), String(limit), String(Math.max(1, Math.round(ttlMs)))),
     );
     return Number(granted);
   }

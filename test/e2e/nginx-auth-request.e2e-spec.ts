@@ -27,7 +27,7 @@ describe('nginx auth_request in front of an OTLP endpoint', () => {
       JOB_TOKEN_JWKS_FILE: keys.jwksFile,
       AUTH_CALLER_KEY_DIGESTS: callerKeyDigest(callerKey),
     });
-    nginx = await startNginx(EXAMPLE, { OTLP_UPSTREAM: sink.url, CONTROL_URL: service.url, CALLER_KEY: callerKey });
+    nginx = await startNginx(EXAMPLE, { OTLP_UPSTREAM: new URL(sink.url).host, CONTROL_UPSTREAM: new URL(service.url).host, CALLER_KEY: callerKey });
 
     const pickup = await fetch(`${service.url}/internal/ci/telemetry/job_payload`, {
       method: 'POST',
@@ -55,6 +55,17 @@ describe('nginx auth_request in front of an OTLP endpoint', () => {
     expect(forwarded.body.toString()).toBe(OTLP_BODY);
     expect(forwarded.headers.authorization).toBeUndefined();
     expect(forwarded.headers['runner-token']).toBeUndefined();
+  });
+
+  it('passes a large export (over nginx default 16 KiB body buffer) intact', async () => {
+    const large = JSON.stringify({ resourceSpans: [{ resource: { attributes: [{ key: 'pad', value: { stringValue: 'x'.repeat(512 * 1024) } }] } }] });
+    const response = await fetch(`${nginx.url}/v1/traces`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${await keys.sign(4001)}`, 'runner-token': RUNNER_TOKEN },
+      body: large,
+    });
+    expect(response.status).toBe(200);
+    expect(sink.received.at(-1)!.body.toString()).toBe(large);
   });
 
   it('answers 401 for bad tokens and forwards nothing', async () => {

@@ -1,0 +1,602 @@
+/**
+ * OTLP gateway throughput (SPEC §6): the same protobuf trace export sent
+ *   direct   straight to an OTLP/HTTP sink (the baseline: reads the body, answers 200 with the empty
+ *            all-accepted response, decodes nothing; its own process),
+ *   gateway  through the built service's gateway port (ROLE=all: auth with the decision cache, per-runner
+ *            rate window and span quota in redis, trace binding and identity stamping, forwarding),
+ *   nginx    through nginx with the repository's deploy/nginx/ci-job-telemetry-auth.conf (auth_request to
+ *            the same service's auth endpoint with a caller key on every export, proxy to the same sink),
+ * plus a gzip variant of the export for direct and gateway.
+ *
+ * Run from the repository root (needs redis-server and nginx; the service is the BUILT one, dist/main.js,
+ * so build it first; the bench builds itself, incrementally, into node_modules/.cache):
+ *
+ *   npm run -s build && npx tsc -p bench/otlp-gateway.tsconfig.json && node node_modules/.cache/otlp-gateway-bench/bench/otlp-gateway.bench.js
+ *
+ * Options: --targets direct,gateway,nginx  --variants protobuf,gzip  --rounds 3  --round-seconds 5
+ *          --warmup-seconds 2  --connections 16  --spans 100  --attributes 10
+ *          --cpu-prof (profiles the service, prints its busiest functions and keeps the .cpuprofile)
+ *          experiments: --store memory (no redis: what the store's round trips cost)
+ *                       --service-env NAME=VALUE, repeatable (e.g. LOG_LEVEL=warn: what the access log costs)
+ *
+ * The machine is shared and noisy, so only ratios against the baseline measured in the same run mean
+ * anything: rounds alternate the targets (order rotated each round, so drift hits all alike) and medians
+ * are compared. Everything runs on the same few cores (load generator, sink, service, redis, nginx), so
+ * the least noisy figure is CPU per request of each process, read from /proc/<pid>/stat (10 ms ticks)
+ * around each round ("(sys)": the service's kernel share of it); "total" adds them up, which is what a
+ * request costs the machine. The sink's "conn/req" shows who reuses connections to the collector.
+ * Exits 1 if any request was not answered 2xx, any span was rejected, or the sink did not receive what
+ * was answered 2xx.
+ *
+ * Production-like: dist/main.js as operators run it, LOG_LEVEL info with stdout to a file (every export pays
+ * for its access-log line), redis store, a JWT job token checked against a JWKS file, a grant made through
+ * the job_payload endpoint. Only the span quota (SPANS_PER_JOB) and the per-runner rate limits
+ * (GATEWAY_RUNNER_RATE_LIMIT, and RUNNER_RATE_LIMIT of the auth endpoint nginx asks) are raised, so that
+ * one job can be replayed for the whole run.
+ */
+import autocannon from 'autocannon';
+import { ChildProcess, spawn } from 'node:child_process';
+import { chmodSync, closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { cpus, loadavg, tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { parseArgs } from 'node:util';
+import { gzipSync } from 'node:zlib';
+import { callerKeyDigest, generateCallerKey } from '../src/token-auth/caller-keys';
+import { jobPayloadRequest, RUNNER_TOKEN } from '../test/fixtures/job-payload';
+import { internalApiHeaders, makeSecretFiles, SecretFiles } from '../test/helpers/internal-api';
+import { makeGitLabKeys } from '../test/helpers/job-tokens';
+import { NginxServer, startNginx } from '../test/helpers/nginx';
+import { freePort, waitFor } from '../test/helpers/ports';
+import { RedisServer, startRedis } from '../test/helpers/redis';
+import { summarizeCpuProfile } from './lib/cpu-profile-summary';
+import { median } from './lib/percentiles';
+import { childPids, procCpuMicros, procCpuTimes } from './lib/proc-cpu';
+import { describeExport, otlpTypes, traceExport } from './otlp-gateway.payload';
+import type { SinkStats } from './otlp-gateway.sink';
+
+type Target = 'direct' | 'gateway' | 'nginx';
+type Variant = 'protobuf' | 'gzip';
+type Component = 'generator' | 'service' | 'sink' | 'redis' | 'nginx';
+/** The service's kernel time apart: syscalls, and on loopback the receiving side's TCP work too. */
+type Measured = Component | 'serviceSystem';
+const COMPONENTS: readonly Component[] = ['generator', 'service', 'sink', 'redis', 'nginx'];
+const ALL_TARGETS: readonly Target[] = ['direct', 'gateway', 'nginx'];
+/** nginx only sees the wire bytes, so its gzip figure would say nothing new. */
+const GZIP_TARGETS: readonly Target[] = ['direct', 'gateway'];
+const JOB_ID = 7_300_001;
+const EXPORT_PATH = '/v1/traces';
+
+const { values: args } = parseArgs({
+  options: {
+    targets: { type: 'string', default: ALL_TARGETS.join(',') },
+    variants: { type: 'string', default: 'protobuf,gzip' },
+    rounds: { type: 'string', default: '3' },
+    'round-seconds': { type: 'string', default: '5' },
+    'warmup-seconds': { type: 'string', default: '2' },
+    connections: { type: 'string', default: '16' },
+    spans: { type: 'string', default: '100' },
+    attributes: { type: 'string', default: '10' },
+    'cpu-prof': { type: 'boolean', default: false },
+    store: { type: 'string', default: 'redis' },
+    'service-env': { type: 'string', multiple: true, default: [] },
+  },
+});
+const options = {
+  targets: args.targets.split(',').map((target) => target.trim()) as Target[],
+  variants: args.variants.split(',').map((variant) => variant.trim()) as Variant[],
+  rounds: Number(args.rounds),
+  roundSeconds: Number(args['round-seconds']),
+  warmupSeconds: Number(args['warmup-seconds']),
+  connections: Number(args.connections),
+  spans: Number(args.spans),
+  attributes: Number(args.attributes),
+  cpuProf: args['cpu-prof'],
+  store: args.store as 'redis' | 'memory',
+  /** Experiments, e.g. --service-env LOG_LEVEL=warn: what the gateway would gain without its access log. */
+  serviceEnv: Object.fromEntries(args['service-env'].map((pair) => [pair.slice(0, pair.indexOf('=')), pair.slice(pair.indexOf('=') + 1)])),
+};
+if (options.store !== 'redis' && options.store !== 'memory') throw new Error(`unknown store ${options.store}`);
+for (const target of options.targets) if (!ALL_TARGETS.includes(target)) throw new Error(`unknown target ${target}`);
+for (const variant of options.variants) if (variant !== 'protobuf' && variant !== 'gzip') throw new Error(`unknown variant ${variant}`);
+
+const targetsOf = (variant: Variant) => options.targets.filter((target) => variant === 'protobuf' || GZIP_TARGETS.includes(target));
+
+/** One load run against one target. CPU figures are µs per answered request, NaN when not measured. */
+interface RunStats {
+  readonly ok: number;
+  readonly non2xx: number;
+  readonly errors: number;
+  readonly reqPerSec: number;
+  readonly cpuPerRequest: Record<Measured, number>;
+  /** Share of one core the load generator (this process) used: near 100 % means it, not the target, was the limit. */
+  readonly generatorCpuShare: number;
+  readonly sink: { readonly requests: number; readonly bytes: number; readonly connections: number };
+}
+
+const failures: string[] = [];
+
+function repositoryRoot(from: string): string {
+  for (let dir = from; dir !== dirname(dir); dir = dirname(dir)) {
+    const manifest = join(dir, 'package.json');
+    if (existsSync(manifest) && (JSON.parse(readFileSync(manifest, 'utf8')) as { name?: string }).name === 'ci-job-telemetry') return dir;
+  }
+  throw new Error(`no ci-job-telemetry package.json above ${from}`);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Processes
+
+interface Sink {
+  readonly origin: string;
+  readonly pid: number;
+  stats(): Promise<SinkStats>;
+  last(): Promise<{ contentType: string; contentEncoding: string; body: Buffer }>;
+  stop(): Promise<void>;
+}
+
+function exitOf(child: ChildProcess): Promise<void> {
+  return child.exitCode !== null || child.signalCode !== null ? Promise.resolve() : new Promise((resolve) => child.once('exit', () => resolve()));
+}
+
+async function stopChild(child: ChildProcess, signal: NodeJS.Signals, graceMs: number): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = exitOf(child);
+  child.kill(signal);
+  const killer = setTimeout(() => child.kill('SIGKILL'), graceMs);
+  await exited;
+  clearTimeout(killer);
+}
+
+async function startSink(script: string): Promise<Sink> {
+  let stderr = '';
+  const child = spawn(process.execPath, [script], { env: { PATH: process.env.PATH }, stdio: ['ignore', 'ignore', 'pipe', 'ipc'] });
+  child.stderr?.on('data', (chunk: Buffer) => (stderr = (stderr + chunk.toString()).slice(-4000)));
+  const port = await new Promise<number>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`sink did not start: ${stderr}`)), 10_000);
+    child.once('message', (message: { type: string; port: number }) => {
+      clearTimeout(timer);
+      resolve(message.port);
+    });
+    child.once('exit', (code) => reject(new Error(`sink exited (${code}): ${stderr}`)));
+  });
+  const origin = `http://127.0.0.1:${port}`;
+  return {
+    origin,
+    pid: child.pid!,
+    stats: async () => (await (await fetch(`${origin}/-/stats`)).json()) as SinkStats,
+    last: async () => {
+      const response = await fetch(`${origin}/-/last`);
+      return {
+        contentType: response.headers.get('x-received-content-type') ?? '',
+        contentEncoding: response.headers.get('x-received-content-encoding') ?? '',
+        body: Buffer.from(await response.arrayBuffer()),
+      };
+    },
+    stop: () => stopChild(child, 'SIGTERM', 5000),
+  };
+}
+
+interface Service {
+  readonly url: string;
+  readonly gatewayUrl: string;
+  readonly pid: number;
+  stop(): Promise<void>;
+}
+
+/**
+ * dist/main.js as its own process, stdout (pino's synchronous writes) into a file as a container runtime
+ * would take it. Stopped with SIGTERM, so its graceful shutdown runs and `--cpu-prof` gets written.
+ */
+async function startBuiltService(root: string, env: Record<string, string>, logFile: string, nodeArgs: readonly string[]): Promise<Service> {
+  const main = join(root, 'dist', 'main.js');
+  if (!existsSync(main)) throw new Error('dist/main.js is missing: build the service first (npm run -s build)');
+  const [port, gatewayPort] = [await freePort(), await freePort()];
+  const log = openSync(logFile, 'a');
+  let stderr = '';
+  const child = spawn(process.execPath, [...nodeArgs, main], {
+    cwd: root,
+    env: { PATH: process.env.PATH, HOST: '127.0.0.1', INTERNAL_PORT: String(port), GATEWAY_PORT: String(gatewayPort), ...env },
+    stdio: ['ignore', log, 'pipe'],
+  });
+  closeSync(log);
+  child.stderr?.on('data', (chunk: Buffer) => (stderr = (stderr + chunk.toString()).slice(-4000)));
+  const url = `http://127.0.0.1:${port}`;
+  try {
+    await waitFor(`service on ${url}`, async () => {
+      if (child.exitCode !== null) throw new Error(`exited with ${child.exitCode}: ${stderr} (log: ${logFile})`);
+      return (await fetch(`${url}/-/readiness`)).status === 200 ? true : undefined;
+    });
+  } catch (error) {
+    child.kill('SIGKILL');
+    throw error;
+  }
+  return { url, gatewayUrl: `http://127.0.0.1:${gatewayPort}`, pid: child.pid!, stop: () => stopChild(child, 'SIGTERM', 15_000) };
+}
+
+/** startNginx keeps its prefix to itself: found by the port its configuration listens on. */
+function nginxPrefix(port: number): string | undefined {
+  for (const entry of readdirSync(tmpdir())) {
+    if (!entry.startsWith('cjt-nginx-')) continue;
+    const conf = join(tmpdir(), entry, 'nginx.conf');
+    try {
+      if (new RegExp(`listen ${port};`).test(readFileSync(conf, 'utf8'))) return join(tmpdir(), entry);
+    } catch {
+      // another run's, going away
+    }
+  }
+  return undefined;
+}
+
+function redisPid(): number | undefined {
+  return childPids(process.pid).find((pid) => {
+    try {
+      return readFileSync(`/proc/${pid}/comm`, 'utf8').trim() === 'redis-server';
+    } catch {
+      return false;
+    }
+  });
+}
+
+// ---------------------------------------------------------------------------------------------------
+
+async function metricsText(service: Service): Promise<string> {
+  return (await fetch(`${service.url}/metrics`)).text();
+}
+
+/** `name{labels} value` lines of one metric, keyed by the label set as written. */
+function metricValues(text: string, name: string): Record<string, number> {
+  const values: Record<string, number> = {};
+  for (const match of text.matchAll(new RegExp(`^${name}\\{([^}]*)\\} (\\S+)$`, 'gm'))) values[match[1]] = Number(match[2]);
+  return values;
+}
+
+async function main(): Promise<void> {
+  const root = repositoryRoot(__dirname);
+  const work = mkdtempSync(join(tmpdir(), 'cjt-otlp-gateway-bench-'));
+  const started = performance.now();
+  const stops: Array<() => Promise<void>> = [];
+  const stopAll = async () => {
+    for (const stop of stops.splice(0).reverse()) await stop().catch(() => undefined);
+  };
+
+  const planned = options.variants.reduce((sum, variant) => sum + targetsOf(variant).length * (options.warmupSeconds + options.rounds * options.roundSeconds), 0);
+  // Bounded: a hung target cannot keep the bench (and its child processes) alive.
+  const watchdog = setTimeout(() => {
+    console.error(`\nFAILED: still running ${planned + 90} s after start; stopping`);
+    void stopAll().finally(() => process.exit(1));
+  }, (planned + 90) * 1000);
+  watchdog.unref();
+  process.once('SIGINT', () => void stopAll().finally(() => process.exit(130)));
+
+  const types = otlpTypes(root);
+  const secrets: SecretFiles = makeSecretFiles();
+  const keys = await makeGitLabKeys();
+  const callerKey = generateCallerKey();
+  let redis: RedisServer | undefined;
+  let sink: Sink | undefined;
+  let service: Service | undefined;
+  let nginx: NginxServer | undefined;
+  const reports: Record<Variant, Partial<Record<Target, RunStats[]>>> = { protobuf: {}, gzip: {} };
+  let payloadBytes = 0;
+  let gzipBytes = 0;
+  let counters: { before: string; after: string } | undefined;
+  let logBytes = 0;
+  let totalOk = 0;
+  let nginxErrors = '';
+
+  try {
+    if (options.store === 'redis') {
+      redis = await startRedis();
+      stops.push(() => redis!.stop());
+    }
+    sink = await startSink(join(__dirname, 'otlp-gateway.sink.js'));
+    stops.push(() => sink!.stop());
+    const logFile = join(work, 'service.log');
+    service = await startBuiltService(
+      root,
+      {
+        ROLE: 'all',
+        LOG_LEVEL: 'info',
+        INTERNAL_API_SECRET_FILE: secrets.internalApiSecretFile,
+        TRACE_KEY_FILE: secrets.traceKeyFile,
+        FLAGS_FILE: join(root, 'config', 'flags.json'),
+        ...(redis === undefined ? {} : { REDIS_URL: redis.url }),
+        OTLP_UPSTREAM_URL: sink.origin,
+        JOB_TOKEN_JWKS_FILE: keys.jwksFile,
+        AUTH_CALLER_KEY_DIGESTS: callerKeyDigest(callerKey),
+        SPANS_PER_JOB: String(2_000_000_000),
+        GATEWAY_RUNNER_RATE_LIMIT: String(1_000_000_000),
+        RUNNER_RATE_LIMIT: String(1_000_000_000),
+        ...options.serviceEnv,
+      },
+      logFile,
+      options.cpuProf ? ['--cpu-prof', `--cpu-prof-dir=${join(work, 'profiles')}`] : [],
+    );
+    stops.push(async () => {
+      await service!.stop();
+      logBytes = existsSync(logFile) ? statSync(logFile).size : 0;
+    });
+    if (options.targets.includes('nginx')) {
+      nginx = await startNginx(join(root, 'deploy', 'nginx', 'ci-job-telemetry-auth.conf'), { OTLP_UPSTREAM: new URL(sink.origin).host, CONTROL_UPSTREAM: new URL(service.url).host, CALLER_KEY: callerKey });
+      const prefix = nginxPrefix(nginx.port);
+      // The example leaves client_body_buffer_size at its default (16 KiB on 64-bit), so every export above it
+      // is spooled to client_body_temp_path; startNginx's prefix is mkdtemp's 0700 and a worker started by
+      // root runs as nobody, which then fails every such export (500, turned into 503 by the example). Made
+      // traversable here, as a real nginx's temp path is: the spooling itself is part of what is measured.
+      if (prefix !== undefined) chmodSync(prefix, 0o755);
+      stops.push(async () => {
+        await nginx!.stop();
+        if (prefix === undefined) return;
+        nginxErrors = readFileSync(join(prefix, 'logs', 'error.log'), 'utf8');
+        rmSync(prefix, { recursive: true, force: true });
+      });
+    }
+    const prefix = nginx === undefined ? undefined : nginxPrefix(nginx.port);
+    const nginxMaster = prefix === undefined ? undefined : Number(readFileSync(join(prefix, 'nginx.pid'), 'utf8').trim());
+    const redisProcess = redisPid();
+
+    // The grant, as GitLab's job pickup makes it; the job token as GitLab signs it.
+    const pickup = await fetch(`${service.url}/internal/ci/telemetry/job_payload`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...(await internalApiHeaders(secrets.internalApiSecret)) },
+      body: JSON.stringify(jobPayloadRequest({ job: { id: JOB_ID } })),
+    });
+    const decorated = (await pickup.json()) as { telemetry?: { reason?: string; trace_id?: string } };
+    if (pickup.status !== 200 || decorated.telemetry?.trace_id === undefined) {
+      throw new Error(`job_payload answered ${pickup.status} ${JSON.stringify(decorated.telemetry)}`);
+    }
+    const traceId = decorated.telemetry.trace_id;
+    const jobToken = await keys.sign(JOB_ID, { expiresIn: 3600 });
+
+    const payload = traceExport(types, { traceId, spans: options.spans, attributesPerSpan: options.attributes });
+    const gzipped = gzipSync(payload);
+    payloadBytes = payload.length;
+    gzipBytes = gzipped.length;
+    const bodies: Record<Variant, Buffer> = { protobuf: payload, gzip: gzipped };
+    const headersFor = (variant: Variant): Record<string, string> => ({
+      'content-type': 'application/x-protobuf',
+      authorization: `Bearer ${jobToken}`,
+      'runner-token': RUNNER_TOKEN,
+      ...(variant === 'gzip' ? { 'content-encoding': 'gzip' } : {}),
+    });
+    const origins: Record<Target, string> = { direct: sink.origin, gateway: service.gatewayUrl, nginx: nginx?.url ?? '' };
+
+    console.log('OTLP gateway: protobuf trace exports direct to a sink vs through the gateway vs through nginx auth_request (ratios are the result; absolute numbers are noise)');
+    console.log(
+      `load average ${loadavg().map((load) => load.toFixed(1)).join(' ')} at start · export ${options.spans} spans × ${options.attributes} attributes = ${(payloadBytes / 1024).toFixed(1)} KiB ` +
+        `(gzip ${(gzipBytes / 1024).toFixed(1)} KiB) · ${options.connections} connections · ${options.rounds}×${options.roundSeconds} s alternating rounds per variant · ` +
+        `~${planned} s of load · store ${options.store} · node ${process.version} · ${cpus().length} CPUs` +
+        (Object.keys(options.serviceEnv).length === 0 ? '' : ` · service env ${JSON.stringify(options.serviceEnv)}`),
+    );
+
+    // Smoke: one export each, checked where it landed: a gateway that answers 200 without forwarding would be a cheap lie.
+    for (const variant of options.variants) {
+      for (const target of targetsOf(variant)) {
+        const response = await fetch(origins[target] + EXPORT_PATH, { method: 'POST', headers: headersFor(variant), body: bodies[variant] });
+        const answer = Buffer.from(await response.arrayBuffer());
+        if (response.status !== 200) throw new Error(`${target} ${variant}: smoke export answered ${response.status}: ${answer.toString('utf8', 0, 300)}`);
+        const received = await sink.last();
+        if (target === 'gateway') {
+          const partial = types.response.toObject(types.response.decode(answer)) as { partialSuccess?: unknown };
+          if (partial.partialSuccess !== undefined) throw new Error(`gateway ${variant}: partial success ${JSON.stringify(partial.partialSuccess)}`);
+          const forwarded = describeExport(types, received.body);
+          const identity = forwarded.resources[0] ?? {};
+          if (received.contentEncoding !== '' || forwarded.spans !== options.spans || forwarded.traceIds.join() !== traceId || String(identity['ci.job.id']) !== String(JOB_ID) || String(identity['ci.project.id']) !== '7') {
+            throw new Error(`gateway ${variant}: the sink got ${forwarded.spans} spans in ${forwarded.traceIds.join()} with ${JSON.stringify(identity)} (encoding '${received.contentEncoding}')`);
+          }
+        } else if (!received.body.equals(bodies[variant])) {
+          throw new Error(`${target} ${variant}: the sink did not get the export as sent (${received.body.length} bytes)`);
+        }
+      }
+    }
+    // Auth really is in the path of both: no tokens, no export.
+    for (const target of options.targets.filter((t): t is Exclude<Target, 'direct'> => t !== 'direct')) {
+      const refused = await fetch(origins[target] + EXPORT_PATH, { method: 'POST', headers: { 'content-type': 'application/x-protobuf' }, body: payload });
+      await refused.arrayBuffer();
+      if (refused.status !== 401) throw new Error(`${target}: an export without tokens answered ${refused.status}, not 401`);
+    }
+
+    const cpuNow = (): Record<Measured, number> => {
+      const generator = process.cpuUsage();
+      const serviceCpu = procCpuTimes(service!.pid);
+      const nginxCpu = nginxMaster === undefined ? Number.NaN : [nginxMaster, ...childPids(nginxMaster)].reduce((sum, pid) => sum + procCpuMicros(pid), 0);
+      return {
+        generator: generator.user + generator.system,
+        service: serviceCpu.user + serviceCpu.system,
+        serviceSystem: serviceCpu.system,
+        sink: procCpuMicros(sink!.pid),
+        redis: redisProcess === undefined ? Number.NaN : procCpuMicros(redisProcess),
+        nginx: nginxCpu,
+      };
+    };
+
+    const run = async (target: Target, variant: Variant, seconds: number, label: string): Promise<RunStats> => {
+      const sinkBefore = await sink!.stats();
+      const cpuBefore = cpuNow();
+      const wallBefore = performance.now();
+      const result = await autocannon({
+        url: origins[target] + EXPORT_PATH,
+        method: 'POST',
+        headers: headersFor(variant),
+        body: bodies[variant],
+        connections: options.connections,
+        pipelining: 1,
+        duration: seconds,
+        timeout: 10,
+      });
+      const wallMicros = (performance.now() - wallBefore) * 1000;
+      const cpuAfter = cpuNow();
+      const sinkAfter = await sink!.stats();
+      const answered = result['2xx'] + result.non2xx;
+      const errors = result.errors + result.mismatches; // autocannon counts timeouts in errors too
+      if (result.non2xx > 0 || errors > 0) failures.push(`${label}: ${result.non2xx} non-2xx answers, ${errors} errors/timeouts`);
+      const sinkDelta = { requests: sinkAfter.requests - sinkBefore.requests, bytes: sinkAfter.bytes - sinkBefore.bytes, connections: sinkAfter.connections - sinkBefore.connections };
+      // Requests in flight when autocannon stops are forwarded but not counted, so the sink may see a few more.
+      if (sinkDelta.requests < result['2xx']) failures.push(`${label}: ${result['2xx']} exports answered 2xx but the sink got ${sinkDelta.requests}`);
+      totalOk += target === 'gateway' ? result['2xx'] : 0;
+      const cpuPerRequest = Object.fromEntries(
+        [...COMPONENTS, 'serviceSystem' as const].map((component) => [component, answered === 0 ? Number.NaN : (cpuAfter[component] - cpuBefore[component]) / answered]),
+      ) as Record<Measured, number>;
+      return {
+        ok: result['2xx'],
+        non2xx: result.non2xx,
+        errors,
+        reqPerSec: result['2xx'] / result.duration,
+        cpuPerRequest,
+        generatorCpuShare: (cpuAfter.generator - cpuBefore.generator) / wallMicros,
+        sink: sinkDelta,
+      };
+    };
+
+    counters = { before: await metricsText(service), after: '' };
+    for (const variant of options.variants) {
+      const targets = targetsOf(variant);
+      for (const target of targets) await run(target, variant, options.warmupSeconds, `${target} ${variant} warm-up`);
+      for (let round = 0; round < options.rounds; round++) {
+        const order = targets.map((_, i) => targets[(i + round) % targets.length]);
+        for (const target of order) {
+          const stats = await run(target, variant, options.roundSeconds, `${target} ${variant} round ${round + 1}`);
+          (reports[variant][target] ??= []).push(stats);
+        }
+      }
+    }
+    counters.after = await metricsText(service);
+  } catch (error) {
+    failures.push(String((error as Error).stack ?? error));
+  } finally {
+    await stopAll();
+    clearTimeout(watchdog);
+  }
+
+  printReport(reports, payloadBytes, gzipBytes);
+  if (counters !== undefined && counters.after !== '') checkCounters(counters.before, counters.after, totalOk);
+  console.log(`service log ${(logBytes / 1024 / 1024).toFixed(1)} MiB · total ${((performance.now() - started) / 1000).toFixed(0)} s · load average at end ${loadavg().map((load) => load.toFixed(1)).join(' ')}`);
+
+  const errorLines = nginxErrors.split('\n').filter((line) => line.length > 0);
+  if (errorLines.length > 0) {
+    // e.g. "a client request body is buffered to a temporary file": a cost of the example configuration.
+    const kinds = new Map<string, number>();
+    for (const line of errorLines) {
+      const kind = line.replace(/^\S+ \S+ \[(\w+)\] \d+#\d+: \*?\d* ?/, '[$1] ').replace(/, client: .*$/, '').replace(/\d+/g, 'N');
+      kinds.set(kind, (kinds.get(kind) ?? 0) + 1);
+    }
+    console.log(`nginx error log: ${[...kinds.entries()].map(([kind, count]) => `${count}× ${kind}`).join('; ')}`);
+  }
+  if (options.cpuProf) printProfiles(join(work, 'profiles'), root);
+  else rmSync(work, { recursive: true, force: true });
+  rmSync(secrets.dir, { recursive: true, force: true });
+  rmSync(dirname(keys.jwksFile), { recursive: true, force: true });
+
+  if (failures.length > 0) {
+    console.error(`\nFAILED:\n  ${failures.join('\n  ')}`);
+    process.exitCode = 1;
+  }
+}
+
+/** The gateway's own counters over the measured part: every span accepted, every answer 200. */
+function checkCounters(before: string, after: string, gatewayOk: number): void {
+  const delta = (name: string) => {
+    const was = metricValues(before, name);
+    return Object.fromEntries(Object.entries(metricValues(after, name)).map(([labels, value]) => [labels, value - (was[labels] ?? 0)]));
+  };
+  const items = delta('ci_job_telemetry_gateway_items_total');
+  const requests = delta('ci_job_telemetry_gateway_requests_total');
+  const cache = delta('ci_job_telemetry_gateway_decision_cache_total');
+  const accepted = items['signal="traces",outcome="accepted"'] ?? 0;
+  const rejected = Object.entries(items).filter(([labels, value]) => !labels.includes('outcome="accepted"') && value > 0);
+  const refused = Object.entries(requests).filter(([labels, value]) => !labels.includes('status="200"') && value > 0);
+  if (rejected.length > 0) failures.push(`gateway rejected spans: ${JSON.stringify(Object.fromEntries(rejected))}`);
+  if (refused.length > 0) failures.push(`gateway answered other than 200: ${JSON.stringify(Object.fromEntries(refused))}`);
+  if (accepted < gatewayOk * options.spans) failures.push(`gateway accepted ${accepted} spans for ${gatewayOk} exports of ${options.spans}`);
+  console.log(
+    `checked (gateway counters, measured part): ${accepted} spans accepted for ${gatewayOk} exports counted 2xx, ` +
+      `rejected ${rejected.length === 0 ? 0 : JSON.stringify(Object.fromEntries(rejected))}; decision cache ${JSON.stringify(cache)}`,
+  );
+}
+
+const fixed = (value: number | undefined, digits: number) => (value === undefined || Number.isNaN(value) ? '-' : value.toFixed(digits));
+const ratio = (a: number, b: number) => (b === 0 ? Number.NaN : a / b);
+
+function printReport(reports: Record<Variant, Partial<Record<Target, RunStats[]>>>, payloadBytes: number, gzipBytes: number): void {
+  const medianOf = (runs: RunStats[] | undefined, pick: (run: RunStats) => number) => (runs === undefined || runs.length === 0 ? Number.NaN : median(runs.map(pick)));
+  const header = ['variant', 'target', 'req/s by round', 'median', 'spans/s', 'µs CPU/req: svc', '(sys)', 'sink', 'redis', 'nginx', 'gen', 'total', 'gen CPU', 'sink B/req', 'sink conn/req'];
+  const rows: string[][] = [header];
+  const verdicts: string[] = [];
+  for (const variant of options.variants) {
+    const runs = reports[variant];
+    for (const target of targetsOf(variant)) {
+      const rounds = runs[target];
+      if (rounds === undefined) continue;
+      const cpu = (component: Measured) => medianOf(rounds, (run) => run.cpuPerRequest[component]);
+      const total = medianOf(rounds, (run) => COMPONENTS.reduce((sum, component) => sum + (Number.isNaN(run.cpuPerRequest[component]) ? 0 : run.cpuPerRequest[component]), 0));
+      const reqPerSec = medianOf(rounds, (run) => run.reqPerSec);
+      rows.push([
+        variant,
+        target,
+        rounds.map((run) => fixed(run.reqPerSec, 0)).join(' '),
+        fixed(reqPerSec, 0),
+        fixed(reqPerSec * options.spans, 0),
+        fixed(cpu('service'), 0),
+        fixed(cpu('serviceSystem'), 0),
+        fixed(cpu('sink'), 0),
+        fixed(cpu('redis'), 0),
+        target === 'nginx' ? fixed(cpu('nginx'), 0) : '-',
+        fixed(cpu('generator'), 0),
+        fixed(total, 0),
+        `${fixed(medianOf(rounds, (run) => run.generatorCpuShare * 100), 0)}%`,
+        fixed(medianOf(rounds, (run) => run.sink.bytes / Math.max(1, run.sink.requests)), 0),
+        fixed(medianOf(rounds, (run) => run.sink.connections / Math.max(1, run.sink.requests)), 2),
+      ]);
+    }
+    const pair = (a: Target, b: Target) => {
+      const ra = runs[a];
+      const rb = runs[b];
+      if (ra === undefined || rb === undefined) return undefined;
+      const throughput = ratio(medianOf(ra, (run) => run.reqPerSec), medianOf(rb, (run) => run.reqPerSec));
+      // Per-round ratios (each round ran the targets back to back) show how much of the median ratio is noise.
+      const perRound = ra.map((run, i) => fixed(ratio(run.reqPerSec, rb[i]?.reqPerSec ?? Number.NaN), 2)).join(' ');
+      return `${a}/${b} ${fixed(throughput, 2)} (per round ${perRound})`;
+    };
+    const pairs = [pair('gateway', 'direct'), pair('nginx', 'direct'), pair('gateway', 'nginx')].filter((text) => text !== undefined);
+    if (pairs.length > 0) verdicts.push(`${variant}: throughput ${pairs.join(' · ')}`);
+  }
+  // What gzip costs the gateway, per request, against plain protobuf in the same run.
+  const gatewayPlain = reports.protobuf.gateway;
+  const gatewayGzip = reports.gzip.gateway;
+  if (gatewayPlain !== undefined && gatewayGzip !== undefined) {
+    const svc = (runs: RunStats[]) => median(runs.map((run) => run.cpuPerRequest.service));
+    verdicts.push(
+      `gzip: gateway service CPU/request ×${fixed(ratio(svc(gatewayGzip), svc(gatewayPlain)), 2)} of plain protobuf ` +
+        `(${fixed(svc(gatewayPlain), 0)} → ${fixed(svc(gatewayGzip), 0)} µs); it forwards the export inflated: ` +
+        `${(gzipBytes / 1024).toFixed(1)} KiB in, ${(median(gatewayGzip.map((run) => run.sink.bytes / Math.max(1, run.sink.requests))) / 1024).toFixed(1)} KiB out`,
+    );
+  }
+  const nginxRuns = reports.protobuf.nginx;
+  if (gatewayPlain !== undefined && nginxRuns !== undefined) {
+    const svc = (runs: RunStats[]) => median(runs.map((run) => run.cpuPerRequest.service));
+    verdicts.push(
+      `service CPU/request: gateway (auth cached + quota + enforce + forward) ${fixed(svc(gatewayPlain), 0)} µs vs auth endpoint behind nginx (full auth every export) ${fixed(svc(nginxRuns), 0)} µs`,
+    );
+  }
+  const widths = header.map((_, column) => Math.max(...rows.map((row) => row[column].length)));
+  console.log('');
+  for (const row of rows) console.log(row.map((cell, column) => cell.padEnd(widths[column])).join('  ').trimEnd());
+  console.log('');
+  console.log(`export ${payloadBytes} B (gzip ${gzipBytes} B); "sink B/req" is what reached the collector per export`);
+  for (const verdict of verdicts) console.log(verdict);
+}
+
+function printProfiles(dir: string, root: string): void {
+  if (!existsSync(dir)) return;
+  for (const file of readdirSync(dir).filter((name) => name.endsWith('.cpuprofile'))) {
+    const summary = summarizeCpuProfile(join(dir, file), root, 30);
+    console.log(`\nservice CPU profile ${join(dir, file)}: ${(summary.busyMs / 1000).toFixed(1)} s busy of ${(summary.totalMs / 1000).toFixed(1)} s; busiest functions (self time):`);
+    for (const entry of summary.top) console.log(`  ${(entry.share * 100).toFixed(1).padStart(5)}%  ${entry.selfMs.toFixed(0).padStart(6)} ms  ${entry.frame}`);
+  }
+}
+
+main().catch((error: unknown) => {
+  console.error(error);
+  process.exitCode = 1;
+});
