@@ -161,6 +161,15 @@ export class EnvironmentVariables {
   @Min(0)
   AUTH_DECISION_MAX_AGE_SECONDS = 60;
 
+  /**
+   * Auth decisions the endpoint keeps per process, for their max-age (refusals 5 s), so a gateway
+   * that asks on every export (nginx) costs a store lookup once per window. 0 turns it off.
+   */
+  @Transform(toInt)
+  @IsInt()
+  @Min(0)
+  AUTH_DECISION_CACHE_SIZE = 10_000;
+
   /** Auth requests one runner may make per window, counted in the store across replicas. */
   @Transform(toInt)
   @IsInt()

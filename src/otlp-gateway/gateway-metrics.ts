@@ -1,5 +1,5 @@
 import { Counter, Histogram, Registry } from 'prom-client';
-import { DecisionCacheObserver } from './decision-cache';
+import { DecisionCacheObserver } from '../token-auth/decision-cache';
 import type { OtlpSignal } from './otlp-payload';
 
 /** What an operator watches on the gateway (SPEC §6, §8), in the process's one registry. */

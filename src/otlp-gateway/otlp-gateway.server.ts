@@ -5,7 +5,7 @@ import type { Logger } from 'pino';
 import { AppConfig } from '../config/app-config';
 import { GrantStore, StoreUnavailableError } from '../grants/grant';
 import { addRequestHooks, requestIdOf } from '../observability/request-hooks';
-import { DecisionCache } from './decision-cache';
+import { DecisionCache } from '../token-auth/decision-cache';
 import { GatewayDecision } from './gateway-auth';
 import { GatewayMetrics } from './gateway-metrics';
 import { GatewayFailure, otlpErrorAnswer } from './otlp-errors';
@@ -32,7 +32,7 @@ class GatewayError extends Error {
 export interface GatewayDependencies {
   readonly config: AppConfig;
   readonly logger: Logger;
-  readonly decisions: DecisionCache;
+  readonly decisions: DecisionCache<GatewayDecision>;
   readonly store: GrantStore;
   readonly upstream: OtlpUpstream;
   readonly metrics: GatewayMetrics;
@@ -159,7 +159,7 @@ async function authorize(deps: GatewayDependencies, request: FastifyRequest): Pr
   if (jobToken === undefined || typeof runnerToken !== 'string' || runnerToken.length === 0) {
     throw new GatewayError({ kind: 'unauthenticated', message: 'send the job token as Authorization: Bearer and the runner token as Runner-Token' });
   }
-  const decision = await deps.decisions.decide(jobToken, runnerToken);
+  const { decision } = await deps.decisions.decide(jobToken, runnerToken);
   switch (decision.kind) {
     case 'allowed':
       return decision;

@@ -1,8 +1,10 @@
-import { Controller, Delete, Headers, HttpCode, NotFoundException, Param, ParseIntPipe, Post, Req, Res, UseGuards } from '@nestjs/common';
+import { Controller, Delete, Headers, HttpCode, Inject, NotFoundException, Param, ParseIntPipe, Post, Req, Res, UseGuards } from '@nestjs/common';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { sendError } from '../observability/http-error';
 import { AcceptsCallerKey } from './accepts-caller-key.decorator';
 import { AuthOutcome, identityOf } from './auth-outcome';
+import { DecisionCache } from './decision-cache';
+import { AUTH_DECISIONS } from './token-auth.constants';
 import { InternalApiGuard } from './internal-api.guard';
 import { TokenAuthService } from './token-auth.service';
 
@@ -11,7 +13,10 @@ const BEARER = /^Bearer\s+(\S+)\s*$/i;
 @Controller('internal/ci/telemetry')
 @UseGuards(InternalApiGuard)
 export class TokenAuthController {
-  constructor(private readonly tokenAuth: TokenAuthService) {}
+  constructor(
+    private readonly tokenAuth: TokenAuthService,
+    @Inject(AUTH_DECISIONS) private readonly decisions: DecisionCache<AuthOutcome>,
+  ) {}
 
   /** Runner credentials come as the runner sent them, so nginx can pass its request's headers through. */
   @Post('auth')
@@ -23,7 +28,12 @@ export class TokenAuthController {
     @Res() reply: FastifyReply,
   ): Promise<void> {
     const jobToken = authorization === undefined ? undefined : BEARER.exec(authorization)?.[1];
-    sendAuthOutcome(request, reply, await this.tokenAuth.authenticate(jobToken, runnerToken));
+    if (!jobToken || !runnerToken) {
+      sendAuthOutcome(request, reply, await this.tokenAuth.authenticate(jobToken, runnerToken), 0);
+      return;
+    }
+    const { decision, ageMs } = await this.decisions.decide(jobToken, runnerToken);
+    sendAuthOutcome(request, reply, decision, ageMs);
   }
 
   /** GitLab calls this when a job finishes or is canceled; the grant ends after the grace. */
@@ -36,13 +46,14 @@ export class TokenAuthController {
   }
 }
 
-function sendAuthOutcome(request: FastifyRequest, reply: FastifyReply, outcome: AuthOutcome): void {
+/** `ageMs`: how long ago the decision was made, so a reused one promises only what is left of its max-age. */
+function sendAuthOutcome(request: FastifyRequest, reply: FastifyReply, outcome: AuthOutcome, ageMs: number): void {
   // Only a positive decision may be reused; a refusal must be asked again (the gateway caps its own).
   if (outcome.kind !== 'allowed') void reply.header('cache-control', 'no-store');
   switch (outcome.kind) {
     case 'allowed':
       void reply
-        .header('cache-control', `private, max-age=${outcome.maxAgeSeconds}`)
+        .header('cache-control', `private, max-age=${Math.max(0, outcome.maxAgeSeconds - Math.ceil(ageMs / 1000))}`)
         .status(200)
         .send(identityOf(outcome.grant));
       return;

@@ -2,11 +2,14 @@ import { Global, Module } from '@nestjs/common';
 import { AppConfig } from '../config/app-config';
 import { APP_CONFIG, SECRETS } from '../config/config.constants';
 import { Secrets } from '../config/secrets';
+import { Counter } from 'prom-client';
+import { MetricsService } from '../observability/metrics.service';
 import { CallerKeys } from './caller-keys';
+import { DecisionCache } from './decision-cache';
 import { InternalApiGuard } from './internal-api.guard';
 import { InternalApiTokenVerifier } from './internal-api-token';
 import { jobTokenKeys, JobTokenVerifier } from './job-token-verifier';
-import { CALLER_KEYS, INTERNAL_API_VERIFIER, JOB_TOKEN_VERIFIER } from './token-auth.constants';
+import { AUTH_DECISIONS, CALLER_KEYS, INTERNAL_API_VERIFIER, JOB_TOKEN_VERIFIER } from './token-auth.constants';
 import { TokenAuthController } from './token-auth.controller';
 import { TokenAuthService } from './token-auth.service';
 
@@ -30,6 +33,23 @@ import { TokenAuthService } from './token-auth.service';
       inject: [APP_CONFIG],
       useFactory: (config: AppConfig) =>
         new JobTokenVerifier(jobTokenKeys({ file: config.JOB_TOKEN_JWKS_FILE, url: config.JOB_TOKEN_JWKS_URL }), config.JOB_TOKEN_ISSUER),
+    },
+    {
+      provide: AUTH_DECISIONS,
+      inject: [APP_CONFIG, TokenAuthService, MetricsService],
+      useFactory: (config: AppConfig, tokenAuth: TokenAuthService, metrics: MetricsService) => {
+        const cache = new Counter({
+          name: 'ci_job_telemetry_auth_decision_cache_total',
+          help: 'Auth endpoint decisions served from the cache (hit) or looked up in the store (miss)',
+          labelNames: ['result'],
+          registers: [metrics.registry],
+        });
+        return new DecisionCache(
+          (jobToken: string, runnerToken: string) => tokenAuth.authenticate(jobToken, runnerToken),
+          config.AUTH_DECISION_CACHE_SIZE,
+          { hit: () => cache.inc({ result: 'hit' }), miss: () => cache.inc({ result: 'miss' }) },
+        );
+      },
     },
     InternalApiGuard,
     TokenAuthService,

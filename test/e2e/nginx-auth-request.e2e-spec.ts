@@ -35,6 +35,13 @@ describe('nginx auth_request in front of an OTLP endpoint', () => {
       body: JSON.stringify(jobPayloadRequest({ job: { id: 4001 } })),
     });
     expect(pickup.status).toBe(200);
+    // A second job, checked for the first time during the store outage (no decision to reuse).
+    const second = await fetch(`${service.url}/internal/ci/telemetry/job_payload`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...(await internalApiHeaders(service.secrets.internalApiSecret)) },
+      body: JSON.stringify(jobPayloadRequest({ job: { id: 4002 } })),
+    });
+    expect(second.status).toBe(200);
   });
 
   afterAll(async () => {
@@ -84,7 +91,7 @@ describe('nginx auth_request in front of an OTLP endpoint', () => {
   it('turns a store outage into a retryable 503 with Retry-After, not a 500 or a 401', async () => {
     await redis.stop();
     try {
-      const response = await exportThroughNginx({ authorization: `Bearer ${await keys.sign(4001)}`, 'runner-token': RUNNER_TOKEN });
+      const response = await exportThroughNginx({ authorization: `Bearer ${await keys.sign(4002)}`, 'runner-token': RUNNER_TOKEN });
       expect(response.status).toBe(503);
       expect(Number(response.headers.get('retry-after'))).toBeGreaterThan(0);
     } finally {

@@ -1,5 +1,6 @@
 import { createSecretKey } from 'node:crypto';
 import { SignJWT } from 'jose';
+import { MetricsService } from '../../src/observability/metrics.service';
 import { callerKeyDigest, generateCallerKey } from '../../src/token-auth/caller-keys';
 import { jobPayloadRequest, JOB_TOKEN, RUNNER_TOKEN } from '../fixtures/job-payload';
 import { writeFlagsFile } from '../helpers/flags-file';
@@ -209,20 +210,61 @@ describe('POST /internal/ci/telemetry/auth (SPEC §5)', () => {
       TRACE_KEY_FILE: service.config.TRACE_KEY_FILE!,
     });
     try {
-      await pickUp(service, { job: { id: 3401 } });
-      await pickUp(service, { job: { id: 3402 }, runner: { id: 18, token: OTHER_RUNNER_TOKEN } });
-      const token = await keys.sign(3401);
-      const statuses = [await auth(token, RUNNER_TOKEN), await auth(token, RUNNER_TOKEN, replica), await auth(token, RUNNER_TOKEN)].map((a) => a.status);
+      // Four jobs of one runner: distinct token pairs, so no decision is reused from the cache.
+      for (const job of [3401, 3402, 3403, 3404]) await pickUp(service, { job: { id: job } });
+      await pickUp(service, { job: { id: 3405 }, runner: { id: 18, token: OTHER_RUNNER_TOKEN } });
+      const statuses = [
+        await auth(await keys.sign(3401), RUNNER_TOKEN),
+        await auth(await keys.sign(3402), RUNNER_TOKEN, replica),
+        await auth(await keys.sign(3403), RUNNER_TOKEN),
+      ].map((answer) => answer.status);
       expect(statuses).toEqual([200, 200, 200]);
-      const limited = await auth(token, RUNNER_TOKEN, replica);
+      const limited = await auth(await keys.sign(3404), RUNNER_TOKEN, replica);
       expect(limited.status).toBe(429);
       expect(Number(limited.headers['retry-after'])).toBeGreaterThanOrEqual(1);
       expect(Number(limited.headers['retry-after'])).toBeLessThanOrEqual(30);
       // Another runner has its own budget.
-      expect((await auth(await keys.sign(3402), OTHER_RUNNER_TOKEN)).status).toBe(200);
+      expect((await auth(await keys.sign(3405), OTHER_RUNNER_TOKEN)).status).toBe(200);
     } finally {
       await replica.close();
     }
+  });
+
+  describe('reusing decisions', () => {
+    const misses = async (target: InProcessService) => {
+      const text = await target.app.get(MetricsService).registry.metrics();
+      return Number(/ci_job_telemetry_auth_decision_cache_total\{result="miss"\} (\d+)/.exec(text)?.[1] ?? 0);
+    };
+
+    it('looks a token pair up in the store once per max-age, however often it is asked', async () => {
+      await pickUp(service, { job: { id: 3801 } });
+      const token = await keys.sign(3801);
+      const before = await misses(service);
+      const answers = await Promise.all(Array.from({ length: 10 }, () => auth(token, RUNNER_TOKEN)));
+      for (let i = 0; i < 5; i++) answers.push(await auth(token, RUNNER_TOKEN));
+      expect(answers.every((answer) => answer.status === 200)).toBe(true);
+      expect((await misses(service)) - before).toBe(1);
+    });
+
+    it('promises only what is left of a reused decision max-age', async () => {
+      await pickUp(service, { job: { id: 3802 } });
+      const token = await keys.sign(3802);
+      expect((await auth(token, RUNNER_TOKEN)).headers['cache-control']).toBe('private, max-age=60');
+      await new Promise((resolve) => setTimeout(resolve, 1100));
+      const reused = Number(/max-age=(\d+)/.exec(String((await auth(token, RUNNER_TOKEN)).headers['cache-control']))?.[1]);
+      expect(reused).toBeLessThanOrEqual(59);
+      expect(reused).toBeGreaterThanOrEqual(57);
+    });
+
+    it('checks every time when the cache is off', async () => {
+      await service.close();
+      service = await start({ AUTH_DECISION_CACHE_SIZE: '0' });
+      await pickUp(service, { job: { id: 3803 } });
+      const token = await keys.sign(3803);
+      const before = await misses(service);
+      for (let i = 0; i < 3; i++) expect((await auth(token, RUNNER_TOKEN)).status).toBe(200);
+      expect((await misses(service)) - before).toBe(3);
+    });
   });
 
   it('answers 503 with Retry-After, never 401, when the store is down', async () => {

@@ -1,0 +1,155 @@
+/**
+ * The auth endpoint (`POST /internal/ci/telemetry/auth`, SPEC §5) against a bare Fastify route
+ * served by the same process, with a real redis-server as the store: once with a warm decision
+ * (the same token pair again, answered from the endpoint's decision cache) and once with a store
+ * lookup on every request (AUTH_DECISION_CACHE_SIZE=0, and 200 jobs with distinct opaque tokens in
+ * rotation, so concurrent requests do not share one lookup: token-digest index, grant, rate window).
+ *
+ * Run (builds itself into node_modules/.cache; needs redis-server on PATH):
+ *
+ *   npm run -s bench:token-auth
+ *
+ * Only ratios against the baseline measured in the same process and run mean anything on this
+ * shared machine: rounds alternate bare/auth and the median of each is compared, with the server's
+ * CPU per request. Exits 1 if any request was not answered 2xx.
+ */
+import autocannon from 'autocannon';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { cpus, loadavg, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { INTERNAL_API_HEADER, signInternalApiToken } from '../src/token-auth/internal-api-token';
+import { jobPayloadRequest, RUNNER_TOKEN } from '../test/fixtures/job-payload';
+import { ISSUER, makeSecretFiles } from '../test/helpers/internal-api';
+import { makeGitLabKeys } from '../test/helpers/job-tokens';
+import { startRedis } from '../test/helpers/redis';
+import { BARE_ROUTE, BenchServer, DECORATOR_ROUTE, serverScript, startBenchServer } from './lib/bench-server';
+import { median } from './lib/percentiles';
+
+const AUTH_ROUTE = '/internal/ci/telemetry/auth';
+const ROUNDS = 3;
+const ROUND_SECONDS = 5;
+const CONNECTIONS = 10;
+const OPAQUE_JOBS = 200;
+type Route = 'bare' | 'auth';
+
+const failures: string[] = [];
+
+async function measure(server: BenchServer, path: string, headers: () => Record<string, string>, body: string | undefined, seconds: number) {
+  const cpuBefore = await server.cpuMicros();
+  const result = await autocannon({
+    url: server.origin,
+    connections: CONNECTIONS,
+    duration: seconds,
+    timeout: 10,
+    requests: [{ method: 'POST', path, setupRequest: (request) => ({ ...request, headers: headers(), body }) }],
+  });
+  const cpu = (await server.cpuMicros()) - cpuBefore;
+  if (result.non2xx > 0 || result.errors > 0) failures.push(`${path}: ${result.non2xx} non-2xx, ${result.errors} errors`);
+  return { reqPerSec: result['2xx'] / result.duration, cpuMicrosPerRequest: cpu / Math.max(1, result['2xx'] + result.non2xx) };
+}
+
+async function cacheCounts(origin: string): Promise<{ hit: number; miss: number }> {
+  const text = await (await fetch(`${origin}/metrics`)).text();
+  const count = (result: string) => Number(new RegExp(`ci_job_telemetry_auth_decision_cache_total\\{result="${result}"\\} (\\d+)`).exec(text)?.[1] ?? 0);
+  return { hit: count('hit'), miss: count('miss') };
+}
+
+async function main(): Promise<void> {
+  const root = join(__dirname, '..', '..', '..', '..');
+  const work = mkdtempSync(join(tmpdir(), 'cjt-token-auth-bench-'));
+  const secrets = makeSecretFiles();
+  const keys = await makeGitLabKeys();
+  const redis = await startRedis();
+  let internalApi = await signInternalApiToken(secrets.internalApiSecret, ISSUER);
+  const resign = setInterval(() => void signInternalApiToken(secrets.internalApiSecret, ISSUER).then((token) => (internalApi = token)), 30_000);
+  const jobToken = await keys.sign(1001);
+
+  console.log('auth endpoint vs bare Fastify route, same server process, real Redis (ratios are the result; absolute numbers are noise)');
+  console.log(`load average ${loadavg().map((l) => l.toFixed(1)).join(' ')} at start · ${CONNECTIONS} connections · ${ROUNDS}×${ROUND_SECONDS} s alternating rounds · ${cpus().length} CPUs`);
+  const rows: string[] = [];
+  try {
+    for (const variant of ['warm decision', 'store lookup'] as const) {
+      const server = await startBenchServer({
+        script: serverScript(__dirname),
+        cwd: root,
+        logFile: join(work, `service-${variant.replace(' ', '-')}.log`),
+        env: {
+          HOST: '127.0.0.1',
+          INTERNAL_PORT: '0',
+          GATEWAY_PORT: '0',
+          LOG_LEVEL: 'info',
+          INTERNAL_API_SECRET_FILE: secrets.internalApiSecretFile,
+          TRACE_KEY_FILE: secrets.traceKeyFile,
+          FLAGS_FILE: join(root, 'config', 'flags.json'),
+          REDIS_URL: redis.url,
+          JOB_TOKEN_JWKS_FILE: keys.jwksFile,
+          RUNNER_RATE_LIMIT: '100000000',
+          AUTH_DECISION_CACHE_SIZE: variant === 'warm decision' ? '10000' : '0',
+        },
+      });
+      try {
+        const jobs = variant === 'warm decision' ? 1 : OPAQUE_JOBS;
+        const tokens: string[] = [];
+        for (let job = 0; job < jobs; job++) {
+          const token = variant === 'warm decision' ? jobToken : `glcbt-bench-opaque-${job}-${'x'.repeat(20)}`;
+          const pickup = await fetch(server.origin + DECORATOR_ROUTE, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json', [INTERNAL_API_HEADER]: internalApi },
+            body: JSON.stringify(jobPayloadRequest({ job: { id: 1001 + job, token } })),
+          });
+          if (pickup.status !== 200) throw new Error(`pickup answered ${pickup.status}`);
+          tokens.push(token);
+        }
+        let next = 0;
+        const authHeaders = () => ({
+          [INTERNAL_API_HEADER]: internalApi,
+          authorization: `Bearer ${tokens[next++ % tokens.length]}`,
+          'runner-token': RUNNER_TOKEN,
+        });
+        const check = await fetch(server.origin + AUTH_ROUTE, { method: 'POST', headers: authHeaders() });
+        if (check.status !== 200) throw new Error(`auth answered ${check.status}: ${await check.text()}`);
+        const lookupsBefore = await cacheCounts(server.origin);
+
+        const bareBody = JSON.stringify({ job: { id: 1 } });
+        const run = (route: Route, seconds: number) =>
+          route === 'bare'
+            ? measure(server, BARE_ROUTE, () => ({ 'content-type': 'application/json', [INTERNAL_API_HEADER]: internalApi }), bareBody, seconds)
+            : measure(server, AUTH_ROUTE, authHeaders, undefined, seconds);
+        await run('bare', 2);
+        await run('auth', 2);
+        const results: Record<Route, Array<{ reqPerSec: number; cpuMicrosPerRequest: number }>> = { bare: [], auth: [] };
+        for (let round = 0; round < ROUNDS; round++) {
+          for (const route of (round % 2 === 0 ? ['bare', 'auth'] : ['auth', 'bare']) as Route[]) results[route].push(await run(route, ROUND_SECONDS));
+        }
+        const bare = median(results.bare.map((r) => r.reqPerSec));
+        const auth = median(results.auth.map((r) => r.reqPerSec));
+        const bareCpu = median(results.bare.map((r) => r.cpuMicrosPerRequest));
+        const authCpu = median(results.auth.map((r) => r.cpuMicrosPerRequest));
+        const lookups = await cacheCounts(server.origin);
+        rows.push(`${variant.padEnd(13)}  decision cache: ${lookups.hit - lookupsBefore.hit} hits, ${lookups.miss - lookupsBefore.miss} store lookups`);
+        rows.push(
+          `${variant.padEnd(13)}  bare ${bare.toFixed(0).padStart(6)} req/s  auth ${auth.toFixed(0).padStart(6)} req/s  ratio auth/bare ${(auth / bare).toFixed(2)}` +
+            `  (per round ${results.auth.map((r, i) => (r.reqPerSec / results.bare[i].reqPerSec).toFixed(2)).join(' ')})` +
+            `  server CPU/request ${authCpu.toFixed(0)} vs ${bareCpu.toFixed(0)} µs (×${(authCpu / bareCpu).toFixed(2)})`,
+        );
+      } finally {
+        await server.stop();
+      }
+    }
+  } catch (error) {
+    failures.push(String((error as Error).stack ?? error));
+  } finally {
+    clearInterval(resign);
+    await redis.stop();
+  }
+  for (const row of rows) console.log(row);
+  console.log(`load average at end ${loadavg().map((l) => l.toFixed(1)).join(' ')}`);
+  rmSync(work, { recursive: true, force: true });
+  rmSync(secrets.dir, { recursive: true, force: true });
+  if (failures.length > 0) {
+    console.error(`\nFAILED:\n  ${failures.join('\n  ')}`);
+    process.exitCode = 1;
+  }
+}
+
+void main();

@@ -1,0 +1,83 @@
+import { createHash } from 'node:crypto';
+import { LRUCache } from 'lru-cache';
+
+/** Refusals are remembered briefly (SPEC §6: at most 5 s), so a fixed token is accepted soon. */
+export const NEGATIVE_DECISION_TTL_MS = 5000;
+
+/** The outcome kinds every auth decision has (SPEC §5), whoever makes it. */
+export type CacheableDecision =
+  | { readonly kind: 'allowed'; readonly maxAgeSeconds: number }
+  | { readonly kind: 'unauthenticated' | 'forbidden' | 'rate_limited' | 'unavailable' };
+
+export interface DecisionCacheObserver {
+  hit(): void;
+  miss(): void;
+}
+
+export interface CachedDecision<D> {
+  readonly decision: D;
+  /** How long ago the decision was made: a reused decision's max-age counts down. */
+  readonly ageMs: number;
+}
+
+/**
+ * Auth decisions per token pair: positive ones for their max-age, refusals for at most 5 s, outages
+ * never. Concurrent lookups of the same pair share one lookup. Keys are digests of the token pair,
+ * so the cache holds no token. Used in front of the auth endpoint and in the gateway (SPEC §2, §6).
+ */
+export class DecisionCache<D extends CacheableDecision> {
+  private readonly decisions: LRUCache<string, { decision: D; decidedAt: number }> | undefined;
+  private readonly inFlight = new Map<string, Promise<D>>();
+
+  /** `maxEntries` 0 turns caching off; concurrent identical lookups are still shared. */
+  constructor(
+    private readonly lookup: (jobToken: string, runnerToken: string) => Promise<D>,
+    maxEntries: number,
+    private readonly observer: DecisionCacheObserver,
+  ) {
+    this.decisions = maxEntries > 0 ? new LRUCache({ max: maxEntries }) : undefined;
+  }
+
+  async decide(jobToken: string, runnerToken: string): Promise<CachedDecision<D>> {
+    const key = createHash('sha256').update(jobToken).update('\0').update(runnerToken).digest('base64');
+    const cached = this.decisions?.get(key);
+    if (cached !== undefined) {
+      this.observer.hit();
+      return { decision: cached.decision, ageMs: Date.now() - cached.decidedAt };
+    }
+    const pending = this.inFlight.get(key);
+    if (pending !== undefined) {
+      this.observer.hit();
+      return { decision: await pending, ageMs: 0 };
+    }
+    this.observer.miss();
+    const lookup = this.lookup(jobToken, runnerToken).then((decision) => {
+      const ttl = ttlOf(decision);
+      if (ttl > 0) this.decisions?.set(key, { decision, decidedAt: Date.now() }, { ttl });
+      return decision;
+    });
+    this.inFlight.set(key, lookup);
+    try {
+      return { decision: await lookup, ageMs: 0 };
+    } finally {
+      this.inFlight.delete(key);
+    }
+  }
+}
+
+function ttlOf(decision: CacheableDecision): number {
+  switch (decision.kind) {
+    case 'allowed':
+      return decision.maxAgeSeconds * 1000;
+    case 'unauthenticated':
+    case 'forbidden':
+      return NEGATIVE_DECISION_TTL_MS;
+    case 'rate_limited':
+    case 'unavailable':
+      return 0;
+    default: {
+      const unreachable: never = decision;
+      throw new Error(`unhandled decision ${JSON.stringify(unreachable)}`);
+    }
+  }
+}
