@@ -18,6 +18,11 @@ export interface Grant {
   readonly revokedAt?: number;
 }
 
+/** When the grant stops being usable: its expiry, or its revocation when that comes sooner. */
+export function grantEndsAt(grant: Grant): number {
+  return Math.min(grant.expiresAt, grant.revokedAt ?? Infinity);
+}
+
 /** Outcome of one hit on a fixed-window counter. */
 export interface RateWindow {
   readonly allowed: boolean;

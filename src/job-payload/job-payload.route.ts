@@ -42,19 +42,10 @@ export class JobPayloadRoute implements OnModuleInit {
 
   /** The internal-API JWT (SPEC §3), with the same answers as InternalApiGuard on the Nest routes. */
   private async authenticate(request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply | undefined> {
-    const header = request.headers[INTERNAL_API_HEADER];
-    if (typeof header !== 'string' || header.length === 0) {
-      sendError(request, reply, 401, `missing ${INTERNAL_API_HEADER} header`);
-      return reply;
-    }
-    try {
-      await this.verifier.verify(header);
-    } catch {
-      // Which check failed is not the caller's business: one answer for forged, expired, stale and foreign.
-      sendError(request, reply, 401, `invalid ${INTERNAL_API_HEADER} token`);
-      return reply;
-    }
-    return undefined;
+    const refusal = await this.verifier.refusal(request.headers[INTERNAL_API_HEADER]);
+    if (refusal === undefined) return undefined;
+    sendError(request, reply, 401, refusal);
+    return reply;
   }
 
   private async decorate(request: FastifyRequest, reply: FastifyReply): Promise<DecoratedJobPayload | FastifyReply> {

@@ -50,6 +50,9 @@ export class JobPayloadService {
   private readonly logger = new Logger(JobPayloadService.name);
   private readonly hostedRunnerTypes: ReadonlySet<string>;
   private readonly hostedRunnerIds: ReadonlySet<number>;
+  /** Where runners export to: fixed by configuration, so built once rather than on every pickup. */
+  private readonly gatewayEndpoint: OtelEndpoint;
+  private readonly hostedEndpoint: OtelEndpoint;
   /** Trace id by root pipeline id: a pure function of the two, so a kept one is always the right one. */
   private readonly traceIds = new LRUCache<number, string>({ max: TRACE_ID_CACHE_SIZE });
 
@@ -62,6 +65,8 @@ export class JobPayloadService {
   ) {
     this.hostedRunnerTypes = new Set(config.HOSTED_RUNNER_TYPES);
     this.hostedRunnerIds = new Set(config.HOSTED_RUNNER_IDS);
+    this.gatewayEndpoint = { url: config.GATEWAY_PUBLIC_URL, auth: { type: GATEWAY_AUTH_TYPE } };
+    this.hostedEndpoint = { url: config.COLLECTOR_PUBLIC_URL, auth: { type: HOSTED_AUTH_TYPE, audience: config.HOSTED_OIDC_AUDIENCE } };
   }
 
   /** Never throws for the store or Unleash: job pickup must not fail because of telemetry (SPEC §4). */
@@ -110,8 +115,9 @@ export class JobPayloadService {
     // for the gateway without a stored grant would only collect 403s, so it is not enabled at all.
     if (!(await this.saveGrant(grant)) && !hosted) return off('degraded');
 
+    const endpoint = hosted ? this.hostedEndpoint : this.gatewayEndpoint;
     return {
-      payload: decoratePayload(payload, context, this.endpointFor(hosted)),
+      payload: decoratePayload(payload, context, endpoint),
       telemetry: {
         enabled: true,
         reason: 'enabled',
@@ -119,7 +125,7 @@ export class JobPayloadService {
         span_parent_id: context.spanParentId,
         traceparent: context.traceparent,
         ...(context.tracestate === undefined ? {} : { tracestate: context.tracestate }),
-        otel_endpoints: [this.endpointFor(hosted)],
+        otel_endpoints: [endpoint],
         expires_at: new Date(grant.expiresAt).toISOString(),
       },
     };
@@ -138,12 +144,6 @@ export class JobPayloadService {
     const advertised = features?.tracing ?? features?.job_telemetry;
     if (advertised === undefined) return this.config.UNADVERTISED_RUNNERS_ELIGIBLE;
     return advertised !== false;
-  }
-
-  private endpointFor(hosted: boolean): OtelEndpoint {
-    return hosted
-      ? { url: this.config.COLLECTOR_PUBLIC_URL, auth: { type: HOSTED_AUTH_TYPE, audience: this.config.HOSTED_OIDC_AUDIENCE } }
-      : { url: this.config.GATEWAY_PUBLIC_URL, auth: { type: GATEWAY_AUTH_TYPE } };
   }
 
   /** Bounded by STORE_TIMEOUT_MS whatever the store does, so a hung Redis cannot delay job pickup. */

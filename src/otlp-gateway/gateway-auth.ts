@@ -1,5 +1,5 @@
 import { Pool } from 'undici';
-import { AuthOutcome } from '../token-auth/auth-outcome';
+import { AuthIdentity, AuthOutcome, identityOf } from '../token-auth/auth-outcome';
 import { TokenAuthService } from '../token-auth/token-auth.service';
 import type { GatewayGrant } from './otlp-payload';
 
@@ -18,15 +18,18 @@ export class InProcessAuthenticator implements GatewayAuthenticator {
 
   async authenticate(jobToken: string, runnerToken: string): Promise<GatewayDecision> {
     const outcome = await this.tokenAuth.authenticate(jobToken, runnerToken);
-    if (outcome.kind !== 'allowed') return outcome;
-    const { grant } = outcome;
-    return {
-      kind: 'allowed',
-      grant: { jobId: grant.jobId, projectId: grant.projectId, pipelineId: grant.pipelineId, runnerId: grant.runnerId, traceId: grant.traceId },
-      expiresAt: Math.min(grant.expiresAt, grant.revokedAt ?? Infinity),
-      maxAgeSeconds: outcome.maxAgeSeconds,
-    };
+    return outcome.kind === 'allowed' ? allowedFrom(identityOf(outcome.grant), outcome.maxAgeSeconds) : outcome;
   }
+}
+
+/** The auth endpoint's answer as the gateway uses it, whether it came in-process or over HTTP. */
+function allowedFrom(identity: AuthIdentity, maxAgeSeconds: number): GatewayDecision {
+  return {
+    kind: 'allowed',
+    grant: { jobId: identity.job_id, projectId: identity.project_id, pipelineId: identity.pipeline_id, runnerId: identity.runner_id, traceId: identity.trace_id },
+    expiresAt: Date.parse(identity.expires_at),
+    maxAgeSeconds,
+  };
 }
 
 const REMOTE_RETRY_AFTER_SECONDS = 5;
@@ -67,14 +70,8 @@ export class RemoteAuthenticator implements GatewayAuthenticator {
     const retryAfter = Number(response.headers['retry-after']) || REMOTE_RETRY_AFTER_SECONDS;
     switch (response.statusCode) {
       case 200: {
-        const identity = JSON.parse(text) as { job_id: number; project_id: number; pipeline_id: number; runner_id: number; trace_id: string; expires_at: string };
         const maxAge = /max-age=(\d+)/.exec(String(response.headers['cache-control'] ?? ''))?.[1];
-        return {
-          kind: 'allowed',
-          grant: { jobId: identity.job_id, projectId: identity.project_id, pipelineId: identity.pipeline_id, runnerId: identity.runner_id, traceId: identity.trace_id },
-          expiresAt: Date.parse(identity.expires_at),
-          maxAgeSeconds: maxAge === undefined ? 0 : Number(maxAge),
-        };
+        return allowedFrom(JSON.parse(text) as AuthIdentity, maxAge === undefined ? 0 : Number(maxAge));
       }
       case 401:
         return { kind: 'unauthenticated', reason: 'tokens refused by the control process' };

@@ -6,6 +6,7 @@ import { AppConfig } from '../config/app-config';
 import { GrantStore, StoreUnavailableError } from '../grants/grant';
 import { addRequestHooks, requestIdOf } from '../observability/request-hooks';
 import { DecisionCache } from '../token-auth/decision-cache';
+import { runnerCredentials } from '../token-auth/runner-credentials';
 import { GatewayDecision } from './gateway-auth';
 import { GatewayMetrics } from './gateway-metrics';
 import { GatewayFailure, otlpErrorAnswer } from './otlp-errors';
@@ -18,7 +19,6 @@ const inflate = promisify(gunzip);
 
 const SIGNALS: readonly OtlpSignal[] = ['traces', 'metrics', 'logs'];
 const CONTENT_TYPES: Record<OtlpEncoding, string> = { protobuf: 'application/x-protobuf', json: 'application/json' };
-const BEARER = /^Bearer\s+(\S+)\s*$/i;
 /** A span quota lives at least this long even for a grant about to end (clock skew between replicas). */
 const MIN_QUOTA_TTL_MS = 60_000;
 
@@ -153,10 +153,8 @@ async function handleExport(deps: GatewayDependencies, signal: OtlpSignal, encod
 }
 
 async function authorize(deps: GatewayDependencies, request: FastifyRequest): Promise<Extract<GatewayDecision, { kind: 'allowed' }>> {
-  const authorization = request.headers.authorization;
-  const jobToken = typeof authorization === 'string' ? BEARER.exec(authorization)?.[1] : undefined;
-  const runnerToken = request.headers['runner-token'];
-  if (jobToken === undefined || typeof runnerToken !== 'string' || runnerToken.length === 0) {
+  const { jobToken, runnerToken } = runnerCredentials(request.headers);
+  if (jobToken === undefined || runnerToken === undefined) {
     throw new GatewayError({ kind: 'unauthenticated', message: 'send the job token as Authorization: Bearer and the runner token as Runner-Token' });
   }
   const { decision } = await deps.decisions.decide(jobToken, runnerToken);

@@ -1,4 +1,4 @@
-import { Grant } from '../grants/grant';
+import { Grant, grantEndsAt } from '../grants/grant';
 
 /**
  * Every answer the token check can give (SPEC §5). Gateways map it to their protocol in one
@@ -32,6 +32,6 @@ export function identityOf(grant: Grant): AuthIdentity {
     pipeline_id: grant.pipelineId,
     runner_id: grant.runnerId,
     trace_id: grant.traceId,
-    expires_at: new Date(Math.min(grant.expiresAt, grant.revokedAt ?? Infinity)).toISOString(),
+    expires_at: new Date(grantEndsAt(grant)).toISOString(),
   };
 }

@@ -16,6 +16,20 @@ export class InternalApiTokenVerifier {
     this.key = createSecretKey(secret);
   }
 
+  /**
+   * Why a request's header is refused (for the 401), or undefined when it is accepted. Which check
+   * failed is not the caller's business: one answer for forged, expired, stale and foreign tokens.
+   */
+  async refusal(header: string | string[] | undefined): Promise<string | undefined> {
+    if (typeof header !== 'string' || header.length === 0) return `missing ${INTERNAL_API_HEADER} header`;
+    try {
+      await this.verify(header);
+      return undefined;
+    } catch {
+      return `invalid ${INTERNAL_API_HEADER} token`;
+    }
+  }
+
   /** Resolves with the issuer; rejects for a missing, forged, expired, stale or foreign token. */
   async verify(token: string): Promise<string> {
     const { payload } = await jwtVerify(token, this.key, {

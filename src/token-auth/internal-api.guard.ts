@@ -24,16 +24,8 @@ export class InternalApiGuard implements CanActivate {
       if (this.callerKeys.accepts(callerKey)) return true;
       throw new UnauthorizedException(`invalid ${CALLER_KEY_HEADER}`);
     }
-    const header = request.headers[INTERNAL_API_HEADER];
-    if (typeof header !== 'string' || header.length === 0) {
-      throw new UnauthorizedException(`missing ${INTERNAL_API_HEADER} header`);
-    }
-    try {
-      await this.verifier.verify(header);
-    } catch {
-      // Which check failed is not the caller's business: one answer for forged, expired, stale and foreign.
-      throw new UnauthorizedException(`invalid ${INTERNAL_API_HEADER} token`);
-    }
+    const refusal = await this.verifier.refusal(request.headers[INTERNAL_API_HEADER]);
+    if (refusal !== undefined) throw new UnauthorizedException(refusal);
     return true;
   }
 }

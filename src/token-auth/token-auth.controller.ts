@@ -1,14 +1,13 @@
-import { Controller, Delete, Headers, HttpCode, Inject, NotFoundException, Param, ParseIntPipe, Post, Req, Res, UseGuards } from '@nestjs/common';
+import { Controller, Delete, HttpCode, Inject, NotFoundException, Param, ParseIntPipe, Post, Req, Res, UseGuards } from '@nestjs/common';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { sendError } from '../observability/http-error';
 import { AcceptsCallerKey } from './accepts-caller-key.decorator';
 import { AuthOutcome, identityOf } from './auth-outcome';
 import { DecisionCache } from './decision-cache';
+import { runnerCredentials } from './runner-credentials';
 import { AUTH_DECISIONS } from './token-auth.constants';
 import { InternalApiGuard } from './internal-api.guard';
 import { TokenAuthService } from './token-auth.service';
-
-const BEARER = /^Bearer\s+(\S+)\s*$/i;
 
 @Controller('internal/ci/telemetry')
 @UseGuards(InternalApiGuard)
@@ -21,14 +20,9 @@ export class TokenAuthController {
   /** Runner credentials come as the runner sent them, so nginx can pass its request's headers through. */
   @Post('auth')
   @AcceptsCallerKey()
-  async authenticate(
-    @Headers('authorization') authorization: string | undefined,
-    @Headers('runner-token') runnerToken: string | undefined,
-    @Req() request: FastifyRequest,
-    @Res() reply: FastifyReply,
-  ): Promise<void> {
-    const jobToken = authorization === undefined ? undefined : BEARER.exec(authorization)?.[1];
-    if (!jobToken || !runnerToken) {
+  async authenticate(@Req() request: FastifyRequest, @Res() reply: FastifyReply): Promise<void> {
+    const { jobToken, runnerToken } = runnerCredentials(request.headers);
+    if (jobToken === undefined || runnerToken === undefined) {
       sendAuthOutcome(request, reply, await this.tokenAuth.authenticate(jobToken, runnerToken), 0);
       return;
     }

@@ -2,7 +2,7 @@ import { Inject, Injectable, Logger } from '@nestjs/common';
 import { AppConfig } from '../config/app-config';
 import { APP_CONFIG, SECRETS } from '../config/config.constants';
 import { Secrets } from '../config/secrets';
-import { Grant, GrantStore, StoreUnavailableError } from '../grants/grant';
+import { Grant, grantEndsAt, GrantStore, StoreUnavailableError } from '../grants/grant';
 import { GRANT_STORE } from '../grants/grants.constants';
 import { digestsMatch, tokenDigest } from '../grants/token-digest';
 import { AuthOutcome } from './auth-outcome';
@@ -80,7 +80,7 @@ export class TokenAuthService {
     );
     if (!window.allowed) return { kind: 'rate_limited', retryAfterSeconds: Math.max(1, Math.ceil(window.resetInMs / 1000)) };
 
-    const endsAt = Math.min(grant.expiresAt, grant.revokedAt ?? Infinity);
+    const endsAt = grantEndsAt(grant);
     const maxAgeSeconds = Math.max(0, Math.min(this.config.AUTH_DECISION_MAX_AGE_SECONDS, Math.floor((endsAt - now) / 1000)));
     return { kind: 'allowed', grant, maxAgeSeconds };
   }
