@@ -15,14 +15,7 @@ export class AllExceptionsFilter implements ExceptionFilter {
     const request = http.getRequest<FastifyRequest>();
     const reply = http.getResponse<FastifyReply>();
     if (exception instanceof HttpException) {
-      const response = exception.getResponse();
-      // Our own 400s carry `{ error, fields }`; Nest's built-in exceptions carry `{ message }`.
-      if (typeof response === 'object' && response !== null && !('message' in response) && 'error' in response) {
-        const { error, ...details } = response as { error: string };
-        sendError(request, reply, exception.getStatus(), error, details);
-      } else {
-        sendError(request, reply, exception.getStatus(), exception.message);
-      }
+      sendError(request, reply, exception.getStatus(), exception.message);
       return;
     }
     // Fastify's own errors carry `statusCode`; anything else is ours: a 500 that shows no internals.
