@@ -23,14 +23,14 @@
  * flag evaluation, HMACs, grant write, decorated answer.
  */
 import autocannon from 'autocannon';
-import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
-import { INTERNAL_API_HEADER, signInternalApiToken } from '../src/token-auth/internal-api-token';
-import { ISSUER, makeSecretFiles } from '../test/helpers/internal-api';
+import { makeSecretFiles } from '../test/helpers/internal-api';
 import { RedisServer, startRedis } from '../test/helpers/redis';
+import { repositoryRoot, rollingAuthHeader } from './lib/bench-env';
 import { BARE_ROUTE, BenchServer, DECORATOR_ROUTE, serverScript, startBenchServer } from './lib/bench-server';
 import { runFixedRate } from './lib/fixed-rate-load';
 import { jobPayloadBodies } from './lib/job-payload-body';
@@ -93,26 +93,6 @@ interface StoreReport {
 }
 
 const failures: string[] = [];
-
-function repositoryRoot(from: string): string {
-  for (let dir = from; dir !== dirname(dir); dir = dirname(dir)) {
-    const manifest = join(dir, 'package.json');
-    if (existsSync(manifest) && (JSON.parse(readFileSync(manifest, 'utf8')) as { name?: string }).name === 'ci-job-telemetry') return dir;
-  }
-  throw new Error(`no ci-job-telemetry package.json above ${from}`);
-}
-
-/**
- * The internal-API header, re-signed every 30 s: the service refuses a token issued more than 60 s
- * ago (SPEC §3), whatever the run length.
- */
-async function rollingAuthHeader(secret: Buffer): Promise<{ current(): Record<string, string>; stop(): void }> {
-  let header = { [INTERNAL_API_HEADER]: await signInternalApiToken(secret, ISSUER) };
-  const timer = setInterval(() => {
-    void signInternalApiToken(secret, ISSUER).then((token) => (header = { [INTERNAL_API_HEADER]: token }));
-  }, 30_000);
-  return { current: () => header, stop: () => clearInterval(timer) };
-}
 
 async function decisionCounts(origin: string): Promise<Record<string, number>> {
   const text = await (await fetch(`${origin}/metrics`)).text();

@@ -52,6 +52,7 @@ import { RedisServer, startRedis } from '../test/helpers/redis';
 import { summarizeCpuProfile } from './lib/cpu-profile-summary';
 import { median } from './lib/percentiles';
 import { childPids, procCpuMicros, procCpuTimes } from './lib/proc-cpu';
+import { repositoryRoot } from './lib/bench-env';
 import { describeExport, otlpTypes, traceExport } from './otlp-gateway.payload';
 import type { SinkStats } from './otlp-gateway.sink';
 
@@ -116,13 +117,6 @@ interface RunStats {
 
 const failures: string[] = [];
 
-function repositoryRoot(from: string): string {
-  for (let dir = from; dir !== dirname(dir); dir = dirname(dir)) {
-    const manifest = join(dir, 'package.json');
-    if (existsSync(manifest) && (JSON.parse(readFileSync(manifest, 'utf8')) as { name?: string }).name === 'ci-job-telemetry') return dir;
-  }
-  throw new Error(`no ci-job-telemetry package.json above ${from}`);
-}
 
 // ---------------------------------------------------------------------------------------------------
 // Processes

@@ -32,71 +32,8 @@ const ROUND_MS = 400;
 const GRANT = { jobId: 123456789, projectId: 278964, pipelineId: 1500000001, runnerId: 42, traceId: '4bf92f3577b34da6a3ce929d0e0e4736' };
 const FOREIGN_TRACE = '0af7651916cd43dd8448eb211c80319c';
 const FOREIGN_EVERY = 64; // 8 foreign spans in 512
-const IDENTITY_KEYS = new Set([
-  'ci.job.id', 'ci.project.id', 'ci.pipeline.id', 'ci.runner.id',
-  'cicd.pipeline.run.id', 'cicd.pipeline.task.run.id', 'cicd.worker.id',
-]);
-
-/** A CI job's batch: one resource, two scopes, spans with ~10 attributes and an event, a few foreign ones. */
-function batch() {
-  const hex = (value, bytes) => value.toString(16).padStart(bytes * 2, '0');
-  const spans = [];
-  for (let i = 0; i < SPANS; i++) {
-    const start = 1700000000000000000n + BigInt(i) * 1000000n;
-    spans.push({
-      traceId: i % FOREIGN_EVERY === 7 ? FOREIGN_TRACE : GRANT.traceId,
-      spanId: hex(i + 1, 8),
-      parentSpanId: hex(1, 8),
-      name: `rspec spec/models/user_spec.rb:${i}`,
-      kind: 1,
-      startTimeUnixNano: String(start),
-      endTimeUnixNano: String(start + 750000n),
-      attributes: [
-        { key: 'code.filepath', value: { stringValue: `spec/models/user_spec_${i % 40}.rb` } },
-        { key: 'code.lineno', value: { intValue: String(i % 300) } },
-        { key: 'code.function', value: { stringValue: 'it validates the presence of email' } },
-        { key: 'test.suite.name', value: { stringValue: 'models' } },
-        { key: 'test.case.result.status', value: { stringValue: i % 17 === 0 ? 'fail' : 'pass' } },
-        { key: 'thread.id', value: { intValue: String(i % 8) } },
-        { key: 'db.system', value: { stringValue: 'postgresql' } },
-        { key: 'db.query.text', value: { stringValue: 'SELECT "users".* FROM "users" WHERE "users"."id" = $1 LIMIT $2' } },
-        { key: 'retry', value: { boolValue: false } },
-        { key: 'duration.ratio', value: { doubleValue: i / SPANS } },
-      ],
-      events: i % 4 === 0 ? [{ timeUnixNano: String(start + 1000n), name: 'log', attributes: [{ key: 'message', value: { stringValue: 'cache miss' } }] }] : [],
-      status: { code: i % 17 === 0 ? 2 : 0 },
-    });
-  }
-  const half = Math.ceil(spans.length / 2);
-  return {
-    resourceSpans: [{
-      resource: {
-        attributes: [
-          { key: 'service.name', value: { stringValue: 'gitlab-runner-job' } },
-          { key: 'host.name', value: { stringValue: 'runner-abc123-project-278964-concurrent-0' } },
-          { key: 'os.type', value: { stringValue: 'linux' } },
-          { key: 'process.runtime.name', value: { stringValue: 'ruby' } },
-          { key: 'process.runtime.version', value: { stringValue: '3.3.4' } },
-          { key: 'telemetry.sdk.name', value: { stringValue: 'opentelemetry' } },
-          { key: 'telemetry.sdk.language', value: { stringValue: 'ruby' } },
-          { key: 'ci.project.id', value: { intValue: '1' } },
-        ],
-      },
-      scopeSpans: [
-        { scope: { name: 'rspec', version: '3.13.0' }, spans: spans.slice(0, half) },
-        { scope: { name: 'active_record', version: '7.1.3' }, spans: spans.slice(half) },
-      ],
-    }],
-  };
-}
-
-function toProtobufObject(value, key) {
-  if (Array.isArray(value)) return value.map((item) => toProtobufObject(item));
-  if (value !== null && typeof value === 'object') {
-    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, toProtobufObject(v, k)]));
-  }
-  return (key === 'traceId' || key === 'spanId' || key === 'parentSpanId') ? Buffer.from(value, 'hex') : value;
-}
+const { IDENTITY_ATTRIBUTE_KEYS: IDENTITY_KEYS } = require('../src/otlp-gateway/otlp-identity.ts');
+const { ciJobSpanBatch, withBinaryIds } = require('./lib/otlp-batch.ts');
 
 /** Alternative (b): full decode, object edits, full encode. Mirrors the wire implementation's rules. */
 function enforceWithProtobufjs(body, grant, spanBudget) {
@@ -157,8 +94,14 @@ function opsPerSecond(fn) {
 
 const median = (values) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
 
-const logical = batch();
-const protobufBody = Buffer.from(Request.encode(Request.fromObject(toProtobufObject(logical))).finish());
+const logical = ciJobSpanBatch({
+  traceId: GRANT.traceId,
+  spans: SPANS,
+  attributesPerSpan: 10,
+  foreignTraceId: FOREIGN_TRACE,
+  isForeign: (i) => i % FOREIGN_EVERY === 7,
+});
+const protobufBody = Buffer.from(Request.encode(Request.fromObject(withBinaryIds(logical))).finish());
 const jsonBody = Buffer.from(JSON.stringify(logical));
 const budget = 1000;
 

@@ -17,11 +17,11 @@ import autocannon from 'autocannon';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { INTERNAL_API_HEADER, signInternalApiToken } from '../src/token-auth/internal-api-token';
 import { jobPayloadRequest, RUNNER_TOKEN } from '../test/fixtures/job-payload';
-import { ISSUER, makeSecretFiles } from '../test/helpers/internal-api';
+import { makeSecretFiles } from '../test/helpers/internal-api';
 import { makeGitLabKeys } from '../test/helpers/job-tokens';
 import { startRedis } from '../test/helpers/redis';
+import { repositoryRoot, rollingAuthHeader } from './lib/bench-env';
 import { BARE_ROUTE, BenchServer, DECORATOR_ROUTE, serverScript, startBenchServer } from './lib/bench-server';
 import { median } from './lib/percentiles';
 
@@ -55,13 +55,12 @@ async function cacheCounts(origin: string): Promise<{ hit: number; miss: number 
 }
 
 async function main(): Promise<void> {
-  const root = join(__dirname, '..', '..', '..', '..');
+  const root = repositoryRoot(__dirname);
   const work = mkdtempSync(join(tmpdir(), 'cjt-token-auth-bench-'));
   const secrets = makeSecretFiles();
   const keys = await makeGitLabKeys();
   const redis = await startRedis();
-  let internalApi = await signInternalApiToken(secrets.internalApiSecret, ISSUER);
-  const resign = setInterval(() => void signInternalApiToken(secrets.internalApiSecret, ISSUER).then((token) => (internalApi = token)), 30_000);
+  const internalApi = await rollingAuthHeader(secrets.internalApiSecret);
   const jobToken = await keys.sign(1001);
 
   console.log('auth endpoint vs bare Fastify route, same server process, real Redis (ratios are the result; absolute numbers are noise)');
@@ -94,7 +93,7 @@ async function main(): Promise<void> {
           const token = variant === 'warm decision' ? jobToken : `glcbt-bench-opaque-${job}-${'x'.repeat(20)}`;
           const pickup = await fetch(server.origin + DECORATOR_ROUTE, {
             method: 'POST',
-            headers: { 'content-type': 'application/json', [INTERNAL_API_HEADER]: internalApi },
+            headers: { 'content-type': 'application/json', ...internalApi.current() },
             body: JSON.stringify(jobPayloadRequest({ job: { id: 1001 + job, token } })),
           });
           if (pickup.status !== 200) throw new Error(`pickup answered ${pickup.status}`);
@@ -102,7 +101,7 @@ async function main(): Promise<void> {
         }
         let next = 0;
         const authHeaders = () => ({
-          [INTERNAL_API_HEADER]: internalApi,
+          ...internalApi.current(),
           authorization: `Bearer ${tokens[next++ % tokens.length]}`,
           'runner-token': RUNNER_TOKEN,
         });
@@ -113,7 +112,7 @@ async function main(): Promise<void> {
         const bareBody = JSON.stringify({ job: { id: 1 } });
         const run = (route: Route, seconds: number) =>
           route === 'bare'
-            ? measure(server, BARE_ROUTE, () => ({ 'content-type': 'application/json', [INTERNAL_API_HEADER]: internalApi }), bareBody, seconds)
+            ? measure(server, BARE_ROUTE, () => ({ 'content-type': 'application/json', ...internalApi.current() }), bareBody, seconds)
             : measure(server, AUTH_ROUTE, authHeaders, undefined, seconds);
         await run('bare', 2);
         await run('auth', 2);
@@ -139,7 +138,7 @@ async function main(): Promise<void> {
   } catch (error) {
     failures.push(String((error as Error).stack ?? error));
   } finally {
-    clearInterval(resign);
+    internalApi.stop();
     await redis.stop();
   }
   for (const row of rows) console.log(row);

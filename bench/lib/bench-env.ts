@@ -1,0 +1,25 @@
+import { existsSync, readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { INTERNAL_API_HEADER, signInternalApiToken } from '../../src/token-auth/internal-api-token';
+import { ISSUER } from '../../test/helpers/internal-api';
+
+/** The checkout the bench belongs to, wherever its compiled copy runs from (node_modules/.cache/…). */
+export function repositoryRoot(from: string): string {
+  for (let dir = from; dir !== dirname(dir); dir = dirname(dir)) {
+    const manifest = join(dir, 'package.json');
+    if (existsSync(manifest) && (JSON.parse(readFileSync(manifest, 'utf8')) as { name?: string }).name === 'ci-job-telemetry') return dir;
+  }
+  throw new Error(`no ci-job-telemetry package.json above ${from}`);
+}
+
+/**
+ * The internal-API header, re-signed every 30 s: the service refuses a token issued more than 60 s
+ * ago (SPEC §3), whatever the run length.
+ */
+export async function rollingAuthHeader(secret: Buffer): Promise<{ current(): Record<string, string>; stop(): void }> {
+  let header = { [INTERNAL_API_HEADER]: await signInternalApiToken(secret, ISSUER) };
+  const timer = setInterval(() => {
+    void signInternalApiToken(secret, ISSUER).then((token) => (header = { [INTERNAL_API_HEADER]: token }));
+  }, 30_000);
+  return { current: () => header, stop: () => clearInterval(timer) };
+}
