@@ -79,6 +79,36 @@ export class EnvironmentVariables {
   @MinLength(1)
   TRACE_KEY_FILE?: string;
 
+  /**
+   * Key of the per-job capability URLs (SPEC §4); generated under `.secrets/` when unset. To rotate,
+   * move the old file to CAPABILITY_PREVIOUS_KEY_FILE and put a new key here; drop the previous key
+   * once the longest job timeout plus GRANT_GRACE_SECONDS has passed.
+   */
+  @IsOptional()
+  @IsString()
+  @MinLength(1)
+  CAPABILITY_KEY_FILE?: string;
+
+  @IsOptional()
+  @IsString()
+  @MinLength(1)
+  CAPABILITY_PREVIOUS_KEY_FILE?: string;
+
+  /**
+   * How self-managed runners are told to authenticate (SPEC §4): `capability`, a per-job URL a stock
+   * GitLab Runner can use with no credentials of its own; or `headers`, the job and runner tokens as
+   * headers, only for runners known to send them (a stock runner skips that endpoint).
+   */
+  @IsIn(['capability', 'headers'])
+  RUNNER_ENDPOINT_FORM: 'capability' | 'headers' = 'capability';
+
+  /**
+   * `keyed`: HMAC ids under the trace key (SPEC §4). `gitlab`: the ids GitLab Rails gives its own
+   * job spans, so Rails' spans and the runner's land in one trace.
+   */
+  @IsIn(['keyed', 'gitlab'])
+  TRACE_ID_SCHEME: 'keyed' | 'gitlab' = 'keyed';
+
   @Transform(toInt)
   @IsInt()
   @Min(1024)
@@ -281,6 +311,8 @@ export function loadConfig(env: NodeJS.ProcessEnv | Record<string, string | unde
   const optional = [
     'INTERNAL_API_SECRET_FILE',
     'TRACE_KEY_FILE',
+    'CAPABILITY_KEY_FILE',
+    'CAPABILITY_PREVIOUS_KEY_FILE',
     'REDIS_URL',
     'UNLEASH_URL',
     'UNLEASH_API_TOKEN',

@@ -14,6 +14,11 @@ export interface Secrets {
   readonly traceKey: Buffer;
   /** Key of the runner and job token digests held in grants. */
   readonly tokenDigestKey: Buffer;
+  /**
+   * Keys of the per-job capability MACs (SPEC §4, §6): the current key, which mints, then the
+   * previous one while a rotation lasts, which is still accepted so running jobs keep exporting.
+   */
+  readonly capabilityKeys: readonly Buffer[];
 }
 
 function readSecret(variable: string, path: string | undefined, generatedPath: string, problems: string[]): Buffer {
@@ -54,6 +59,12 @@ export function loadSecrets(config: AppConfig, generatedDir = '.secrets'): Secre
     problems,
   );
   const traceKey = readSecret('TRACE_KEY_FILE', config.TRACE_KEY_FILE, `${generatedDir}/trace_key`, problems);
+  // Its own key, not one derived from the trace key: whoever holds the trace key to emit job spans
+  // (SPEC §4) must not be able to mint export credentials.
+  const capabilityKeys = [readSecret('CAPABILITY_KEY_FILE', config.CAPABILITY_KEY_FILE, `${generatedDir}/capability_key`, problems)];
+  if (config.CAPABILITY_PREVIOUS_KEY_FILE !== undefined) {
+    capabilityKeys.push(readSecret('CAPABILITY_PREVIOUS_KEY_FILE', config.CAPABILITY_PREVIOUS_KEY_FILE, '', problems));
+  }
   if (problems.length > 0) throw new ConfigError(problems);
-  return { internalApiSecret, traceKey, tokenDigestKey: deriveTokenDigestKey(traceKey) };
+  return { internalApiSecret, traceKey, tokenDigestKey: deriveTokenDigestKey(traceKey), capabilityKeys };
 }

@@ -8,19 +8,31 @@ import { Grant, GrantStore } from '../grants/grant';
 import { GRANT_STORE } from '../grants/grants.constants';
 import { tokenDigest } from '../grants/token-digest';
 import { MetricsService } from '../observability/metrics.service';
-import { spanIdFor, TraceContext, traceContextOf, traceIdFor } from '../trace-context/trace-context';
+import { capabilityPath, mintCapability } from '../runner-auth/job-capability';
+import { gitlabTraceContextOf, spanIdFor, TraceContext, traceContextOf, traceIdFor } from '../trace-context/trace-context';
 import { JobPayload, JobPayloadRequest } from './job-payload-request';
 
 export type TelemetryReason = 'enabled' | 'flag_disabled' | 'not_sampled' | 'runner_unsupported' | 'degraded';
 
-/** Auth type runners present to this gateway: `Authorization: Bearer <job token>` plus `Runner-Token`. */
+/**
+ * Header credentials (`Authorization: Bearer <job token>` plus `Runner-Token`), handed out only when
+ * RUNNER_ENDPOINT_FORM=headers: a stock GitLab Runner skips an endpoint whose auth type it does not know.
+ */
 export const GATEWAY_AUTH_TYPE = 'ci_job_telemetry_tokens';
 /** Hosted runners export straight to the collector with a Google-signed OIDC token. */
 export const HOSTED_AUTH_TYPE = 'http_bearer_gcp_oidc';
+/** The masked variable with the job's capability base URL, for programs inside the job (SPEC §4). */
+export const OTLP_ENDPOINT_VARIABLE = 'CI_JOB_TELEMETRY_OTLP_ENDPOINT';
 
+/**
+ * One entry of `features.tracing.otel_endpoints`, in the shape GitLab Runner reads (`common/spec/spec.go`):
+ * no `auth` means no credentials at all; `http_bearer_gcp_oidc` needs its nested object.
+ */
 export interface OtelEndpoint {
   readonly url: string;
-  readonly auth: { readonly type: string; readonly audience?: string };
+  readonly auth?:
+    | { readonly type: typeof HOSTED_AUTH_TYPE; readonly http_bearer_gcp_oidc: { readonly audience: string } }
+    | { readonly type: typeof GATEWAY_AUTH_TYPE };
 }
 
 export type Telemetry =
@@ -41,7 +53,8 @@ export interface DecoratedJobPayload {
   readonly telemetry: Telemetry;
 }
 
-const TRACE_VARIABLES = new Set(['TRACEPARENT', 'TRACESTATE']);
+/** Variables the decorator owns: an existing entry of the same key is replaced, never duplicated. */
+const DECORATOR_VARIABLES = new Set(['TRACEPARENT', 'TRACESTATE', OTLP_ENDPOINT_VARIABLE]);
 /** Root pipelines whose trace id is kept: every job of a pipeline asks for the same one (~100 bytes each). */
 const TRACE_ID_CACHE_SIZE = 10_000;
 
@@ -51,8 +64,10 @@ export class JobPayloadService {
   private readonly hostedRunnerTypes: ReadonlySet<string>;
   private readonly hostedRunnerIds: ReadonlySet<number>;
   /** Where runners export to: fixed by configuration, so built once rather than on every pickup. */
-  private readonly gatewayEndpoint: OtelEndpoint;
+  private readonly headerEndpoint: OtelEndpoint;
   private readonly hostedEndpoint: OtelEndpoint;
+  /** GATEWAY_PUBLIC_URL without a trailing slash: capability URLs are built on it. */
+  private readonly gatewayBase: string;
   /** Trace id by root pipeline id: a pure function of the two, so a kept one is always the right one. */
   private readonly traceIds = new LRUCache<number, string>({ max: TRACE_ID_CACHE_SIZE });
 
@@ -65,8 +80,12 @@ export class JobPayloadService {
   ) {
     this.hostedRunnerTypes = new Set(config.HOSTED_RUNNER_TYPES);
     this.hostedRunnerIds = new Set(config.HOSTED_RUNNER_IDS);
-    this.gatewayEndpoint = { url: config.GATEWAY_PUBLIC_URL, auth: { type: GATEWAY_AUTH_TYPE } };
-    this.hostedEndpoint = { url: config.COLLECTOR_PUBLIC_URL, auth: { type: HOSTED_AUTH_TYPE, audience: config.HOSTED_OIDC_AUDIENCE } };
+    this.gatewayBase = withoutTrailingSlash(config.GATEWAY_PUBLIC_URL);
+    this.headerEndpoint = { url: tracesUrl(this.gatewayBase), auth: { type: GATEWAY_AUTH_TYPE } };
+    this.hostedEndpoint = {
+      url: tracesUrl(withoutTrailingSlash(config.COLLECTOR_PUBLIC_URL)),
+      auth: { type: HOSTED_AUTH_TYPE, http_bearer_gcp_oidc: { audience: config.HOSTED_OIDC_AUDIENCE } },
+    };
   }
 
   /** Never throws for the store or Unleash: job pickup must not fail because of telemetry (SPEC §4). */
@@ -95,10 +114,13 @@ export class JobPayloadService {
     });
     if (!flagged) return off('flag_disabled');
 
-    const context = traceContextOf(this.traceIdFor(job.root_pipeline_id), spanIdFor(this.secrets.traceKey, job.id), this.flags.samplingPercent());
+    const context = this.traceContextFor(job.root_pipeline_id, job.id);
     if (!context.sampled) return off('not_sampled');
 
     const hosted = this.hostedRunnerTypes.has(runner.runner_type) || this.hostedRunnerIds.has(runner.id);
+    // Never enable a job with an endpoint it cannot use: header credentials need the runner token's
+    // digest in the grant (SPEC §4).
+    if (!hosted && this.config.RUNNER_ENDPOINT_FORM === 'headers' && runner.token === undefined) return off('runner_unsupported');
     const grant: Grant = {
       jobId: job.id,
       projectId: job.project_id,
@@ -113,11 +135,14 @@ export class JobPayloadService {
     };
     // Hosted runners authenticate to the collector with OIDC and never need the grant; a job bound
     // for the gateway without a stored grant would only collect 403s, so it is not enabled at all.
-    if (!(await this.saveGrant(grant)) && !hosted) return off('degraded');
+    const granted = await this.saveGrant(grant);
+    if (!granted && !hosted) return off('degraded');
 
-    const endpoint = hosted ? this.hostedEndpoint : this.gatewayEndpoint;
+    // The capability base URL goes to programs inside the job whenever the gateway can honour it.
+    const capabilityBase = granted ? `${this.gatewayBase}${capabilityPath(job.id, mintCapability(this.secrets.capabilityKeys[0], job.id))}` : undefined;
+    const endpoint = hosted ? this.hostedEndpoint : this.config.RUNNER_ENDPOINT_FORM === 'headers' ? this.headerEndpoint : { url: tracesUrl(capabilityBase!) };
     return {
-      payload: decoratePayload(payload, context, endpoint),
+      payload: decoratePayload(payload, context, endpoint, capabilityBase),
       telemetry: {
         enabled: true,
         reason: 'enabled',
@@ -129,6 +154,11 @@ export class JobPayloadService {
         expires_at: new Date(grant.expiresAt).toISOString(),
       },
     };
+  }
+
+  private traceContextFor(rootPipelineId: number, jobId: number): TraceContext {
+    if (this.config.TRACE_ID_SCHEME === 'gitlab') return gitlabTraceContextOf(rootPipelineId, jobId, this.flags.samplingPercent());
+    return traceContextOf(this.traceIdFor(rootPipelineId), spanIdFor(this.secrets.traceKey, jobId), this.flags.samplingPercent());
   }
 
   private traceIdFor(rootPipelineId: number): string {
@@ -165,18 +195,30 @@ export class JobPayloadService {
   }
 }
 
+function withoutTrailingSlash(url: string): string {
+  return url.replace(/\/+$/, '');
+}
+
+/** GitLab Runner POSTs to the URL's path verbatim, so every URL handed out names the traces path. */
+function tracesUrl(base: string): string {
+  return `${base}/v1/traces`;
+}
+
 /**
- * The payload with `features.tracing` and the trace variables set. Copies only what it changes, so
- * the caller's object (and its megabytes of scripts) is never touched.
+ * The payload with `features.tracing` and the decorator's variables set. Copies only what it changes,
+ * so the caller's object (and its megabytes of scripts) is never touched.
  */
-export function decoratePayload(payload: JobPayload, context: TraceContext, endpoint: OtelEndpoint): JobPayload {
+export function decoratePayload(payload: JobPayload, context: TraceContext, endpoint: OtelEndpoint, capabilityBase: string | undefined): JobPayload {
   const traceVariables = [
     { key: 'TRACEPARENT', value: context.traceparent, public: true, masked: false },
     ...(context.tracestate === undefined ? [] : [{ key: 'TRACESTATE', value: context.tracestate, public: true, masked: false }]),
+    // A credential: masked in job logs, and not public (not shown in the UI, not passed to services).
+    // No OTEL_EXPORTER_* variable is set: that would make instrumented programs export unasked.
+    ...(capabilityBase === undefined ? [] : [{ key: OTLP_ENDPOINT_VARIABLE, value: capabilityBase, public: false, masked: true }]),
   ];
   // A TRACESTATE left from elsewhere describes another trace; it goes with the TRACEPARENT it belonged to.
   const variables = (payload.variables ?? []).filter(
-    (variable) => !TRACE_VARIABLES.has((variable as { key?: unknown } | null)?.key as string),
+    (variable) => !DECORATOR_VARIABLES.has((variable as { key?: unknown } | null)?.key as string),
   );
   return {
     ...payload,

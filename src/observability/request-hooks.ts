@@ -1,4 +1,4 @@
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { Logger } from 'pino';
@@ -15,9 +15,22 @@ export function requestIdOf(request: IncomingMessage): string {
 }
 
 /**
+ * What the access log says of a request's path: its route template when it matched one, so a
+ * capability in the path (SPEC §6) never reaches a log; otherwise the path with anything under
+ * `/jobs/<id>/` and the query string cut, since an unmatched URL may still carry a credential.
+ */
+function loggedRoute(request: FastifyRequest): string {
+  const template = request.routeOptions.url;
+  if (template !== undefined) return template;
+  const path = request.url.split('?')[0];
+  return path.replace(/^(\/jobs\/[^/]*\/).*$/, '$1…');
+}
+
+/**
  * Puts the request id on the response and on every log line written while serving the request, and
- * writes one line per request after it is answered: method, route, status, duration; never headers
- * or bodies (SPEC §8). The root logger's mixin adds the request id, so request.log is not used.
+ * writes one line per request after it is answered: method, route, status, duration; never headers,
+ * bodies or credentials in paths (SPEC §8). The root logger's mixin adds the request id, so
+ * request.log is not used.
  */
 export function addRequestHooks(app: FastifyInstance, logger: Logger): void {
   app.addHook('onRequest', (request, reply, done) => {
@@ -27,7 +40,7 @@ export function addRequestHooks(app: FastifyInstance, logger: Logger): void {
   });
   app.addHook('onResponse', (request, reply, done) => {
     logger.info(
-      { method: request.method, url: request.url, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 100) / 100 },
+      { method: request.method, route: loggedRoute(request), status: reply.statusCode, ms: Math.round(reply.elapsedTime * 100) / 100 },
       'request completed',
     );
     done();

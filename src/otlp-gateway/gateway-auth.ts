@@ -1,4 +1,6 @@
 import { Pool } from 'undici';
+import { capabilityPath } from '../runner-auth/job-capability';
+import { RunnerCredential } from '../runner-auth/runner-credential';
 import { AuthIdentity, AuthOutcome, identityOf } from '../token-auth/auth-outcome';
 import { TokenAuthService } from '../token-auth/token-auth.service';
 import type { GatewayGrant } from './otlp-payload';
@@ -9,15 +11,15 @@ export type GatewayDecision =
   | Exclude<AuthOutcome, { kind: 'allowed' }>;
 
 export interface GatewayAuthenticator {
-  authenticate(jobToken: string, runnerToken: string): Promise<GatewayDecision>;
+  authenticate(credential: RunnerCredential): Promise<GatewayDecision>;
 }
 
 /** ROLE=all: the auth decision is made in this process, by the same service the endpoint uses. */
 export class InProcessAuthenticator implements GatewayAuthenticator {
   constructor(private readonly tokenAuth: TokenAuthService) {}
 
-  async authenticate(jobToken: string, runnerToken: string): Promise<GatewayDecision> {
-    const outcome = await this.tokenAuth.authenticate(jobToken, runnerToken);
+  async authenticate(credential: RunnerCredential): Promise<GatewayDecision> {
+    const outcome = await this.tokenAuth.authenticate(credential);
     return outcome.kind === 'allowed' ? allowedFrom(identityOf(outcome.grant), outcome.maxAgeSeconds) : outcome;
   }
 }
@@ -35,8 +37,25 @@ function allowedFrom(identity: AuthIdentity, maxAgeSeconds: number): GatewayDeci
 const REMOTE_RETRY_AFTER_SECONDS = 5;
 
 /**
+ * The runner's credential as the auth endpoint reads it: header credentials exactly as received, a
+ * capability as the export path in `X-Original-URI` (as nginx `auth_request` passes it).
+ */
+function credentialHeaders(credential: Exclude<RunnerCredential, { kind: 'missing' }>): Record<string, string> {
+  switch (credential.kind) {
+    case 'tokens':
+      return { authorization: `Bearer ${credential.jobToken}`, 'runner-token': credential.runnerToken };
+    case 'capability':
+      return { 'x-original-uri': `${capabilityPath(credential.jobId, credential.capability)}/v1/traces` };
+    default: {
+      const unreachable: never = credential;
+      throw new Error(`unhandled credential ${JSON.stringify(unreachable)}`);
+    }
+  }
+}
+
+/**
  * ROLE=gateway (SPEC §2): asks a control process's auth endpoint over HTTP, passing the runner's
- * credentials exactly as received, and reads its answer back into the same outcomes.
+ * credential, and reads its answer back into the same outcomes.
  */
 export class RemoteAuthenticator implements GatewayAuthenticator {
   private readonly pool: Pool;
@@ -52,13 +71,14 @@ export class RemoteAuthenticator implements GatewayAuthenticator {
     this.path = target.pathname + target.search;
   }
 
-  async authenticate(jobToken: string, runnerToken: string): Promise<GatewayDecision> {
+  async authenticate(credential: RunnerCredential): Promise<GatewayDecision> {
+    if (credential.kind === 'missing') return { kind: 'unauthenticated', reason: credential.reason };
     let response;
     try {
       response = await this.pool.request({
         path: this.path,
         method: 'POST',
-        headers: { ...(await this.internalApiHeaders()), authorization: `Bearer ${jobToken}`, 'runner-token': runnerToken },
+        headers: { ...(await this.internalApiHeaders()), ...credentialHeaders(credential) },
         headersTimeout: this.timeoutMs,
         bodyTimeout: this.timeoutMs,
       });

@@ -44,8 +44,4 @@ export class GatewayMetrics implements DecisionCacheObserver {
   miss(): void {
     this.decisionCache.inc({ result: 'miss' });
   }
-
-  startRequest(signal: OtlpSignal): (status: number) => void {
-    return (status) => this.requests.inc({ signal, status: String(status) });
-  }
 }

@@ -9,6 +9,7 @@ import { GRANT_STORE } from '../grants/grants.constants';
 import { APP_LOGGER } from '../observability/logger';
 import { MetricsService } from '../observability/metrics.service';
 import { ReadinessChecks } from '../observability/readiness-checks';
+import { RunnerCredential } from '../runner-auth/runner-credential';
 import { signInternalApiToken } from '../token-auth/internal-api-token';
 import { TokenAuthService } from '../token-auth/token-auth.service';
 import { DecisionCache } from '../token-auth/decision-cache';
@@ -33,7 +34,7 @@ export class GatewayServer implements OnModuleDestroy {
     readiness: ReadinessChecks,
   ) {
     const metrics = new GatewayMetrics(metricsService.registry);
-    const decisions = new DecisionCache((jobToken: string, runnerToken: string) => authenticator.authenticate(jobToken, runnerToken), config.GATEWAY_DECISION_CACHE_SIZE, metrics);
+    const decisions = new DecisionCache((credential: RunnerCredential) => authenticator.authenticate(credential), config.GATEWAY_DECISION_CACHE_SIZE, metrics);
     this.instance = buildGatewayServer({ config, logger, decisions, store, upstream, metrics });
     // Only a gateway-only process is unready without its collector: in ROLE=all the same readiness
     // gates job pickup, which must not leave rotation because the collector is down (exports get a

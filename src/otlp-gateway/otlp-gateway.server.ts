@@ -5,8 +5,8 @@ import type { Logger } from 'pino';
 import { AppConfig } from '../config/app-config';
 import { GrantStore, StoreUnavailableError } from '../grants/grant';
 import { addRequestHooks, requestIdOf } from '../observability/request-hooks';
+import { headerCredential, RunnerCredential } from '../runner-auth/runner-credential';
 import { DecisionCache } from '../token-auth/decision-cache';
-import { runnerCredentials } from '../token-auth/runner-credentials';
 import { GatewayDecision } from './gateway-auth';
 import { GatewayMetrics } from './gateway-metrics';
 import { GatewayFailure, otlpErrorAnswer } from './otlp-errors';
@@ -21,6 +21,15 @@ const SIGNALS: readonly OtlpSignal[] = ['traces', 'metrics', 'logs'];
 const CONTENT_TYPES: Record<OtlpEncoding, string> = { protobuf: 'application/x-protobuf', json: 'application/json' };
 /** A span quota lives at least this long even for a grant about to end (clock skew between replicas). */
 const MIN_QUOTA_TTL_MS = 60_000;
+
+type AllowedDecision = Extract<GatewayDecision, { kind: 'allowed' }>;
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** Set by the credential check, which runs before the body is read. */
+    exportGrant: AllowedDecision | null;
+  }
+}
 
 /** Thrown inside the handler to answer with an OTLP error; mapped in one place (otlpErrorAnswer). */
 class GatewayError extends Error {
@@ -88,19 +97,37 @@ export function buildGatewayServer(deps: GatewayDependencies): FastifyInstance {
     logger.error({ err: error }, 'gateway request failed');
     return reply.status(500).header('content-type', CONTENT_TYPES[encoding]).send(encodeRpcStatus(encoding, { code: 13, message: 'internal error' }));
   });
+  // The path is not echoed: on a capability route it holds a credential.
   app.setNotFoundHandler((request, reply) =>
-    sendFailure(reply, encodingOf(request.headers['content-type']) ?? 'protobuf', { kind: 'not_found', message: `no OTLP route ${request.method} ${request.url}` }),
+    sendFailure(reply, encodingOf(request.headers['content-type']) ?? 'protobuf', {
+      kind: 'not_found',
+      message: `no OTLP route ${request.method} here; POST /v1/{traces,metrics,logs} or the job's capability URL`,
+    }),
   );
 
+  app.decorateRequest('exportGrant', null);
+
+  /**
+   * Credentials are checked when the request arrives, before its body is read (SPEC §6): a client
+   * without a valid credential never makes the gateway buffer or inflate anything.
+   */
+  const authorizeExport = async (request: FastifyRequest, reply: FastifyReply) => {
+    try {
+      request.exportGrant = await authorize(deps, credentialOf(request));
+    } catch (error) {
+      if (!(error instanceof GatewayError)) throw error;
+      return sendFailure(reply, encodingOf(request.headers['content-type']) ?? 'protobuf', error.failure);
+    }
+  };
+
   for (const signal of SIGNALS) {
-    app.post(`/v1/${signal}`, async (request, reply) => {
+    const handler = async (request: FastifyRequest, reply: FastifyReply) => {
       const encoding = encodingOf(request.headers['content-type']);
-      const finish = metrics.startRequest(signal);
       try {
         if (encoding === undefined) {
           throw new GatewayError({ kind: 'unsupported_media_type', message: 'use application/x-protobuf or application/json' });
         }
-        const answer = await handleExport(deps, signal, encoding, request);
+        const answer = await handleExport(deps, signal, encoding, request, request.exportGrant!);
         void reply.status(200).header('content-type', CONTENT_TYPES[encoding]);
         return answer;
       } catch (error) {
@@ -114,22 +141,35 @@ export function buildGatewayServer(deps: GatewayDependencies): FastifyInstance {
         }
         if (!(error instanceof GatewayError)) throw error;
         return sendFailure(reply, encoding ?? 'protobuf', error.failure);
-      } finally {
-        finish(reply.statusCode);
       }
-    });
+    };
+    const countRequest = (request: FastifyRequest, reply: FastifyReply, done: () => void) => {
+      metrics.requests.inc({ signal, status: String(reply.statusCode) });
+      done();
+    };
+    // Header credentials (SPEC §5), and the per-job capability URL a stock runner uses (SPEC §4).
+    for (const url of [`/v1/${signal}`, `/jobs/:jobId/:capability/v1/${signal}`]) {
+      app.post(url, { onRequest: authorizeExport, onResponse: countRequest }, handler);
+    }
   }
   return app;
 }
 
-async function handleExport(deps: GatewayDependencies, signal: OtlpSignal, encoding: OtlpEncoding, request: FastifyRequest): Promise<Buffer> {
+/** The capability of a capability route, otherwise the header credentials. */
+function credentialOf(request: FastifyRequest): RunnerCredential {
+  const params = request.params as { jobId?: string; capability?: string };
+  if (params.capability === undefined) return headerCredential(request.headers);
+  // Digits only and within the safe range, so the id the MAC is checked against is the id in the URL.
+  if (!/^\d{1,15}$/.test(params.jobId ?? '')) return { kind: 'missing', reason: 'invalid capability URL' };
+  return { kind: 'capability', jobId: Number(params.jobId), capability: params.capability };
+}
+
+async function handleExport(deps: GatewayDependencies, signal: OtlpSignal, encoding: OtlpEncoding, request: FastifyRequest, grant: AllowedDecision): Promise<Buffer> {
   const { config, store, metrics } = deps;
   const contentEncoding = String(request.headers['content-encoding'] ?? 'identity').trim().toLowerCase();
   if (contentEncoding !== 'identity' && contentEncoding !== 'gzip') {
     throw new GatewayError({ kind: 'unsupported_media_type', message: `content-encoding ${contentEncoding} is not supported; use gzip or none` });
   }
-
-  const grant = await authorize(deps, request);
 
   const window = await orUnavailable(() =>
     store.hitRateWindow(`gateway:runner:${grant.grant.runnerId}`, config.GATEWAY_RUNNER_RATE_LIMIT, config.GATEWAY_RUNNER_RATE_WINDOW_SECONDS * 1000),
@@ -152,12 +192,14 @@ async function handleExport(deps: GatewayDependencies, signal: OtlpSignal, encod
   return encodeExportResponse(signal, encoding, mergePartialSuccess(ours, theirs));
 }
 
-async function authorize(deps: GatewayDependencies, request: FastifyRequest): Promise<Extract<GatewayDecision, { kind: 'allowed' }>> {
-  const { jobToken, runnerToken } = runnerCredentials(request.headers);
-  if (jobToken === undefined || runnerToken === undefined) {
-    throw new GatewayError({ kind: 'unauthenticated', message: 'send the job token as Authorization: Bearer and the runner token as Runner-Token' });
+async function authorize(deps: GatewayDependencies, credential: RunnerCredential): Promise<AllowedDecision> {
+  if (credential.kind === 'missing') {
+    throw new GatewayError({
+      kind: 'unauthenticated',
+      message: `${credential.reason}: export to the job's capability URL, or send the job token as Authorization: Bearer and the runner token as Runner-Token`,
+    });
   }
-  const { decision } = await deps.decisions.decide(jobToken, runnerToken);
+  const { decision } = await deps.decisions.decide(credential);
   switch (decision.kind) {
     case 'allowed':
       return decision;
@@ -196,7 +238,7 @@ async function decompress(wire: Buffer, maxBytes: number): Promise<Buffer> {
  * survived trace binding; in the rare case the store grants fewer (quota nearly used, or another
  * replica took some), the body is enforced again with exactly what was granted.
  */
-async function enforce(deps: GatewayDependencies, signal: OtlpSignal, encoding: OtlpEncoding, body: Buffer, decision: Extract<GatewayDecision, { kind: 'allowed' }>): Promise<EnforcedExport> {
+async function enforce(deps: GatewayDependencies, signal: OtlpSignal, encoding: OtlpEncoding, body: Buffer, decision: AllowedDecision): Promise<EnforcedExport> {
   const { config, store, metrics } = deps;
   const grant: GatewayGrant = decision.grant;
   let enforced: EnforcedExport;

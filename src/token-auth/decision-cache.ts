@@ -1,5 +1,5 @@
-import { createHash } from 'node:crypto';
 import { LRUCache } from 'lru-cache';
+import { credentialCacheKey, RunnerCredential } from '../runner-auth/runner-credential';
 
 /** Refusals are remembered briefly (SPEC §6: at most 5 s), so a fixed token is accepted soon. */
 export const NEGATIVE_DECISION_TTL_MS = 5000;
@@ -21,9 +21,9 @@ export interface CachedDecision<D> {
 }
 
 /**
- * Auth decisions per token pair: positive ones for their max-age, refusals for at most 5 s, outages
- * never. Concurrent lookups of the same pair share one lookup. Keys are digests of the token pair,
- * so the cache holds no token. Used in front of the auth endpoint and in the gateway (SPEC §2, §6).
+ * Auth decisions per credential (token pair or capability): positive ones for their max-age, refusals
+ * for at most 5 s, outages never. Concurrent lookups of the same credential share one lookup. Keys
+ * are digests of the credential, so the cache holds no token and no capability. Used in front of the auth endpoint and in the gateway (SPEC §2, §6).
  */
 export class DecisionCache<D extends CacheableDecision> {
   private readonly decisions: LRUCache<string, { decision: D; decidedAt: number }> | undefined;
@@ -31,15 +31,16 @@ export class DecisionCache<D extends CacheableDecision> {
 
   /** `maxEntries` 0 turns caching off; concurrent identical lookups are still shared. */
   constructor(
-    private readonly lookup: (jobToken: string, runnerToken: string) => Promise<D>,
+    private readonly lookup: (credential: RunnerCredential) => Promise<D>,
     maxEntries: number,
     private readonly observer: DecisionCacheObserver,
   ) {
     this.decisions = maxEntries > 0 ? new LRUCache({ max: maxEntries }) : undefined;
   }
 
-  async decide(jobToken: string, runnerToken: string): Promise<CachedDecision<D>> {
-    const key = createHash('sha256').update(jobToken).update('\0').update(runnerToken).digest('base64');
+  async decide(credential: RunnerCredential): Promise<CachedDecision<D>> {
+    const key = credentialCacheKey(credential);
+    if (key === undefined) return { decision: await this.lookup(credential), ageMs: 0 };
     const cached = this.decisions?.get(key);
     if (cached !== undefined) {
       this.observer.hit();
@@ -51,7 +52,7 @@ export class DecisionCache<D extends CacheableDecision> {
       return { decision: await pending, ageMs: 0 };
     }
     this.observer.miss();
-    const lookup = this.lookup(jobToken, runnerToken).then((decision) => {
+    const lookup = this.lookup(credential).then((decision) => {
       const ttl = ttlOf(decision);
       if (ttl > 0) this.decisions?.set(key, { decision, decidedAt: Date.now() }, { ttl });
       return decision;

@@ -1,10 +1,10 @@
 import { Controller, Delete, HttpCode, Inject, NotFoundException, Param, ParseIntPipe, Post, Req, Res, UseGuards } from '@nestjs/common';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { sendError } from '../observability/http-error';
+import { forwardedCredential } from '../runner-auth/runner-credential';
 import { AcceptsCallerKey } from './accepts-caller-key.decorator';
 import { AuthOutcome, identityOf } from './auth-outcome';
 import { DecisionCache } from './decision-cache';
-import { runnerCredentials } from './runner-credentials';
 import { AUTH_DECISIONS } from './token-auth.constants';
 import { InternalApiGuard } from './internal-api.guard';
 import { TokenAuthService } from './token-auth.service';
@@ -17,16 +17,14 @@ export class TokenAuthController {
     @Inject(AUTH_DECISIONS) private readonly decisions: DecisionCache<AuthOutcome>,
   ) {}
 
-  /** Runner credentials come as the runner sent them, so nginx can pass its request's headers through. */
+  /**
+   * Runner credentials come as the runner sent them, so nginx can pass its request's headers through;
+   * a capability URL comes as the export's path in `X-Original-URI`.
+   */
   @Post('auth')
   @AcceptsCallerKey()
   async authenticate(@Req() request: FastifyRequest, @Res() reply: FastifyReply): Promise<void> {
-    const { jobToken, runnerToken } = runnerCredentials(request.headers);
-    if (jobToken === undefined || runnerToken === undefined) {
-      sendAuthOutcome(request, reply, await this.tokenAuth.authenticate(jobToken, runnerToken), 0);
-      return;
-    }
-    const { decision, ageMs } = await this.decisions.decide(jobToken, runnerToken);
+    const { decision, ageMs } = await this.decisions.decide(forwardedCredential(request.headers));
     sendAuthOutcome(request, reply, decision, ageMs);
   }
 

@@ -4,6 +4,7 @@ import { APP_CONFIG, SECRETS } from '../config/config.constants';
 import { Secrets } from '../config/secrets';
 import { Counter } from 'prom-client';
 import { MetricsService } from '../observability/metrics.service';
+import { RunnerCredential } from '../runner-auth/runner-credential';
 import { CallerKeys } from './caller-keys';
 import { DecisionCache } from './decision-cache';
 import { InternalApiGuard } from './internal-api.guard';
@@ -45,7 +46,7 @@ import { TokenAuthService } from './token-auth.service';
           registers: [metrics.registry],
         });
         return new DecisionCache(
-          (jobToken: string, runnerToken: string) => tokenAuth.authenticate(jobToken, runnerToken),
+          (credential: RunnerCredential) => tokenAuth.authenticate(credential),
           config.AUTH_DECISION_CACHE_SIZE,
           { hit: () => cache.inc({ result: 'hit' }), miss: () => cache.inc({ result: 'miss' }) },
         );

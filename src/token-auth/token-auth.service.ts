@@ -5,6 +5,8 @@ import { Secrets } from '../config/secrets';
 import { Grant, grantEndsAt, GrantStore, StoreUnavailableError } from '../grants/grant';
 import { GRANT_STORE } from '../grants/grants.constants';
 import { digestsMatch, tokenDigest } from '../grants/token-digest';
+import { capabilityMatches } from '../runner-auth/job-capability';
+import { RunnerCredential } from '../runner-auth/runner-credential';
 import { AuthOutcome } from './auth-outcome';
 import { JobTokenVerifier } from './job-token-verifier';
 import { JOB_TOKEN_VERIFIER } from './token-auth.constants';
@@ -13,8 +15,9 @@ import { JOB_TOKEN_VERIFIER } from './token-auth.constants';
 const STORE_RETRY_AFTER_SECONDS = 5;
 
 /**
- * Turns a runner token and a job token into the identity of one job and the one trace it may write
- * to (SPEC §5). Used by the auth endpoint and, in-process, by the gateway.
+ * Turns a runner credential (a runner token and a job token, or a job's capability) into the identity
+ * of one job and the one trace it may write to (SPEC §5, §6). Used by the auth endpoint and,
+ * in-process, by the gateway.
  */
 @Injectable()
 export class TokenAuthService {
@@ -27,11 +30,20 @@ export class TokenAuthService {
     @Inject(JOB_TOKEN_VERIFIER) private readonly jobTokens: JobTokenVerifier,
   ) {}
 
-  async authenticate(jobToken: string | undefined, runnerToken: string | undefined): Promise<AuthOutcome> {
-    if (!jobToken) return { kind: 'unauthenticated', reason: 'missing job token (Authorization: Bearer)' };
-    if (!runnerToken) return { kind: 'unauthenticated', reason: 'missing runner token (Runner-Token)' };
+  async authenticate(credential: RunnerCredential): Promise<AuthOutcome> {
     try {
-      return await this.decide(jobToken, runnerToken);
+      switch (credential.kind) {
+        case 'missing':
+          return { kind: 'unauthenticated', reason: credential.reason };
+        case 'tokens':
+          return await this.decideTokens(credential.jobToken, credential.runnerToken);
+        case 'capability':
+          return await this.decideCapability(credential.jobId, credential.capability);
+        default: {
+          const unreachable: never = credential;
+          throw new Error(`unhandled credential ${JSON.stringify(unreachable)}`);
+        }
+      }
     } catch (error) {
       if (!(error instanceof StoreUnavailableError)) throw error;
       this.logger.warn(`auth lookup failed: ${error.message}`);
@@ -44,7 +56,20 @@ export class TokenAuthService {
     return this.store.revokeGrant(jobId, now + this.config.GRANT_REVOKE_GRACE_SECONDS * 1000);
   }
 
-  private async decide(jobToken: string, runnerToken: string): Promise<AuthOutcome> {
+  /**
+   * The capability is checked before any store access (SPEC §6), so guessing costs the store nothing;
+   * from there the grant applies exactly as for header credentials.
+   */
+  private async decideCapability(jobId: number, capability: string): Promise<AuthOutcome> {
+    if (!capabilityMatches(this.secrets.capabilityKeys, jobId, capability)) {
+      return { kind: 'unauthenticated', reason: 'invalid capability for this job' };
+    }
+    const grant = await this.store.findGrant(jobId);
+    if (grant === null) return { kind: 'forbidden', reason: 'telemetry is not enabled for this job' };
+    return this.allowWithin(grant);
+  }
+
+  private async decideTokens(jobToken: string, runnerToken: string): Promise<AuthOutcome> {
     const check = await this.jobTokens.check(jobToken);
     let grant: Grant | null;
     switch (check.kind) {
@@ -70,6 +95,11 @@ export class TokenAuthService {
     if (!digestsMatch(grant.runnerTokenDigest, tokenDigest(this.secrets.tokenDigestKey, runnerToken))) {
       return { kind: 'unauthenticated', reason: 'job was not picked up by this runner' };
     }
+    return this.allowWithin(grant);
+  }
+
+  /** What every credential shares once it names a grant: revocation, the runner's rate, the max-age. */
+  private async allowWithin(grant: Grant): Promise<AuthOutcome> {
     const now = Date.now();
     if (grant.revokedAt !== undefined && grant.revokedAt <= now) return { kind: 'forbidden', reason: 'grant revoked' };
 

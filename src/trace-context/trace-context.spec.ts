@@ -1,16 +1,20 @@
-import { createHmac, randomBytes } from 'node:crypto';
+import { createHash, createHmac, randomBytes } from 'node:crypto';
 import {
   encodeThreshold,
+  gitlabTraceContextOf,
+  isGitlabPipelineSampled,
   isSampled,
-  mintTraceContext,
   randomnessOf,
   samplingThreshold,
   spanIdFor,
+  traceContextOf,
   traceIdFor,
   tracestateFor,
 } from './trace-context';
 
 const key = Buffer.from('d2hhdCBhIGdvb2QgdHJhY2Uga2V5IGZvciB0ZXN0aW5nISE=', 'base64');
+const mintTraceContext = (traceKey: Buffer, job: { jobId: number; rootPipelineId: number }, percent: number) =>
+  traceContextOf(traceIdFor(traceKey, job.rootPipelineId), spanIdFor(traceKey, job.jobId), percent);
 const hmacHex = (message: string, bytes: number) =>
   createHmac('sha256', key).update(message).digest().subarray(0, bytes).toString('hex');
 
@@ -106,5 +110,46 @@ describe('trace context', () => {
       expect(encodeThreshold(0n)).toBe('0');
       expect(randomnessOf('0000000000000000ffffffffffffffff')).toBe((1n << 56n) - 1n);
     });
+  });
+});
+
+describe('gitlab trace-id scheme (GitLab Rails ids)', () => {
+  // Vectors computed here with node:crypto from the rule Rails applies, not from our code.
+  const railsSpanId = (rootPipelineId: number, jobId: number) =>
+    createHash('sha256').update(`${rootPipelineId}:${jobId}:running`).digest('hex').slice(0, 16);
+
+  it('uses the root pipeline id as the trace id and Rails job_running span as the parent', () => {
+    const context = gitlabTraceContextOf(500, 1001, 100);
+    expect(context.traceId).toBe('000000000000000000000000000001f4');
+    expect(context.spanParentId).toBe(railsSpanId(500, 1001));
+    expect(context.traceparent).toBe(`00-000000000000000000000000000001f4-${railsSpanId(500, 1001)}-01`);
+    expect(context.tracestate).toBeUndefined();
+    expect(context.sampled).toBe(true);
+  });
+
+  it('puts every job of a pipeline, child pipelines too, in the root pipeline trace', () => {
+    const ids = [1001, 1002, 2001].map((jobId) => gitlabTraceContextOf(987654321, jobId, 100));
+    expect(new Set(ids.map((context) => context.traceId))).toEqual(new Set([(987654321).toString(16).padStart(32, '0')]));
+    expect(new Set(ids.map((context) => context.spanParentId)).size).toBe(3);
+  });
+
+  it('never writes ot=th and never claims random ids, whatever the sampling percentage', () => {
+    for (const percent of [1, 25, 50, 99.5]) {
+      const context = gitlabTraceContextOf(12345, 1, percent);
+      expect(context.tracestate).toBeUndefined();
+      expect(context.traceparent.endsWith('-01')).toBe(true);
+    }
+  });
+
+  it('samples whole pipelines, monotone in the percentage', () => {
+    const pipelines = Array.from({ length: 20_000 }, (_, index) => 100_000 + index);
+    const at25 = pipelines.filter((id) => isGitlabPipelineSampled(id, 25));
+    const at50 = pipelines.filter((id) => isGitlabPipelineSampled(id, 50));
+    expect(at25.length / pipelines.length).toBeCloseTo(0.25, 1);
+    expect(at50.length / pipelines.length).toBeCloseTo(0.5, 1);
+    expect(at25.every((id) => isGitlabPipelineSampled(id, 50))).toBe(true);
+    expect(pipelines.some((id) => isGitlabPipelineSampled(id, 0))).toBe(false);
+    // Every job of one pipeline gets the same decision.
+    expect(new Set([1, 2, 3].map((jobId) => gitlabTraceContextOf(100_007, jobId, 25).sampled)).size).toBe(1);
   });
 });

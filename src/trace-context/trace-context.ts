@@ -1,4 +1,4 @@
-import { createHmac } from 'node:crypto';
+import { createHash, createHmac } from 'node:crypto';
 
 /**
  * W3C trace context of a CI job (SPEC §4 "Trace context"). Pure functions: ids are HMACs of the
@@ -41,9 +41,12 @@ export function spanIdFor(traceKey: Buffer, jobId: number): string {
   return nonZeroDigest(traceKey, `job:${jobId}`, 8);
 }
 
-/** Flags 03 = sampled | random (W3C Trace Context Level 2): the trace id is uniformly random. */
-export function traceparentFor(traceId: string, spanId: string): string {
-  return `00-${traceId}-${spanId}-03`;
+/**
+ * Flags 03 = sampled | random (W3C Trace Context Level 2) for keyed ids, which are uniformly random;
+ * 01 = sampled only for GitLab's ids, which are not.
+ */
+export function traceparentFor(traceId: string, spanId: string, flags: '01' | '03' = '03'): string {
+  return `00-${traceId}-${spanId}-${flags}`;
 }
 
 /**
@@ -81,14 +84,6 @@ export function isSampled(traceId: string, percent: number): boolean {
   return threshold !== null && randomnessOf(traceId) >= threshold;
 }
 
-export function mintTraceContext(
-  traceKey: Buffer,
-  job: { readonly jobId: number; readonly rootPipelineId: number },
-  samplingPercent: number,
-): TraceContext {
-  return traceContextOf(traceIdFor(traceKey, job.rootPipelineId), spanIdFor(traceKey, job.jobId), samplingPercent);
-}
-
 /** The context for ids already derived (`traceIdFor`, `spanIdFor`), for callers that keep trace ids per pipeline. */
 export function traceContextOf(traceId: string, spanParentId: string, samplingPercent: number): TraceContext {
   const tracestate = tracestateFor(samplingPercent);
@@ -98,5 +93,41 @@ export function traceContextOf(traceId: string, spanParentId: string, samplingPe
     traceparent: traceparentFor(traceId, spanParentId),
     ...(tracestate === undefined ? {} : { tracestate }),
     sampled: isSampled(traceId, samplingPercent),
+  };
+}
+
+/**
+ * The `gitlab` scheme (SPEC §4): the ids GitLab Rails gives its own CI spans (`job_lifecycle`,
+ * `job_pending`, `job_running`), so they and the runner's spans land in one trace. The trace id is
+ * the root pipeline id as 32 hex digits; the job's parent span is Rails' `job_running` span.
+ */
+export function gitlabTraceIdFor(rootPipelineId: number): string {
+  return rootPipelineId.toString(16).padStart(32, '0');
+}
+
+export function gitlabJobRunningSpanIdFor(rootPipelineId: number, jobId: number): string {
+  return createHash('sha256').update(`${rootPipelineId}:${jobId}:running`).digest('hex').slice(0, 16);
+}
+
+/**
+ * Pipeline sampling on GitLab's ids. They are not random, so OpenTelemetry's consistent sampling on
+ * the trace id does not apply; the decision is taken from the root pipeline id, in steps of 1/100 of
+ * a percent, the same for every job of the pipeline and monotone in the percentage.
+ */
+export function isGitlabPipelineSampled(rootPipelineId: number, percent: number): boolean {
+  if (!Number.isFinite(percent) || percent <= 0) return false;
+  if (percent >= 100) return true;
+  return rootPipelineId % 10_000 < Math.round(percent * 100);
+}
+
+/** Flags 01 and never `ot=th`: no threshold describes a sampling decision that is not on R. */
+export function gitlabTraceContextOf(rootPipelineId: number, jobId: number, samplingPercent: number): TraceContext {
+  const traceId = gitlabTraceIdFor(rootPipelineId);
+  const spanParentId = gitlabJobRunningSpanIdFor(rootPipelineId, jobId);
+  return {
+    traceId,
+    spanParentId,
+    traceparent: traceparentFor(traceId, spanParentId, '01'),
+    sampled: isGitlabPipelineSampled(rootPipelineId, samplingPercent),
   };
 }

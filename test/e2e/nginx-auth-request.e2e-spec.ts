@@ -7,6 +7,7 @@ import { GitLabKeys, makeGitLabKeys } from '../helpers/job-tokens';
 import { NginxServer, startNginx } from '../helpers/nginx';
 import { RedisServer, startRedis } from '../helpers/redis';
 import { ServiceProcess, startService } from '../helpers/service';
+import { readTracingAsRunner } from '../helpers/stock-runner';
 
 const EXAMPLE = join(__dirname, '..', '..', 'deploy', 'nginx', 'ci-job-telemetry-auth.conf');
 const OTLP_BODY = JSON.stringify({ resourceSpans: [] });
@@ -62,6 +63,29 @@ describe('nginx auth_request in front of an OTLP endpoint', () => {
     expect(forwarded.body.toString()).toBe(OTLP_BODY);
     expect(forwarded.headers.authorization).toBeUndefined();
     expect(forwarded.headers['runner-token']).toBeUndefined();
+  });
+
+  it('serves the capability URL a stock runner is handed, forwarding the plain OTLP path, logging no capability', async () => {
+    const pickup = await fetch(`${service.url}/internal/ci/telemetry/job_payload`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...(await internalApiHeaders(service.secrets.internalApiSecret)) },
+      body: JSON.stringify(jobPayloadRequest({ job: { id: 4003 } })),
+    });
+    const { payload } = (await pickup.json()) as { payload: { features: unknown } };
+    const [plan] = readTracingAsRunner(payload.features).plans;
+    const viaNginx = plan.target.replace(new URL(plan.target).origin, nginx.url);
+    const capability = new URL(plan.target).pathname.split('/')[3];
+
+    const response = await fetch(viaNginx, { method: 'POST', headers: { 'content-type': 'application/json' }, body: OTLP_BODY });
+    expect(response.status).toBe(200);
+    expect(sink.received.at(-1)!.path).toBe('/v1/traces');
+
+    const forged = viaNginx.replace(capability, 'A'.repeat(32));
+    const before = sink.received.length;
+    expect((await fetch(forged, { method: 'POST', headers: { 'content-type': 'application/json' }, body: OTLP_BODY })).status).toBe(401);
+    expect(sink.received.length).toBe(before);
+    expect(nginx.logs()).toContain('/jobs/…/v1/traces');
+    expect(nginx.logs()).not.toContain(capability);
   });
 
   it('passes a large export (over nginx default 16 KiB body buffer) intact', async () => {

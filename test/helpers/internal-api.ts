@@ -12,6 +12,7 @@ export interface SecretFiles {
   readonly traceKey: Buffer;
   readonly internalApiSecretFile: string;
   readonly traceKeyFile: string;
+  readonly capabilityKeyFile: string;
 }
 
 /** Fresh secrets for one test world, written as GitLab writes its own: base64 in a file. */
@@ -23,7 +24,9 @@ export function makeSecretFiles(): SecretFiles {
   const traceKeyFile = join(dir, 'trace_key');
   writeFileSync(internalApiSecretFile, internalApiSecret.toString('base64'));
   writeFileSync(traceKeyFile, traceKey.toString('base64'));
-  return { dir, internalApiSecret, traceKey, internalApiSecretFile, traceKeyFile };
+  const capabilityKeyFile = join(dir, 'capability_key');
+  writeFileSync(capabilityKeyFile, randomBytes(32).toString('base64'));
+  return { dir, internalApiSecret, traceKey, internalApiSecretFile, traceKeyFile, capabilityKeyFile };
 }
 
 export async function internalApiHeaders(secret: Buffer): Promise<Record<string, string>> {

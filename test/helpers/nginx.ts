@@ -9,6 +9,8 @@ const NGINX = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((path) => existsSync(pa
 export interface NginxServer {
   readonly url: string;
   readonly port: number;
+  /** What nginx wrote to its access and error logs so far. */
+  logs(): string;
   stop(): Promise<void>;
 }
 
@@ -21,7 +23,7 @@ export async function startNginx(templatePath: string, variables: Record<string,
   const prefix = mkdtempSync(join(tmpdir(), 'cjt-nginx-'));
   for (const dir of ['logs', 'tmp']) mkdirSync(join(prefix, dir));
   const port = await freePort();
-  const values: Record<string, string> = { LISTEN_PORT: String(port), ...variables };
+  const values: Record<string, string> = { LISTEN_PORT: String(port), ACCESS_LOG: join(prefix, 'logs', 'access.log'), ...variables };
   const site = readFileSync(templatePath, 'utf8').replace(/\$\{([A-Z_]+)\}/g, (match, name: string) => values[name] ?? match);
   // The example is a server block for conf.d; the test wraps it in a minimal main configuration.
   writeFileSync(
@@ -53,6 +55,7 @@ ${site}
   return {
     url,
     port,
+    logs: () => ['access.log', 'error.log'].map((name) => (existsSync(join(prefix, 'logs', name)) ? readFileSync(join(prefix, 'logs', name), 'utf8') : '')).join('\n'),
     stop: async () => {
       if (child.exitCode !== null) return;
       await new Promise<void>((resolve) => {

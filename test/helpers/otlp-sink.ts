@@ -23,6 +23,10 @@ export interface ReceivedSpan {
   readonly spanId: string;
   readonly parentSpanId: string;
   readonly name: string;
+  /** The span's own attributes (int values as numbers, strings as strings, so their types show). */
+  readonly attributes: Record<string, AttributeValue>;
+  /** Every occurrence of each span attribute key, to catch appended duplicates. */
+  readonly attributeKeys: string[];
   readonly resource: Record<string, AttributeValue>;
   /** Every occurrence of each resource attribute key, to catch appended duplicates. */
   readonly resourceKeys: string[];
@@ -84,11 +88,14 @@ function summarize(signal: ReceivedExport['signal'], contentType: string, header
     resources.push(map);
     for (const scope of (resourceEntry.scopeSpans ?? resourceEntry.scope_spans ?? []) as Decoded[]) {
       for (const span of (scope.spans ?? []) as Decoded[]) {
+        const own = attributes(span.attributes as Decoded[] | undefined);
         spans.push({
           traceId: hex(span.traceId ?? span.trace_id).toLowerCase(),
           spanId: hex(span.spanId ?? span.span_id).toLowerCase(),
           parentSpanId: hex(span.parentSpanId ?? span.parent_span_id).toLowerCase(),
           name: span.name as string,
+          attributes: own.map,
+          attributeKeys: own.keys,
           resource: map,
           resourceKeys: keys,
         });

@@ -41,6 +41,7 @@ export async function startInProcess(env: Record<string, string> = {}): Promise<
   const config = loadConfig({
     INTERNAL_API_SECRET_FILE: files.internalApiSecretFile,
     TRACE_KEY_FILE: files.traceKeyFile,
+    CAPABILITY_KEY_FILE: files.capabilityKeyFile,
     FLAGS_FILE,
     LOG_LEVEL: 'info',
     ...env,
@@ -83,6 +84,9 @@ export async function startService(
       GATEWAY_PORT: String(gatewayPort),
       INTERNAL_API_SECRET_FILE: secrets.internalApiSecretFile,
       TRACE_KEY_FILE: secrets.traceKeyFile,
+      CAPABILITY_KEY_FILE: secrets.capabilityKeyFile,
+      // Capability URLs are built on it, so it must be where this process's gateway listens.
+      GATEWAY_PUBLIC_URL: `http://127.0.0.1:${gatewayPort}`,
       FLAGS_FILE,
       ...env,
     },

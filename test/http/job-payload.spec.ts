@@ -1,4 +1,4 @@
-import { createSecretKey } from 'node:crypto';
+import { createHash, createSecretKey } from 'node:crypto';
 import { createServer, Server, Socket } from 'node:net';
 import Redis from 'ioredis';
 import { SignJWT } from 'jose';
@@ -12,6 +12,7 @@ import { expectMatchesOpenApi } from '../helpers/openapi';
 import { freePort } from '../helpers/ports';
 import { RedisServer, startRedis } from '../helpers/redis';
 import { InProcessService, startInProcess } from '../helpers/service';
+import { readTracingAsRunner } from '../helpers/stock-runner';
 
 const PATH = '/internal/ci/telemetry/job_payload';
 
@@ -80,15 +81,64 @@ describe('POST /internal/ci/telemetry/job_payload', () => {
       const tracing = body.payload.features.tracing;
       expect(body.telemetry).toMatchObject({ enabled: true, reason: 'enabled', trace_id: tracing.trace_id, span_parent_id: tracing.span_parent_id });
       expect(tracing.traceparent).toBe(`00-${tracing.trace_id}-${tracing.span_parent_id}-03`);
-      expect(tracing.otel_endpoints).toEqual([{ url: 'http://localhost:4318', auth: { type: 'ci_job_telemetry_tokens' } }]);
+      // A per-job capability URL with no auth object: a stock runner exports to it with no credentials.
+      const [endpoint] = tracing.otel_endpoints;
+      expect(endpoint).toEqual({ url: expect.stringMatching(/^http:\/\/localhost:4318\/jobs\/1001\/[A-Za-z0-9_-]{32}\/v1\/traces$/) });
+      expect(readTracingAsRunner(body.payload.features)).toEqual({
+        parent: { traceId: tracing.trace_id, spanId: tracing.span_parent_id },
+        plans: [{ transport: 'otlp-http-protobuf', target: endpoint.url, credentials: { kind: 'none' } }],
+        warnings: [],
+      });
       expect(body.payload.variables).toContainEqual({ key: 'TRACEPARENT', value: tracing.traceparent, public: true, masked: false });
+      expect(body.payload.variables).toContainEqual({
+        key: 'CI_JOB_TELEMETRY_OTLP_ENDPOINT',
+        value: endpoint.url.replace(/\/v1\/traces$/, ''),
+        public: false,
+        masked: true,
+      });
       expect(body.payload.variables.some((v: { key: string }) => v.key.startsWith('OTEL_EXPORTER_'))).toBe(false);
       // Everything else in the payload is what GitLab sent.
       const { features, variables, ...rest } = body.payload;
       const { features: sentFeatures, variables: sentVariables, ...sentRest } = request.payload as Record<string, unknown>;
       expect(rest).toEqual(sentRest);
       expect(features).toEqual({ ...(sentFeatures as object), tracing });
-      expect(variables.filter((v: { key: string }) => v.key !== 'TRACEPARENT')).toEqual(sentVariables);
+      expect(variables.filter((v: { key: string }) => v.key !== 'TRACEPARENT' && v.key !== 'CI_JOB_TELEMETRY_OTLP_ENDPOINT')).toEqual(sentVariables);
+    });
+
+    it('gives every job its own capability, and replaces a CI_JOB_TELEMETRY_OTLP_ENDPOINT it did not write', async () => {
+      const request = jobPayloadRequest();
+      (request.payload.variables as unknown[]).push({ key: 'CI_JOB_TELEMETRY_OTLP_ENDPOINT', value: 'http://attacker.example', public: true });
+      const first = await call(running(), request);
+      const sibling = await call(running(), jobPayloadRequest({ job: { id: 1002 } }));
+      const endpointVariables = (body: { payload: { variables: { key: string; value: string }[] } }) =>
+        body.payload.variables.filter((v) => v.key === 'CI_JOB_TELEMETRY_OTLP_ENDPOINT');
+      expect(endpointVariables(first.body)).toHaveLength(1);
+      expect(endpointVariables(first.body)[0].value).toMatch(/\/jobs\/1001\/[A-Za-z0-9_-]{32}$/);
+      expect(endpointVariables(sibling.body)[0].value).toMatch(/\/jobs\/1002\/[A-Za-z0-9_-]{32}$/);
+      const capabilityOf = (value: string) => value.split('/').pop();
+      expect(capabilityOf(endpointVariables(sibling.body)[0].value)).not.toBe(capabilityOf(endpointVariables(first.body)[0].value));
+    });
+
+    it('hands out header credentials only when configured, and never to a runner that sent no token', async () => {
+      service = await startInProcess({ RUNNER_ENDPOINT_FORM: 'headers', GATEWAY_PUBLIC_URL: 'https://telemetry.example/' });
+      const withToken = await call(running(), jobPayloadRequest());
+      expect(withToken.body.payload.features.tracing.otel_endpoints).toEqual([
+        { url: 'https://telemetry.example/v1/traces', auth: { type: 'ci_job_telemetry_tokens' } },
+      ]);
+      const request = jobPayloadRequest({ runner: { token: undefined } });
+      const withoutToken = await call(running(), request);
+      expect(withoutToken.body.telemetry).toEqual({ enabled: false, reason: 'runner_unsupported' });
+      expect(withoutToken.body.payload).toEqual(request.payload);
+    });
+
+    it('uses GitLab Rails ids in the gitlab trace-id scheme', async () => {
+      service = await startInProcess({ TRACE_ID_SCHEME: 'gitlab' });
+      const { body } = await call(running(), jobPayloadRequest());
+      const tracing = body.payload.features.tracing;
+      expect(tracing.trace_id).toBe((500).toString(16).padStart(32, '0'));
+      expect(tracing.span_parent_id).toBe(createHash('sha256').update('500:1001:running').digest('hex').slice(0, 16));
+      expect(tracing.traceparent).toBe(`00-${tracing.trace_id}-${tracing.span_parent_id}-01`);
+      expect(tracing.tracestate).toBeUndefined();
     });
 
     it('replaces an existing TRACEPARENT (and a stale TRACESTATE) instead of adding a second one', async () => {
@@ -104,7 +154,7 @@ describe('POST /internal/ci/telemetry/job_payload', () => {
 
     it('creates variables and features when the payload has none', async () => {
       const { body } = await call(running(), jobPayloadRequest({ payload: { id: 1001 } }));
-      expect(body.payload.variables).toHaveLength(1);
+      expect(body.payload.variables).toHaveLength(2);
       expect(Object.keys(body.payload.features)).toEqual(['tracing']);
     });
 
@@ -206,14 +256,21 @@ describe('POST /internal/ci/telemetry/job_payload', () => {
         GATEWAY_PUBLIC_URL: 'https://telemetry.example',
         HOSTED_OIDC_AUDIENCE: 'ci-telemetry-aud',
       });
-      const hosted = { url: 'https://otel-collector.example:4318', auth: { type: 'http_bearer_gcp_oidc', audience: 'ci-telemetry-aud' } };
+      const hosted = {
+        url: 'https://otel-collector.example:4318/v1/traces',
+        auth: { type: 'http_bearer_gcp_oidc', http_bearer_gcp_oidc: { audience: 'ci-telemetry-aud' } },
+      };
       const byType = await call(running(), jobPayloadRequest({ runner: { runner_type: 'instance_type' } }));
       const byId = await call(running(), jobPayloadRequest({ runner: { id: 99 } }));
       const selfManaged = await call(running(), jobPayloadRequest());
       expect(byType.body.payload.features.tracing.otel_endpoints).toEqual([hosted]);
       expect(byId.body.payload.features.tracing.otel_endpoints).toEqual([hosted]);
+      // The runner keeps the hosted endpoint (it does not skip it) and asks Google for a token for the audience.
+      expect(readTracingAsRunner(byType.body.payload.features).plans).toEqual([
+        { transport: 'otlp-http-protobuf', target: hosted.url, credentials: { kind: 'gcp_oidc', audience: 'ci-telemetry-aud' } },
+      ]);
       expect(selfManaged.body.payload.features.tracing.otel_endpoints).toEqual([
-        { url: 'https://telemetry.example', auth: { type: 'ci_job_telemetry_tokens' } },
+        { url: expect.stringMatching(/^https:\/\/telemetry\.example\/jobs\/1001\/[A-Za-z0-9_-]{32}\/v1\/traces$/) },
       ]);
     });
   });

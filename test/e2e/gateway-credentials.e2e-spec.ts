@@ -1,0 +1,118 @@
+import { connect } from 'node:net';
+import { readFileSync } from 'node:fs';
+import { jobPayloadRequest } from '../fixtures/job-payload';
+import { internalApiHeaders } from '../helpers/internal-api';
+import { OtlpSink, startOtlpSink } from '../helpers/otlp-sink';
+import { waitFor } from '../helpers/ports';
+import { RedisServer, startRedis } from '../helpers/redis';
+import { ServiceProcess, startService } from '../helpers/service';
+import { readTracingAsRunner } from '../helpers/stock-runner';
+
+/** Sends only the head of an export that announces `contentLength` bytes, and returns the answer's head. */
+function headThenWait(gatewayUrl: string, path: string, headers: Record<string, string>, contentLength: number): Promise<string> {
+  const { hostname, port } = new URL(gatewayUrl);
+  return new Promise((resolve, reject) => {
+    const socket = connect(Number(port), hostname, () => {
+      const lines = [`POST ${path} HTTP/1.1`, `Host: ${hostname}`, `Content-Length: ${contentLength}`, ...Object.entries(headers).map(([k, v]) => `${k}: ${v}`)];
+      socket.write(`${lines.join('\r\n')}\r\n\r\n`);
+    });
+    let answer = '';
+    socket.on('data', (chunk: Buffer) => {
+      answer += chunk.toString('latin1');
+      if (answer.includes('\r\n\r\n')) {
+        socket.destroy();
+        resolve(answer.split('\r\n')[0]);
+      }
+    });
+    socket.on('error', reject);
+    socket.setTimeout(5000, () => {
+      socket.destroy();
+      resolve('no answer before the body');
+    });
+  });
+}
+
+async function pickUp(service: ServiceProcess, jobId: number) {
+  const response = await fetch(`${service.url}/internal/ci/telemetry/job_payload`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...(await internalApiHeaders(service.secrets.internalApiSecret)) },
+    body: JSON.stringify(jobPayloadRequest({ job: { id: jobId } })),
+  });
+  const { payload } = (await response.json()) as { payload: { features: unknown } };
+  return readTracingAsRunner(payload.features).plans[0].target;
+}
+
+function peakRssMiB(pid: number): number {
+  return Number(/VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]) / 1024;
+}
+
+describe('gateway credentials (SPEC §6)', () => {
+  let redis: RedisServer;
+  let sink: OtlpSink;
+  let service: ServiceProcess;
+
+  beforeAll(async () => {
+    [redis, sink] = await Promise.all([startRedis(), startOtlpSink()]);
+    service = await startService({ REDIS_URL: redis.url, OTLP_UPSTREAM_URL: sink.url });
+  });
+  afterAll(async () => {
+    await service?.stop();
+    await Promise.all([sink?.stop(), redis?.stop()]);
+  });
+
+  it.each([
+    ['no credentials', '/v1/traces', {}],
+    ['bad header credentials', '/v1/traces', { authorization: 'Bearer glcbt-forged', 'runner-token': 'glrt-forged' }],
+    ['a forged capability', `/jobs/1/${'A'.repeat(32)}/v1/traces`, {}],
+  ])('answers %s with 401 before the body is sent', async (_, path, headers) => {
+    const head = await headThenWait(service.gatewayUrl, path, { 'content-type': 'application/x-protobuf', ...headers }, 19 * 1024 * 1024);
+    expect(head).toBe('HTTP/1.1 401 Unauthorized');
+  });
+
+  it('does not buffer the bodies of unauthenticated exports', async () => {
+    const body = Buffer.alloc(19 * 1024 * 1024, 7);
+    const attempts = Array.from({ length: 20 }, () =>
+      fetch(`${service.gatewayUrl}/v1/traces`, { method: 'POST', headers: { 'content-type': 'application/x-protobuf' }, body }).then(
+        (response) => response.status,
+        () => 'reset',
+      ),
+    );
+    const statuses = await Promise.all(attempts);
+    expect(statuses.every((status) => status === 401 || status === 'reset')).toBe(true);
+    // 20 × 19 MiB would be 380 MiB held at once if bodies were read before the credential check.
+    expect(peakRssMiB(service.pid)).toBeLessThan(250);
+  });
+
+  it('never echoes or logs a capability, even on a route that does not exist', async () => {
+    const target = await pickUp(service, 8101);
+    const capability = new URL(target).pathname.split('/')[3];
+    const wrongSignal = target.replace('/v1/traces', '/v1/profiles');
+    const response = await fetch(wrongSignal, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
+    expect(response.status).toBe(404);
+    expect(await response.text()).not.toContain(capability);
+    await waitFor('the access log line', async () => (service.output().includes('"status":404') ? true : undefined));
+    expect(service.output()).not.toContain(capability);
+  });
+
+  it('as ROLE=gateway, checks a capability with the control process', async () => {
+    const control = await startService({ ROLE: 'control', REDIS_URL: redis.url });
+    const gatewayOnly = await startService({
+      ROLE: 'gateway',
+      AUTH_URL: `${control.url}/internal/ci/telemetry/auth`,
+      REDIS_URL: redis.url,
+      OTLP_UPSTREAM_URL: sink.url,
+      INTERNAL_API_SECRET_FILE: control.secrets.internalApiSecretFile,
+    });
+    try {
+      const target = (await pickUp(control, 8102)).replace(control.gatewayUrl, gatewayOnly.gatewayUrl);
+      const body = JSON.stringify({ resourceSpans: [] });
+      const ok = await fetch(target, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+      expect(ok.status).toBe(200);
+      const forged = await fetch(target.replace(/\/jobs\/8102\/[^/]+\//, `/jobs/8102/${'B'.repeat(32)}/`), { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+      expect(forged.status).toBe(401);
+    } finally {
+      await gatewayOnly.stop();
+      await control.stop();
+    }
+  });
+});
