@@ -1,8 +1,8 @@
 import { connect } from 'node:net';
 import { readFileSync } from 'node:fs';
 import { jobPayloadRequest } from '../fixtures/job-payload';
-import { internalApiHeaders } from '../helpers/internal-api';
 import { OtlpSink, startOtlpSink } from '../helpers/otlp-sink';
+import { pickUpJob } from '../helpers/pickup';
 import { waitFor } from '../helpers/ports';
 import { RedisServer, startRedis } from '../helpers/redis';
 import { ServiceProcess, startService } from '../helpers/service';
@@ -32,13 +32,9 @@ function headThenWait(gatewayUrl: string, path: string, headers: Record<string, 
   });
 }
 
-async function pickUp(service: ServiceProcess, jobId: number) {
-  const response = await fetch(`${service.url}/internal/ci/telemetry/job_payload`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', ...(await internalApiHeaders(service.secrets.internalApiSecret)) },
-    body: JSON.stringify(jobPayloadRequest({ job: { id: jobId } })),
-  });
-  const { payload } = (await response.json()) as { payload: { features: unknown } };
+/** Where a stock runner would export this job's spans. */
+async function exportUrlOf(service: ServiceProcess, jobId: number): Promise<string> {
+  const { payload } = await pickUpJob(service, jobPayloadRequest({ job: { id: jobId } }));
   return readTracingAsRunner(payload.features).plans[0].target;
 }
 
@@ -84,7 +80,7 @@ describe('gateway credentials (SPEC §6)', () => {
   });
 
   it('never echoes or logs a capability, even on a route that does not exist', async () => {
-    const target = await pickUp(service, 8101);
+    const target = await exportUrlOf(service, 8101);
     const capability = new URL(target).pathname.split('/')[3];
     const wrongSignal = target.replace('/v1/traces', '/v1/profiles');
     const response = await fetch(wrongSignal, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
@@ -104,7 +100,7 @@ describe('gateway credentials (SPEC §6)', () => {
       INTERNAL_API_SECRET_FILE: control.secrets.internalApiSecretFile,
     });
     try {
-      const target = (await pickUp(control, 8102)).replace(control.gatewayUrl, gatewayOnly.gatewayUrl);
+      const target = (await exportUrlOf(control, 8102)).replace(control.gatewayUrl, gatewayOnly.gatewayUrl);
       const body = JSON.stringify({ resourceSpans: [] });
       const ok = await fetch(target, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
       expect(ok.status).toBe(200);

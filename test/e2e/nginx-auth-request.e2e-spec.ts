@@ -2,9 +2,9 @@ import { join } from 'node:path';
 import { callerKeyDigest, generateCallerKey } from '../../src/token-auth/caller-keys';
 import { jobPayloadRequest, RUNNER_TOKEN } from '../fixtures/job-payload';
 import { HttpSink, startHttpSink } from '../helpers/http-sink';
-import { internalApiHeaders } from '../helpers/internal-api';
 import { GitLabKeys, makeGitLabKeys } from '../helpers/job-tokens';
 import { NginxServer, startNginx } from '../helpers/nginx';
+import { pickUpJob } from '../helpers/pickup';
 import { RedisServer, startRedis } from '../helpers/redis';
 import { ServiceProcess, startService } from '../helpers/service';
 import { readTracingAsRunner } from '../helpers/stock-runner';
@@ -30,19 +30,9 @@ describe('nginx auth_request in front of an OTLP endpoint', () => {
     });
     nginx = await startNginx(EXAMPLE, { OTLP_UPSTREAM: new URL(sink.url).host, CONTROL_UPSTREAM: new URL(service.url).host, CALLER_KEY: callerKey });
 
-    const pickup = await fetch(`${service.url}/internal/ci/telemetry/job_payload`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', ...(await internalApiHeaders(service.secrets.internalApiSecret)) },
-      body: JSON.stringify(jobPayloadRequest({ job: { id: 4001 } })),
-    });
-    expect(pickup.status).toBe(200);
+    expect((await pickUpJob(service, jobPayloadRequest({ job: { id: 4001 } }))).status).toBe(200);
     // A second job, checked for the first time during the store outage (no decision to reuse).
-    const second = await fetch(`${service.url}/internal/ci/telemetry/job_payload`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', ...(await internalApiHeaders(service.secrets.internalApiSecret)) },
-      body: JSON.stringify(jobPayloadRequest({ job: { id: 4002 } })),
-    });
-    expect(second.status).toBe(200);
+    expect((await pickUpJob(service, jobPayloadRequest({ job: { id: 4002 } }))).status).toBe(200);
   });
 
   afterAll(async () => {
@@ -66,12 +56,7 @@ describe('nginx auth_request in front of an OTLP endpoint', () => {
   });
 
   it('serves the capability URL a stock runner is handed, forwarding the plain OTLP path, logging no capability', async () => {
-    const pickup = await fetch(`${service.url}/internal/ci/telemetry/job_payload`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', ...(await internalApiHeaders(service.secrets.internalApiSecret)) },
-      body: JSON.stringify(jobPayloadRequest({ job: { id: 4003 } })),
-    });
-    const { payload } = (await pickup.json()) as { payload: { features: unknown } };
+    const { payload } = await pickUpJob(service, jobPayloadRequest({ job: { id: 4003 } }));
     const [plan] = readTracingAsRunner(payload.features).plans;
     const viaNginx = plan.target.replace(new URL(plan.target).origin, nginx.url);
     const capability = new URL(plan.target).pathname.split('/')[3];

@@ -8,9 +8,10 @@ import { randomBytes } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { jobPayloadRequest, RUNNER_TOKEN } from '../fixtures/job-payload';
+import { jobPayloadRequest } from '../fixtures/job-payload';
 import { internalApiHeaders } from '../helpers/internal-api';
 import { OtlpSink, startOtlpSink } from '../helpers/otlp-sink';
+import { DecoratedJob, pickUpJob } from '../helpers/pickup';
 import { waitFor } from '../helpers/ports';
 import { RedisServer, startRedis } from '../helpers/redis';
 import { ServiceProcess, startService } from '../helpers/service';
@@ -24,24 +25,15 @@ import { readTracingAsRunner, RunnerExportPlan } from '../helpers/stock-runner';
  * parented on span_parent_id, the runner's identity as span attributes.
  */
 
-interface PickedUp {
-  readonly payload: { features: Record<string, unknown>; variables: Array<{ key: string; value: string; public?: boolean; masked?: boolean }> };
-  readonly telemetry: { enabled: boolean; trace_id: string; span_parent_id: string; traceparent: string };
-}
-
-async function pickUp(service: ServiceProcess, jobId: number, pipelineId: number, runner = { id: 17, token: RUNNER_TOKEN }): Promise<PickedUp> {
-  const request = jobPayloadRequest({ job: { id: jobId, pipeline_id: pipelineId, root_pipeline_id: pipelineId }, runner });
+async function pickUp(service: ServiceProcess, jobId: number, pipelineId: number): Promise<DecoratedJob> {
+  const request = jobPayloadRequest({ job: { id: jobId, pipeline_id: pipelineId, root_pipeline_id: pipelineId } });
   (request.payload.variables as unknown[]).push(
     { key: 'CI_PIPELINE_ID', value: String(pipelineId), public: true },
     { key: 'CI_PIPELINE_SOURCE', value: 'push', public: true },
   );
-  const response = await fetch(`${service.url}/internal/ci/telemetry/job_payload`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', ...(await internalApiHeaders(service.secrets.internalApiSecret)) },
-    body: JSON.stringify(request),
-  });
-  expect(response.status).toBe(200);
-  return (await response.json()) as PickedUp;
+  const decorated = await pickUpJob(service, request);
+  expect(decorated.status).toBe(200);
+  return decorated;
 }
 
 /** What commands/tracing.go does for one job, given the plan it read from the payload. */
@@ -182,13 +174,7 @@ describe('a stock GitLab Runner exports through the gateway (SPEC §4, §6)', ()
   it('hands hosted runners the collector with GCP OIDC in the shape the runner parses', async () => {
     const hosted = await startService({ REDIS_URL: redis.url, HOSTED_RUNNER_TYPES: 'instance_type', COLLECTOR_PUBLIC_URL: 'https://otel.example.com', HOSTED_OIDC_AUDIENCE: 'aud-ci' });
     try {
-      const request = jobPayloadRequest({ job: { id: 7005 }, runner: { runner_type: 'instance_type' } });
-      const response = await fetch(`${hosted.url}/internal/ci/telemetry/job_payload`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json', ...(await internalApiHeaders(hosted.secrets.internalApiSecret)) },
-        body: JSON.stringify(request),
-      });
-      const { payload } = (await response.json()) as PickedUp;
+      const { payload } = await pickUpJob(hosted, jobPayloadRequest({ job: { id: 7005 }, runner: { runner_type: 'instance_type' } }));
       expect(readTracingAsRunner(payload.features)).toMatchObject({
         plans: [{ transport: 'otlp-http-protobuf', target: 'https://otel.example.com/v1/traces', credentials: { kind: 'gcp_oidc', audience: 'aud-ci' } }],
         warnings: [],
