@@ -101,6 +101,7 @@ describe('a stock GitLab Runner exports through the gateway (SPEC §4, §6)', ()
     expect(result.code).toBe(ExportResultCode.SUCCESS);
 
     const [received] = sink.spans().slice(before);
+    process.stderr.write(`stock-runner: the collector received ${JSON.stringify({ ...received, resourceKeys: undefined, attributeKeys: undefined })}\n`);
     expect(received).toMatchObject({ name: 'job_execution', traceId: telemetry.trace_id, parentSpanId: telemetry.span_parent_id });
     expect(received.resource).toMatchObject({
       'service.name': 'runner',
