@@ -19,3 +19,7 @@ fi
 if [ -f scripts/install-unleash-deps.sh ]; then
   bash scripts/install-unleash-deps.sh
 fi
+
+if [ -f scripts/install-stack-test-deps.sh ]; then
+  bash scripts/install-stack-test-deps.sh
+fi

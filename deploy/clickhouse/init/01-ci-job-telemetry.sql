@@ -1,0 +1,99 @@
+-- ClickHouse schema of the CI Job Telemetry stack, run once by the ClickHouse image on an empty data
+-- directory (docker-compose.yml mounts this folder at /docker-entrypoint-initdb.d) and by the tests on
+-- an embedded engine (test/e2e/stack-clickhouse.e2e-spec.ts).
+
+CREATE DATABASE IF NOT EXISTS otel;
+
+-- The table the Collector's clickhouse exporter writes spans to. Its columns and types are the
+-- exporter's (collector-contrib 0.136, Map attributes); the exporter inserts by column name. It is
+-- created here and the exporter runs with create_schema: false, because the materialized view below
+-- can only be created once its source table exists, and it must exist before the first span arrives:
+-- a view only sees rows inserted after it was created.
+CREATE TABLE IF NOT EXISTS otel.otel_traces
+(
+    Timestamp          DateTime64(9) CODEC(Delta, ZSTD(1)),
+    TraceId            String CODEC(ZSTD(1)),
+    SpanId             String CODEC(ZSTD(1)),
+    ParentSpanId       String CODEC(ZSTD(1)),
+    TraceState         String CODEC(ZSTD(1)),
+    SpanName           LowCardinality(String) CODEC(ZSTD(1)),
+    SpanKind           LowCardinality(String) CODEC(ZSTD(1)),
+    ServiceName        LowCardinality(String) CODEC(ZSTD(1)),
+    ResourceAttributes Map(LowCardinality(String), String) CODEC(ZSTD(1)),
+    ScopeName          String CODEC(ZSTD(1)),
+    ScopeVersion       String CODEC(ZSTD(1)),
+    SpanAttributes     Map(LowCardinality(String), String) CODEC(ZSTD(1)),
+    Duration           UInt64 CODEC(ZSTD(1)),
+    StatusCode         LowCardinality(String) CODEC(ZSTD(1)),
+    StatusMessage      String CODEC(ZSTD(1)),
+    Events Nested
+    (
+        Timestamp  DateTime64(9),
+        Name       LowCardinality(String),
+        Attributes Map(LowCardinality(String), String)
+    ) CODEC(ZSTD(1)),
+    Links Nested
+    (
+        TraceId    String,
+        SpanId     String,
+        TraceState String,
+        Attributes Map(LowCardinality(String), String)
+    ) CODEC(ZSTD(1)),
+    INDEX idx_trace_id TraceId TYPE bloom_filter(0.001) GRANULARITY 1,
+    INDEX idx_duration Duration TYPE minmax GRANULARITY 1
+)
+ENGINE = MergeTree
+PARTITION BY toDate(Timestamp)
+ORDER BY (ServiceName, SpanName, toDateTime(Timestamp))
+TTL toDateTime(Timestamp) + INTERVAL 30 DAY
+SETTINGS ttl_only_drop_parts = 1;
+
+-- One row per CI span: what every dashboard query reads. Identity columns are numbers so that
+-- panels filter and group by them cheaply; a span without a job id is not a CI span and is not here.
+CREATE TABLE IF NOT EXISTS otel.ci_job_telemetry_traces
+(
+    start          DateTime64(9) CODEC(Delta, ZSTD(1)),
+    trace_id       String CODEC(ZSTD(1)),
+    span_id        String CODEC(ZSTD(1)),
+    parent_span_id String CODEC(ZSTD(1)),
+    project_id     UInt64,
+    pipeline_id    UInt64,
+    job_id         UInt64,
+    runner_id      UInt64,
+    service_name   LowCardinality(String),
+    span_name      LowCardinality(String),
+    status_code    LowCardinality(String),
+    job_status     LowCardinality(String),
+    duration_ns    UInt64,
+    INDEX idx_trace_id trace_id TYPE bloom_filter(0.001) GRANULARITY 1
+)
+ENGINE = MergeTree
+PARTITION BY toDate(start)
+ORDER BY (project_id, pipeline_id, job_id, start)
+TTL toDateTime(start) + INTERVAL 90 DAY
+SETTINGS ttl_only_drop_parts = 1;
+
+-- Identity is read from the resource first: the gateway overwrites the resource's ci.* attributes with
+-- the grant's values on every span it forwards, including the runner's stage spans and whatever a
+-- program inside the job exports, which carry no ci.* span attributes. GitLab Runner itself writes
+-- its identity as span attributes of job_execution (ci.job.id, ci.project.id, ci.runner.id as
+-- integers, ci.pipeline.id as a string; the exporter stores every value as text), which is all a span
+-- has when a hosted runner exports straight to the Collector.
+CREATE MATERIALIZED VIEW IF NOT EXISTS otel.ci_job_telemetry_traces_mv TO otel.ci_job_telemetry_traces AS
+SELECT
+    Timestamp AS start,
+    TraceId AS trace_id,
+    SpanId AS span_id,
+    ParentSpanId AS parent_span_id,
+    toUInt64OrZero(if(ResourceAttributes['ci.project.id'] != '', ResourceAttributes['ci.project.id'], SpanAttributes['ci.project.id'])) AS project_id,
+    toUInt64OrZero(if(ResourceAttributes['ci.pipeline.id'] != '', ResourceAttributes['ci.pipeline.id'], SpanAttributes['ci.pipeline.id'])) AS pipeline_id,
+    toUInt64OrZero(if(ResourceAttributes['ci.job.id'] != '', ResourceAttributes['ci.job.id'], SpanAttributes['ci.job.id'])) AS job_id,
+    toUInt64OrZero(if(ResourceAttributes['ci.runner.id'] != '', ResourceAttributes['ci.runner.id'], SpanAttributes['ci.runner.id'])) AS runner_id,
+    ServiceName AS service_name,
+    SpanName AS span_name,
+    -- The exporter writes Ok/Error/Unset; releases before 0.120 wrote STATUS_CODE_OK and so on.
+    multiIf(StatusCode IN ('Error', 'STATUS_CODE_ERROR'), 'Error', StatusCode IN ('Ok', 'STATUS_CODE_OK'), 'Ok', 'Unset') AS status_code,
+    SpanAttributes['ci.job.status'] AS job_status,
+    Duration AS duration_ns
+FROM otel.otel_traces
+WHERE job_id > 0 AND project_id > 0 AND TraceId != '';

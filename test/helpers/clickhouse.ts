@@ -1,0 +1,58 @@
+import { ChildProcess, spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+
+const ENGINE = join(__dirname, '..', 'chdb', 'engine.js');
+
+export type ClickHouseRow = Record<string, unknown>;
+
+export interface ClickHouse {
+  /** Runs one statement or several separated by `;`, and answers the last one's rows (JSONEachRow). */
+  query(sql: string): Promise<ClickHouseRow[]>;
+  stop(): Promise<void>;
+}
+
+/**
+ * A real ClickHouse engine (chdb: ClickHouse embedded as a library) in a child process with its own
+ * temporary data directory, for one test file. `npm test` installs it into test/chdb.
+ */
+export async function startClickHouse(): Promise<ClickHouse> {
+  if (!existsSync(join(__dirname, '..', 'chdb', 'node_modules', 'chdb', 'package.json'))) {
+    throw new Error('chdb is not installed in test/chdb: run `npm test` (it installs it) or `bash scripts/install-stack-test-deps.sh`');
+  }
+  const child: ChildProcess = spawn(process.execPath, [ENGINE], { stdio: ['pipe', 'pipe', 'pipe'] });
+  let stderr = '';
+  child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  const pending = new Map<number, { resolve: (rows: ClickHouseRow[]) => void; reject: (error: Error) => void }>();
+  const exited = new Promise<void>((resolve) =>
+    child.once('exit', (code) => {
+      for (const { reject } of pending.values()) reject(new Error(`chdb engine exited with ${code}: ${stderr}`));
+      pending.clear();
+      resolve();
+    }),
+  );
+  createInterface({ input: child.stdout! }).on('line', (line) => {
+    const answer = JSON.parse(line) as { id: number; rows?: ClickHouseRow[]; error?: string };
+    const waiter = pending.get(answer.id);
+    pending.delete(answer.id);
+    if (answer.error !== undefined) waiter?.reject(new Error(answer.error));
+    else waiter?.resolve(answer.rows ?? []);
+  });
+
+  let nextId = 0;
+  const query = (sql: string) =>
+    new Promise<ClickHouseRow[]>((resolve, reject) => {
+      const id = nextId++;
+      pending.set(id, { resolve, reject });
+      child.stdin!.write(`${JSON.stringify({ id, sql })}\n`);
+    });
+  await query('SELECT 1');
+  return {
+    query,
+    stop: async () => {
+      child.stdin?.end();
+      await exited;
+    },
+  };
+}
