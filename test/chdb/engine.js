@@ -7,6 +7,8 @@ const { Session } = require('chdb');
 const { createInterface } = require('node:readline');
 
 const session = new Session();
+// Ids and durations are UInt64: answered as JSON numbers, as a dashboard reads them.
+session.query('SET output_format_json_quote_64bit_integers = 0');
 const lines = createInterface({ input: process.stdin });
 
 lines.on('line', (line) => {

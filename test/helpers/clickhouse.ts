@@ -21,7 +21,11 @@ export async function startClickHouse(): Promise<ClickHouse> {
   if (!existsSync(join(__dirname, '..', 'chdb', 'node_modules', 'chdb', 'package.json'))) {
     throw new Error('chdb is not installed in test/chdb: run `npm test` (it installs it) or `bash scripts/install-stack-test-deps.sh`');
   }
-  const child: ChildProcess = spawn(process.execPath, [ENGINE], { stdio: ['pipe', 'pipe', 'pipe'] });
+  const child: ChildProcess = spawn(process.execPath, [ENGINE], {
+    // DateTime64 text is read and written in UTC, as the stack's ClickHouse server runs.
+    env: { PATH: process.env.PATH, TZ: 'UTC' },
+    stdio: ['pipe', 'pipe', 'pipe'],
+  });
   let stderr = '';
   child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
   const pending = new Map<number, { resolve: (rows: ClickHouseRow[]) => void; reject: (error: Error) => void }>();

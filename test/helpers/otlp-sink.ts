@@ -39,6 +39,8 @@ export interface ReceivedExport {
   /** Resource attributes of each resource in the export. */
   readonly resources: Array<Record<string, AttributeValue>>;
   readonly spans: ReceivedSpan[];
+  /** The export exactly as it arrived (what a Collector would decode). */
+  readonly body: Buffer;
 }
 
 export type SinkAnswer = 'ok' | 'hang' | number | { rejectedSpans: number; errorMessage: string };
@@ -102,7 +104,7 @@ function summarize(signal: ReceivedExport['signal'], contentType: string, header
       }
     }
   }
-  return { signal, contentType, headers, resources, spans };
+  return { signal, contentType, headers, resources, spans, body };
 }
 
 export async function startOtlpSink(): Promise<OtlpSink> {

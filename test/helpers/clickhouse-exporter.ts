@@ -1,0 +1,125 @@
+import { join } from 'node:path';
+import * as protobuf from 'protobufjs';
+import type { ClickHouse } from './clickhouse';
+
+/**
+ * What the OpenTelemetry Collector's clickhouse exporter (collector-contrib 0.136, Map attributes)
+ * writes into `otel_traces` for each span of an export: facts carried over from the exporter, so the
+ * view is tested on exactly the rows it will read in the stack.
+ *  - Timestamp is the span's start, Duration its end minus start in nanoseconds;
+ *  - ids are lowercase hex, an all-zero parent is '';
+ *  - SpanKind and StatusCode are the pdata enum names (`Internal`, `Ok`, `Error`, `Unset`);
+ *  - ServiceName is the resource's `service.name`; attribute values are stored as text (an int as
+ *    its decimal digits, a bool as true/false, arrays and maps as JSON).
+ */
+export interface OtelTracesRow {
+  Timestamp: string;
+  TraceId: string;
+  SpanId: string;
+  ParentSpanId: string;
+  TraceState: string;
+  SpanName: string;
+  SpanKind: string;
+  ServiceName: string;
+  ResourceAttributes: Record<string, string>;
+  ScopeName: string;
+  ScopeVersion: string;
+  SpanAttributes: Record<string, string>;
+  Duration: string;
+  StatusCode: string;
+  StatusMessage: string;
+  'Events.Timestamp': string[];
+  'Events.Name': string[];
+  'Events.Attributes': Array<Record<string, string>>;
+  'Links.TraceId': string[];
+  'Links.SpanId': string[];
+  'Links.TraceState': string[];
+  'Links.Attributes': Array<Record<string, string>>;
+}
+
+const root = protobuf.loadSync(join(__dirname, '..', '..', 'src', 'otlp-gateway', 'proto', 'otlp.proto'));
+const ExportTraceServiceRequest = root.lookupType('otlp.ExportTraceServiceRequest');
+
+const SPAN_KINDS = ['Unspecified', 'Internal', 'Server', 'Client', 'Producer', 'Consumer'];
+const STATUS_CODES = ['Unset', 'Ok', 'Error'];
+
+type Decoded = Record<string, unknown>;
+
+function asText(value: Decoded | undefined): string {
+  if (value === undefined) return '';
+  if (value.stringValue !== undefined) return value.stringValue as string;
+  if (value.intValue !== undefined) return String(value.intValue);
+  if (value.boolValue !== undefined) return String(value.boolValue);
+  if (value.doubleValue !== undefined) return String(value.doubleValue);
+  if (value.bytesValue !== undefined) return Buffer.from(value.bytesValue as Uint8Array).toString('base64');
+  return JSON.stringify(value.arrayValue ?? value.kvlistValue ?? null);
+}
+
+function textMap(list: unknown): Record<string, string> {
+  const map: Record<string, string> = {};
+  for (const entry of (list ?? []) as Decoded[]) map[entry.key as string] = asText(entry.value as Decoded | undefined);
+  return map;
+}
+
+const hexId = (bytes: unknown) => {
+  const hex = Buffer.from((bytes as Uint8Array | undefined) ?? []).toString('hex');
+  return /^0*$/.test(hex) ? '' : hex;
+};
+
+/** Unix nanoseconds as ClickHouse reads a DateTime64(9) in UTC. */
+export function dateTime64(nanos: bigint | string): string {
+  const value = BigInt(nanos);
+  const seconds = value / 1_000_000_000n;
+  const fraction = (value % 1_000_000_000n).toString().padStart(9, '0');
+  return `${new Date(Number(seconds) * 1000).toISOString().slice(0, 19).replace('T', ' ')}.${fraction}`;
+}
+
+/** The exporter's rows for one OTLP/HTTP protobuf trace export. */
+export function otelTracesRows(body: Uint8Array): OtelTracesRow[] {
+  const request = ExportTraceServiceRequest.toObject(ExportTraceServiceRequest.decode(body), { longs: String, defaults: false }) as Decoded;
+  const rows: OtelTracesRow[] = [];
+  for (const resourceSpans of (request.resourceSpans ?? []) as Decoded[]) {
+    const resource = textMap((resourceSpans.resource as Decoded | undefined)?.attributes);
+    for (const scopeSpans of (resourceSpans.scopeSpans ?? []) as Decoded[]) {
+      const scope = (scopeSpans.scope ?? {}) as Decoded;
+      for (const span of (scopeSpans.spans ?? []) as Decoded[]) {
+        const start = BigInt((span.startTimeUnixNano as string | undefined) ?? 0);
+        const end = BigInt((span.endTimeUnixNano as string | undefined) ?? 0);
+        const status = (span.status ?? {}) as Decoded;
+        const events = (span.events ?? []) as Decoded[];
+        const links = (span.links ?? []) as Decoded[];
+        rows.push({
+          Timestamp: dateTime64(start),
+          TraceId: hexId(span.traceId),
+          SpanId: hexId(span.spanId),
+          ParentSpanId: hexId(span.parentSpanId),
+          TraceState: (span.traceState as string | undefined) ?? '',
+          SpanName: span.name as string,
+          SpanKind: SPAN_KINDS[Number(span.kind ?? 0)] ?? '',
+          ServiceName: resource['service.name'] ?? '',
+          ResourceAttributes: resource,
+          ScopeName: (scope.name as string | undefined) ?? '',
+          ScopeVersion: (scope.version as string | undefined) ?? '',
+          SpanAttributes: textMap(span.attributes),
+          Duration: (end - start).toString(),
+          StatusCode: STATUS_CODES[Number(status.code ?? 0)] ?? '',
+          StatusMessage: (status.message as string | undefined) ?? '',
+          'Events.Timestamp': events.map((event) => dateTime64((event.timeUnixNano as string | undefined) ?? '0')),
+          'Events.Name': events.map((event) => event.name as string),
+          'Events.Attributes': events.map((event) => textMap(event.attributes)),
+          'Links.TraceId': links.map((link) => hexId(link.traceId)),
+          'Links.SpanId': links.map((link) => hexId(link.spanId)),
+          'Links.TraceState': links.map((link) => (link.traceState as string | undefined) ?? ''),
+          'Links.Attributes': links.map((link) => textMap(link.attributes)),
+        });
+      }
+    }
+  }
+  return rows;
+}
+
+/** Inserts rows into otel.otel_traces as the exporter does: by column name. */
+export async function insertOtelTraces(clickhouse: ClickHouse, rows: readonly OtelTracesRow[]): Promise<void> {
+  if (rows.length === 0) return;
+  await clickhouse.query(`INSERT INTO otel.otel_traces FORMAT JSONEachRow\n${rows.map((row) => JSON.stringify(row)).join('\n')}`);
+}
