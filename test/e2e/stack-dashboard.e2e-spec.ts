@@ -1,0 +1,239 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { BUILD_STAGES, BuildStage } from '../../demo/stock-runner';
+import { pickUpJob } from '../helpers/ci-pipeline';
+import { ClickHouse, startClickHouse } from '../helpers/clickhouse';
+import { dateTime64, insertOtelTraces, OtelTracesRow } from '../helpers/clickhouse-exporter';
+import { expandGrafanaQuery, GrafanaQueryContext } from '../helpers/grafana-query';
+import { OtlpSink, startOtlpSink } from '../helpers/otlp-sink';
+import { ServiceProcess, startService } from '../helpers/service';
+
+const ROOT = join(__dirname, '..', '..');
+const SCHEMA = readFileSync(join(ROOT, 'deploy', 'clickhouse', 'init', '01-ci-job-telemetry.sql'), 'utf8');
+
+interface Target {
+  datasource: { type: string; uid: string };
+  rawSql?: string;
+  expr?: string;
+}
+interface Panel {
+  title: string;
+  type: string;
+  datasource: { type: string; uid: string };
+  targets: Target[];
+}
+interface Dashboard {
+  panels: Panel[];
+  templating: { list: Array<{ name: string; query: string; datasource: { type: string; uid: string } }> };
+}
+const dashboard = JSON.parse(readFileSync(join(ROOT, 'deploy', 'grafana', 'dashboards', 'ci-job-telemetry.json'), 'utf8')) as Dashboard;
+const CLICKHOUSE_TYPE = 'grafana-clickhouse-datasource';
+const panel = (title: string) => {
+  const found = dashboard.panels.find((candidate) => candidate.title === title);
+  if (found === undefined) throw new Error(`no panel "${title}"`);
+  return found;
+};
+
+const TRACE_A = 'a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1';
+const TRACE_B = 'b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2';
+const TRACE_OLD = 'c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3';
+
+const stages = (script: number): Record<BuildStage, number> => ({
+  prepare_executor: 3,
+  get_sources: 2,
+  restore_cache: 4,
+  step_script: script,
+  after_script: 1,
+  archive_cache: 2,
+  upload_artifacts: 1,
+});
+
+/**
+ * The otel_traces rows of one job a stock runner exported through the gateway: a job_execution span
+ * with the runner's span attributes, a child span per build stage, and the gateway-stamped resource.
+ */
+function runnerJobRows(job: {
+  traceId: string;
+  projectId: number;
+  pipelineId: number;
+  jobId: number;
+  status: 'success' | 'failed';
+  start: string;
+  stageSeconds: Record<BuildStage, number>;
+}): OtelTracesRow[] {
+  const resource = {
+    'service.name': 'runner',
+    'ci.job.id': String(job.jobId),
+    'ci.project.id': String(job.projectId),
+    'ci.pipeline.id': String(job.pipelineId),
+    'ci.runner.id': '17',
+  };
+  const startNanos = BigInt(Date.parse(job.start)) * 1_000_000n;
+  const total = BUILD_STAGES.reduce((sum, stage) => sum + job.stageSeconds[stage], 0);
+  const jobSpanId = job.jobId.toString(16).padStart(16, '0');
+  const row = (spanId: string, parent: string, name: string, start: bigint, seconds: number, attributes: Record<string, string>, status: string): OtelTracesRow => ({
+    Timestamp: dateTime64(start),
+    TraceId: job.traceId,
+    SpanId: spanId,
+    ParentSpanId: parent,
+    TraceState: '',
+    SpanName: name,
+    SpanKind: 'Internal',
+    ServiceName: 'runner',
+    ResourceAttributes: resource,
+    ScopeName: 'gitlab-ci-runner',
+    ScopeVersion: '',
+    SpanAttributes: attributes,
+    Duration: String(BigInt(seconds) * 1_000_000_000n),
+    StatusCode: status,
+    StatusMessage: '',
+    'Events.Timestamp': [],
+    'Events.Name': [],
+    'Events.Attributes': [],
+    'Links.TraceId': [],
+    'Links.SpanId': [],
+    'Links.TraceState': [],
+    'Links.Attributes': [],
+  });
+  const rows = [
+    row(jobSpanId, 'ffffffffffff0000', 'job_execution', startNanos, total, { ...resource, 'ci.job.status': job.status, 'ci.runner.executor': 'shell' }, job.status === 'failed' ? 'Error' : 'Unset'),
+  ];
+  let stageStart = startNanos;
+  for (const [index, stage] of BUILD_STAGES.entries()) {
+    rows.push(row(`${job.jobId.toString(16).padStart(14, '0')}${index.toString(16).padStart(2, '0')}`, jobSpanId, stage, stageStart, job.stageSeconds[stage], {}, 'Unset'));
+    stageStart += BigInt(job.stageSeconds[stage]) * 1_000_000_000n;
+  }
+  return rows;
+}
+
+const CONTEXT: GrafanaQueryContext = {
+  from: new Date('2026-11-21T09:00:00Z'),
+  to: new Date('2026-11-21T12:00:00Z'),
+  intervalSeconds: 3600,
+  variables: { project: ['7', '42'], trace_id: [TRACE_A] },
+};
+
+describe('Grafana dashboard queries on a real ClickHouse engine (deploy/grafana)', () => {
+  let clickhouse: ClickHouse;
+  const run = (sql: string, context = CONTEXT) => clickhouse.query(expandGrafanaQuery(sql, context));
+
+  beforeAll(async () => {
+    clickhouse = await startClickHouse();
+    await clickhouse.query(SCHEMA);
+    await insertOtelTraces(clickhouse, [
+      // Project 7, pipeline 700: build, test (failed), deploy.
+      ...runnerJobRows({ traceId: TRACE_A, projectId: 7, pipelineId: 700, jobId: 4001, status: 'success', start: '2026-11-21T10:00:00Z', stageSeconds: stages(40) }),
+      ...runnerJobRows({ traceId: TRACE_A, projectId: 7, pipelineId: 700, jobId: 4002, status: 'failed', start: '2026-11-21T10:02:00Z', stageSeconds: stages(75) }),
+      ...runnerJobRows({ traceId: TRACE_A, projectId: 7, pipelineId: 700, jobId: 4003, status: 'success', start: '2026-11-21T10:05:00Z', stageSeconds: stages(90) }),
+      // Project 42, pipeline 800, later.
+      ...runnerJobRows({ traceId: TRACE_B, projectId: 42, pipelineId: 800, jobId: 5001, status: 'success', start: '2026-11-21T11:10:00Z', stageSeconds: stages(20) }),
+      // Project 7 ten days earlier: outside the dashboard's time range.
+      ...runnerJobRows({ traceId: TRACE_OLD, projectId: 7, pipelineId: 600, jobId: 3001, status: 'failed', start: '2026-11-11T10:00:00Z', stageSeconds: stages(500) }),
+    ]);
+  }, 60_000);
+  afterAll(async () => {
+    await clickhouse?.stop();
+  });
+
+  it('runs every ClickHouse query of the dashboard, variables and panels, with the macros expanded', async () => {
+    const queries = [
+      ...dashboard.templating.list.filter((variable) => variable.datasource.type === CLICKHOUSE_TYPE).map((variable) => variable.query),
+      ...dashboard.panels.flatMap((candidate) => candidate.targets).filter((target) => target.datasource.type === CLICKHOUSE_TYPE).map((target) => target.rawSql!),
+    ];
+    expect(queries.length).toBeGreaterThanOrEqual(6);
+    for (const sql of queries) await expect(run(sql)).resolves.toBeInstanceOf(Array);
+  });
+
+  it('offers the projects and the pipelines of the time range, the latest pipeline first', async () => {
+    const [project, traceId] = ['project', 'trace_id'].map((name) => dashboard.templating.list.find((variable) => variable.name === name)!.query);
+    expect(await run(project)).toEqual([{ project_id: 7 }, { project_id: 42 }]);
+    expect(await run(traceId)).toEqual([{ trace_id: TRACE_B }, { trace_id: TRACE_A }]);
+  });
+
+  it("Pipeline trace: the chosen pipeline's spans as a waterfall, jobs with their stages", async () => {
+    const rows = await run(panel('Pipeline trace').targets[0].rawSql!);
+    expect(rows).toHaveLength(3 * (1 + BUILD_STAGES.length));
+    expect(new Set(rows.map((row) => row.traceID))).toEqual(new Set([TRACE_A]));
+    expect(rows.slice(0, 3).map((row) => [row.operationName, row.parentSpanID, row.startTime, row.duration])).toEqual([
+      ['job 4001', 'ffffffffffff0000', Date.parse('2026-11-21T10:00:00Z'), 53_000],
+      ['prepare_executor', '0000000000000fa1', Date.parse('2026-11-21T10:00:00Z'), 3_000],
+      ['get_sources', '0000000000000fa1', Date.parse('2026-11-21T10:00:03Z'), 2_000],
+    ]);
+    const failed = rows.find((row) => row.operationName === 'job 4002')!;
+    expect(failed.tags).toEqual([
+      { key: 'ci.job.status', value: 'failed' },
+      { key: 'otel.status_code', value: 'Error' },
+    ]);
+    expect(failed.serviceTags).toContainEqual({ key: 'ci.pipeline.id', value: '700' });
+  });
+
+  it('Stage durations: p50 and p95 per project and stage, within the time range only', async () => {
+    const rows = await run(panel('Stage durations p50/p95 by project and stage').targets[0].rawSql!);
+    expect(rows.filter((row) => row.stage === 'step_script')).toEqual([
+      { project: 7, stage: 'step_script', spans: 3, p50_seconds: 75, p95_seconds: 90 },
+      { project: 42, stage: 'step_script', spans: 1, p50_seconds: 20, p95_seconds: 20 },
+    ]);
+    expect(rows.find((row) => row.project === 7 && row.stage === 'prepare_executor')).toEqual({ project: 7, stage: 'prepare_executor', spans: 3, p50_seconds: 3, p95_seconds: 3 });
+    expect(rows).toHaveLength(2 * BUILD_STAGES.length);
+    expect(rows.some((row) => row.stage === 'job_execution')).toBe(false);
+
+    const onlyProject42 = await run(panel('Stage durations p50/p95 by project and stage').targets[0].rawSql!, { ...CONTEXT, variables: { ...CONTEXT.variables, project: ['42'] } });
+    expect(new Set(onlyProject42.map((row) => row.project))).toEqual(new Set([42]));
+  });
+
+  it('Jobs by status: jobs of the time range by the status the runner reported', async () => {
+    expect(await run(panel('Jobs by status').targets[0].rawSql!)).toEqual([
+      { status: 'success', jobs: 3 },
+      { status: 'failed', jobs: 1 },
+    ]);
+    expect(await run(panel('Jobs by status over time').targets[0].rawSql!)).toEqual([
+      { time: '2026-11-21 10:00:00', status: 'failed', jobs: 1 },
+      { time: '2026-11-21 10:00:00', status: 'success', jobs: 2 },
+      { time: '2026-11-21 11:00:00', status: 'success', jobs: 1 },
+    ]);
+  });
+});
+
+describe("Spans rejected by the gateway: the panel's series is one the service exports", () => {
+  let sink: OtlpSink;
+  let service: ServiceProcess;
+
+  beforeAll(async () => {
+    sink = await startOtlpSink();
+    service = await startService({ OTLP_UPSTREAM_URL: sink.url });
+  });
+  afterAll(async () => {
+    await service?.stop();
+    await sink?.stop();
+  });
+
+  it('selects the rejected-span counter the gateway increments for a span outside the job trace', async () => {
+    const target = panel('Spans rejected by the gateway').targets[0];
+    expect(target.datasource.type).toBe('prometheus');
+    const selector = /(\w+)\{([^}]*)\}/.exec(target.expr!)!;
+    const [metric, matchers] = [selector[1], [...selector[2].matchAll(/(\w+)\s*(=~|=)\s*"([^"]*)"/g)]];
+
+    const job = await pickUpJob(service, { jobId: 6001, projectId: 7, pipelineId: 900 });
+    const foreign = {
+      resourceSpans: [{ resource: { attributes: [] }, scopeSpans: [{ spans: [{ traceId: 'dddddddddddddddddddddddddddddddd', spanId: '1111111111111111', name: 'stray', kind: 1, startTimeUnixNano: '1', endTimeUnixNano: '2' }] }] }],
+    };
+    const response = await fetch(`${service.gatewayUrl}/v1/traces`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer glcbt-opaque-job-token-${job.jobId}`, 'runner-token': 'glrt-t3st-runner-token-0123456789' },
+      body: JSON.stringify(foreign),
+    });
+    expect(response.status).toBe(200);
+
+    const exposition = await (await fetch(`${service.url}/metrics`)).text();
+    const selected = exposition
+      .split('\n')
+      .filter((line) => line.startsWith(`${metric}{`))
+      .filter((line) =>
+        matchers.every(([, label, operator, value]) => {
+          const actual = new RegExp(`${label}="([^"]*)"`).exec(line)?.[1];
+          return actual !== undefined && (operator === '=' ? actual === value : new RegExp(`^(?:${value})$`).test(actual));
+        }),
+      );
+    expect(selected).toEqual([expect.stringMatching(/outcome="rejected_foreign_trace"\} 1$/)]);
+  });
+});
