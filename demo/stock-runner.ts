@@ -1,7 +1,9 @@
 import { context, ROOT_CONTEXT, SpanStatusCode, trace, TraceFlags } from '@opentelemetry/api';
+import { ExportResultCode } from '@opentelemetry/core';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-proto';
 import { resourceFromAttributes } from '@opentelemetry/resources';
 import { BasicTracerProvider, BatchSpanProcessor } from '@opentelemetry/sdk-trace-base';
+import { readTracingAsRunner } from '../test/helpers/stock-runner';
 
 /** `features.tracing` of a decorated job payload, with the field names GitLab Runner reads (common/spec/spec.go). */
 export interface TracingFeature {
@@ -41,48 +43,40 @@ export interface RunnerJob {
 }
 
 /**
- * The OTLP/HTTP URL a stock GitLab Runner exports to for this endpoint, or why it skips it
- * (gitlab-runner commands/tracing.go): the scheme picks the transport, the path is used verbatim
- * (empty means /v1/traces), no `auth` means no credentials at all, `http_bearer_gcp_oidc` needs its
- * nested object and Google credentials, any other auth type is skipped.
- */
-export function runnerExportUrl(endpoint: NonNullable<TracingFeature['otel_endpoints']>[number]): { url: string } | { skipped: string } {
-  let url: URL;
-  try {
-    url = new URL(endpoint.url);
-  } catch {
-    return { skipped: `unparsable URL ${endpoint.url}` };
-  }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') return { skipped: `scheme ${url.protocol} is not OTLP/HTTP` };
-  if (endpoint.auth !== undefined) {
-    if (endpoint.auth.type !== 'http_bearer_gcp_oidc') return { skipped: `unsupported auth type ${endpoint.auth.type}` };
-    return { skipped: 'http_bearer_gcp_oidc needs Google credentials, which this runner does not have' };
-  }
-  if (url.pathname === '' || url.pathname === '/') url.pathname = '/v1/traces';
-  return { url: url.toString() };
-}
-
-/**
- * Exports one job's spans the way a stock runner does: resource `service.name=runner`, one
- * `job_execution` span parented on the payload's `span_parent_id` with the runner's span attributes,
- * and one child span per build stage, through the OpenTelemetry JS OTLP/HTTP protobuf exporter to
- * the first endpoint, with no headers of its own. Times come from `job`, so a demo pipeline has fixed
+ * Exports one job's spans the way a stock runner does: reads the payload with the runner's rules
+ * (test/helpers/stock-runner.ts, written from gitlab-runner's source), then resource
+ * `service.name=runner`, one `job_execution` span parented on the payload's `span_parent_id` with the
+ * runner's span attributes, and one child span per build stage, through the OpenTelemetry JS
+ * OTLP/HTTP protobuf exporter to the endpoint's URL, with no headers of its own. Times come from `job`, so a demo pipeline has fixed
  * durations.
  */
 export async function exportJobAsRunner(tracing: TracingFeature, job: RunnerJob): Promise<void> {
-  const endpoint = tracing.otel_endpoints?.[0];
-  if (endpoint === undefined) throw new Error(`job ${job.jobId}: the payload has no otel_endpoints`);
-  const target = runnerExportUrl(endpoint);
-  if ('skipped' in target) throw new Error(`job ${job.jobId}: a stock runner skips ${endpoint.url}: ${target.skipped}`);
+  const view = readTracingAsRunner({ tracing });
+  const plan = view.plans[0];
+  if (plan === undefined || view.parent === undefined) {
+    throw new Error(`job ${job.jobId}: a stock runner would not export this payload (${view.warnings.join('; ') || 'no endpoint'})`);
+  }
+  if (plan.transport !== 'otlp-http-protobuf' || plan.credentials.kind !== 'none') {
+    throw new Error(`job ${job.jobId}: this emulation exports over OTLP/HTTP without credentials only, not ${plan.transport}/${plan.credentials.kind}`);
+  }
 
+  // No headers: a runner adds no credentials to an endpoint without auth.
+  const exporter = new OTLPTraceExporter({ url: plan.target });
+  const failures: string[] = [];
+  const exportSpans = exporter.export.bind(exporter);
+  exporter.export = (spans, done) =>
+    exportSpans(spans, (result) => {
+      if (result.code !== ExportResultCode.SUCCESS) failures.push(result.error?.message ?? 'export failed');
+      done(result);
+    });
   const provider = new BasicTracerProvider({
     resource: resourceFromAttributes({ 'service.name': 'runner', 'service.version': '18.6.0' }),
-    spanProcessors: [new BatchSpanProcessor(new OTLPTraceExporter({ url: target.url }))],
+    spanProcessors: [new BatchSpanProcessor(exporter)],
   });
   const tracer = provider.getTracer('gitlab-ci-runner');
   const parent = trace.setSpanContext(ROOT_CONTEXT, {
-    traceId: tracing.trace_id,
-    spanId: tracing.span_parent_id,
+    traceId: view.parent.traceId,
+    spanId: view.parent.spanId,
     traceFlags: TraceFlags.SAMPLED,
     isRemote: true,
   });
@@ -115,4 +109,5 @@ export async function exportJobAsRunner(tracing: TracingFeature, job: RunnerJob)
   jobSpan.end(end);
   // Shutdown flushes the batch, as the runner does when the job ends.
   await provider.shutdown();
+  if (failures.length > 0) throw new Error(`job ${job.jobId}: export to ${plan.target} failed: ${failures.join('; ')}`);
 }

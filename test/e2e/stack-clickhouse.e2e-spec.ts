@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { BUILD_STAGES, BuildStage, exportJobAsRunner } from '../../demo/stock-runner';
-import { pickUpJob, PickedUpJob } from '../helpers/ci-pipeline';
+import { pickUpPipelineJob, PickedUpJob } from '../helpers/ci-pipeline';
 import { ClickHouse, startClickHouse } from '../helpers/clickhouse';
 import { dateTime64, insertOtelTraces, OtelTracesRow, otelTracesRows } from '../helpers/clickhouse-exporter';
 import { OtlpSink, startOtlpSink } from '../helpers/otlp-sink';
@@ -83,7 +83,7 @@ describe('ci_job_telemetry_traces on a real ClickHouse engine (SPEC §9)', () =>
       { jobId: 3001, script: 40, status: 'success' as const },
       { jobId: 3002, script: 75, status: 'failed' as const },
     ].entries()) {
-      const picked = await pickUpJob(service, { jobId: spec.jobId, projectId: 7, pipelineId: 600, runnerId: 17 });
+      const picked = await pickUpPipelineJob(service, { jobId: spec.jobId, projectId: 7, pipelineId: 600, runnerId: 17 });
       jobs.push({ picked, startedAt: pipelineStart + index * 120_000, script: spec.script, status: spec.status });
     }
     for (const job of jobs) {

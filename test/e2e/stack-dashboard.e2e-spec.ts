@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { BUILD_STAGES, BuildStage } from '../../demo/stock-runner';
-import { pickUpJob } from '../helpers/ci-pipeline';
+import { pickUpPipelineJob } from '../helpers/ci-pipeline';
 import { ClickHouse, startClickHouse } from '../helpers/clickhouse';
 import { dateTime64, insertOtelTraces, OtelTracesRow } from '../helpers/clickhouse-exporter';
 import { expandGrafanaQuery, GrafanaQueryContext } from '../helpers/grafana-query';
@@ -213,13 +213,14 @@ describe("Spans rejected by the gateway: the panel's series is one the service e
     const selector = /(\w+)\{([^}]*)\}/.exec(target.expr!)!;
     const [metric, matchers] = [selector[1], [...selector[2].matchAll(/(\w+)\s*(=~|=)\s*"([^"]*)"/g)]];
 
-    const job = await pickUpJob(service, { jobId: 6001, projectId: 7, pipelineId: 900 });
+    const job = await pickUpPipelineJob(service, { jobId: 6001, projectId: 7, pipelineId: 900 });
     const foreign = {
       resourceSpans: [{ resource: { attributes: [] }, scopeSpans: [{ spans: [{ traceId: 'dddddddddddddddddddddddddddddddd', spanId: '1111111111111111', name: 'stray', kind: 1, startTimeUnixNano: '1', endTimeUnixNano: '2' }] }] }],
     };
-    const response = await fetch(`${service.gatewayUrl}/v1/traces`, {
+    // To the job's capability URL, as anything in the job exports: the credential is the URL.
+    const response = await fetch(job.tracing.otel_endpoints![0].url, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', authorization: `Bearer glcbt-opaque-job-token-${job.jobId}`, 'runner-token': 'glrt-t3st-runner-token-0123456789' },
+      headers: { 'content-type': 'application/json' },
       body: JSON.stringify(foreign),
     });
     expect(response.status).toBe(200);

@@ -82,8 +82,6 @@ export async function startService(
       HOST: '127.0.0.1',
       INTERNAL_PORT: String(port),
       GATEWAY_PORT: String(gatewayPort),
-      // What the decorator hands runners: this process's own gateway.
-      GATEWAY_PUBLIC_URL: `http://127.0.0.1:${gatewayPort}`,
       INTERNAL_API_SECRET_FILE: secrets.internalApiSecretFile,
       TRACE_KEY_FILE: secrets.traceKeyFile,
       CAPABILITY_KEY_FILE: secrets.capabilityKeyFile,
