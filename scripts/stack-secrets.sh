@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 umask 077
 mkdir -p .secrets
-for name in internal_api_secret trace_key; do
+for name in internal_api_secret trace_key capability_key; do
   if [ ! -s ".secrets/$name" ]; then
     node -e 'process.stdout.write(require("node:crypto").randomBytes(32).toString("base64") + "\n")' >".secrets/$name"
     echo "stack-secrets: created .secrets/$name"
