@@ -3,10 +3,8 @@ import { createInternalApp } from './app.factory';
 import { ConfigError, loadConfig } from './config/app-config';
 import { loadSecrets } from './config/secrets';
 import { createLogger } from './observability/logger';
+import { SHUTDOWN_GRACE_MS } from './observability/shutdown';
 import { GatewayServer } from './otlp-gateway/otlp-gateway.module';
-
-/** Bounded graceful shutdown: in-flight requests get this long to finish (SPEC §8). */
-const SHUTDOWN_GRACE_MS = 10_000;
 
 async function bootstrap(): Promise<void> {
   let config;

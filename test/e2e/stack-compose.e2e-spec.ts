@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { parse } from 'yaml';
 import { EnvironmentVariables, loadConfig } from '../../src/config/app-config';
+import { SHUTDOWN_GRACE_MS } from '../../src/observability/shutdown';
 
 const ROOT = join(__dirname, '..', '..');
 const run = promisify(execFile);
@@ -17,6 +18,7 @@ type Service = {
   ports?: Array<{ published: number | string; target: number }>;
   networks?: Record<string, unknown>;
   secrets?: Array<{ source: string; target?: string }>;
+  stop_grace_period?: string;
   /** docker-compose 1.x prints `source:target[:mode]`. */
   volumes?: string[];
 };
@@ -55,6 +57,8 @@ describe('docker-compose.yml, validated by docker-compose itself (no engine need
     );
     expect(service().build).toBeDefined();
     expect(existsSync(join(ROOT, 'Dockerfile'))).toBe(true);
+    // docker stop waits long enough for the service's own drain before it kills.
+    expect(Number(/^(\d+)s$/.exec(service().stop_grace_period ?? '')?.[1])).toBeGreaterThan(SHUTDOWN_GRACE_MS / 1000);
   });
 
   it('pins every image to a version', () => {
