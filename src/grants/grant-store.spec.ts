@@ -27,7 +27,7 @@ function behavesAsAGrantStore(name: string, open: () => Promise<GrantStore>) {
     afterEach(() => store.close());
 
     it('gives back the grant it was given', async () => {
-      await store.saveGrant(grant());
+      expect(await store.saveGrant(grant())).toEqual(grant({ expiresAt: expect.any(Number) as unknown as number }));
       expect(await store.findGrant(1001)).toEqual(grant({ expiresAt: expect.any(Number) as unknown as number }));
     });
 
@@ -56,9 +56,30 @@ function behavesAsAGrantStore(name: string, open: () => Promise<GrantStore>) {
     });
 
     it('does not store a grant that has already expired', async () => {
-      await store.saveGrant(grant());
       await store.saveGrant(grant({ expiresAt: Date.now() - 1 }));
       expect(await store.findGrant(1001)).toBeNull();
+    });
+
+    it('keeps the expiry of the first pickup when a job is decorated again (SPEC §4)', async () => {
+      const expiresAt = Date.now() + 60_000;
+      await store.saveGrant(grant({ expiresAt }));
+      const again = await store.saveGrant(grant({ expiresAt: expiresAt + 3_600_000, runnerId: 18 }));
+      expect(again).toMatchObject({ expiresAt, runnerId: 18 });
+      expect(await store.findGrant(1001)).toMatchObject({ expiresAt, runnerId: 18 });
+      // The record itself still goes at the first expiry, not an hour later.
+      await store.saveGrant(grant({ jobId: 1002, expiresAt: Date.now() + 300 }));
+      await store.saveGrant(grant({ jobId: 1002, expiresAt: Date.now() + 60_000 }));
+      await sleep(450);
+      expect(await store.findGrant(1002)).toBeNull();
+    });
+
+    it('never lifts a revocation when a revoked job is decorated again (SPEC §4)', async () => {
+      await store.saveGrant(grant());
+      const revokedAt = Date.now() + 1000;
+      await store.revokeGrant(1001, revokedAt);
+      expect((await store.saveGrant(grant()))?.revokedAt).toBe(revokedAt);
+      expect((await store.findGrant(1001))?.revokedAt).toBe(revokedAt);
+      expect((await store.findGrantByJobTokenDigest('b'.repeat(64)))?.revokedAt).toBe(revokedAt);
     });
 
     it('finds a grant by its job token digest, and forgets the old digest when the job is picked up again', async () => {

@@ -31,8 +31,13 @@ export interface RateWindow {
 }
 
 export interface GrantStore {
-  /** Stores or replaces the grant of `grant.jobId`; it disappears at `grant.expiresAt`. */
-  saveGrant(grant: Grant): Promise<void>;
+  /**
+   * Stores the grant of `grant.jobId`; it disappears at its expiry. A job decorated again gets its
+   * fields replaced but keeps the expiry and any revocation its grant already has (SPEC §4): a
+   * pickup must never extend a job's credentials or lift the end GitLab declared. Resolves with
+   * the grant as stored.
+   */
+  saveGrant(grant: Grant): Promise<Grant>;
   findGrant(jobId: number): Promise<Grant | null>;
   /** The grant whose opaque job token has this digest (SPEC §5). */
   findGrantByJobTokenDigest(jobTokenDigest: string): Promise<Grant | null>;

@@ -13,15 +13,17 @@ export class MemoryGrantStore implements GrantStore {
     this.sweeper = setInterval(() => this.sweep(), sweepIntervalMs).unref();
   }
 
-  async saveGrant(grant: Grant): Promise<void> {
-    const previous = this.grants.get(grant.jobId);
+  async saveGrant(grant: Grant): Promise<Grant> {
+    const previous = await this.findGrant(grant.jobId);
+    if (previous === null && grant.expiresAt <= this.now()) return { ...grant };
     if (previous?.jobTokenDigest !== undefined) this.jobIdsByTokenDigest.delete(previous.jobTokenDigest);
-    if (grant.expiresAt <= this.now()) {
-      this.grants.delete(grant.jobId);
-      return;
-    }
-    this.grants.set(grant.jobId, { ...grant });
+    const stored: Grant =
+      previous === null
+        ? { ...grant }
+        : { ...grant, expiresAt: previous.expiresAt, ...(previous.revokedAt === undefined ? {} : { revokedAt: previous.revokedAt }) };
+    this.grants.set(grant.jobId, stored);
     if (grant.jobTokenDigest !== undefined) this.jobIdsByTokenDigest.set(grant.jobTokenDigest, grant.jobId);
+    return { ...stored };
   }
 
   async findGrant(jobId: number): Promise<Grant | null> {

@@ -96,19 +96,33 @@ export class RedisGrantStore implements GrantStore {
     return new RedisGrantStore(redis);
   }
 
-  async saveGrant(grant: Grant): Promise<void> {
+  async saveGrant(grant: Grant): Promise<Grant> {
     const ttlMs = grant.expiresAt - Date.now();
-    await this.guard(async () => {
+    return this.guard(async () => {
       const transaction = this.redis.multi();
-      transaction.del(REVOKED_KEY(grant.jobId));
-      if (ttlMs <= 0) transaction.del(GRANT_KEY(grant.jobId));
-      else transaction.set(GRANT_KEY(grant.jobId), JSON.stringify(grant), 'PX', ttlMs);
+      // NX: only the first pickup sets the record and its expiry; the revocation key is never touched.
+      if (ttlMs > 0) transaction.set(GRANT_KEY(grant.jobId), JSON.stringify(grant), 'PX', ttlMs, 'NX');
+      transaction.get(GRANT_KEY(grant.jobId));
+      transaction.get(REVOKED_KEY(grant.jobId));
       if (grant.jobTokenDigest !== undefined && ttlMs > 0) {
         transaction.set(JOB_TOKEN_KEY(grant.jobTokenDigest), String(grant.jobId), 'PX', ttlMs);
       }
       const results = await transaction.exec();
       const failed = results?.find(([error]) => error !== null);
       if (failed) throw failed[0];
+      const replies = results!.map(([, reply]) => reply);
+      const created = ttlMs > 0 && replies.shift() === 'OK';
+      const [current, revokedAt] = replies as [string | null, string | null];
+      if (current === null) return grant;
+
+      let stored = grant;
+      if (!created) {
+        // Decorated again: the new fields with the first pickup's expiry. KEEPTTL leaves the key's
+        // own expiry as it was; XX never brings back a grant that expired in between.
+        stored = { ...grant, expiresAt: (JSON.parse(current) as Grant).expiresAt };
+        await this.redis.set(GRANT_KEY(grant.jobId), JSON.stringify(stored), 'KEEPTTL', 'XX');
+      }
+      return revokedAt === null ? stored : { ...stored, revokedAt: Number(revokedAt) };
     });
   }
 

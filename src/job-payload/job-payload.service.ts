@@ -4,7 +4,7 @@ import { AppConfig } from '../config/app-config';
 import { APP_CONFIG, SECRETS } from '../config/config.constants';
 import { Secrets } from '../config/secrets';
 import { FlagsService } from '../flags/flags.service';
-import { Grant, GrantStore } from '../grants/grant';
+import { Grant, grantEndsAt, GrantStore } from '../grants/grant';
 import { GRANT_STORE } from '../grants/grants.constants';
 import { tokenDigest } from '../grants/token-digest';
 import { MetricsService } from '../observability/metrics.service';
@@ -135,11 +135,11 @@ export class JobPayloadService {
     };
     // Hosted runners authenticate to the collector with OIDC and never need the grant; a job bound
     // for the gateway without a stored grant would only collect 403s, so it is not enabled at all.
-    const granted = await this.saveGrant(grant);
-    if (!granted && !hosted) return off('degraded');
+    const stored = await this.saveGrant(grant);
+    if (stored === undefined && !hosted) return off('degraded');
 
     // The capability base URL goes to programs inside the job whenever the gateway can honour it.
-    const capabilityBase = granted ? `${this.gatewayBase}${capabilityPath(job.id, mintCapability(this.secrets.capabilityKeys[0], job.id))}` : undefined;
+    const capabilityBase = stored !== undefined ? `${this.gatewayBase}${capabilityPath(job.id, mintCapability(this.secrets.capabilityKeys[0], job.id))}` : undefined;
     const endpoint = hosted ? this.hostedEndpoint : this.config.RUNNER_ENDPOINT_FORM === 'headers' ? this.headerEndpoint : { url: tracesUrl(capabilityBase!) };
     return {
       payload: decoratePayload(payload, context, endpoint, capabilityBase),
@@ -151,7 +151,8 @@ export class JobPayloadService {
         traceparent: context.traceparent,
         ...(context.tracestate === undefined ? {} : { tracestate: context.tracestate }),
         otel_endpoints: [endpoint],
-        expires_at: new Date(grant.expiresAt).toISOString(),
+        // A job decorated again keeps its first expiry and any revocation: the store says which.
+        expires_at: new Date(grantEndsAt(stored ?? grant)).toISOString(),
       },
     };
   }
@@ -177,18 +178,17 @@ export class JobPayloadService {
   }
 
   /** Bounded by STORE_TIMEOUT_MS whatever the store does, so a hung Redis cannot delay job pickup. */
-  private async saveGrant(grant: Grant): Promise<boolean> {
+  private async saveGrant(grant: Grant): Promise<Grant | undefined> {
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {
       timer = setTimeout(() => reject(new Error(`no answer within ${this.config.STORE_TIMEOUT_MS} ms`)), this.config.STORE_TIMEOUT_MS);
     });
     try {
-      await Promise.race([this.store.saveGrant(grant), timeout]);
-      return true;
+      return await Promise.race([this.store.saveGrant(grant), timeout]);
     } catch (error) {
       this.metrics.storeErrors.inc({ operation: 'save_grant' });
       this.logger.warn(`grant for job ${grant.jobId} not stored: ${(error as Error).message}`);
-      return false;
+      return undefined;
     } finally {
       clearTimeout(timer);
     }

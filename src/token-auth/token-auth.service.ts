@@ -110,8 +110,12 @@ export class TokenAuthService {
     );
     if (!window.allowed) return { kind: 'rate_limited', retryAfterSeconds: Math.max(1, Math.ceil(window.resetInMs / 1000)) };
 
-    const endsAt = grantEndsAt(grant);
-    const maxAgeSeconds = Math.max(0, Math.min(this.config.AUTH_DECISION_MAX_AGE_SECONDS, Math.floor((endsAt - now) / 1000)));
+    // A decision reused for longer than the revocation grace would keep a job GitLab has just
+    // ended writing past that grace on whichever replica (or nginx) remembered it (SPEC §5).
+    const maxAgeSeconds = Math.max(
+      0,
+      Math.min(this.config.AUTH_DECISION_MAX_AGE_SECONDS, this.config.GRANT_REVOKE_GRACE_SECONDS, Math.floor((grantEndsAt(grant) - now) / 1000)),
+    );
     return { kind: 'allowed', grant, maxAgeSeconds };
   }
 }

@@ -183,6 +183,47 @@ describe('POST /internal/ci/telemetry/auth (SPEC §5)', () => {
       expect(after.body.error).toContain('revoked');
     });
 
+    it('never lets a decision outlive the grace, so every replica refuses a revoked job within it', async () => {
+      await service.close();
+      const env = { GRANT_REVOKE_GRACE_SECONDS: '1', AUTH_DECISION_MAX_AGE_SECONDS: '60' };
+      service = await start(env);
+      // Replicas share the key files, as a deployment mounts the same secrets into each.
+      const replica = await start({ ...env, INTERNAL_API_SECRET_FILE: service.config.INTERNAL_API_SECRET_FILE!, TRACE_KEY_FILE: service.config.TRACE_KEY_FILE! });
+      try {
+        await pickUp(service, { job: { id: 3202 } });
+        const token = await keys.sign(3202);
+        // Both replicas decide (and keep the decision) before GitLab says the job ended.
+        for (const target of [service, replica]) {
+          const before = await auth(token, RUNNER_TOKEN, target);
+          expect(before.status).toBe(200);
+          expect(before.headers['cache-control']).toMatch(/^private, max-age=[01]$/);
+        }
+        const headers = await internalApiHeaders(service.secrets.internalApiSecret);
+        expect((await request(service, 'DELETE', '/internal/ci/telemetry/grants/3202', headers)).status).toBe(200);
+        await new Promise((resolve) => setTimeout(resolve, 2100));
+        for (const target of [service, replica]) expect((await auth(token, RUNNER_TOKEN, target)).status).toBe(403);
+      } finally {
+        await replica.close();
+      }
+    });
+
+    it('keeps a revoked job revoked, with its expiry, when it is decorated again', async () => {
+      await service.close();
+      // No cache: each answer below is the store's, not a remembered refusal.
+      service = await start({ GRANT_REVOKE_GRACE_SECONDS: '0', AUTH_DECISION_CACHE_SIZE: '0' });
+      const first = await pickUp(service, { job: { id: 3203 } });
+      const headers = await internalApiHeaders(service.secrets.internalApiSecret);
+      expect((await request(service, 'DELETE', '/internal/ci/telemetry/grants/3203', headers)).status).toBe(200);
+      expect((await auth(await keys.sign(3203), RUNNER_TOKEN)).status).toBe(403);
+
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      const again = await pickUp(service, { job: { id: 3203 } });
+      expect(Date.parse(again.body.telemetry.expires_at)).toBeLessThanOrEqual(Date.parse(first.body.telemetry.expires_at));
+      const refused = await auth(await keys.sign(3203), RUNNER_TOKEN);
+      expect(refused.status).toBe(403);
+      expect(refused.body.error).toContain('revoked');
+    });
+
     it('answers 404 for a job without a grant', async () => {
       const headers = await internalApiHeaders(service.secrets.internalApiSecret);
       expect((await request(service, 'DELETE', '/internal/ci/telemetry/grants/999999', headers)).status).toBe(404);
