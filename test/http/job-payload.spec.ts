@@ -202,6 +202,28 @@ describe('POST /internal/ci/telemetry/job_payload', () => {
       expect(await running().app.get<GrantStore>(GRANT_STORE).findGrant(1001)).toBeNull();
     });
 
+    it('refuses a payload nested 5,000 levels deep (10 KB) with a 400 naming the limit, storing nothing', async () => {
+      const nested = '['.repeat(5000) + ']'.repeat(5000);
+      const body = JSON.stringify(jobPayloadRequest({ job: { id: 1050 } })).replace('"allow_git_fetch":true', `"allow_git_fetch":${nested}`);
+      const answer = await call(running(), body);
+      expect(answer.status).toBe(400);
+      expect(answer.body.error).toMatch(/nested deeper than 64 levels/);
+      expect(await running().app.get<GrantStore>(GRANT_STORE).findGrant(1050)).toBeNull();
+    });
+
+    it('decorates a payload as deep as the limit, and one whose strings hold any number of brackets', async () => {
+      // 64 levels in all: the request object and `payload` are two of them.
+      let deep: unknown = 'bottom';
+      for (let level = 0; level < 62; level++) deep = [deep];
+      const limit = await call(running(), jobPayloadRequest({ payload: { id: 1051, image: deep } }));
+      expect(limit.status).toBe(200);
+      expect(limit.body.payload.image).toEqual(deep);
+      const script = '{['.repeat(5000) + '\\"[';
+      const brackets = await call(running(), jobPayloadRequest({ payload: { id: 1052, steps: [{ name: 'script', script: [script] }] } }));
+      expect(brackets.status).toBe(200);
+      expect(brackets.body.payload.steps[0].script[0]).toBe(script);
+    });
+
     it('answers 400 for a body that is not JSON, and for a missing payload', async () => {
       expect((await call(running(), '{"runner": ')).status).toBe(400);
       const { payload: _, ...withoutPayload } = jobPayloadRequest();
