@@ -5,6 +5,7 @@ import { loadSecrets } from './config/secrets';
 import { createLogger } from './observability/logger';
 import { SHUTDOWN_GRACE_MS } from './observability/shutdown';
 import { GatewayServer } from './otlp-gateway/otlp-gateway.module';
+import { jwksFileProblem } from './token-auth/job-token-verifier';
 
 async function bootstrap(): Promise<void> {
   let config;
@@ -12,6 +13,9 @@ async function bootstrap(): Promise<void> {
   try {
     config = loadConfig(process.env);
     secrets = loadSecrets(config);
+    // Only processes that verify job tokens read the keys (ROLE=gateway asks AUTH_URL instead).
+    const keysProblem = config.ROLE !== 'gateway' && config.JOB_TOKEN_JWKS_FILE !== undefined ? jwksFileProblem(config.JOB_TOKEN_JWKS_FILE) : undefined;
+    if (keysProblem !== undefined) throw new ConfigError([keysProblem]);
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error;
     for (const problem of error.problems) process.stderr.write(`invalid configuration: ${problem}\n`);

@@ -37,6 +37,16 @@ describe('loadConfig', () => {
     expect(problems.find((line) => line.startsWith('ROLE'))).toContain('"edge"');
   });
 
+  it('refuses ROLE=gateway without a shared store in one line, unless per-process quotas are intended', () => {
+    const gateway = { ROLE: 'gateway', AUTH_URL: 'http://control:8080/internal/ci/telemetry/auth' };
+    const problems = problemsOf(gateway);
+    expect(problems).toHaveLength(1);
+    expect(problems[0]).toMatch(/^REDIS_URL: required with ROLE=gateway.*GATEWAY_PER_PROCESS_QUOTAS=true/);
+    expect(problemsOf({ ...gateway, REDIS_URL: 'redis://redis:6379' })).toEqual([]);
+    expect(problemsOf({ ...gateway, GATEWAY_PER_PROCESS_QUOTAS: 'true' })).toEqual([]);
+    expect(problemsOf({ REDIS_URL: '' })).toEqual([]);
+  });
+
   it('does not read "false" as true', () => {
     expect(problemsOf({ UNADVERTISED_RUNNERS_ELIGIBLE: 'nope' })).toHaveLength(1);
   });

@@ -280,6 +280,14 @@ export class EnvironmentVariables {
   @Min(1)
   GATEWAY_DECISION_CACHE_SIZE = 10_000;
 
+  /**
+   * ROLE=gateway without REDIS_URL keeps span quotas and rate limits in this process only, so N
+   * replicas let through N times the limits. Refused at start unless this says it is intended.
+   */
+  @Transform(toBoolean)
+  @IsBoolean()
+  GATEWAY_PER_PROCESS_QUOTAS = false;
+
   /** Runners that say nothing about tracing ignore fields they do not know, so they are eligible by default. */
   @Transform(toBoolean)
   @IsBoolean()
@@ -331,6 +339,11 @@ export function loadConfig(env: NodeJS.ProcessEnv | Record<string, string | unde
   const problems = errors.map(describe);
   if (config.ROLE === 'gateway' && config.AUTH_URL === undefined) {
     problems.push('AUTH_URL: required with ROLE=gateway (the control process auth endpoint)');
+  }
+  if (config.ROLE === 'gateway' && config.REDIS_URL === undefined && !config.GATEWAY_PER_PROCESS_QUOTAS) {
+    problems.push(
+      'REDIS_URL: required with ROLE=gateway, or every replica keeps its own span quotas and rate limits (set GATEWAY_PER_PROCESS_QUOTAS=true if that is intended)',
+    );
   }
   if (problems.length > 0) throw new ConfigError(problems);
   return Object.freeze(config);

@@ -84,27 +84,38 @@ export class RemoteAuthenticator implements GatewayAuthenticator {
       });
     } catch {
       // An unreachable control process is an outage, never a reason to call a runner unauthenticated.
-      return { kind: 'unavailable', retryAfterSeconds: REMOTE_RETRY_AFTER_SECONDS };
+      return { kind: 'unavailable', reason: 'control process unreachable', retryAfterSeconds: REMOTE_RETRY_AFTER_SECONDS };
     }
     const text = await response.body.text();
     const retryAfter = Number(response.headers['retry-after']) || REMOTE_RETRY_AFTER_SECONDS;
+    // The control process's own reason (never a token: SPEC §5), so this gateway's refusal log says why.
+    const reason = (fallback: string) => errorOf(text) ?? fallback;
     switch (response.statusCode) {
       case 200: {
         const maxAge = /max-age=(\d+)/.exec(String(response.headers['cache-control'] ?? ''))?.[1];
         return allowedFrom(JSON.parse(text) as AuthIdentity, maxAge === undefined ? 0 : Number(maxAge));
       }
       case 401:
-        return { kind: 'unauthenticated', reason: 'tokens refused by the control process' };
+        return { kind: 'unauthenticated', reason: reason('tokens refused by the control process') };
       case 403:
-        return { kind: 'forbidden', reason: 'telemetry is not enabled for this job' };
+        return { kind: 'forbidden', reason: reason('telemetry is not enabled for this job') };
       case 429:
-        return { kind: 'rate_limited', retryAfterSeconds: retryAfter };
+        return { kind: 'rate_limited', reason: reason('runner rate limit exceeded'), retryAfterSeconds: retryAfter };
       default:
-        return { kind: 'unavailable', retryAfterSeconds: retryAfter };
+        return { kind: 'unavailable', reason: reason(`control process answered ${response.statusCode}`), retryAfterSeconds: retryAfter };
     }
   }
 
   async close(): Promise<void> {
     await this.pool.close();
+  }
+}
+
+function errorOf(body: string): string | undefined {
+  try {
+    const error = (JSON.parse(body) as { error?: unknown }).error;
+    return typeof error === 'string' ? error : undefined;
+  } catch {
+    return undefined;
   }
 }

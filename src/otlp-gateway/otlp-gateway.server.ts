@@ -193,13 +193,15 @@ async function handleExport(deps: GatewayDependencies, signal: OtlpSignal, encod
 }
 
 async function authorize(deps: GatewayDependencies, credential: RunnerCredential): Promise<AllowedDecision> {
-  if (credential.kind === 'missing') {
-    throw new GatewayError({
-      kind: 'unauthenticated',
-      message: `${credential.reason}: export to the job's capability URL, or send the job token as Authorization: Bearer and the runner token as Runner-Token`,
-    });
-  }
-  const { decision } = await deps.decisions.decide(credential);
+  const decision: GatewayDecision =
+    credential.kind === 'missing'
+      ? {
+          kind: 'unauthenticated',
+          reason: `${credential.reason}: export to the job's capability URL, or send the job token as Authorization: Bearer and the runner token as Runner-Token`,
+        }
+      : (await deps.decisions.decide(credential)).decision;
+  // Every refusal with its reason; the request id comes with every line, a token or capability never (SPEC §5).
+  if (decision.kind !== 'allowed') deps.logger.info({ refusal: decision.kind, reason: decision.reason }, 'export refused');
   switch (decision.kind) {
     case 'allowed':
       return decision;

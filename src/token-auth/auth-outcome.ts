@@ -11,9 +11,9 @@ export type AuthOutcome =
   /** Valid tokens, but telemetry was not enabled for the job, or its grant was revoked: 403. */
   | { readonly kind: 'forbidden'; readonly reason: string }
   /** Per-runner rate limit: 429 with Retry-After. */
-  | { readonly kind: 'rate_limited'; readonly retryAfterSeconds: number }
-  /** The store did not answer: 503 with Retry-After, never 401 for an infrastructure fault. */
-  | { readonly kind: 'unavailable'; readonly retryAfterSeconds: number };
+  | { readonly kind: 'rate_limited'; readonly reason: string; readonly retryAfterSeconds: number }
+  /** The store or GitLab's keys did not answer: 503 with Retry-After, never 401 for an infrastructure fault. */
+  | { readonly kind: 'unavailable'; readonly reason: string; readonly retryAfterSeconds: number };
 
 /** What the auth endpoint answers on 200, and what our gateway stamps (SPEC §5). */
 export interface AuthIdentity {

@@ -1,5 +1,7 @@
 import { Controller, Delete, HttpCode, Inject, NotFoundException, Param, ParseIntPipe, Post, Req, Res, UseGuards } from '@nestjs/common';
 import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { Logger } from 'pino';
+import { APP_LOGGER } from '../observability/logger';
 import { sendError } from '../observability/http-error';
 import { forwardedCredential } from '../runner-auth/runner-credential';
 import { AcceptsCallerKey } from './accepts-caller-key.decorator';
@@ -15,6 +17,7 @@ export class TokenAuthController {
   constructor(
     private readonly tokenAuth: TokenAuthService,
     @Inject(AUTH_DECISIONS) private readonly decisions: DecisionCache<AuthOutcome>,
+    @Inject(APP_LOGGER) private readonly logger: Logger,
   ) {}
 
   /**
@@ -25,6 +28,9 @@ export class TokenAuthController {
   @AcceptsCallerKey()
   async authenticate(@Req() request: FastifyRequest, @Res() reply: FastifyReply): Promise<void> {
     const { decision, ageMs } = await this.decisions.decide(forwardedCredential(request.headers));
+    // Every refusal, reused or not, with its reason (the request id comes with every line): an
+    // operator must be able to tell why a runner is refused without ever seeing its tokens (SPEC §5).
+    if (decision.kind !== 'allowed') this.logger.info({ refusal: decision.kind, reason: decision.reason }, 'auth refused');
     sendAuthOutcome(request, reply, decision, ageMs);
   }
 
@@ -58,7 +64,7 @@ function sendAuthOutcome(request: FastifyRequest, reply: FastifyReply, outcome: 
       return sendError(request, reply, 429, 'runner rate limit exceeded');
     case 'unavailable':
       void reply.header('retry-after', String(outcome.retryAfterSeconds));
-      return sendError(request, reply, 503, 'grant store unavailable');
+      return sendError(request, reply, 503, outcome.reason);
     default: {
       const unreachable: never = outcome;
       throw new Error(`unhandled auth outcome ${JSON.stringify(unreachable)}`);

@@ -11,7 +11,7 @@ import { AuthOutcome } from './auth-outcome';
 import { JobTokenVerifier } from './job-token-verifier';
 import { JOB_TOKEN_VERIFIER } from './token-auth.constants';
 
-/** How long a caller should wait before asking again when the store is down. */
+/** How long a caller should wait before asking again when the store or GitLab's keys are unavailable. */
 const STORE_RETRY_AFTER_SECONDS = 5;
 
 /**
@@ -47,7 +47,7 @@ export class TokenAuthService {
     } catch (error) {
       if (!(error instanceof StoreUnavailableError)) throw error;
       this.logger.warn(`auth lookup failed: ${error.message}`);
-      return { kind: 'unavailable', retryAfterSeconds: STORE_RETRY_AFTER_SECONDS };
+      return { kind: 'unavailable', reason: 'grant store unavailable', retryAfterSeconds: STORE_RETRY_AFTER_SECONDS };
     }
   }
 
@@ -75,6 +75,10 @@ export class TokenAuthService {
     switch (check.kind) {
       case 'invalid':
         return { kind: 'unauthenticated', reason: 'invalid job token' };
+      case 'unavailable':
+        // GitLab's keys cannot be read: every JWT would look forged, so say outage, never 401 (SPEC §5).
+        this.logger.error(check.reason);
+        return { kind: 'unavailable', reason: 'job token keys unavailable', retryAfterSeconds: STORE_RETRY_AFTER_SECONDS };
       case 'jwt':
         grant = await this.store.findGrant(check.jobId);
         // A verified token for a job without a grant is a job telemetry was not enabled for.
@@ -108,7 +112,9 @@ export class TokenAuthService {
       this.config.RUNNER_RATE_LIMIT,
       this.config.RUNNER_RATE_WINDOW_SECONDS * 1000,
     );
-    if (!window.allowed) return { kind: 'rate_limited', retryAfterSeconds: Math.max(1, Math.ceil(window.resetInMs / 1000)) };
+    if (!window.allowed) {
+      return { kind: 'rate_limited', reason: `runner ${grant.runnerId} over its rate limit`, retryAfterSeconds: Math.max(1, Math.ceil(window.resetInMs / 1000)) };
+    }
 
     // A decision reused for longer than the revocation grace would keep a job GitLab has just
     // ended writing past that grace on whichever replica (or nginx) remembered it (SPEC §5).

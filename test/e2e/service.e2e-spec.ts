@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { jobPayloadRequest } from '../fixtures/job-payload';
 import { writeFlagsFile } from '../helpers/flags-file';
-import { internalApiHeaders } from '../helpers/internal-api';
+import { internalApiHeaders, makeSecretFiles } from '../helpers/internal-api';
 import { expectMatchesOpenApi } from '../helpers/openapi';
 import { waitFor } from '../helpers/ports';
 import { RedisServer, startRedis } from '../helpers/redis';
@@ -115,6 +115,29 @@ describe('the built service as a process', () => {
       expect(lines.map((line) => line.match(/^invalid configuration: (\w+):/)?.[1]).sort()).toEqual(
         ['HOSTED_RUNNER_TYPES', 'INTERNAL_PORT', 'REDIS_URL', 'UNADVERTISED_RUNNERS_ELIGIBLE'].sort(),
       );
+    });
+
+    it('refuses to start with one line when the configured JWKS file cannot be read', async () => {
+      const dir = mkdtempSync(join(tmpdir(), 'cjt-bad-jwks-'));
+      const secrets = makeSecretFiles();
+      const env = { INTERNAL_API_SECRET_FILE: secrets.internalApiSecretFile, TRACE_KEY_FILE: secrets.traceKeyFile };
+      const missing = await runServiceToExit({ ...env, JOB_TOKEN_JWKS_FILE: join(dir, 'jwks.json') });
+      expect(missing.code).not.toBe(0);
+      expect(missing.stderr.trim().split('\n')).toEqual([`invalid configuration: JOB_TOKEN_JWKS_FILE: cannot read ${join(dir, 'jwks.json')} (ENOENT)`]);
+      writeFileSync(join(dir, 'not-keys.json'), '{"keys": "none"}');
+      const notKeys = await runServiceToExit({ ...env, JOB_TOKEN_JWKS_FILE: join(dir, 'not-keys.json') });
+      expect(notKeys.code).not.toBe(0);
+      expect(notKeys.stderr).toMatch(/^invalid configuration: JOB_TOKEN_JWKS_FILE: .*not-keys\.json is not a JSON Web Key Set/);
+    });
+
+    it('refuses ROLE=gateway without a shared store in one line, and starts when per-process quotas are intended', async () => {
+      const gateway = { ROLE: 'gateway', AUTH_URL: 'http://127.0.0.1:1/internal/ci/telemetry/auth' };
+      const refused = await runServiceToExit(gateway);
+      expect(refused.code).not.toBe(0);
+      expect(refused.stderr.trim().split('\n')).toEqual([expect.stringMatching(/^invalid configuration: REDIS_URL: required with ROLE=gateway/)]);
+      service = await startService({ ...gateway, GATEWAY_PER_PROCESS_QUOTAS: 'true', OTLP_UPSTREAM_URL: 'http://127.0.0.1:1' }, { waitReady: false });
+      const url = service.url;
+      await waitFor('the internal port', async () => ((await fetch(`${url}/-/liveness`)).status === 200 ? true : undefined));
     });
 
     it('refuses a secret file that is missing or too short', async () => {

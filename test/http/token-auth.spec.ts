@@ -1,4 +1,7 @@
 import { createSecretKey } from 'node:crypto';
+import { readFileSync, renameSync } from 'node:fs';
+import { createServer } from 'node:http';
+import { AddressInfo } from 'node:net';
 import { SignJWT } from 'jose';
 import { MetricsService } from '../../src/observability/metrics.service';
 import { callerKeyDigest, generateCallerKey } from '../../src/token-auth/caller-keys';
@@ -330,6 +333,78 @@ describe('POST /internal/ci/telemetry/auth (SPEC §5)', () => {
       expect((await request(service, 'POST', AUTH, { ...withKey, 'ci-telemetry-caller-key': generateCallerKey() })).status).toBe(401);
       const pickupWithKey = await request(service, 'POST', PICKUP, { 'ci-telemetry-caller-key': callerKey, 'content-type': 'application/json' }, jobPayloadRequest());
       expect(pickupWithKey.status).toBe(401);
+    });
+  });
+
+  describe('refusals and unreadable keys are loud (SPEC §5)', () => {
+    const readiness = async (target: InProcessService) => {
+      const response = await target.app.inject({ method: 'GET', url: '/-/readiness' });
+      return { status: response.statusCode, checks: response.json().checks as Record<string, string> };
+    };
+    const logLines = (target: InProcessService) => target.logs.lines.map((line) => JSON.parse(line) as Record<string, unknown>);
+
+    it('logs every refusal with its reason and the request id, reused decisions included', async () => {
+      await pickUp(service, { job: { id: 3901 } });
+      const send = async (requestId: string, jobToken: string | undefined, runnerToken: string | undefined) => {
+        const headers: Record<string, string> = { ...(await internalApiHeaders(service.secrets.internalApiSecret)), 'x-request-id': requestId };
+        if (jobToken !== undefined) headers.authorization = `Bearer ${jobToken}`;
+        if (runnerToken !== undefined) headers['runner-token'] = runnerToken;
+        return request(service, 'POST', AUTH, headers);
+      };
+      expect((await send('refusal-1', await keys.sign(3901), OTHER_RUNNER_TOKEN)).status).toBe(401);
+      expect((await send('refusal-2', await keys.sign(3901), OTHER_RUNNER_TOKEN)).status).toBe(401);
+      expect((await send('refusal-3', await keys.sign(3999), RUNNER_TOKEN)).status).toBe(403);
+      expect((await send('refusal-4', undefined, RUNNER_TOKEN)).status).toBe(401);
+      const refusals = logLines(service).filter((line) => line.msg === 'auth refused');
+      expect(refusals).toEqual([
+        expect.objectContaining({ request_id: 'refusal-1', refusal: 'unauthenticated', reason: 'job was not picked up by this runner' }),
+        expect.objectContaining({ request_id: 'refusal-2', refusal: 'unauthenticated', reason: 'job was not picked up by this runner' }),
+        expect.objectContaining({ request_id: 'refusal-3', refusal: 'forbidden', reason: 'telemetry is not enabled for this job' }),
+        expect.objectContaining({ request_id: 'refusal-4', refusal: 'unauthenticated', reason: expect.stringContaining('missing job token') }),
+      ]);
+    });
+
+    it('answers 503, is unready and says why while the JWKS file cannot be read, never 401', async () => {
+      const moved = `${keys.jwksFile}.moved`;
+      renameSync(keys.jwksFile, moved);
+      try {
+        await pickUp(service, { job: { id: 3902 } });
+        const answer = await auth(await keys.sign(3902), RUNNER_TOKEN);
+        expect(answer.status).toBe(503);
+        expect(Number(answer.headers['retry-after'])).toBeGreaterThan(0);
+        expect(await readiness(service)).toEqual({ status: 503, checks: expect.objectContaining({ job_token_keys: 'failing' }) });
+        expect(service.logs.text()).toContain(`JOB_TOKEN_JWKS_FILE: cannot read ${keys.jwksFile} (ENOENT)`);
+      } finally {
+        renameSync(moved, keys.jwksFile);
+      }
+      expect((await readiness(service)).checks.job_token_keys).toBe('ok');
+      expect((await auth(await keys.sign(3902), RUNNER_TOKEN)).status).toBe(200);
+    });
+
+    it('answers 503, is unready and says why while the JWKS URL cannot be fetched, and recovers', async () => {
+      let gitlabUp = false;
+      const gitlab = createServer((_request, response) => {
+        if (!gitlabUp) response.writeHead(502).end('bad gateway');
+        else response.writeHead(200, { 'content-type': 'application/json' }).end(readFileSync(keys.jwksFile));
+      });
+      await new Promise<void>((resolve) => gitlab.listen(0, '127.0.0.1', resolve));
+      const jwksUrl = `http://127.0.0.1:${(gitlab.address() as AddressInfo).port}/oauth/discovery/keys`;
+      await service.close();
+      service = await start({ JOB_TOKEN_JWKS_FILE: '', JOB_TOKEN_JWKS_URL: jwksUrl });
+      try {
+        await pickUp(service, { job: { id: 3903 } });
+        const answer = await auth(await keys.sign(3903), RUNNER_TOKEN);
+        expect(answer.status).toBe(503);
+        expect((await readiness(service)).checks.job_token_keys).toBe('failing');
+        expect(service.logs.text()).toContain(`JOB_TOKEN_JWKS_URL: cannot fetch ${jwksUrl}`);
+
+        gitlabUp = true;
+        expect(await readiness(service)).toEqual({ status: 200, checks: expect.objectContaining({ job_token_keys: 'ok' }) });
+        expect(service.logs.text()).toContain('job token keys readable again');
+        expect((await auth(await keys.sign(3903), RUNNER_TOKEN)).status).toBe(200);
+      } finally {
+        await new Promise((resolve) => gitlab.close(resolve));
+      }
     });
   });
 
