@@ -1,9 +1,10 @@
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { callerKeyDigest, generateCallerKey } from '../../src/token-auth/caller-keys';
 import { jobPayloadRequest, RUNNER_TOKEN } from '../fixtures/job-payload';
 import { HttpSink, startHttpSink } from '../helpers/http-sink';
 import { GitLabKeys, makeGitLabKeys } from '../helpers/job-tokens';
-import { NginxServer, startNginx } from '../helpers/nginx';
+import { documentedEnvsubst, NginxServer, startNginx } from '../helpers/nginx';
 import { pickUpJob } from '../helpers/pickup';
 import { RedisServer, startRedis } from '../helpers/redis';
 import { ServiceProcess, startService } from '../helpers/service';
@@ -44,6 +45,18 @@ describe('nginx auth_request in front of an OTLP endpoint', () => {
 
   const exportThroughNginx = (headers: Record<string, string>) =>
     fetch(`${nginx.url}/v1/traces`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: OTLP_BODY });
+
+  it('documents one envsubst command, naming every placeholder and none of nginx own variables, in README too', () => {
+    const template = readFileSync(EXAMPLE, 'utf8');
+    const { command, variables } = documentedEnvsubst(template);
+    const directives = template.replace(/^\s*#.*$/gm, '');
+    const placeholders = new Set([...directives.matchAll(/\$\{(\w+)\}/g)].map((match) => match[1]));
+    expect([...variables].sort()).toEqual([...placeholders].sort());
+    const nginxOwn = new Set([...directives.matchAll(/\$([a-z_][a-z0-9_]*)/g)].map((match) => match[1]));
+    expect(nginxOwn.size).toBeGreaterThan(3);
+    expect(variables.filter((name) => nginxOwn.has(name))).toEqual([]);
+    expect(readFileSync(join(__dirname, '..', '..', 'README.md'), 'utf8')).toContain(command);
+  });
 
   it('passes an export with valid tokens to the upstream, without the runner credentials', async () => {
     const response = await exportThroughNginx({ authorization: `Bearer ${await keys.sign(4001)}`, 'runner-token': RUNNER_TOKEN });

@@ -1,4 +1,4 @@
-import { ChildProcess, spawn } from 'node:child_process';
+import { ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -14,9 +14,17 @@ export interface NginxServer {
   stop(): Promise<void>;
 }
 
+/** The `envsubst '…'` command a template's header documents, with the variable list it names. */
+export function documentedEnvsubst(template: string): { readonly command: string; readonly variables: string[] } {
+  const found = /^#\s+(envsubst '([^']*)')/m.exec(template);
+  if (found === null) throw new Error("the template's header documents no `envsubst '${…}'` command");
+  return { command: found[1], variables: [...found[2].matchAll(/\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g)].map((match) => match[1]) };
+}
+
 /**
- * Real nginx (Debian's package) on a free port, with a configuration template from the repository:
- * `${NAME}` placeholders are filled from `variables` (plus LISTEN_PORT), as envsubst would.
+ * Real nginx (Debian's package) on a free port, with a configuration template from the repository,
+ * filled exactly as its header tells operators to: envsubst with the variable list it documents,
+ * given `variables` (plus LISTEN_PORT) in its environment.
  */
 export async function startNginx(templatePath: string, variables: Record<string, string>): Promise<NginxServer> {
   if (NGINX === undefined) throw new Error('nginx is not installed: run `npm test` (it installs it) or `apt-get install -y nginx-light`');
@@ -24,7 +32,17 @@ export async function startNginx(templatePath: string, variables: Record<string,
   for (const dir of ['logs', 'tmp']) mkdirSync(join(prefix, dir));
   const port = await freePort();
   const values: Record<string, string> = { LISTEN_PORT: String(port), ACCESS_LOG: join(prefix, 'logs', 'access.log'), ...variables };
-  const site = readFileSync(templatePath, 'utf8').replace(/\$\{([A-Z_]+)\}/g, (match, name: string) => values[name] ?? match);
+  const template = readFileSync(templatePath, 'utf8');
+  const { variables: listed } = documentedEnvsubst(template);
+  const envsubst = spawnSync('envsubst', [listed.map((name) => `\${${name}}`).join(' ')], {
+    input: template,
+    encoding: 'utf8',
+    env: { PATH: process.env.PATH, ...values },
+  });
+  if (envsubst.error !== undefined || envsubst.status !== 0) {
+    throw new Error(`envsubst failed (install gettext-base): ${envsubst.error?.message ?? envsubst.stderr}`);
+  }
+  const site = envsubst.stdout;
   // The example is a server block for conf.d; the test wraps it in a minimal main configuration.
   writeFileSync(
     join(prefix, 'nginx.conf'),
