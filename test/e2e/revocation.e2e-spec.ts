@@ -3,6 +3,7 @@ import { callerKeyDigest, generateCallerKey } from '../../src/token-auth/caller-
 import { jobPayloadRequest, RUNNER_TOKEN } from '../fixtures/job-payload';
 import { HttpSink, startHttpSink } from '../helpers/http-sink';
 import { internalApiHeaders } from '../helpers/internal-api';
+import { pickUpJob } from '../helpers/pickup';
 import { GitLabKeys, makeGitLabKeys } from '../helpers/job-tokens';
 import { NginxServer, startNginx } from '../helpers/nginx';
 import { waitFor } from '../helpers/ports';
@@ -56,25 +57,21 @@ describe('revocation reaches every replica and gateway within the grace', () => 
     await redis?.stop();
   });
 
-  const exportTo = async (baseUrl: string, jobToken: string, requestId: string) =>
-    (
-      await fetch(`${baseUrl}/v1/traces`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json', authorization: `Bearer ${jobToken}`, 'runner-token': RUNNER_TOKEN, 'x-request-id': requestId },
-        body: EMPTY_EXPORT,
-      })
-    ).status;
+  const exportTo = async (url: string, headers: Record<string, string>, requestId: string) =>
+    (await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', 'x-request-id': requestId, ...headers }, body: EMPTY_EXPORT })).status;
 
-  it('refuses the job at the gateways and behind nginx once the grace is over, and logs why', async () => {
-    const pickup = await fetch(`${control.url}/internal/ci/telemetry/job_payload`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', ...(await internalApiHeaders(control.secrets.internalApiSecret)) },
-      body: JSON.stringify(jobPayloadRequest({ job: { id: 7001 } })),
-    });
-    expect(((await pickup.json()) as { telemetry: { reason: string } }).telemetry.reason).toBe('enabled');
-    const jobToken = await keys.sign(7001);
-    const exporters = [control.gatewayUrl, gatewayOnly.gatewayUrl, nginx.url];
-    expect(await Promise.all(exporters.map((url, i) => exportTo(url, jobToken, `before-${i}`)))).toEqual([200, 200, 200]);
+  it('refuses the job at the gateways and behind nginx once the grace is over, whatever the credential, and logs why', async () => {
+    const pickup = await pickUpJob(control, jobPayloadRequest({ job: { id: 7001 } }));
+    expect(pickup.telemetry.reason).toBe('enabled');
+    // The capability URL's path, as a stock runner is handed it (SPEC §4), and the header credentials.
+    const capabilityPath = new URL((pickup.payload.features.tracing as { otel_endpoints: Array<{ url: string }> }).otel_endpoints[0].url).pathname;
+    const tokens = { authorization: `Bearer ${await keys.sign(7001)}`, 'runner-token': RUNNER_TOKEN };
+    const exports = [control.gatewayUrl, gatewayOnly.gatewayUrl, nginx.url].flatMap((base) => [
+      { url: `${base}/v1/traces`, headers: tokens },
+      { url: `${base}${capabilityPath}`, headers: {} },
+    ]);
+    const exportAll = (phase: string) => Promise.all(exports.map(({ url, headers }, i) => exportTo(url, headers, `${phase}-${i}`)));
+    expect(await exportAll('before')).toEqual([200, 200, 200, 200, 200, 200]);
 
     const revoked = await fetch(`${control.url}/internal/ci/telemetry/grants/7001`, {
       method: 'DELETE',
@@ -83,9 +80,9 @@ describe('revocation reaches every replica and gateway within the grace', () => 
     expect(revoked.status).toBe(200);
     await new Promise((resolve) => setTimeout(resolve, GRACE_SECONDS * 1000 + 1100));
 
-    expect(await Promise.all(exporters.map((url, i) => exportTo(url, jobToken, `after-${i}`)))).toEqual([403, 403, 403]);
-    // Both gateways say why, with the request id, and never with the token.
-    for (const [service, requestId] of [[control, 'after-0'], [gatewayOnly, 'after-1']] as const) {
+    expect(await exportAll('after')).toEqual([403, 403, 403, 403, 403, 403]);
+    // Both gateways say why, with the request id, and never with a token or the capability.
+    for (const [service, requestId] of [[control, 'after-0'], [control, 'after-1'], [gatewayOnly, 'after-2'], [gatewayOnly, 'after-3']] as const) {
       // The line may reach this process's pipe after the answer did.
       const refusal = await waitFor(`the refusal log of ${requestId}`, async () =>
         service
@@ -94,7 +91,8 @@ describe('revocation reaches every replica and gateway within the grace', () => 
           .find((line) => line.includes(`"request_id":"${requestId}"`) && line.includes('export refused')),
       );
       expect(JSON.parse(refusal)).toMatchObject({ refusal: 'forbidden', reason: 'grant revoked' });
-      expect(service.output()).not.toContain(jobToken);
+      expect(service.output()).not.toContain(tokens.authorization.slice('Bearer '.length));
+      expect(service.output()).not.toContain(capabilityPath.split('/')[3]);
     }
   });
 });
