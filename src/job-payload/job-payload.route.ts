@@ -5,7 +5,7 @@ import { pipeline } from 'node:stream';
 import { sendError } from '../observability/http-error';
 import { INTERNAL_API_HEADER, InternalApiTokenVerifier } from '../token-auth/internal-api-token';
 import { INTERNAL_API_VERIFIER } from '../token-auth/token-auth.constants';
-import { JsonDepthLimit } from './json-depth-limit';
+import { JsonDepthLimit, MAX_JSON_DEPTH } from './json-depth-limit';
 import { parseJobPayloadRequest } from './job-payload-request';
 import { DecoratedJobPayload, JobPayloadService } from './job-payload.service';
 
@@ -38,7 +38,8 @@ export class JobPayloadRoute implements OnModuleInit {
       // Before the body is read: an unauthenticated caller never gets up to 8 MiB parsed.
       onRequest: (request, reply) => this.authenticate(request, reply),
       // Before parsing: a body nested beyond any job payload is a 400, not a stack overflow later.
-      preParsing: (_request, _reply, payload, done) => done(null, pipeline(payload, new JsonDepthLimit(), () => undefined)),
+      preParsing: (request, _reply, payload, done) =>
+        done(null, pipeline(payload, new JsonDepthLimit(MAX_JSON_DEPTH, request.routeOptions.bodyLimit), () => undefined)),
       handler: (request, reply) => this.decorate(request, reply),
     });
     this.logger.log(`Mapped {${JOB_PAYLOAD_PATH}, POST} route (plain Fastify)`);

@@ -39,4 +39,13 @@ describe('JsonDepthLimit', () => {
     expect(await refused).toBeInstanceOf(JsonTooDeepError);
     expect(limit.receivedEncodedLength).toBe(body.length);
   });
+
+  it('stops reading a refused body once it passes the body limit', async () => {
+    const limit = new JsonDepthLimit(10, 2000);
+    const refused = new Promise((resolve) => limit.on('error', resolve));
+    limit.resume();
+    limit.write(Buffer.from('['.repeat(1000)));
+    limit.write(Buffer.alloc(1500, 0x20));
+    expect(await refused).toBeInstanceOf(JsonTooDeepError);
+  });
 });

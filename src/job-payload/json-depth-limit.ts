@@ -35,8 +35,9 @@ export class JsonTooDeepError extends Error {
  * Passes a JSON body through while counting its nesting outside strings, so an over-deep body is
  * refused before it is parsed or decorated. Works on bytes: in UTF-8 no byte of a multi-byte
  * character equals a bracket, a quote or a backslash. Past the limit it stops passing bytes on but
- * reads to the end, so the client gets its 400 rather than a connection reset mid-upload; Fastify's
- * body limit still counts every byte read, through `receivedEncodedLength`.
+ * reads on to the end, so the client gets its 400 rather than a connection reset mid-upload; it
+ * stops reading once `maxDrainBytes` (the body limit) have come, since Fastify's own count sees only
+ * what is passed on.
  */
 export class JsonDepthLimit extends Transform {
   /** Read by Fastify's body reader against the body limit. */
@@ -46,13 +47,16 @@ export class JsonDepthLimit extends Transform {
   private escaped = false;
   private tooDeep = false;
 
-  constructor(private readonly maxDepth = MAX_JSON_DEPTH) {
+  constructor(
+    private readonly maxDepth = MAX_JSON_DEPTH,
+    private readonly maxDrainBytes = Infinity,
+  ) {
     super();
   }
 
   override _transform(chunk: Buffer, _encoding: BufferEncoding, callback: TransformCallback): void {
     this.receivedEncodedLength += chunk.length;
-    if (this.tooDeep) return callback();
+    if (this.tooDeep) return callback(this.receivedEncodedLength > this.maxDrainBytes ? new JsonTooDeepError(this.maxDepth) : null);
     const end = chunk.length;
     // Next quote and backslash at or after `at`, found natively: string contents (scripts, variable
     // values) are most of a job payload, and skipping them this way keeps the scan a fraction of
