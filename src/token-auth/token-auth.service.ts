@@ -77,7 +77,7 @@ export class TokenAuthService {
         return { kind: 'unauthenticated', reason: 'invalid job token' };
       case 'unavailable':
         // GitLab's keys cannot be read: every JWT would look forged, so say outage, never 401 (SPEC §5).
-        this.logger.error(check.reason);
+        this.logger.warn(`auth lookup failed: ${check.reason}`);
         return { kind: 'unavailable', reason: 'job token keys unavailable', retryAfterSeconds: STORE_RETRY_AFTER_SECONDS };
       case 'jwt':
         grant = await this.store.findGrant(check.jobId);
