@@ -1,4 +1,4 @@
-import type { EnforcedExport, GatewayGrant } from './otlp-payload';
+import type { EnforcedExport, GatewayGrant, SpanBudget, SpanLimits } from './otlp-payload';
 
 export interface IdentityAttribute {
   key: string;
@@ -40,6 +40,27 @@ export function identityAttributes(grant: GatewayGrant): IdentityAttribute[] {
   ];
 }
 
+/**
+ * Identity keys the gateway owns on spans, metric data points and log records (SPEC §6), with the grant's
+ * values in the types GitLab Runner writes on its `job_execution` span: ids as integers, except
+ * `ci.pipeline.id`, which the runner writes as a string. Only keys the item already carries are overwritten;
+ * nothing is added to items that do not carry them.
+ */
+export function itemIdentityAttributes(grant: GatewayGrant): ReadonlyMap<string, IdentityAttribute> {
+  const [job, project, pipeline, runner] = identityAttributes(grant);
+  return new Map<string, IdentityAttribute>([
+    [job.key, job],
+    [project.key, project],
+    [pipeline.key, { key: pipeline.key, value: { kind: 'string', string: String(grant.pipelineId) } }],
+    [runner.key, runner],
+  ]);
+}
+
+/** Lengths of the item identity keys, so a wire walker can skip decoding every other key. */
+export const ITEM_IDENTITY_KEY_LENGTHS: ReadonlySet<number> = new Set(['ci.job.id', 'ci.project.id', 'ci.pipeline.id', 'ci.runner.id'].map((key) => key.length));
+
+export const NO_SPAN_LIMITS: SpanLimits = { maxBytes: Infinity, maxAttributes: Infinity, maxAttributeValueBytes: Infinity };
+
 export function grantTraceIdHex(grant: GatewayGrant): string {
   if (typeof grant.traceId !== 'string' || !/^[0-9a-fA-F]{32}$/.test(grant.traceId)) {
     throw new TypeError('grant.traceId must be 32 hex digits');
@@ -47,25 +68,48 @@ export function grantTraceIdHex(grant: GatewayGrant): string {
   return grant.traceId.toLowerCase();
 }
 
-/** Decides span by span, in body order, which spans go on (SPEC §6: own trace only, then the job's quota). */
+/**
+ * Decides span by span, in body order, which spans go on (SPEC §6): own trace only, then the per-span limits,
+ * then the job's span quota, then its span rate. A span is charged against quota and rate only when it passed
+ * the checks before, so a rejected span never uses up what an accepted one could have had.
+ */
 export class SpanAdmission {
   kept = 0;
   foreignTrace = 0;
+  overLimits = 0;
   overQuota = 0;
-  private readonly budget: number;
+  overRate = 0;
+  private readonly quota: number;
+  private readonly rate: number;
 
-  constructor(spanBudget: number) {
+  constructor(
+    spanBudget: number | SpanBudget,
+    private readonly limits: SpanLimits,
+  ) {
+    const budget = typeof spanBudget === 'number' ? { quota: spanBudget, rate: Infinity } : spanBudget;
     // NaN or a negative budget fails closed; Infinity means unlimited.
-    this.budget = spanBudget > 0 ? Math.floor(spanBudget) : 0;
+    this.quota = budget.quota > 0 ? Math.floor(budget.quota) : 0;
+    this.rate = budget.rate > 0 ? Math.floor(budget.rate) : 0;
   }
 
-  admit(inGrantedTrace: boolean): boolean {
+  admit(inGrantedTrace: boolean, withinLimits: boolean): boolean {
     if (!inGrantedTrace) {
       this.foreignTrace++;
       return false;
     }
-    if (this.kept >= this.budget) {
+    if (!withinLimits) {
+      this.overLimits++;
+      return false;
+    }
+    // Position among the spans that passed the checks before: the first `rate` of them fit the rate, the first
+    // `quota` the quota, so each rejected span is counted under the limit that really stopped it.
+    const position = this.kept + this.overQuota + this.overRate;
+    if (position >= this.quota) {
       this.overQuota++;
+      return false;
+    }
+    if (position >= this.rate) {
+      this.overRate++;
       return false;
     }
     this.kept++;
@@ -74,16 +118,22 @@ export class SpanAdmission {
 
   result(body: Buffer): EnforcedExport {
     const reasons: string[] = [];
-    if (this.foreignTrace > 0) {
-      reasons.push(`${this.foreignTrace} ${spans(this.foreignTrace)} rejected: trace_id is not this CI job's trace`);
-    }
-    if (this.overQuota > 0) {
-      reasons.push(`${this.overQuota} ${spans(this.overQuota)} rejected: this CI job's span quota is exhausted`);
-    }
+    const reason = (count: number, why: string) => {
+      if (count > 0) reasons.push(`${count} ${spans(count)} rejected: ${why}`);
+    };
+    reason(this.foreignTrace, "trace_id is not this CI job's trace");
+    const { maxBytes, maxAttributes, maxAttributeValueBytes } = this.limits;
+    reason(
+      this.overLimits,
+      `over the per-span limits (${maxBytes} bytes encoded, ${maxAttributes} attributes, ${maxAttributeValueBytes} bytes per attribute value)`,
+    );
+    reason(this.overQuota, "this CI job's span quota is exhausted");
+    reason(this.overRate, "this CI job is sending more spans per second than it may");
     return {
       body,
       forwardedItems: this.kept,
-      rejectedItems: this.foreignTrace + this.overQuota,
+      rejectedItems: this.foreignTrace + this.overLimits + this.overQuota + this.overRate,
+      rejections: { foreignTrace: this.foreignTrace, overLimits: this.overLimits, overQuota: this.overQuota, overRate: this.overRate },
       errorMessage: reasons.length > 0 ? reasons.join('; ') : undefined,
       nothingToForward: this.kept === 0,
     };

@@ -2,33 +2,42 @@
  * SPEC §6 enforcement on OTLP/HTTP JSON bodies (OTLP spec "JSON Protobuf Encoding": lowerCamelCase keys,
  * hex trace and span ids, enums as integers, 64-bit integers as strings or numbers).
  *
- * The body is parsed, edited in place and serialized again, so every member the gateway does not touch keeps
- * its value. Two parser differences with the collector are closed on purpose:
+ * The body is parsed, edited and serialized again. Parser differences with the collector are closed on purpose:
  * - the collector's pdata JSON reader also accepts the original snake_case field names, so an export written
  *   with `scope_spans` / `trace_id` must not slip past a filter that only looks at `scopeSpans` / `traceId`;
+ * - it also reads deprecated containers (`deprecatedScopeSpans`, and in older versions
+ *   `instrumentationLibrarySpans`, with their metrics and logs equivalents, in both spellings). The envelope is
+ *   therefore an allow-list (issue 9 item 1): request, Resource*, Scope*, Metric and its data are rebuilt from
+ *   the members listed here, deprecated containers migrated the way the Collector migrates them, everything
+ *   else dropped. Inside a span, data point or log record, members the gateway does not know are kept;
  * - JSON.parse rounds integers beyond 2^53, so such numbers (fixed64 timestamps written as numbers) are quoted
  *   before parsing: OTLP/JSON accepts 64-bit integers as decimal strings, so the value reaches the collector
  *   unchanged.
  */
 import {
   IDENTITY_ATTRIBUTE_KEYS,
+  IdentityAttribute,
   SpanAdmission,
   countedResult,
   grantTraceIdHex,
   identityAttributes,
+  itemIdentityAttributes,
 } from './otlp-identity';
-import type { EnforcedExport, GatewayGrant, OtlpSignal } from './otlp-payload';
+import type { EnforcedExport, GatewayGrant, OtlpSignal, SpanBudget, SpanLimits } from './otlp-payload';
 import { OtlpPayloadError } from './otlp-wire';
 
 type JsonObject = Record<string, unknown>;
+type Spelling = [camel: string, snake: string | undefined];
 
 interface SignalFields {
   request: string;
-  resources: [camel: string, snake: string];
+  resources: Spelling;
   container: string;
-  scopes: [camel: string, snake: string];
+  scopes: Spelling;
+  /** Read by the Collector in place of the scopes when there are none (pdata MigrateTraces etc.). */
+  deprecatedScopes: string[];
   scope: string;
-  items: [camel: string, snake: string | undefined];
+  items: Spelling;
 }
 
 const SIGNAL_FIELDS: Record<OtlpSignal, SignalFields> = {
@@ -37,6 +46,7 @@ const SIGNAL_FIELDS: Record<OtlpSignal, SignalFields> = {
     resources: ['resourceSpans', 'resource_spans'],
     container: 'ResourceSpans',
     scopes: ['scopeSpans', 'scope_spans'],
+    deprecatedScopes: ['deprecatedScopeSpans', 'deprecated_scope_spans', 'instrumentationLibrarySpans', 'instrumentation_library_spans'],
     scope: 'ScopeSpans',
     items: ['spans', undefined],
   },
@@ -45,6 +55,7 @@ const SIGNAL_FIELDS: Record<OtlpSignal, SignalFields> = {
     resources: ['resourceMetrics', 'resource_metrics'],
     container: 'ResourceMetrics',
     scopes: ['scopeMetrics', 'scope_metrics'],
+    deprecatedScopes: ['deprecatedScopeMetrics', 'deprecated_scope_metrics', 'instrumentationLibraryMetrics', 'instrumentation_library_metrics'],
     scope: 'ScopeMetrics',
     items: ['metrics', undefined],
   },
@@ -53,77 +64,151 @@ const SIGNAL_FIELDS: Record<OtlpSignal, SignalFields> = {
     resources: ['resourceLogs', 'resource_logs'],
     container: 'ResourceLogs',
     scopes: ['scopeLogs', 'scope_logs'],
+    deprecatedScopes: ['deprecatedScopeLogs', 'deprecated_scope_logs', 'instrumentationLibraryLogs', 'instrumentation_library_logs'],
     scope: 'ScopeLogs',
     items: ['logRecords', 'log_records'],
   },
 };
 
-// Pre-1.0 container names that old collectors still read; this gateway does not look inside them.
-const LEGACY_SCOPE_FIELDS = ['instrumentationLibrarySpans', 'instrumentation_library_spans'];
+// The scope of a pre-1.0 instrumentation_library_* entry, which older collectors read as the scope.
+const LEGACY_SCOPE_FIELDS = ['instrumentationLibrary', 'instrumentation_library'];
 
-const METRIC_DATA_FIELDS: ReadonlyArray<[camel: string, snake: string | undefined]> = [
+const METRIC_DATA_FIELDS: ReadonlyArray<Spelling> = [
   ['gauge', undefined],
   ['sum', undefined],
   ['histogram', undefined],
   ['exponentialHistogram', 'exponential_histogram'],
   ['summary', undefined],
 ];
+const METRIC_PLAIN_FIELDS = ['name', 'description', 'unit', 'metadata'];
+const METRIC_DATA_PLAIN_FIELDS: ReadonlyArray<Spelling> = [
+  ['aggregationTemporality', 'aggregation_temporality'],
+  ['isMonotonic', 'is_monotonic'],
+];
+
+interface Enforcement {
+  signal: OtlpSignal;
+  fields: SignalFields;
+  traceIdHex: string;
+  identity: JsonObject[];
+  itemIdentity: ReadonlyMap<string, JsonObject>;
+  limits: SpanLimits;
+  admission: SpanAdmission;
+  items: number;
+}
 
 export function enforceJsonExport(
   signal: OtlpSignal,
   body: Buffer,
   grant: GatewayGrant,
-  spanBudget: number,
+  spanBudget: number | SpanBudget,
+  spanLimits: SpanLimits,
 ): EnforcedExport {
   const fields = SIGNAL_FIELDS[signal];
   const root = parseJsonObject(body, fields.request);
-  const traceIdHex = grantTraceIdHex(grant);
-  const identity = identityAttributes(grant);
-  const admission = new SpanAdmission(spanBudget);
-  let items = 0;
+  const enforcement: Enforcement = {
+    signal,
+    fields,
+    traceIdHex: grantTraceIdHex(grant),
+    identity: identityAttributes(grant).map(jsonKeyValue),
+    itemIdentity: new Map([...itemIdentityAttributes(grant)].map(([key, attribute]) => [key, jsonKeyValue(attribute)])),
+    limits: spanLimits,
+    admission: new SpanAdmission(spanBudget, spanLimits),
+    items: 0,
+  };
 
-  const resources = arrayField(root, fields.resources, fields.request);
-  const keptResources: unknown[] = [];
-  for (const entry of resources) {
-    const container = asObject(entry, fields.container);
-    const scopes = arrayField(container, fields.scopes, fields.container);
-    if (signal === 'traces') {
-      for (const legacy of LEGACY_SCOPE_FIELDS) {
-        if (hasOwn(container, legacy)) {
-          throw new OtlpPayloadError(
-            `ResourceSpans.${legacy} was removed from OTLP and is not accepted; send scopeSpans`,
-          );
-        }
-      }
-      const keptScopes = scopes.filter((scope) =>
-        filterScopeSpans(asObject(scope, fields.scope), traceIdHex, admission),
-      );
-      // Scopes the filter emptied leave a resource that describes nothing: dropped with them.
-      if (scopes.length > 0 && keptScopes.length === 0) continue;
-      if (keptScopes.length !== scopes.length) container[fields.scopes[0]] = keptScopes;
-    } else {
-      for (const scope of scopes) {
-        const scopeObject = asObject(scope, fields.scope);
-        const scopeItems = arrayField(scopeObject, fields.items, fields.scope);
-        items += signal === 'metrics' ? countMetricDataPoints(scopeItems) : scopeItems.length;
-      }
-    }
-    stampResource(container, identity, fields.container);
-    keptResources.push(container);
+  const kept: JsonObject[] = [];
+  for (const entry of arrayField(root, fields.resources, fields.request)) {
+    const container = rewriteContainer(enforcement, asObject(entry, fields.container));
+    if (container !== undefined) kept.push(container);
   }
-  if (keptResources.length !== resources.length) root[fields.resources[0]] = keptResources;
-
-  const forwarded = serialize(root);
-  return signal === 'traces' ? admission.result(forwarded) : countedResult(forwarded, items);
+  // An export request has one member; any other is dropped with the rest of what the allow-list does not know.
+  const forwarded = serialize({ [fields.resources[0]]: kept });
+  return signal === 'traces' ? enforcement.admission.result(forwarded) : countedResult(forwarded, enforcement.items);
 }
 
-/** Keeps the spans the admission lets through; false when it removed every span of a non-empty scope. */
-function filterScopeSpans(scope: JsonObject, traceIdHex: string, admission: SpanAdmission): boolean {
-  const spans = arrayField(scope, ['spans', undefined], 'ScopeSpans');
-  const kept = spans.filter((span) => admission.admit(spanTraceId(asObject(span, 'Span')) === traceIdHex));
-  if (kept.length === spans.length) return true;
-  scope.spans = kept;
-  return kept.length > 0;
+/** Rebuilds one Resource{Spans,Metrics,Logs}; `undefined` when the spans filter emptied it. */
+function rewriteContainer(enforcement: Enforcement, container: JsonObject): JsonObject | undefined {
+  const { fields } = enforcement;
+  let scopes = arrayField(container, fields.scopes, fields.container);
+  if (scopes.length === 0) {
+    // As the Collector does: deprecated scopes stand in for empty current ones, and are ignored beside them.
+    scopes = fields.deprecatedScopes.flatMap((name) => arrayField(container, [name, undefined], fields.container));
+  }
+  const keptScopes: JsonObject[] = [];
+  for (const scope of scopes) {
+    const rewritten = rewriteScope(enforcement, asObject(scope, fields.scope));
+    if (rewritten !== undefined) keptScopes.push(rewritten);
+  }
+  // Scopes the filter emptied leave a resource that describes nothing: dropped with them.
+  if (scopes.length > 0 && keptScopes.length === 0) return undefined;
+  const rebuilt: JsonObject = { resource: stampResource(container.resource, enforcement.identity, fields.container) };
+  rebuilt[fields.scopes[0]] = keptScopes;
+  copyPlainField(container, ['schemaUrl', 'schema_url'], fields.container, rebuilt);
+  return rebuilt;
+}
+
+/** Rebuilds one Scope{Spans,Metrics,Logs}; `undefined` when the spans filter removed every span it had. */
+function rewriteScope(enforcement: Enforcement, scope: JsonObject): JsonObject | undefined {
+  const { fields, signal } = enforcement;
+  const rebuilt: JsonObject = {};
+  copyPlainField(scope, ['scope', undefined], fields.scope, rebuilt);
+  if (rebuilt.scope === undefined) {
+    for (const legacy of LEGACY_SCOPE_FIELDS) copyPlainField(scope, [legacy, undefined], fields.scope, rebuilt, 'scope');
+  }
+  const items = arrayField(scope, fields.items, fields.scope);
+  if (signal === 'traces') {
+    const kept = items.filter((span) => admitSpan(enforcement, asObject(span, 'Span')));
+    if (items.length > 0 && kept.length === 0) return undefined;
+    rebuilt.spans = kept;
+  } else if (signal === 'metrics') {
+    rebuilt.metrics = items.map((metric) => rewriteMetric(enforcement, asObject(metric, 'Metric')));
+  } else {
+    for (const record of items) stampItemAttributes(enforcement, asObject(record, 'LogRecord'), 'LogRecord');
+    enforcement.items += items.length;
+    rebuilt.logRecords = items;
+  }
+  copyPlainField(scope, ['schemaUrl', 'schema_url'], fields.scope, rebuilt);
+  return rebuilt;
+}
+
+/** Trace binding, per-span limits and budget for one span, then its identity attributes stamped. */
+function admitSpan(enforcement: Enforcement, span: JsonObject): boolean {
+  const inTrace = spanTraceId(span) === enforcement.traceIdHex;
+  const withinLimits = inTrace && spanWithinLimits(span, enforcement.limits);
+  if (!enforcement.admission.admit(inTrace, withinLimits)) return false;
+  stampItemAttributes(enforcement, span, 'Span');
+  return true;
+}
+
+function spanWithinLimits(span: JsonObject, limits: SpanLimits): boolean {
+  const attributes = arrayField(span, ['attributes', undefined], 'Span');
+  if (attributes.length > limits.maxAttributes) return false;
+  for (const attribute of attributes) {
+    const value = asObject(attribute, 'Span.attributes[]').value;
+    if (value !== undefined && value !== null && attributeValueBytes(value, limits.maxAttributeValueBytes) > limits.maxAttributeValueBytes) {
+      return false;
+    }
+  }
+  return !Number.isFinite(limits.maxBytes) || Buffer.byteLength(stringify(span)) <= limits.maxBytes;
+}
+
+/**
+ * A string or bytes value counts its content, an array or map its JSON text, a scalar its text.
+ * Cheap unless it could be over `limit`.
+ */
+function attributeValueBytes(value: unknown, limit: number): number {
+  const anyValue = asObject(value, 'AnyValue');
+  const text = anyValue.stringValue ?? anyValue.string_value;
+  // A UTF-16 code unit is at most 3 bytes of UTF-8.
+  if (typeof text === 'string') return text.length * 3 <= limit ? text.length : Buffer.byteLength(text);
+  const bytes = anyValue.bytesValue ?? anyValue.bytes_value;
+  if (typeof bytes === 'string') return Buffer.from(bytes, 'base64').length;
+  const nested = anyValue.arrayValue ?? anyValue.array_value ?? anyValue.kvlistValue ?? anyValue.kvlist_value;
+  if (nested !== undefined) return Buffer.byteLength(stringify(nested));
+  let scalars = 0;
+  for (const scalar of Object.values(anyValue)) scalars += String(scalar).length;
+  return scalars;
 }
 
 function spanTraceId(span: JsonObject): string {
@@ -134,41 +219,74 @@ function spanTraceId(span: JsonObject): string {
   return traceId.toLowerCase();
 }
 
-function countMetricDataPoints(metrics: unknown[]): number {
-  let points = 0;
-  for (const entry of metrics) {
-    const metric = asObject(entry, 'Metric');
-    let dataFields = 0;
-    for (const [camel, snake] of METRIC_DATA_FIELDS) {
-      const data = field(metric, camel, snake, 'Metric');
-      if (data === undefined || data === null) continue;
-      if (++dataFields > 1) {
-        throw new OtlpPayloadError('Metric has more than one of gauge, sum, histogram, exponentialHistogram, summary');
-      }
-      points += arrayField(asObject(data, `Metric.${camel}`), ['dataPoints', 'data_points'], `Metric.${camel}`).length;
+/**
+ * Overwrites the identity attributes an item (span, data point, log record) carries with the grant's: the first
+ * occurrence of each key becomes the grant's value, in place; later occurrences are dropped.
+ */
+function stampItemAttributes(enforcement: Enforcement, item: JsonObject, where: string): void {
+  const attributes = arrayField(item, ['attributes', undefined], where);
+  let stamped: Set<string> | undefined;
+  const result: unknown[] = [];
+  for (const attribute of attributes) {
+    const key = asObject(attribute, `${where}.attributes[]`).key;
+    const identity = typeof key === 'string' ? enforcement.itemIdentity.get(key) : undefined;
+    if (identity === undefined) {
+      result.push(attribute);
+      continue;
+    }
+    stamped ??= new Set();
+    if (!stamped.has(key as string)) {
+      stamped.add(key as string);
+      result.push(identity);
     }
   }
-  return points;
+  if (stamped !== undefined) item.attributes = result;
 }
 
-function stampResource(container: JsonObject, identity: ReturnType<typeof identityAttributes>, where: string): void {
-  const stamped = identity.map(({ key, value }) => ({
-    key,
-    // int64 as a decimal string: the canonical proto3 JSON form, exact for any id.
-    value: value.kind === 'int' ? { intValue: String(value.int) } : { stringValue: value.string },
-  }));
-  const resource = container.resource;
-  if (resource === undefined || resource === null) {
-    container.resource = { attributes: stamped };
-    return;
+/** Rebuilds a Metric from the members it may have, counting and stamping its data points. */
+function rewriteMetric(enforcement: Enforcement, metric: JsonObject): JsonObject {
+  const rebuilt: JsonObject = {};
+  for (const name of METRIC_PLAIN_FIELDS) copyPlainField(metric, [name, undefined], 'Metric', rebuilt);
+  let dataFields = 0;
+  for (const [camel, snake] of METRIC_DATA_FIELDS) {
+    const data = field(metric, camel, snake, 'Metric');
+    if (data === undefined || data === null) continue;
+    if (++dataFields > 1) {
+      throw new OtlpPayloadError('Metric has more than one of gauge, sum, histogram, exponentialHistogram, summary');
+    }
+    const where = `Metric.${camel}`;
+    const dataObject = asObject(data, where);
+    const points = arrayField(dataObject, ['dataPoints', 'data_points'], where);
+    for (const point of points) stampItemAttributes(enforcement, asObject(point, `${where}.dataPoints[]`), `${where}.dataPoints[]`);
+    enforcement.items += points.length;
+    const rebuiltData: JsonObject = { dataPoints: points };
+    for (const spelling of METRIC_DATA_PLAIN_FIELDS) copyPlainField(dataObject, spelling, where, rebuiltData);
+    rebuilt[camel] = rebuiltData;
   }
+  return rebuilt;
+}
+
+function stampResource(resource: unknown, identity: JsonObject[], where: string): JsonObject {
+  if (resource === undefined || resource === null) return { attributes: identity };
   const resourceObject = asObject(resource, `${where}.resource`);
   const attributes = arrayField(resourceObject, ['attributes', undefined], 'Resource');
   const kept = attributes.filter((attribute) => {
     const keyValue = asObject(attribute, 'Resource.attributes[]');
     return !(typeof keyValue.key === 'string' && IDENTITY_ATTRIBUTE_KEYS.has(keyValue.key));
   });
-  resourceObject.attributes = kept.concat(stamped);
+  resourceObject.attributes = kept.concat(identity);
+  return resourceObject;
+}
+
+function jsonKeyValue({ key, value }: IdentityAttribute): JsonObject {
+  // int64 as a decimal string: the canonical proto3 JSON form, exact for any id.
+  return { key, value: value.kind === 'int' ? { intValue: String(value.int) } : { stringValue: value.string } };
+}
+
+/** Copies a member the allow-list keeps as it is, under its lowerCamelCase name (or `as`). */
+function copyPlainField(from: JsonObject, [camel, snake]: Spelling, where: string, to: JsonObject, as = camel): void {
+  const value = field(from, camel, snake, where);
+  if (value !== undefined) to[as] = value;
 }
 
 const utf8 = new TextDecoder('utf-8', { fatal: true });
@@ -190,8 +308,12 @@ function parseJsonObject(body: Buffer, what: string): JsonObject {
 }
 
 function serialize(root: JsonObject): Buffer {
+  return Buffer.from(stringify(root), 'utf8');
+}
+
+function stringify(value: unknown): string {
   try {
-    return Buffer.from(JSON.stringify(root), 'utf8');
+    return JSON.stringify(value);
   } catch (error) {
     // JSON.stringify recurses: a hostile nesting depth ends here rather than in a crash.
     throw new OtlpPayloadError(`JSON body cannot be re-encoded: ${(error as Error).message}`);
@@ -278,7 +400,7 @@ function field(object: JsonObject, camel: string, snake: string | undefined, whe
   return object[camel];
 }
 
-function arrayField(object: JsonObject, [camel, snake]: [string, string | undefined], where: string): unknown[] {
+function arrayField(object: JsonObject, [camel, snake]: Spelling, where: string): unknown[] {
   const value = field(object, camel, snake, where);
   if (value === undefined || value === null) return [];
   if (!Array.isArray(value)) throw new OtlpPayloadError(`${where}.${camel} must be a JSON array`);

@@ -235,14 +235,17 @@ describe.each(['protobuf', 'json'] as const)('enforceExport traces (%s)', (encod
     expect(attributesOf(second)).toEqual(EXPECTED_IDENTITY);
   });
 
-  it('leaves spans it keeps untouched: attributes (even ci.* on the span), events, links, status, flags', () => {
+  it('leaves spans it keeps untouched apart from their identity attributes: events, links, status, flags', () => {
     const input = tracesRequest();
     const result = enforceExport('traces', encoding, encode('traces', input, encoding), GRANT, 1000);
 
     const forwardedSpan = decode('traces', result.body, encoding).resourceSpans[0].scopeSpans[0].spans[0];
     const sent = decode('traces', encode('traces', input, encoding), encoding);
     const sentSpan = sent.resourceSpans[0].scopeSpans[0].spans[0];
-    expect(forwardedSpan).toEqual(sentSpan);
+    expect(forwardedSpan).toEqual({
+      ...sentSpan,
+      attributes: sentSpan.attributes.map((kv: Json) => (kv.key === 'ci.project.id' ? { key: 'ci.project.id', value: { intValue: '7' } } : kv)),
+    });
     expect(forwardedSpan.events[0].name).toBe('exception');
     expect(forwardedSpan.links[0].traceId).toBe(FOREIGN_TRACE);
   });
@@ -287,8 +290,9 @@ describe('enforceExport protobuf wire preservation', () => {
     Buffer.from(type.encode(type.fromObject(hexToBase64(object) as Json)).finish());
 
   function requestWithUnknownFields(): { body: Buffer; keptSpan: Buffer; foreignSpan: Buffer } {
+    const withoutIdentity = RICH_SPAN_EXTRA.attributes.filter((kv: Json) => !kv.key.startsWith('ci.'));
     const keptSpan = Buffer.concat([
-      encodeMessage(spanType, span(GRANT.traceId, 'kept', RICH_SPAN_EXTRA)),
+      encodeMessage(spanType, span(GRANT.traceId, 'kept', { ...RICH_SPAN_EXTRA, attributes: withoutIdentity })),
       unknownIn('span'),
     ]);
     const foreignSpan = Buffer.concat([
@@ -317,15 +321,17 @@ describe('enforceExport protobuf wire preservation', () => {
     return { body, keptSpan, foreignSpan };
   }
 
-  it('forwards kept spans byte for byte and keeps unknown fields at every level', () => {
+  it('forwards kept spans byte for byte with their unknown fields, and drops unknown fields where data could hide', () => {
     const { body, keptSpan, foreignSpan } = requestWithUnknownFields();
 
     const result = enforceExport('traces', 'protobuf', body, GRANT, 1000);
 
     expect(result.body.includes(keptSpan)).toBe(true);
     expect(result.body.includes(foreignSpan)).toBe(false);
-    for (const where of ['scope', 'resource', 'resource spans', 'request']) {
-      expect(result.body.includes(unknownIn(where))).toBe(true);
+    expect(result.body.includes(unknownIn('resource'))).toBe(true);
+    // A newer collector could read a field it knows there as spans nobody checked (issue 9 item 1).
+    for (const where of ['scope', 'resource spans', 'request']) {
+      expect(result.body.includes(unknownIn(where))).toBe(false);
     }
     const [resourceSpans] = decode('traces', result.body, 'protobuf').resourceSpans;
     expect(attributesOf(resourceSpans)).toEqual([
@@ -346,10 +352,6 @@ describe('enforceExport protobuf wire preservation', () => {
     expect(result.forwardedItems).toBe(2);
   });
 
-  it('refuses the removed instrumentation_library_spans container, which it would not inspect', () => {
-    const legacy = bytesField(1, bytesField(1000, bytesField(2, encodeMessage(spanType, span(FOREIGN_TRACE, 'x')))));
-    expect(() => enforceExport('traces', 'protobuf', legacy, GRANT, 1000)).toThrow(OtlpPayloadError);
-  });
 });
 
 describe('enforceExport JSON specifics', () => {
@@ -377,7 +379,7 @@ describe('enforceExport JSON specifics', () => {
     expect(() => enforceExport('traces', 'json', body, GRANT, 1000)).toThrow(OtlpPayloadError);
   });
 
-  it('keeps 64-bit integers sent as JSON numbers exact, and unknown members', () => {
+  it('keeps 64-bit integers sent as JSON numbers exact, and unknown members inside spans only', () => {
     const body = Buffer.from(
       `{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"${GRANT.traceId}","name":"big",` +
         `"startTimeUnixNano":1700000000000000123,"endTimeUnixNano": 1700000000000000999,` +
@@ -397,7 +399,7 @@ describe('enforceExport JSON specifics', () => {
     expect(forwardedSpan.attributes[1].value.doubleValue).toBe(1.5e300);
     expect(forwardedSpan.attributes[2].value.stringValue).toBe('a: 12345678901234567 " ,99999999999999999');
     expect(forwardedSpan.vendorExtension).toEqual({ x: [1, 2, 3] });
-    expect(forwarded.resourceSpans[0].futureField).toBe(true);
+    expect(forwarded.resourceSpans[0]).not.toHaveProperty('futureField');
   });
 });
 
@@ -570,7 +572,7 @@ describe('enforceExport malformed bodies', () => {
     ['resource not an object', 'json', Buffer.from('{"resourceSpans":[{"resource":"x"}]}')],
     ['invalid UTF-8', 'json', Buffer.from([0x7b, 0x22, 0xff, 0x22, 0x3a, 0x31, 0x7d])],
     ['empty JSON body', 'json', Buffer.alloc(0)],
-    ['legacy JSON container', 'json', Buffer.from('{"resourceSpans":[{"instrumentationLibrarySpans":[]}]}')],
+    ['deprecated JSON container not an array', 'json', Buffer.from('{"resourceSpans":[{"deprecatedScopeSpans":{}}]}')],
   ] as const)('%s → OtlpPayloadError', (_name, encoding, body) => {
     expect(() => enforceExport('traces', encoding, body, GRANT, 1000)).toThrow(OtlpPayloadError);
   });
@@ -633,5 +635,283 @@ describe('enforceExport on corrupted bodies', () => {
       }
     }
     expect(forwarded).toBeGreaterThan(50);
+  });
+});
+
+/** GitLab Runner's `job_execution` span attributes (gitlab-runner commands/tracing.go), spoofed. */
+const RUNNER_SPAN_ATTRIBUTES: Json[] = [
+  { key: 'ci.job.id', value: { intValue: '1' } },
+  { key: 'ci.pipeline.id', value: { stringValue: '1' } },
+  { key: 'ci.pipeline.source', value: { stringValue: 'push' } },
+  { key: 'ci.project.id', value: { intValue: '999' } },
+  { key: 'ci.runner.id', value: { stringValue: 'another-runner' } },
+  { key: 'ci.runner.executor', value: { stringValue: 'docker' } },
+  { key: 'ci.job.status', value: { stringValue: 'success' } },
+  { key: 'ci.project.id', value: { intValue: '998' } },
+];
+/** The same, stamped: the grant's ids in the runner's types (integers, `ci.pipeline.id` a string), once each. */
+const STAMPED_RUNNER_SPAN_ATTRIBUTES: Json[] = [
+  { key: 'ci.job.id', value: { intValue: '1001' } },
+  { key: 'ci.pipeline.id', value: { stringValue: '500' } },
+  { key: 'ci.pipeline.source', value: { stringValue: 'push' } },
+  { key: 'ci.project.id', value: { intValue: '7' } },
+  { key: 'ci.runner.id', value: { intValue: '17' } },
+  { key: 'ci.runner.executor', value: { stringValue: 'docker' } },
+  { key: 'ci.job.status', value: { stringValue: 'success' } },
+];
+const SPOOFED_ITEM_ATTRIBUTES: Json[] = [
+  { key: 'http.route', value: { stringValue: '/' } },
+  { key: 'ci.project.id', value: { intValue: '999' } },
+  { key: 'ci.job.id', value: { stringValue: 'not-a-number' } },
+];
+const STAMPED_ITEM_ATTRIBUTES: Json[] = [
+  { key: 'http.route', value: { stringValue: '/' } },
+  { key: 'ci.project.id', value: { intValue: '7' } },
+  { key: 'ci.job.id', value: { intValue: '1001' } },
+];
+
+describe.each(['protobuf', 'json'] as const)('enforceExport item-level identity (%s)', (encoding) => {
+  it("overwrites the runner's spoofed span attributes with the grant's, in the runner's types, never duplicated", () => {
+    const request = {
+      resourceSpans: [
+        {
+          resource: { attributes: [{ key: 'service.name', value: { stringValue: 'runner' } }] },
+          scopeSpans: [
+            {
+              spans: [
+                span(GRANT.traceId, 'job_execution', {
+                  attributes: RUNNER_SPAN_ATTRIBUTES,
+                  events: [{ name: 'e', attributes: [{ key: 'ci.project.id', value: { intValue: '5' } }] }],
+                }),
+                span(GRANT.traceId, 'plain', { attributes: [{ key: 'test.step', value: { stringValue: 'rspec' } }] }),
+              ],
+            },
+          ],
+        },
+      ],
+    };
+
+    const result = enforceExport('traces', encoding, encode('traces', request, encoding), GRANT, 1000);
+
+    const [runnerSpan, plainSpan] = decode('traces', result.body, encoding).resourceSpans[0].scopeSpans[0].spans;
+    expect(runnerSpan.attributes).toEqual(STAMPED_RUNNER_SPAN_ATTRIBUTES);
+    // Only span attributes are the runner's identity; events keep theirs, and nothing is added to other spans.
+    expect(runnerSpan.events[0].attributes).toEqual([{ key: 'ci.project.id', value: { intValue: '5' } }]);
+    expect(plainSpan.attributes).toEqual([{ key: 'test.step', value: { stringValue: 'rspec' } }]);
+    expect(result.forwardedItems).toBe(2);
+  });
+
+  it('stamps data point attributes of every metric kind the same way', () => {
+    const point = { attributes: SPOOFED_ITEM_ATTRIBUTES };
+    const request = {
+      resourceMetrics: [
+        {
+          scopeMetrics: [
+            {
+              metrics: [
+                { name: 'g', gauge: { dataPoints: [{ ...point, asInt: '5' }, { asInt: '6' }] } },
+                { name: 's', sum: { dataPoints: [{ ...point, asDouble: 1.5 }], aggregationTemporality: 2, isMonotonic: true } },
+                { name: 'h', histogram: { dataPoints: [{ ...point, count: '1' }], aggregationTemporality: 1 } },
+                { name: 'e', exponentialHistogram: { dataPoints: [{ ...point, count: '1', scale: 2 }] } },
+                { name: 'q', summary: { dataPoints: [{ ...point, count: '1' }] } },
+              ],
+            },
+          ],
+        },
+      ],
+    };
+
+    const result = enforceExport('metrics', encoding, encode('metrics', request, encoding), GRANT, 0);
+
+    const metrics = decode('metrics', result.body, encoding).resourceMetrics[0].scopeMetrics[0].metrics;
+    const pointsOf = (metric: Json) => (metric.gauge ?? metric.sum ?? metric.histogram ?? metric.exponentialHistogram ?? metric.summary).dataPoints;
+    expect(metrics.map((metric: Json) => pointsOf(metric)[0].attributes)).toEqual(Array(5).fill(STAMPED_ITEM_ATTRIBUTES));
+    expect(pointsOf(metrics[0])[1].attributes).toBeUndefined();
+    expect(metrics[1].sum).toMatchObject({ aggregationTemporality: 2, isMonotonic: true });
+    expect(result.forwardedItems).toBe(6);
+  });
+
+  it('stamps log record attributes the same way', () => {
+    const request = { resourceLogs: [{ scopeLogs: [{ logRecords: [{ body: { stringValue: 'hi' }, attributes: SPOOFED_ITEM_ATTRIBUTES }] }] }] };
+
+    const result = enforceExport('logs', encoding, encode('logs', request, encoding), GRANT, 0);
+
+    const [record] = decode('logs', result.body, encoding).resourceLogs[0].scopeLogs[0].logRecords;
+    expect(record.attributes).toEqual(STAMPED_ITEM_ATTRIBUTES);
+    expect(record.body).toEqual({ stringValue: 'hi' });
+  });
+});
+
+// The Collector's pdata decoders read Resource{Spans,Metrics,Logs} field 1000 (deprecated_scope_*) and, in JSON,
+// deprecatedScope* / deprecated_scope_* (and, in older versions, instrumentationLibrary* / instrumentation_library_*),
+// using them when the current scopes are empty. An independent schema that knows field 1000 checks what leaves.
+const DEPRECATED_SIGNALS = {
+  traces: { plural: 'Spans', request: 'Trace', items: 'spans' },
+  metrics: { plural: 'Metrics', request: 'Metrics', items: 'metrics' },
+  logs: { plural: 'Logs', request: 'Logs', items: 'log_records' },
+} as const;
+protobuf.parse(
+  `syntax = "proto3"; package otlp;\n` +
+    Object.values(DEPRECATED_SIGNALS)
+      .map(
+        ({ plural, request }) =>
+          `message Resource${plural}WithDeprecated { Resource resource = 1; repeated Scope${plural} scope_${plural.toLowerCase()} = 2;` +
+          ` string schema_url = 3; repeated Scope${plural} deprecated_scope_${plural.toLowerCase()} = 1000; }\n` +
+          `message Export${request}ServiceRequestWithDeprecated { repeated Resource${plural}WithDeprecated resource_${plural.toLowerCase()} = 1; }\n`,
+      )
+      .join(''),
+  schema,
+);
+
+describe.each(['traces', 'metrics', 'logs'] as const)('enforceExport deprecated %s containers (issue 9 item 1)', (signal) => {
+  const { plural, request: requestName } = DEPRECATED_SIGNALS[signal];
+  const resources = `resource${plural}`;
+  const scopes = `scope${plural}`;
+  const withDeprecated = schema.lookupType(`otlp.Export${requestName}ServiceRequestWithDeprecated`);
+  const spoofed = [{ key: 'ci.job.id', value: { intValue: '1' } }];
+
+  /** A scope holding one item of the grant's job (spoofing its identity) and, for traces, one of another trace. */
+  function smuggledScope(): Json {
+    if (signal === 'traces') {
+      return { spans: [span(GRANT.traceId, 'own', { attributes: spoofed }), span(FOREIGN_TRACE, 'smuggled')] };
+    }
+    if (signal === 'metrics') return { metrics: [{ name: 'smuggled', gauge: { dataPoints: [{ asInt: '1', attributes: spoofed }] } }] };
+    return { logRecords: [{ body: { stringValue: 'smuggled' }, attributes: spoofed }] };
+  }
+  function currentScope(): Json {
+    if (signal === 'traces') return { spans: [span(GRANT.traceId, 'current')] };
+    if (signal === 'metrics') return { metrics: [{ name: 'current', gauge: { dataPoints: [{ asInt: '2' }] } }] };
+    return { logRecords: [{ body: { stringValue: 'current' } }] };
+  }
+  /** Names (spans, metrics) or bodies (logs) of the items forwarded, with their item-level attributes. */
+  function itemsOf(forwarded: Json): Array<{ name: string; attributes?: Json[] }> {
+    return (forwarded[resources] ?? []).flatMap((rs: Json) =>
+      (rs[scopes] ?? []).flatMap((scope: Json) => {
+        if (signal === 'traces') return (scope.spans ?? []).map((s: Json) => ({ name: s.name, attributes: s.attributes }));
+        if (signal === 'metrics') return (scope.metrics ?? []).map((m: Json) => ({ name: m.name, attributes: m.gauge.dataPoints[0].attributes }));
+        return (scope.logRecords ?? []).map((r: Json) => ({ name: r.body.stringValue, attributes: r.attributes }));
+      }),
+    );
+  }
+  const decodeWithDeprecated = (body: Buffer) => base64ToHex(withDeprecated.toObject(withDeprecated.decode(body), { longs: String, bytes: String }));
+  const stamped = [{ key: 'ci.job.id', value: { intValue: '1001' } }];
+
+  it('protobuf field 1000 beside no current scope: enforced and forwarded as current scopes', () => {
+    const body = Buffer.from(withDeprecated.encode(withDeprecated.fromObject(hexToBase64({ [resources]: [{ [`deprecated${scopes[0].toUpperCase()}${scopes.slice(1)}`]: [smuggledScope()] }]}) as Json)).finish());
+
+    const result = enforceExport(signal, 'protobuf', body, GRANT, 1000);
+
+    const forwarded = decodeWithDeprecated(result.body);
+    expect(forwarded[resources][0][`deprecated${scopes[0].toUpperCase()}${scopes.slice(1)}`]).toBeUndefined();
+    const expectedName = signal === 'traces' ? 'own' : 'smuggled';
+    expect(itemsOf(forwarded)).toEqual([{ name: expectedName, attributes: stamped }]);
+    expect(identityOf(forwarded[resources][0])).toEqual(EXPECTED_IDENTITY);
+    expect(result).toMatchObject({ forwardedItems: 1, rejectedItems: signal === 'traces' ? 1 : 0 });
+  });
+
+  it('protobuf field 1000 beside current scopes: dropped, as the Collector ignores it there', () => {
+    const deprecatedName = `deprecated${scopes[0].toUpperCase()}${scopes.slice(1)}`;
+    const body = Buffer.from(
+      withDeprecated.encode(withDeprecated.fromObject(hexToBase64({ [resources]: [{ [scopes]: [currentScope()], [deprecatedName]: [smuggledScope()] }] }) as Json)).finish(),
+    );
+
+    const result = enforceExport(signal, 'protobuf', body, GRANT, 1000);
+
+    const forwarded = decodeWithDeprecated(result.body);
+    expect(forwarded[resources][0][deprecatedName]).toBeUndefined();
+    expect(itemsOf(forwarded).map((item) => item.name)).toEqual(['current']);
+    expect(result).toMatchObject({ forwardedItems: 1, rejectedItems: 0 });
+  });
+
+  const jsonNames = (['deprecatedScope', 'deprecated_scope_', 'instrumentationLibrary', 'instrumentation_library_'] as const).map((prefix) =>
+    prefix.endsWith('_') ? `${prefix}${plural.toLowerCase()}` : `${prefix}${plural}`,
+  );
+
+  it.each(jsonNames)('JSON %s beside an empty current scope list: enforced and forwarded as current scopes', (name) => {
+    const body = Buffer.from(JSON.stringify({ [resources]: [{ [scopes]: [], [name]: [smuggledScope()] }] }));
+
+    const result = enforceExport(signal, 'json', body, GRANT, 1000);
+
+    const forwarded = JSON.parse(result.body.toString());
+    expect(forwarded[resources][0]).not.toHaveProperty(name);
+    expect(itemsOf(forwarded)).toEqual([{ name: signal === 'traces' ? 'own' : 'smuggled', attributes: stamped }]);
+    expect(result).toMatchObject({ forwardedItems: 1, rejectedItems: signal === 'traces' ? 1 : 0 });
+  });
+
+  it.each(jsonNames)('JSON %s beside current scopes: dropped, never forwarded', (name) => {
+    const body = Buffer.from(JSON.stringify({ [resources]: [{ [scopes]: [currentScope()], [name]: [smuggledScope()] }] }));
+
+    const result = enforceExport(signal, 'json', body, GRANT, 1000);
+
+    const forwarded = JSON.parse(result.body.toString());
+    expect(forwarded[resources][0]).not.toHaveProperty(name);
+    expect(result.body.toString()).not.toContain('smuggled');
+    expect(itemsOf(forwarded).map((item) => item.name)).toEqual(['current']);
+    expect(result).toMatchObject({ forwardedItems: 1, rejectedItems: 0 });
+  });
+
+  it('JSON members outside the allow-list are dropped at the request, resource, scope and metric levels', () => {
+    const scope: Json = { ...currentScope(), futureItems: [smuggledScope()] };
+    if (signal === 'metrics') scope.metrics[0].futureData = { dataPoints: [{ asInt: '9' }] };
+    const body = Buffer.from(JSON.stringify({ [resources]: [{ [scopes]: [scope], futureScopes: [smuggledScope()] }], futureResources: [{}] }));
+
+    const result = enforceExport(signal, 'json', body, GRANT, 1000);
+
+    expect(result.body.toString()).not.toMatch(/future|smuggled/);
+    expect(itemsOf(JSON.parse(result.body.toString())).map((item) => item.name)).toEqual(['current']);
+  });
+});
+
+describe.each(['protobuf', 'json'] as const)('enforceExport per-span limits (%s)', (encoding) => {
+  const spanType = schema.lookupType('otlp.Span');
+  const attribute = (key: string, value: Json) => ({ key, value });
+  const LIMITS = { maxBytes: Infinity, maxAttributes: 3, maxAttributeValueBytes: 10 };
+
+  it('rejects spans with too many attributes or too long a value through partial success, never truncating', () => {
+    const spans = [
+      span(GRANT.traceId, 'fits', { attributes: [attribute('a', { stringValue: 'é'.repeat(5) }), attribute('b', { intValue: '1' }), attribute('c', { boolValue: true })] }),
+      span(GRANT.traceId, 'too many', { attributes: ['a', 'b', 'c', 'd'].map((key) => attribute(key, { intValue: '1' })) }),
+      span(GRANT.traceId, 'too long', { attributes: [attribute('a', { stringValue: `${'é'.repeat(5)}x` })] }),
+      span(GRANT.traceId, 'bytes fit', { attributes: [attribute('a', { bytesValue: Buffer.alloc(10).toString('base64') })] }),
+      span(GRANT.traceId, 'bytes too long', { attributes: [attribute('a', { bytesValue: Buffer.alloc(11).toString('base64') })] }),
+      span(FOREIGN_TRACE, 'foreign and too many', { attributes: ['a', 'b', 'c', 'd'].map((key) => attribute(key, { intValue: '1' })) }),
+    ];
+    const request = { resourceSpans: [{ scopeSpans: [{ spans }] }] };
+
+    const result = enforceExport('traces', encoding, encode('traces', request, encoding), GRANT, 1000, LIMITS);
+
+    const forwarded = decode('traces', result.body, encoding);
+    expect(spanNames(forwarded)).toEqual(['fits', 'bytes fit']);
+    expect(forwarded.resourceSpans[0].scopeSpans[0].spans[0].attributes[0].value.stringValue).toBe('é'.repeat(5));
+    expect(result.rejections).toEqual({ foreignTrace: 1, overLimits: 3, overQuota: 0, overRate: 0 });
+    expect(result.errorMessage).toContain('3 spans rejected: over the per-span limits (Infinity bytes encoded, 3 attributes, 10 bytes per attribute value)');
+  });
+
+  it('measures a span in the encoding it was sent in: at the limit it goes on, one byte over it does not', () => {
+    const sized = span(GRANT.traceId, 'sized', { attributes: [attribute('blob', { stringValue: 'x'.repeat(300) })] });
+    const size =
+      encoding === 'json'
+        ? Buffer.byteLength(JSON.stringify(sized))
+        : spanType.encode(spanType.fromObject(hexToBase64(sized) as Json)).finish().length;
+    const body = encode('traces', { resourceSpans: [{ scopeSpans: [{ spans: [sized] }] }] }, encoding);
+    const limits = (maxBytes: number) => ({ maxBytes, maxAttributes: 128, maxAttributeValueBytes: 1000 });
+
+    expect(enforceExport('traces', encoding, body, GRANT, 1000, limits(size))).toMatchObject({ forwardedItems: 1, rejectedItems: 0 });
+    expect(enforceExport('traces', encoding, body, GRANT, 1000, limits(size - 1))).toMatchObject({ forwardedItems: 0, rejectedItems: 1, nothingToForward: true });
+  });
+});
+
+describe.each(['protobuf', 'json'] as const)('enforceExport span budget (%s)', (encoding) => {
+  it('tells spans over the job quota from spans over the job rate', () => {
+    const spans = ['1', '2', '3', '4', '5'].map((name) => span(GRANT.traceId, name));
+    const body = encode('traces', { resourceSpans: [{ scopeSpans: [{ spans }] }] }, encoding);
+
+    const result = enforceExport('traces', encoding, body, GRANT, { quota: 3, rate: 2 });
+
+    expect(spanNames(decode('traces', result.body, encoding))).toEqual(['1', '2']);
+    expect(result.rejections).toEqual({ foreignTrace: 0, overLimits: 0, overQuota: 2, overRate: 1 });
+    expect(result.errorMessage).toBe(
+      "2 spans rejected: this CI job's span quota is exhausted; 1 span rejected: this CI job is sending more spans per second than it may",
+    );
   });
 });

@@ -3,27 +3,37 @@
  *
  * Chosen over decoding with protobufjs and re-encoding (bench/otlp-payload.bench.js): only the envelope is
  * walked (request → Resource* → Scope* → item) and every byte the gateway does not change is copied as a slice
- * of the request, so it is both faster and lossless: a protobufjs round trip silently drops every field its
- * schema does not know, which would break "never lose data it was not asked to drop".
+ * of the request, so it is both faster and lossless inside each item.
+ *
+ * The envelope is an allow-list (issue 9 item 1): at every level that can hold spans, metrics or logs (request,
+ * Resource*, Scope*, Metric and its data), only the fields listed here go on. A field this gateway does not know
+ * at those levels is dropped, since a collector that knows it could read data from it that nobody checked
+ * (ResourceSpans field 1000 was exactly that). The Collector itself drops unknown fields, so nothing it would
+ * have read is lost. Inside a span, data point or log record, unknown fields are kept byte for byte.
  *
  * Field numbers are those of opentelemetry-proto v1 (collector/*\/v1/*_service.proto, trace/v1/trace.proto,
- * metrics/v1/metrics.proto, logs/v1/logs.proto, resource/v1/resource.proto, common/v1/common.proto).
+ * metrics/v1/metrics.proto, logs/v1/logs.proto, resource/v1/resource.proto, common/v1/common.proto), and
+ * field 1000 of Resource{Spans,Metrics,Logs}, which the Collector's pdata decoders still read.
  */
 import {
   IDENTITY_ATTRIBUTE_KEYS,
+  ITEM_IDENTITY_KEY_LENGTHS,
+  IdentityAttribute,
   SpanAdmission,
   countedResult,
   grantTraceIdHex,
   identityAttributes,
+  itemIdentityAttributes,
 } from './otlp-identity';
-import type { EnforcedExport, GatewayGrant, OtlpSignal } from './otlp-payload';
+import type { EnforcedExport, GatewayGrant, OtlpSignal, SpanBudget, SpanLimits } from './otlp-payload';
 import {
   ChunkList,
-  OtlpPayloadError,
+  WIRE_LENGTH_DELIMITED,
   WireReader,
   encodeBytesField,
   encodeStringField,
   encodeVarintField,
+  lengthDelimitedHeader,
 } from './otlp-wire';
 
 // Export*ServiceRequest.resource_{spans,metrics,logs}
@@ -31,20 +41,42 @@ const REQUEST_RESOURCES = 1;
 // Resource{Spans,Metrics,Logs}
 const CONTAINER_RESOURCE = 1;
 const CONTAINER_SCOPES = 2;
-// ResourceSpans `reserved 1000`: the pre-1.0 instrumentation_library_spans. Collectors that still read it
-// would accept spans from there that this gateway never looked at.
-const CONTAINER_LEGACY_SCOPES = 1000;
-// Scope{Spans,Metrics,Logs}.{spans,metrics,log_records}
+const CONTAINER_SCHEMA_URL = 3;
+// deprecated_scope_{spans,metrics,logs} (formerly instrumentation_library_*): pdata reads them, and uses them
+// in place of scope_* when that is empty (MigrateTraces / MigrateMetrics / MigrateLogs).
+const CONTAINER_DEPRECATED_SCOPES = 1000;
+// Scope{Spans,Metrics,Logs}
+const SCOPE_SCOPE = 1;
 const SCOPE_ITEMS = 2;
+const SCOPE_SCHEMA_URL = 3;
 const SPAN_TRACE_ID = 1;
-// Metric.data oneof: gauge, sum, histogram, exponential_histogram, summary; each has data_points = 1.
-const METRIC_DATA_FIELDS: ReadonlySet<number> = new Set([5, 7, 9, 10, 11]);
+const SPAN_ATTRIBUTES = 9;
+// Metric: name, description, unit, metadata go on; the data oneof is enforced; anything else (the removed
+// int_gauge 4, int_sum 6, int_histogram 8 among them) is dropped.
+const METRIC_PLAIN_FIELDS: ReadonlySet<number> = new Set([1, 2, 3, 12]);
+// Metric.data oneof → the attributes field of its data points: gauge and sum hold NumberDataPoint (7),
+// histogram HistogramDataPoint (9), exponential_histogram ExponentialHistogramDataPoint (1), summary
+// SummaryDataPoint (7).
+const DATA_POINT_ATTRIBUTES: ReadonlyMap<number, number> = new Map([
+  [5, 7],
+  [7, 7],
+  [9, 9],
+  [10, 1],
+  [11, 7],
+]);
 const METRIC_DATA_POINTS = 1;
+// Sum/Histogram/ExponentialHistogram aggregation_temporality, Sum is_monotonic.
+const METRIC_DATA_PLAIN_FIELDS: ReadonlySet<number> = new Set([2, 3]);
+const LOG_RECORD_ATTRIBUTES = 6;
 const RESOURCE_ATTRIBUTES = 1;
 const KEY_VALUE_KEY = 1;
 const KEY_VALUE_VALUE = 2;
+const KEY_VALUE_KEY_TAG = (KEY_VALUE_KEY << 3) | WIRE_LENGTH_DELIMITED;
+const KEY_VALUE_VALUE_TAG = (KEY_VALUE_VALUE << 3) | WIRE_LENGTH_DELIMITED;
 const ANY_VALUE_STRING = 1;
 const ANY_VALUE_INT = 3;
+const ANY_VALUE_BYTES = 7;
+const CI_PREFIX = Buffer.from('ci.');
 
 const SIGNAL_NAMES: Record<OtlpSignal, { container: string; scope: string; item: string }> = {
   traces: { container: 'ResourceSpans', scope: 'ScopeSpans', item: 'Span' },
@@ -58,29 +90,37 @@ interface Enforcement {
   traceId: Buffer;
   /** Resource.attributes fields carrying the grant's identity, appended to every resource. */
   identity: Buffer;
+  /** KeyValue messages (without tag) stamped over an item's own identity attributes, by key. */
+  itemIdentity: ReadonlyMap<string, Buffer>;
+  limits: SpanLimits;
   admission: SpanAdmission;
   /** Data points or log records seen (metrics, logs). */
   items: number;
 }
 
+/** An item or message the gateway left as it came, or its rewritten fields. */
+type Rewrite = 'unchanged' | ChunkList;
+
 export function enforceProtobufExport(
   signal: OtlpSignal,
   body: Buffer,
   grant: GatewayGrant,
-  spanBudget: number,
+  spanBudget: number | SpanBudget,
+  spanLimits: SpanLimits,
 ): EnforcedExport {
   const enforcement: Enforcement = {
     signal,
     body,
     traceId: Buffer.from(grantTraceIdHex(grant), 'hex'),
-    identity: encodeIdentityAttributes(grant),
-    admission: new SpanAdmission(spanBudget),
+    identity: encodeIdentityAttributes(identityAttributes(grant)),
+    itemIdentity: new Map([...itemIdentityAttributes(grant)].map(([key, attribute]) => [key, encodeKeyValue(attribute)])),
+    limits: spanLimits,
+    admission: new SpanAdmission(spanBudget, spanLimits),
     items: 0,
   };
   const out = new ChunkList(body);
   const reader = new WireReader(body, 0, body.length);
   while (!reader.atEnd()) {
-    const fieldStart = reader.pos;
     reader.readTag();
     if (reader.fieldNumber === REQUEST_RESOURCES) {
       const end = reader.expectLengthDelimited(SIGNAL_NAMES[signal].container);
@@ -88,8 +128,8 @@ export function enforceProtobufExport(
       if (container !== undefined) out.pushMessage(REQUEST_RESOURCES, container);
       reader.pos = end;
     } else {
+      // Not in the allow-list: dropped.
       reader.skipValue();
-      out.copy(fieldStart, reader.pos);
     }
   }
   const forwarded = out.toBuffer();
@@ -110,6 +150,18 @@ function rewriteContainer(enforcement: Enforcement, start: number, end: number):
   const rest = new ChunkList(body);
   let scopesSeen = 0;
   let scopesKept = 0;
+  const deprecatedScopes: Array<[start: number, end: number]> = [];
+  const keepScope = (rewrite: Rewrite | 'emptied', fieldStart: number, scopeStart: number, scopeEnd: number) => {
+    scopesSeen++;
+    if (rewrite === 'emptied') return;
+    scopesKept++;
+    if (rewrite !== 'unchanged') rest.pushMessage(CONTAINER_SCOPES, rewrite);
+    else if (fieldStart >= 0) rest.copy(fieldStart, scopeEnd);
+    else {
+      rest.push(lengthDelimitedHeader(CONTAINER_SCOPES, scopeEnd - scopeStart));
+      rest.copy(scopeStart, scopeEnd);
+    }
+  };
   const reader = new WireReader(body, start, end);
   while (!reader.atEnd()) {
     const fieldStart = reader.pos;
@@ -120,28 +172,25 @@ function rewriteContainer(enforcement: Enforcement, start: number, end: number):
       reader.pos = resourceEnd;
     } else if (reader.fieldNumber === CONTAINER_SCOPES) {
       const scopeEnd = reader.expectLengthDelimited(names.scope);
-      scopesSeen++;
-      if (signal === 'traces') {
-        const scope = filterScopeSpans(enforcement, reader.pos, scopeEnd);
-        if (scope === 'unchanged') rest.copy(fieldStart, scopeEnd);
-        else if (scope !== 'emptied') rest.pushMessage(CONTAINER_SCOPES, scope);
-        if (scope !== 'emptied') scopesKept++;
-      } else {
-        enforcement.items +=
-          signal === 'metrics'
-            ? countScopeMetrics(body, reader.pos, scopeEnd)
-            : countScopeLogs(body, reader.pos, scopeEnd);
-        rest.copy(fieldStart, scopeEnd);
-        scopesKept++;
-      }
+      keepScope(rewriteScope(enforcement, reader.pos, scopeEnd), fieldStart, reader.pos, scopeEnd);
       reader.pos = scopeEnd;
-    } else if (reader.fieldNumber === CONTAINER_LEGACY_SCOPES && signal === 'traces') {
-      throw new OtlpPayloadError(
-        'ResourceSpans field 1000 (instrumentation_library_spans, removed from OTLP) is not accepted; send scope_spans',
-      );
-    } else {
+    } else if (reader.fieldNumber === CONTAINER_DEPRECATED_SCOPES) {
+      const scopeEnd = reader.expectLengthDelimited(`${names.container} field 1000 (deprecated ${names.scope})`);
+      deprecatedScopes.push([reader.pos, scopeEnd]);
+      reader.pos = scopeEnd;
+    } else if (reader.fieldNumber === CONTAINER_SCHEMA_URL) {
       reader.skipValue();
       rest.copy(fieldStart, reader.pos);
+    } else {
+      // Not in the allow-list: dropped.
+      reader.skipValue();
+    }
+  }
+  // The Collector reads the deprecated scopes only when there are no current ones, and drops them otherwise.
+  // Forwarded as current scopes, after the same checks, they mean the same to every collector version.
+  if (scopesSeen === 0) {
+    for (const [scopeStart, scopeEnd] of deprecatedScopes) {
+      keepScope(rewriteScope(enforcement, scopeStart, scopeEnd), -1, scopeStart, scopeEnd);
     }
   }
   // Scopes the filter emptied leave a resource that describes nothing: dropped with them.
@@ -189,11 +238,11 @@ function keyValueKey(body: Buffer, start: number, end: number): string {
   return key;
 }
 
-type ScopeOutcome = 'unchanged' | 'emptied' | ChunkList;
-
-function filterScopeSpans(enforcement: Enforcement, start: number, end: number): ScopeOutcome {
-  const { body, admission, traceId } = enforcement;
+/** Rewrites one Scope{Spans,Metrics,Logs}; 'emptied' when the spans filter removed every span it had. */
+function rewriteScope(enforcement: Enforcement, start: number, end: number): Rewrite | 'emptied' {
+  const { body, signal } = enforcement;
   const scope = new ChunkList(body);
+  let changed = false;
   let kept = 0;
   let dropped = 0;
   const reader = new WireReader(body, start, end);
@@ -201,26 +250,49 @@ function filterScopeSpans(enforcement: Enforcement, start: number, end: number):
     const fieldStart = reader.pos;
     reader.readTag();
     if (reader.fieldNumber === SCOPE_ITEMS) {
-      const spanEnd = reader.expectLengthDelimited('Span');
-      if (admission.admit(spanInTrace(body, reader.pos, spanEnd, traceId))) {
-        scope.copy(fieldStart, spanEnd);
-        kept++;
+      const itemEnd = reader.expectLengthDelimited(SIGNAL_NAMES[signal].item);
+      let rewrite: Rewrite | 'dropped';
+      if (signal === 'traces') {
+        rewrite = admitSpan(enforcement, reader.pos, itemEnd);
+      } else if (signal === 'metrics') {
+        rewrite = rewriteMetric(enforcement, reader.pos, itemEnd);
       } else {
-        dropped++;
+        enforcement.items++;
+        rewrite = stampItemAttributes(enforcement, reader.pos, itemEnd, LOG_RECORD_ATTRIBUTES);
       }
-      reader.pos = spanEnd;
-    } else {
+      if (rewrite === 'dropped') {
+        dropped++;
+        changed = true;
+      } else {
+        kept++;
+        if (rewrite === 'unchanged') scope.copy(fieldStart, itemEnd);
+        else {
+          scope.pushMessage(SCOPE_ITEMS, rewrite);
+          changed = true;
+        }
+      }
+      reader.pos = itemEnd;
+    } else if (reader.fieldNumber === SCOPE_SCOPE || reader.fieldNumber === SCOPE_SCHEMA_URL) {
       reader.skipValue();
       scope.copy(fieldStart, reader.pos);
+    } else {
+      // Not in the allow-list: dropped.
+      reader.skipValue();
+      changed = true;
     }
   }
-  if (dropped === 0) return 'unchanged';
-  return kept === 0 ? 'emptied' : scope;
+  if (dropped > 0 && kept === 0) return 'emptied';
+  return changed ? scope : 'unchanged';
 }
 
-function spanInTrace(body: Buffer, start: number, end: number, traceId: Buffer): boolean {
+/** Trace binding, per-span limits and budget for one span, then its identity attributes stamped. */
+function admitSpan(enforcement: Enforcement, start: number, end: number): Rewrite | 'dropped' {
+  const { body, limits, traceId } = enforcement;
   let idStart = -1;
   let idEnd = -1;
+  let attributes = 0;
+  let carriesIdentity = false;
+  let withinLimits = end - start <= limits.maxBytes;
   const reader = new WireReader(body, start, end);
   while (!reader.atEnd()) {
     reader.readTag();
@@ -228,85 +300,213 @@ function spanInTrace(body: Buffer, start: number, end: number, traceId: Buffer):
       idEnd = reader.expectLengthDelimited('Span.trace_id');
       idStart = reader.pos;
       reader.pos = idEnd;
+    } else if (reader.fieldNumber === SPAN_ATTRIBUTES) {
+      const attributeEnd = reader.expectLengthDelimited('Span.attributes');
+      attributes++;
+      if (!carriesIdentity && itemIdentityKey(enforcement, reader.pos, attributeEnd) !== undefined) carriesIdentity = true;
+      // The whole KeyValue is an upper bound of its value's size: only a long one is looked into.
+      if (withinLimits && attributeEnd - reader.pos > limits.maxAttributeValueBytes && attributeValueBytes(body, reader.pos, attributeEnd, limits.maxAttributeValueBytes) > limits.maxAttributeValueBytes) {
+        withinLimits = false;
+      }
+      reader.pos = attributeEnd;
     } else {
       reader.skipValue();
     }
   }
-  if (idEnd - idStart !== traceId.length) return false;
-  for (let i = 0; i < traceId.length; i++) {
-    if (body[idStart + i] !== traceId[i]) return false;
+  if (attributes > limits.maxAttributes) withinLimits = false;
+  let inTrace = idEnd - idStart === traceId.length;
+  for (let i = 0; inTrace && i < traceId.length; i++) {
+    if (body[idStart + i] !== traceId[i]) inTrace = false;
   }
-  return true;
+  if (!enforcement.admission.admit(inTrace, withinLimits)) return 'dropped';
+  return carriesIdentity ? stampItemAttributes(enforcement, start, end, SPAN_ATTRIBUTES) : 'unchanged';
 }
 
-function countScopeMetrics(body: Buffer, start: number, end: number): number {
-  let points = 0;
+/**
+ * Size of a KeyValue's value for the per-span limit: a string or bytes value counts its content, any other its
+ * encoded size. Only values whose encoded size is over `limit` are looked into: the encoding is never smaller.
+ */
+function attributeValueBytes(body: Buffer, start: number, end: number, limit: number): number {
+  let encoded = 0;
+  let contentStart = -1;
+  let contentEnd = -1;
+  let values = 0;
   const reader = new WireReader(body, start, end);
   while (!reader.atEnd()) {
     reader.readTag();
-    if (reader.fieldNumber === SCOPE_ITEMS) {
-      const metricEnd = reader.expectLengthDelimited('Metric');
-      points += countMetricDataPoints(body, reader.pos, metricEnd);
-      reader.pos = metricEnd;
+    if (reader.fieldNumber === KEY_VALUE_VALUE && reader.wireType === WIRE_LENGTH_DELIMITED) {
+      const valueEnd = reader.readLengthDelimitedEnd();
+      encoded += valueEnd - reader.pos;
+      values++;
+      contentStart = reader.pos;
+      contentEnd = valueEnd;
+      reader.pos = valueEnd;
     } else {
       reader.skipValue();
     }
   }
-  return points;
+  if (encoded <= limit || values !== 1) return encoded;
+  // One AnyValue that is one string or bytes field: its content is what the limit is about.
+  const value = new WireReader(body, contentStart, contentEnd);
+  value.readTag();
+  if ((value.fieldNumber !== ANY_VALUE_STRING && value.fieldNumber !== ANY_VALUE_BYTES) || value.wireType !== WIRE_LENGTH_DELIMITED) {
+    return encoded;
+  }
+  const fieldEnd = value.readLengthDelimitedEnd();
+  return fieldEnd === contentEnd ? fieldEnd - value.pos : encoded;
 }
 
-function countMetricDataPoints(body: Buffer, start: number, end: number): number {
+/** The identity key this KeyValue carries, if it is one the gateway owns on items; undecoded otherwise. */
+function itemIdentityKey(enforcement: Enforcement, start: number, end: number): string | undefined {
+  const { body } = enforcement;
+  let keyStart = -1;
+  let keyEnd = -1;
+  const keyLength = body[start + 1];
+  if (body[start] === KEY_VALUE_KEY_TAG && keyLength < 0x80 && start + 2 + keyLength <= end && onlyValueAfter(body, start + 2 + keyLength, end)) {
+    // A KeyValue as encoders write it (short key, then at most one value): read without a reader on the hot path.
+    keyStart = start + 2;
+    keyEnd = keyStart + keyLength;
+  } else {
+    const reader = new WireReader(body, start, end);
+    while (!reader.atEnd()) {
+      reader.readTag();
+      if (reader.fieldNumber === KEY_VALUE_KEY) {
+        keyEnd = reader.expectLengthDelimited('KeyValue.key');
+        // Last occurrence wins for a scalar field, as in every protobuf decoder.
+        keyStart = reader.pos;
+        reader.pos = keyEnd;
+      } else {
+        reader.skipValue();
+      }
+    }
+  }
+  if (!ITEM_IDENTITY_KEY_LENGTHS.has(keyEnd - keyStart) || body.compare(CI_PREFIX, 0, 3, keyStart, keyStart + 3) !== 0) return undefined;
+  const key = body.toString('utf8', keyStart, keyEnd);
+  return enforcement.itemIdentity.has(key) ? key : undefined;
+}
+
+/** True when `[pos, end)` is empty or exactly one KeyValue.value field: the key before it is the only one. */
+function onlyValueAfter(body: Buffer, pos: number, end: number): boolean {
+  if (pos === end) return true;
+  if (body[pos] !== KEY_VALUE_VALUE_TAG) return false;
+  let length = 0;
+  let multiplier = 1;
+  for (let i = pos + 1; i < end && i < pos + 6; i++) {
+    length += (body[i] & 0x7f) * multiplier;
+    if (body[i] < 0x80) return i + 1 + length === end;
+    multiplier *= 128;
+  }
+  return false;
+}
+
+/**
+ * Overwrites the identity attributes an item (span, data point, log record) carries with the grant's: the first
+ * occurrence of each key becomes the grant's value, in place; later occurrences are dropped, so a decoder that
+ * keeps the last one cannot be fooled either.
+ */
+function stampItemAttributes(enforcement: Enforcement, start: number, end: number, attributesField: number): Rewrite {
+  const { body } = enforcement;
+  const item = new ChunkList(body);
+  let stamped: Set<string> | undefined;
+  const reader = new WireReader(body, start, end);
+  while (!reader.atEnd()) {
+    const fieldStart = reader.pos;
+    reader.readTag();
+    if (reader.fieldNumber === attributesField) {
+      const attributeEnd = reader.expectLengthDelimited('attributes');
+      const key = itemIdentityKey(enforcement, reader.pos, attributeEnd);
+      if (key === undefined) item.copy(fieldStart, attributeEnd);
+      else {
+        stamped ??= new Set();
+        if (!stamped.has(key)) {
+          stamped.add(key);
+          item.push(encodeBytesField(attributesField, enforcement.itemIdentity.get(key)!));
+        }
+      }
+      reader.pos = attributeEnd;
+    } else {
+      reader.skipValue();
+      item.copy(fieldStart, reader.pos);
+    }
+  }
+  return stamped === undefined ? 'unchanged' : item;
+}
+
+function rewriteMetric(enforcement: Enforcement, start: number, end: number): Rewrite {
+  const { body } = enforcement;
+  const metric = new ChunkList(body);
+  let changed = false;
   // Metric.data is a oneof: when several members occur, the last one is what a decoder keeps (occurrences of
   // the same member merge, so their points add up).
   let dataField = 0;
   let points = 0;
   const reader = new WireReader(body, start, end);
   while (!reader.atEnd()) {
+    const fieldStart = reader.pos;
     reader.readTag();
-    if (METRIC_DATA_FIELDS.has(reader.fieldNumber)) {
-      const field = reader.fieldNumber;
+    const field = reader.fieldNumber;
+    const pointAttributes = DATA_POINT_ATTRIBUTES.get(field);
+    if (pointAttributes !== undefined) {
       const dataEnd = reader.expectLengthDelimited('Metric data');
-      const found = countFields(body, reader.pos, dataEnd, METRIC_DATA_POINTS, 'data point');
-      points = field === dataField ? points + found : found;
+      const data = rewriteMetricData(enforcement, reader.pos, dataEnd, pointAttributes);
+      points = field === dataField ? points + data.points : data.points;
       dataField = field;
+      if (data.rewrite === 'unchanged') metric.copy(fieldStart, dataEnd);
+      else {
+        metric.pushMessage(field, data.rewrite);
+        changed = true;
+      }
       reader.pos = dataEnd;
-    } else {
+    } else if (METRIC_PLAIN_FIELDS.has(field)) {
       reader.skipValue();
+      metric.copy(fieldStart, reader.pos);
+    } else {
+      // Not in the allow-list: dropped.
+      reader.skipValue();
+      changed = true;
     }
   }
-  return points;
+  enforcement.items += points;
+  return changed ? metric : 'unchanged';
 }
 
-function countScopeLogs(body: Buffer, start: number, end: number): number {
-  return countFields(body, start, end, SCOPE_ITEMS, 'LogRecord');
-}
-
-function countFields(body: Buffer, start: number, end: number, fieldNumber: number, name: string): number {
-  let count = 0;
+function rewriteMetricData(enforcement: Enforcement, start: number, end: number, pointAttributes: number): { rewrite: Rewrite; points: number } {
+  const { body } = enforcement;
+  const data = new ChunkList(body);
+  let changed = false;
+  let points = 0;
   const reader = new WireReader(body, start, end);
   while (!reader.atEnd()) {
+    const fieldStart = reader.pos;
     reader.readTag();
-    if (reader.fieldNumber === fieldNumber) {
-      reader.pos = reader.expectLengthDelimited(name);
-      count++;
-    } else {
+    if (reader.fieldNumber === METRIC_DATA_POINTS) {
+      const pointEnd = reader.expectLengthDelimited('data point');
+      points++;
+      const point = stampItemAttributes(enforcement, reader.pos, pointEnd, pointAttributes);
+      if (point === 'unchanged') data.copy(fieldStart, pointEnd);
+      else {
+        data.pushMessage(METRIC_DATA_POINTS, point);
+        changed = true;
+      }
+      reader.pos = pointEnd;
+    } else if (METRIC_DATA_PLAIN_FIELDS.has(reader.fieldNumber)) {
       reader.skipValue();
+      data.copy(fieldStart, reader.pos);
+    } else {
+      // Not in the allow-list: dropped.
+      reader.skipValue();
+      changed = true;
     }
   }
-  return count;
+  return { rewrite: changed ? data : 'unchanged', points };
 }
 
-function encodeIdentityAttributes(grant: GatewayGrant): Buffer {
-  const fields = identityAttributes(grant).map(({ key, value }) => {
-    const anyValue =
-      value.kind === 'int'
-        ? encodeVarintField(ANY_VALUE_INT, value.int)
-        : encodeStringField(ANY_VALUE_STRING, value.string);
-    const keyValue = Buffer.concat([
-      encodeStringField(KEY_VALUE_KEY, key),
-      encodeBytesField(KEY_VALUE_VALUE, anyValue),
-    ]);
-    return encodeBytesField(RESOURCE_ATTRIBUTES, keyValue);
-  });
-  return Buffer.concat(fields);
+function encodeKeyValue({ key, value }: IdentityAttribute): Buffer {
+  const anyValue =
+    value.kind === 'int' ? encodeVarintField(ANY_VALUE_INT, value.int) : encodeStringField(ANY_VALUE_STRING, value.string);
+  return Buffer.concat([encodeStringField(KEY_VALUE_KEY, key), encodeBytesField(KEY_VALUE_VALUE, anyValue)]);
+}
+
+function encodeIdentityAttributes(attributes: IdentityAttribute[]): Buffer {
+  return Buffer.concat(attributes.map((attribute) => encodeBytesField(RESOURCE_ATTRIBUTES, encodeKeyValue(attribute))));
 }
