@@ -1,3 +1,4 @@
+import Redis from 'ioredis';
 import { RedisServer, startRedis } from '../../test/helpers/redis';
 import { Grant, GrantStore, StoreUnavailableError } from './grant';
 import { MemoryGrantStore } from './memory-grant-store';
@@ -123,6 +124,24 @@ function behavesAsAGrantStore(name: string, open: () => Promise<GrantStore>) {
       expect(await store.reserveQuota('spans:1001', 10, 1000, 400)).toBe(10);
     });
 
+    it("takes a job's spans under its quota and its per-second rate at once, saying how much room each had", async () => {
+      const limits = { perJob: 10, perSecond: 4 };
+      expect(await store.reserveSpans(1001, 3, limits, 60_000)).toEqual({ granted: 3, quotaRoom: 10, rateRoom: 4 });
+      expect(await store.reserveSpans(1001, 3, limits, 60_000)).toEqual({ granted: 1, quotaRoom: 7, rateRoom: 1 });
+      expect(await store.reserveSpans(1001, 1, limits, 60_000)).toEqual({ granted: 0, quotaRoom: 6, rateRoom: 0 });
+      // Another job has its own counters.
+      expect((await store.reserveSpans(1002, 4, limits, 60_000)).granted).toBe(4);
+      await sleep(1100);
+      // A new second: the rate has room again, the quota remembers what was taken.
+      expect(await store.reserveSpans(1001, 9, limits, 60_000)).toEqual({ granted: 4, quotaRoom: 6, rateRoom: 4 });
+      expect(await store.reserveSpans(1001, 9, { perJob: 10, perSecond: 100 }, 60_000)).toEqual({ granted: 2, quotaRoom: 2, rateRoom: 96 });
+    });
+
+    it('never hands out more of a job rate than it has, however many replicas ask at once', async () => {
+      const grants = await Promise.all(Array.from({ length: 20 }, () => store.reserveSpans(1003, 7, { perJob: 1000, perSecond: 50 }, 60_000)));
+      expect(grants.reduce((sum, reservation) => sum + reservation.granted, 0)).toBe(50);
+    });
+
     it('answers a ping', async () => {
       await expect(store.ping()).resolves.toBeUndefined();
     });
@@ -138,6 +157,23 @@ afterAll(() => redis.stop());
 behavesAsAGrantStore('Redis', async () => {
   await redis.flush();
   return RedisGrantStore.open(redis.url, 500);
+});
+
+describe('Redis grant store key layout', () => {
+  it("keeps a job's span counters in one hash slot, so the script runs on Redis Cluster", async () => {
+    await redis.flush();
+    const store = await RedisGrantStore.open(redis.url, 500);
+    try {
+      await store.reserveSpans(4242, 1, { perJob: 10, perSecond: 10 }, 60_000);
+      const client = new Redis(redis.url);
+      const keys = await client.keys('*').finally(() => client.disconnect());
+      const tags = keys.filter((key) => key.includes('4242')).map((key) => /\{([^}]*)\}/.exec(key)?.[1]);
+      expect(tags).toHaveLength(2);
+      expect(new Set(tags)).toEqual(new Set(['job:4242']));
+    } finally {
+      await store.close();
+    }
+  });
 });
 
 describe('Redis grant store when Redis is gone', () => {

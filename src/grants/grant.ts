@@ -30,6 +30,23 @@ export interface RateWindow {
   readonly resetInMs: number;
 }
 
+/** What one job may send, shared across replicas (SPEC §6). */
+export interface JobSpanLimits {
+  /** Spans over the grant's life. */
+  readonly perJob: number;
+  /** Spans in any one-second window. */
+  readonly perSecond: number;
+}
+
+/** Outcome of taking spans from a job's quota and rate at once. */
+export interface SpanReservation {
+  readonly granted: number;
+  /** Spans the job quota had room for when asked (before this reservation). */
+  readonly quotaRoom: number;
+  /** Spans the current one-second window had room for when asked. */
+  readonly rateRoom: number;
+}
+
 export interface GrantStore {
   /**
    * Stores the grant of `grant.jobId`; it disappears at its expiry. A job decorated again gets its
@@ -56,6 +73,12 @@ export interface GrantStore {
    * atomically across replicas. Resolves with how many were granted (0 when it is used up).
    */
   reserveQuota(key: string, wanted: number, limit: number, ttlMs: number): Promise<number>;
+  /**
+   * Takes up to `wanted` spans of job `jobId` under both its quota (kept for `quotaTtlMs` from first use) and
+   * its per-second rate, atomically across replicas and in one round trip: grants min(wanted, quota room, rate
+   * room) and charges both with what it granted.
+   */
+  reserveSpans(jobId: number, wanted: number, limits: JobSpanLimits, quotaTtlMs: number): Promise<SpanReservation>;
   /** Resolves when the store answers; rejects otherwise. */
   ping(): Promise<void>;
   close(): Promise<void>;

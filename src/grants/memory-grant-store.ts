@@ -1,4 +1,4 @@
-import { Grant, GrantStore, RateWindow } from './grant';
+import { Grant, GrantStore, JobSpanLimits, RateWindow, SpanReservation } from './grant';
 
 /** Single-process store: the embedded default when no REDIS_URL is set (SPEC §7). */
 export class MemoryGrantStore implements GrantStore {
@@ -72,6 +72,26 @@ export class MemoryGrantStore implements GrantStore {
     const granted = Math.max(0, Math.min(wanted, limit - quota.used));
     quota.used += granted;
     return granted;
+  }
+
+  async reserveSpans(jobId: number, wanted: number, limits: JobSpanLimits, quotaTtlMs: number): Promise<SpanReservation> {
+    const now = this.now();
+    const counter = (key: string, ttlMs: number) => {
+      let current = this.quotas.get(key);
+      if (current === undefined || current.resetsAt <= now) {
+        current = { used: 0, resetsAt: now + ttlMs };
+        this.quotas.set(key, current);
+      }
+      return current;
+    };
+    const quota = counter(`job:${jobId}:spans`, quotaTtlMs);
+    const rate = counter(`job:${jobId}:span-rate`, 1000);
+    const quotaRoom = Math.max(0, limits.perJob - quota.used);
+    const rateRoom = Math.max(0, limits.perSecond - rate.used);
+    const granted = Math.max(0, Math.min(wanted, quotaRoom, rateRoom));
+    quota.used += granted;
+    rate.used += granted;
+    return { granted, quotaRoom, rateRoom };
   }
 
   async ping(): Promise<void> {}

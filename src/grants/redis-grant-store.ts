@@ -1,5 +1,5 @@
 import Redis, { RedisOptions } from 'ioredis';
-import { Grant, GrantStore, RateWindow, StoreUnavailableError } from './grant';
+import { Grant, GrantStore, JobSpanLimits, RateWindow, SpanReservation, StoreUnavailableError } from './grant';
 
 const GRANT_KEY = (jobId: number) => `cjt:grant:${jobId}`;
 const REVOKED_KEY = (jobId: number) => `cjt:revoked:${jobId}`;
@@ -16,6 +16,30 @@ if granted > 0 then
   if redis.call('PTTL', KEYS[1]) < 0 then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
 end
 return granted
+`;
+
+// One hash tag per job, so a job's span counters share a slot: one script may touch both on Redis Cluster.
+const JOB_SPANS_KEY = (jobId: number) => `cjt:{job:${jobId}}:spans`;
+const JOB_SPAN_RATE_KEY = (jobId: number) => `cjt:{job:${jobId}}:span-rate`;
+
+/**
+ * A job's span quota and per-second rate in one atomic step: grants min(wanted, quota room, rate room) and
+ * charges both with it. The rate counter is a fixed one-second window started by its first charge.
+ */
+const RESERVE_SPANS = `
+local wanted = tonumber(ARGV[1])
+local used = tonumber(redis.call('GET', KEYS[1]) or '0')
+local sent = tonumber(redis.call('GET', KEYS[2]) or '0')
+local quotaRoom = math.max(0, tonumber(ARGV[2]) - used)
+local rateRoom = math.max(0, tonumber(ARGV[3]) - sent)
+local granted = math.max(0, math.min(wanted, quotaRoom, rateRoom))
+if granted > 0 then
+  redis.call('INCRBY', KEYS[1], granted)
+  if redis.call('PTTL', KEYS[1]) < 0 then redis.call('PEXPIRE', KEYS[1], ARGV[4]) end
+  redis.call('INCRBY', KEYS[2], granted)
+  if redis.call('PTTL', KEYS[2]) < 0 then redis.call('PEXPIRE', KEYS[2], 1000) end
+end
+return {granted, quotaRoom, rateRoom}
 `;
 
 /**
@@ -65,6 +89,7 @@ interface ScriptCommands {
   cjtHitRateWindow(key: string, windowMs: string): Promise<[number, number]>;
   cjtRevokeGrant(grantKey: string, revokedKey: string, revokedAt: string): Promise<string | null>;
   cjtReserveQuota(key: string, wanted: string, limit: string, ttlMs: string): Promise<number>;
+  cjtReserveSpans(spansKey: string, rateKey: string, wanted: string, perJob: string, perSecond: string, ttlMs: string): Promise<[number, number, number]>;
 }
 
 export class RedisGrantStore implements GrantStore {
@@ -74,6 +99,7 @@ export class RedisGrantStore implements GrantStore {
     redis.defineCommand('cjtHitRateWindow', { numberOfKeys: 1, lua: HIT_RATE_WINDOW });
     redis.defineCommand('cjtRevokeGrant', { numberOfKeys: 2, lua: REVOKE_GRANT });
     redis.defineCommand('cjtReserveQuota', { numberOfKeys: 1, lua: RESERVE_QUOTA });
+    redis.defineCommand('cjtReserveSpans', { numberOfKeys: 2, lua: RESERVE_SPANS });
     this.scripts = redis as unknown as ScriptCommands;
   }
 
@@ -156,6 +182,20 @@ export class RedisGrantStore implements GrantStore {
       this.scripts.cjtReserveQuota(QUOTA_KEY(key), String(wanted), String(limit), String(Math.max(1, Math.round(ttlMs)))),
     );
     return Number(granted);
+  }
+
+  async reserveSpans(jobId: number, wanted: number, limits: JobSpanLimits, quotaTtlMs: number): Promise<SpanReservation> {
+    const [granted, quotaRoom, rateRoom] = await this.guard(() =>
+      this.scripts.cjtReserveSpans(
+        JOB_SPANS_KEY(jobId),
+        JOB_SPAN_RATE_KEY(jobId),
+        String(wanted),
+        String(limits.perJob),
+        String(limits.perSecond),
+        String(Math.max(1, Math.round(quotaTtlMs))),
+      ),
+    );
+    return { granted: Number(granted), quotaRoom: Number(quotaRoom), rateRoom: Number(rateRoom) };
   }
 
   async ping(): Promise<void> {
