@@ -263,6 +263,33 @@ export class EnvironmentVariables {
   @Min(0)
   SPANS_PER_JOB = 1000;
 
+  /**
+   * Spans one job may send in any one-second window, across replicas (issue 9 item 11). The default lets a
+   * full OpenTelemetry SDK batch (512 spans) through at once.
+   */
+  @Transform(toInt)
+  @IsInt()
+  @Min(1)
+  SPANS_PER_SECOND_PER_JOB = 1000;
+
+  /** Largest span the gateway forwards, in the encoding it was sent in (GitLab's design: 4 KB a span). */
+  @Transform(toInt)
+  @IsInt()
+  @Min(64)
+  SPAN_MAX_BYTES = 4096;
+
+  /** Most attributes one span may carry (the OpenTelemetry SDK's default attribute count limit). */
+  @Transform(toInt)
+  @IsInt()
+  @Min(1)
+  SPAN_MAX_ATTRIBUTES = 128;
+
+  /** Longest attribute value on a span: UTF-8 bytes of a string, bytes of a bytes value, encoded size otherwise. */
+  @Transform(toInt)
+  @IsInt()
+  @Min(1)
+  SPAN_MAX_ATTRIBUTE_VALUE_BYTES = 2048;
+
   /** Exports one runner may send per window, across replicas. */
   @Transform(toInt)
   @IsInt()

@@ -16,7 +16,7 @@ export class GatewayMetrics implements DecisionCacheObserver {
     this.requests = new Counter({ name: 'ci_job_telemetry_gateway_requests_total', help: 'OTLP exports by signal and HTTP status', labelNames: ['signal', 'status'], registers });
     this.items = new Counter({
       name: 'ci_job_telemetry_gateway_items_total',
-      help: 'Spans, data points and log records by outcome: accepted, rejected_foreign_trace, rejected_quota',
+      help: 'Spans, data points and log records by outcome: accepted, rejected_foreign_trace, rejected_span_limits, rejected_quota, rejected_rate',
       labelNames: ['signal', 'outcome'],
       registers,
     });

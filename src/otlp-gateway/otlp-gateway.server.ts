@@ -236,34 +236,37 @@ async function decompress(wire: Buffer, maxBytes: number): Promise<Buffer> {
 }
 
 /**
- * Trace binding and the per-job span quota. The quota is taken from the store only for spans that
- * survived trace binding; in the rare case the store grants fewer (quota nearly used, or another
- * replica took some), the body is enforced again with exactly what was granted.
+ * Trace binding, per-span limits, and the job's span quota and rate. Quota and rate are taken from the
+ * store (one round trip) only for spans that passed the checks before; in the rare case the store grants
+ * fewer (quota nearly used, the second's rate spent, or another replica took some), the body is enforced
+ * again with exactly the room each limit had.
  */
 async function enforce(deps: GatewayDependencies, signal: OtlpSignal, encoding: OtlpEncoding, body: Buffer, decision: AllowedDecision): Promise<EnforcedExport> {
   const { config, store, metrics } = deps;
   const grant: GatewayGrant = decision.grant;
+  const spanLimits = { maxBytes: config.SPAN_MAX_BYTES, maxAttributes: config.SPAN_MAX_ATTRIBUTES, maxAttributeValueBytes: config.SPAN_MAX_ATTRIBUTE_VALUE_BYTES };
   let enforced: EnforcedExport;
   try {
-    enforced = enforceExport(signal, encoding, body, grant, Number.MAX_SAFE_INTEGER);
+    enforced = enforceExport(signal, encoding, body, grant, Number.MAX_SAFE_INTEGER, spanLimits);
   } catch (error) {
     if (error instanceof OtlpPayloadError) throw new GatewayError({ kind: 'bad_request', message: error.message });
     throw error;
   }
-  if (signal !== 'traces') {
-    metrics.items.inc({ signal, outcome: 'accepted' }, enforced.forwardedItems);
-    return enforced;
+  if (enforced.forwardedItems > 0 && signal === 'traces') {
+    const wanted = enforced.forwardedItems;
+    const ttlMs = Math.max(MIN_QUOTA_TTL_MS, decision.expiresAt - Date.now());
+    const limits = { perJob: config.SPANS_PER_JOB, perSecond: config.SPANS_PER_SECOND_PER_JOB };
+    const reservation = await orUnavailable(() => store.reserveSpans(grant.jobId, wanted, limits, ttlMs));
+    if (reservation.granted < wanted) {
+      enforced = enforceExport(signal, encoding, body, grant, { quota: reservation.quotaRoom, rate: reservation.rateRoom }, spanLimits);
+    }
   }
-  metrics.items.inc({ signal, outcome: 'rejected_foreign_trace' }, enforced.rejectedItems);
-  if (enforced.forwardedItems === 0) return enforced;
-
-  const inTrace = enforced.forwardedItems;
-  const ttlMs = Math.max(MIN_QUOTA_TTL_MS, decision.expiresAt - Date.now());
-  const granted = await orUnavailable(() => store.reserveQuota(`spans:${grant.jobId}`, inTrace, config.SPANS_PER_JOB, ttlMs));
-  if (granted < inTrace) {
-    const foreign = enforced.rejectedItems;
-    enforced = enforceExport(signal, encoding, body, grant, granted);
-    metrics.items.inc({ signal, outcome: 'rejected_quota' }, enforced.rejectedItems - foreign);
+  const rejected = enforced.rejections;
+  if (rejected !== undefined) {
+    metrics.items.inc({ signal, outcome: 'rejected_foreign_trace' }, rejected.foreignTrace);
+    metrics.items.inc({ signal, outcome: 'rejected_span_limits' }, rejected.overLimits);
+    metrics.items.inc({ signal, outcome: 'rejected_quota' }, rejected.overQuota);
+    metrics.items.inc({ signal, outcome: 'rejected_rate' }, rejected.overRate);
   }
   metrics.items.inc({ signal, outcome: 'accepted' }, enforced.forwardedItems);
   return enforced;
