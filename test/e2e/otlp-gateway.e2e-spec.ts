@@ -50,7 +50,12 @@ async function pickUp(service: ServiceProcess, keys: GitLabKeys, jobId: number, 
 }
 
 /** Spans as a job's instrumented program makes them: parented on the TRACEPARENT the decorator minted. */
-function recordSpans(traceparent: string | undefined, names: string[], resource: Record<string, string | number> = {}): ReadableSpan[] {
+function recordSpans(
+  traceparent: string | undefined,
+  names: string[],
+  resource: Record<string, string | number> = {},
+  spanAttributes: Record<string, string | number> = {},
+): ReadableSpan[] {
   const memory = new InMemorySpanExporter();
   const provider = new BasicTracerProvider({
     resource: resourceFromAttributes({ 'service.name': 'rspec', ...resource }),
@@ -58,7 +63,7 @@ function recordSpans(traceparent: string | undefined, names: string[], resource:
   });
   const tracer = provider.getTracer('ci-job');
   const parent = traceparent === undefined ? ROOT_CONTEXT : new W3CTraceContextPropagator().extract(ROOT_CONTEXT, { traceparent }, defaultTextMapGetter);
-  for (const name of names) tracer.startSpan(name, { attributes: { 'test.step': name } }, parent).end();
+  for (const name of names) tracer.startSpan(name, { attributes: { 'test.step': name, ...spanAttributes } }, parent).end();
   return memory.getFinishedSpans();
 }
 
@@ -144,6 +149,27 @@ describe('OTLP gateway with the OpenTelemetry JS SDK as the client (SPEC §6)', 
     const forwarded = sink.exports.at(-1)!;
     expect(forwarded.headers.authorization).toBeUndefined();
     expect(forwarded.headers['runner-token']).toBeUndefined();
+  });
+
+  it.each(['proto', 'json'] as const)("overwrites a spoofed ci.project.id span attribute (%s) with the grant's, in the runner's types", async (kind) => {
+    const job = await pickUp(service, keys, nextJob++);
+    // GitLab Runner's job_execution span attributes, with the identity spoofed.
+    const runnerAttributes = { 'ci.job.id': 1, 'ci.project.id': 999, 'ci.pipeline.id': '1', 'ci.runner.id': 3, 'ci.pipeline.source': 'push', 'ci.job.status': 'success' };
+    const spans = recordSpans(job.traceparent, ['job_execution'], { 'service.name': 'runner' }, runnerAttributes);
+    const before = sink.spans().length;
+    expect((await exportSpans(exporterFor(kind, service.gatewayUrl, job), spans)).code).toBe(ExportResultCode.SUCCESS);
+
+    const [received] = sink.spans().slice(before);
+    expect(received.attributes).toEqual({
+      'test.step': 'job_execution',
+      'ci.job.id': job.jobId,
+      'ci.project.id': 7,
+      'ci.pipeline.id': '500',
+      'ci.runner.id': 17,
+      'ci.pipeline.source': 'push',
+      'ci.job.status': 'success',
+    });
+    expect(received.attributeKeys.filter((key) => key === 'ci.project.id')).toHaveLength(1);
   });
 
   it('drops spans of a foreign trace and reports them to the SDK as partial success', async () => {
@@ -326,6 +352,57 @@ describe('OTLP gateway with the OpenTelemetry JS SDK as the client (SPEC §6)', 
       const limitedAnswer = await rawExport(limited.gatewayUrl, 'application/json', jsonExport(job.traceId), auth);
       expect(Number(limitedAnswer.retryAfter)).toBeGreaterThan(0);
     });
+  });
+});
+
+describe('OTLP gateway per-span limits and per-job span rate (issue 9 item 11)', () => {
+  let redis: RedisServer;
+  let sink: OtlpSink;
+  let keys: GitLabKeys;
+  let service: ServiceProcess;
+
+  beforeAll(async () => {
+    [redis, sink, keys] = await Promise.all([startRedis(), startOtlpSink(), makeGitLabKeys()]);
+    service = await startService({
+      REDIS_URL: redis.url,
+      OTLP_UPSTREAM_URL: sink.url,
+      JOB_TOKEN_JWKS_FILE: keys.jwksFile,
+      SPAN_MAX_ATTRIBUTES: '8',
+      SPANS_PER_SECOND_PER_JOB: '3',
+    });
+  });
+  afterAll(async () => {
+    await service?.stop();
+    await sink?.stop();
+    await redis?.stop();
+  });
+  beforeEach(() => {
+    sdkWarnings.length = 0;
+  });
+
+  it('rejects a span over the attribute limit through partial success and delivers the others whole', async () => {
+    const job = await pickUp(service, keys, 7001, { id: 71, token: 'glrt-limits-runner-000000001' });
+    const crowded = recordSpans(job.traceparent, ['crowded'], {}, Object.fromEntries(Array.from({ length: 8 }, (_, i) => [`k${i}`, i])));
+    const fine = recordSpans(job.traceparent, ['fine'], {}, { k: 'v' });
+    const result = await exportSpans(exporterFor('proto', service.gatewayUrl, job, 'glrt-limits-runner-000000001'), [...crowded, ...fine]);
+
+    expect(result.code).toBe(ExportResultCode.SUCCESS);
+    expect(sink.spans().map((span) => span.name)).toEqual(['fine']);
+    expect(sink.spans()[0].attributes).toEqual({ 'test.step': 'fine', k: 'v' });
+    expect(sdkWarnings.join('\n')).toMatch(/"rejectedSpans":"?1.*over the per-span limits/);
+  });
+
+  it("rejects a job's spans beyond its per-second rate through partial success, and takes more the next second", async () => {
+    const job = await pickUp(service, keys, 7002, { id: 72, token: 'glrt-rate-runner-0000000072' });
+    const exporter = exporterFor('json', service.gatewayUrl, job, 'glrt-rate-runner-0000000072');
+    const before = sink.spans().length;
+    await exportSpans(exporter, recordSpans(job.traceparent, ['1', '2', '3', '4', '5']));
+    expect(sink.spans().length - before).toBe(3);
+    expect(sdkWarnings.join('\n')).toMatch(/"rejectedSpans":"?2.*spans per second/);
+
+    await new Promise((resolve) => setTimeout(resolve, 1100));
+    expect((await exportSpans(exporter, recordSpans(job.traceparent, ['6']))).code).toBe(ExportResultCode.SUCCESS);
+    expect(sink.spans().length - before).toBe(4);
   });
 });
 
