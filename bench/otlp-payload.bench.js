@@ -35,7 +35,11 @@ const FOREIGN_EVERY = 64; // 8 foreign spans in 512
 const { IDENTITY_ATTRIBUTE_KEYS: IDENTITY_KEYS } = require('../src/otlp-gateway/otlp-identity.ts');
 const { ciJobSpanBatch, withBinaryIds } = require('./lib/otlp-batch.ts');
 
-/** Alternative (b): full decode, object edits, full encode. Mirrors the wire implementation's rules. */
+/**
+ * Alternative (b): full decode, object edits, full encode. Mirrors the wire implementation's rules for this batch
+ * (trace binding, quota, resource stamping); the batch has no span-level identity keys and no fields outside the
+ * allow-list, so the item-level stamping and dropping the wire implementation also does are not needed here.
+ */
 function enforceWithProtobufjs(body, grant, spanBudget) {
   const traceId = Buffer.from(grant.traceId, 'hex');
   const identity = [
