@@ -850,6 +850,27 @@ describe.each(['traces', 'metrics', 'logs'] as const)('enforceExport deprecated 
     expect(result).toMatchObject({ forwardedItems: 1, rejectedItems: 0 });
   });
 
+  it('JSON current containers in snake_case, which the Collector also reads, are enforced the same way', () => {
+    const snake = (name: string) => name.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+    const scope = smuggledScope();
+    if (signal === 'logs') {
+      scope.log_records = scope.logRecords;
+      delete scope.logRecords;
+    }
+    if (signal === 'metrics') {
+      scope.metrics[0].gauge.data_points = scope.metrics[0].gauge.dataPoints;
+      delete scope.metrics[0].gauge.dataPoints;
+    }
+    const body = Buffer.from(JSON.stringify({ [snake(resources)]: [{ [snake(scopes)]: [scope] }] }));
+
+    const result = enforceExport(signal, 'json', body, GRANT, 1000);
+
+    const forwarded = JSON.parse(result.body.toString());
+    expect(itemsOf(forwarded)).toEqual([{ name: signal === 'traces' ? 'own' : 'smuggled', attributes: stamped }]);
+    expect(identityOf(forwarded[resources][0])).toEqual(EXPECTED_IDENTITY);
+    expect(result).toMatchObject({ forwardedItems: 1, rejectedItems: signal === 'traces' ? 1 : 0 });
+  });
+
   it('JSON members outside the allow-list are dropped at the request, resource, scope and metric levels', () => {
     const scope: Json = { ...currentScope(), futureItems: [smuggledScope()] };
     if (signal === 'metrics') scope.metrics[0].futureData = { dataPoints: [{ asInt: '9' }] };
