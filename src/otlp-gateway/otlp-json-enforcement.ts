@@ -225,22 +225,23 @@ function spanTraceId(span: JsonObject): string {
  */
 function stampItemAttributes(enforcement: Enforcement, item: JsonObject, where: string): void {
   const attributes = arrayField(item, ['attributes', undefined], where);
-  let stamped: Set<string> | undefined;
+  const identityOf = (attribute: unknown) => {
+    const key = asObject(attribute, `${where}.attributes[]`).key;
+    return typeof key === 'string' ? enforcement.itemIdentity.get(key) : undefined;
+  };
+  // Most items carry no identity key: they are left alone without a copy.
+  if (!attributes.some((attribute) => identityOf(attribute) !== undefined)) return;
+  const stamped = new Set<JsonObject>();
   const result: unknown[] = [];
   for (const attribute of attributes) {
-    const key = asObject(attribute, `${where}.attributes[]`).key;
-    const identity = typeof key === 'string' ? enforcement.itemIdentity.get(key) : undefined;
-    if (identity === undefined) {
-      result.push(attribute);
-      continue;
-    }
-    stamped ??= new Set();
-    if (!stamped.has(key as string)) {
-      stamped.add(key as string);
+    const identity = identityOf(attribute);
+    if (identity === undefined) result.push(attribute);
+    else if (!stamped.has(identity)) {
+      stamped.add(identity);
       result.push(identity);
     }
   }
-  if (stamped !== undefined) item.attributes = result;
+  item.attributes = result;
 }
 
 /** Rebuilds a Metric from the members it may have, counting and stamping its data points. */
