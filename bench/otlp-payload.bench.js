@@ -108,9 +108,11 @@ const logical = ciJobSpanBatch({
 const protobufBody = Buffer.from(Request.encode(Request.fromObject(withBinaryIds(logical))).finish());
 const jsonBody = Buffer.from(JSON.stringify(logical));
 const budget = 1000;
+// The gateway's default per-span limits (src/config/app-config.ts): every span of the batch is within them.
+const LIMITS = { maxBytes: 4096, maxAttributes: 128, maxAttributeValueBytes: 2048 };
 
 // Both must reach the same verdict and the same decoded data before their speed means anything.
-const viaWire = enforceExport('traces', 'protobuf', protobufBody, GRANT, budget);
+const viaWire = enforceExport('traces', 'protobuf', protobufBody, GRANT, budget, LIMITS);
 const viaProtobufjs = enforceWithProtobufjs(protobufBody, GRANT, budget);
 const decoded = (body) => JSON.stringify(Request.toObject(Request.decode(body), { longs: String, bytes: String }));
 if (viaWire.forwardedItems !== viaProtobufjs.forwardedItems || viaWire.rejectedItems !== viaProtobufjs.rejectedItems
@@ -119,9 +121,9 @@ if (viaWire.forwardedItems !== viaProtobufjs.forwardedItems || viaWire.rejectedI
 }
 
 const approaches = {
-  wire: () => enforceExport('traces', 'protobuf', protobufBody, GRANT, budget),
+  wire: () => enforceExport('traces', 'protobuf', protobufBody, GRANT, budget, LIMITS),
   protobufjs: () => enforceWithProtobufjs(protobufBody, GRANT, budget),
-  'json (reference)': () => enforceExport('traces', 'json', jsonBody, GRANT, budget),
+  'json (reference)': () => enforceExport('traces', 'json', jsonBody, GRANT, budget, LIMITS),
 };
 for (const fn of Object.values(approaches)) opsPerSecond(fn); // warm-up
 
