@@ -871,6 +871,33 @@ describe.each(['traces', 'metrics', 'logs'] as const)('enforceExport deprecated 
     expect(result).toMatchObject({ forwardedItems: 1, rejectedItems: signal === 'traces' ? 1 : 0 });
   });
 
+  it('protobuf fields outside the allow-list are dropped at the request, resource, scope and metric levels', () => {
+    const tagged = (fieldNumber: number, payload: Buffer) => {
+      const header = protobuf.Writer.create().uint32((fieldNumber << 3) | 2).uint32(payload.length).finish();
+      return Buffer.concat([Buffer.from(header), payload]);
+    };
+    const encodeAs = (type: string, object: Json) => {
+      const messageType = schema.lookupType(`otlp.${type}`);
+      return Buffer.from(messageType.encode(messageType.fromObject(hexToBase64(object) as Json)).finish());
+    };
+    const smuggledScopeBytes = encodeAs(`Scope${plural}`, smuggledScope());
+    const smuggledItemBytes = smuggledScopeBytes.subarray(2); // any bytes holding 'smuggled'
+    let scope = Buffer.concat([encodeAs(`Scope${plural}`, currentScope()), tagged(5, smuggledItemBytes)]);
+    if (signal === 'metrics') {
+      // Metric field 4 was int_gauge (removed from OTLP); an unknown field inside Gauge could be a newer member.
+      const gauge = Buffer.concat([encodeAs('Gauge', { dataPoints: [{ asInt: '2' }] }), tagged(9, smuggledItemBytes)]);
+      const metric = Buffer.concat([encodeAs('Metric', { name: 'current' }), tagged(5, gauge), tagged(4, smuggledItemBytes)]);
+      scope = Buffer.concat([tagged(2, metric), tagged(5, smuggledItemBytes)]);
+    }
+    const container = Buffer.concat([tagged(2, scope), tagged(7, smuggledScopeBytes)]);
+    const body = Buffer.concat([tagged(1, container), tagged(9, smuggledScopeBytes)]);
+
+    const result = enforceExport(signal, 'protobuf', body, GRANT, 1000);
+
+    expect(result.body.includes('smuggled')).toBe(false);
+    expect(itemsOf(decode(signal, result.body, 'protobuf')).map((item) => item.name)).toEqual(['current']);
+  });
+
   it('JSON members outside the allow-list are dropped at the request, resource, scope and metric levels', () => {
     const scope: Json = { ...currentScope(), futureItems: [smuggledScope()] };
     if (signal === 'metrics') scope.metrics[0].futureData = { dataPoints: [{ asInt: '9' }] };
