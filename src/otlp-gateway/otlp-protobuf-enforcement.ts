@@ -73,6 +73,7 @@ const KEY_VALUE_KEY = 1;
 const KEY_VALUE_VALUE = 2;
 const KEY_VALUE_KEY_TAG = (KEY_VALUE_KEY << 3) | WIRE_LENGTH_DELIMITED;
 const KEY_VALUE_VALUE_TAG = (KEY_VALUE_VALUE << 3) | WIRE_LENGTH_DELIMITED;
+const CI_PREFIX = Buffer.from('ci.');
 const ANY_VALUE_STRING = 1;
 const ANY_VALUE_INT = 3;
 const ANY_VALUE_BYTES = 7;
@@ -95,6 +96,9 @@ interface Enforcement {
   admission: SpanAdmission;
   /** Data points or log records seen (metrics, logs). */
   items: number;
+  /** Where the last search for "ci." started, and what it found (-1: nothing after it). */
+  ciSearchFrom: number;
+  ciFoundAt: number;
 }
 
 /** An item or message the gateway left as it came, or its rewritten fields. */
@@ -116,6 +120,8 @@ export function enforceProtobufExport(
     limits: spanLimits,
     admission: new SpanAdmission(spanBudget, spanLimits),
     items: 0,
+    ciSearchFrom: Infinity,
+    ciFoundAt: -1,
   };
   const out = new ChunkList(body);
   const reader = new WireReader(body, 0, body.length);
@@ -292,6 +298,7 @@ function admitSpan(enforcement: Enforcement, start: number, end: number): Rewrit
   let attributes = 0;
   let carriesIdentity = false;
   let withinLimits = end - start <= limits.maxBytes;
+  let mayCarryIdentity = bytesContainCiPrefix(enforcement, start, end);
   const reader = new WireReader(body, start, end);
   while (!reader.atEnd()) {
     reader.readTag();
@@ -302,7 +309,10 @@ function admitSpan(enforcement: Enforcement, start: number, end: number): Rewrit
     } else if (reader.fieldNumber === SPAN_ATTRIBUTES) {
       const attributeEnd = reader.expectLengthDelimited('Span.attributes');
       attributes++;
-      if (!carriesIdentity && itemIdentityKey(enforcement, reader.pos, attributeEnd) !== undefined) carriesIdentity = true;
+      if (mayCarryIdentity && itemIdentityKey(enforcement, reader.pos, attributeEnd) !== undefined) {
+        carriesIdentity = true;
+        mayCarryIdentity = false;
+      }
       // The whole KeyValue is an upper bound of its value's size: only a long one is looked into.
       if (withinLimits && attributeEnd - reader.pos > limits.maxAttributeValueBytes && attributeValueBytes(body, reader.pos, attributeEnd, limits.maxAttributeValueBytes) > limits.maxAttributeValueBytes) {
         withinLimits = false;
@@ -353,6 +363,19 @@ function attributeValueBytes(body: Buffer, start: number, end: number, limit: nu
   }
   const fieldEnd = value.readLengthDelimitedEnd();
   return fieldEnd === contentEnd ? fieldEnd - value.pos : encoded;
+}
+
+/**
+ * False when `[start, end)` holds no "ci." at all, so no attribute in it can be an identity key: most items are
+ * then passed without looking at their attributes. Items are visited in body order, so one search serves every
+ * item up to the next occurrence: linear in the body overall.
+ */
+function bytesContainCiPrefix(enforcement: Enforcement, start: number, end: number): boolean {
+  if (!(enforcement.ciSearchFrom <= start && (enforcement.ciFoundAt === -1 || enforcement.ciFoundAt >= start))) {
+    enforcement.ciSearchFrom = start;
+    enforcement.ciFoundAt = enforcement.body.indexOf(CI_PREFIX, start);
+  }
+  return enforcement.ciFoundAt !== -1 && enforcement.ciFoundAt < end;
 }
 
 /** The identity key this KeyValue carries, if it is one the gateway owns on items; undecoded otherwise. */
@@ -408,6 +431,7 @@ function onlyValueAfter(body: Buffer, pos: number, end: number): boolean {
  */
 function stampItemAttributes(enforcement: Enforcement, start: number, end: number, attributesField: number): Rewrite {
   const { body } = enforcement;
+  if (!bytesContainCiPrefix(enforcement, start, end)) return 'unchanged';
   const item = new ChunkList(body);
   let stamped: Set<string> | undefined;
   const reader = new WireReader(body, start, end);
