@@ -263,10 +263,12 @@ async function enforce(deps: GatewayDependencies, signal: OtlpSignal, encoding: 
   }
   const rejected = enforced.rejections;
   if (rejected !== undefined) {
-    metrics.items.inc({ signal, outcome: 'rejected_foreign_trace' }, rejected.foreignTrace);
-    metrics.items.inc({ signal, outcome: 'rejected_span_limits' }, rejected.overLimits);
-    metrics.items.inc({ signal, outcome: 'rejected_quota' }, rejected.overQuota);
-    metrics.items.inc({ signal, outcome: 'rejected_rate' }, rejected.overRate);
+    // Only outcomes that happened: a zero would create a series for every signal and outcome on first export.
+    const count = (outcome: string, items: number) => items > 0 && metrics.items.inc({ signal, outcome }, items);
+    count('rejected_foreign_trace', rejected.foreignTrace);
+    count('rejected_span_limits', rejected.overLimits);
+    count('rejected_quota', rejected.overQuota);
+    count('rejected_rate', rejected.overRate);
   }
   metrics.items.inc({ signal, outcome: 'accepted' }, enforced.forwardedItems);
   return enforced;
