@@ -123,6 +123,21 @@ describe('a stock GitLab Runner exports through the gateway (SPEC §4, §6)', ()
     expect(service.output()).not.toContain(capability);
   });
 
+  it('overwrites a spoofed identity on the runner span with the grant, in the runner types', async () => {
+    const { payload, telemetry } = await pickUp(service, 7007, 904);
+    const view = readTracingAsRunner(payload.features);
+    const before = sink.spans().length;
+    // A runner (or a job pretending to be one) claiming another project, job, pipeline and runner.
+    const spoofed = { jobId: 1, projectId: 999_999, pipelineId: '1', runnerId: 4242 };
+    expect((await runAsStockRunner(view.plans[0], view.parent!, spoofed)).code).toBe(ExportResultCode.SUCCESS);
+    const [received] = sink.spans().slice(before);
+    expect(received.traceId).toBe(telemetry.trace_id);
+    expect(received.attributes).toMatchObject({ 'ci.job.id': 7007, 'ci.project.id': 7, 'ci.pipeline.id': '904', 'ci.runner.id': 17 });
+    for (const key of ['ci.job.id', 'ci.project.id', 'ci.pipeline.id', 'ci.runner.id']) {
+      expect(received.attributeKeys.filter((name) => name === key)).toHaveLength(1);
+    }
+  });
+
   it('refuses a forged capability, another job capability and a revoked grant, with OTLP Status answers', async () => {
     const job = await pickUp(service, 7002, 901);
     const other = await pickUp(service, 7003, 901);
