@@ -142,6 +142,32 @@ function behavesAsAGrantStore(name: string, open: () => Promise<GrantStore>) {
       expect(grants.reduce((sum, reservation) => sum + reservation.granted, 0)).toBe(50);
     });
 
+    it('takes back spans given back, never below zero, and only for the job they were taken from', async () => {
+      const limits = { perJob: 100, perSecond: 1000 };
+      expect((await store.reserveSpans(1001, 60, limits, 60_000)).granted).toBe(60);
+      await store.releaseSpans(1001, 60);
+      expect((await store.reserveSpans(1001, 100, limits, 60_000)).granted).toBe(100);
+      await store.releaseSpans(1001, 30);
+      await store.releaseSpans(1002, 30);
+      expect((await store.reserveSpans(1001, 100, limits, 60_000)).granted).toBe(30);
+      expect((await store.reserveSpans(1002, 100, { perJob: 10, perSecond: 1000 }, 60_000)).granted).toBe(10);
+      await store.releaseSpans(1001, 1000);
+      expect((await store.reserveSpans(1001, 1000, limits, 60_000)).granted).toBe(100);
+    });
+
+    it('does not bring back or lengthen a span quota that has ended', async () => {
+      const limits = { perJob: 100, perSecond: 1000 };
+      expect((await store.reserveSpans(1001, 100, limits, 300)).granted).toBe(100);
+      await sleep(150);
+      await store.releaseSpans(1001, 50);
+      await sleep(200);
+      // The quota ended 300 ms after it was first taken: a fresh one, whole, not the 50 given back.
+      expect((await store.reserveSpans(1001, 1000, limits, 300)).granted).toBe(100);
+      await sleep(350);
+      await store.releaseSpans(1001, 100);
+      expect((await store.reserveSpans(1001, 1000, limits, 300)).granted).toBe(100);
+    });
+
     it('answers a ping', async () => {
       await expect(store.ping()).resolves.toBeUndefined();
     });

@@ -79,6 +79,13 @@ export interface GrantStore {
    * room) and charges both with what it granted.
    */
   reserveSpans(jobId: number, wanted: number, limits: JobSpanLimits, quotaTtlMs: number): Promise<SpanReservation>;
+  /**
+   * Gives back `spans` of job `jobId`'s quota taken by reserveSpans for spans that were then not accepted
+   * (SPEC §6: the collector refused them, so the client sends them again), never below zero and without
+   * extending the quota's life. A quota that has already ended stays ended; the per-second rate is not
+   * given back (a retry comes in a later second).
+   */
+  releaseSpans(jobId: number, spans: number): Promise<void>;
   /** Resolves when the store answers; rejects otherwise. */
   ping(): Promise<void>;
   close(): Promise<void>;

@@ -94,6 +94,12 @@ export class MemoryGrantStore implements GrantStore {
     return { granted, quotaRoom, rateRoom };
   }
 
+  async releaseSpans(jobId: number, spans: number): Promise<void> {
+    const quota = this.quotas.get(`job:${jobId}:spans`);
+    if (quota === undefined || quota.resetsAt <= this.now()) return;
+    quota.used = Math.max(0, quota.used - spans);
+  }
+
   async ping(): Promise<void> {}
 
   async close(): Promise<void> {

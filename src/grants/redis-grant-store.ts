@@ -43,6 +43,17 @@ return {granted, quotaRoom, rateRoom}
 `;
 
 /**
+ * Takes back up to ARGV[1] spans of a job's quota, never below zero. DECRBY keeps the key's TTL, and a
+ * key that has expired is not brought back (it would live forever without one).
+ */
+const RELEASE_SPANS = `
+local used = tonumber(redis.call('GET', KEYS[1]) or '0')
+local released = math.min(used, tonumber(ARGV[1]))
+if released > 0 then redis.call('DECRBY', KEYS[1], released) end
+return released
+`;
+
+/**
  * Fixed-window counter in one round trip: INCR, start the window on the first hit, report its TTL.
  * Atomic on the server, so replicas share one count.
  */
@@ -90,6 +101,7 @@ interface ScriptCommands {
   cjtRevokeGrant(grantKey: string, revokedKey: string, revokedAt: string): Promise<string | null>;
   cjtReserveQuota(key: string, wanted: string, limit: string, ttlMs: string): Promise<number>;
   cjtReserveSpans(spansKey: string, rateKey: string, wanted: string, perJob: string, perSecond: string, ttlMs: string): Promise<[number, number, number]>;
+  cjtReleaseSpans(spansKey: string, spans: string): Promise<number>;
 }
 
 export class RedisGrantStore implements GrantStore {
@@ -100,6 +112,7 @@ export class RedisGrantStore implements GrantStore {
     redis.defineCommand('cjtRevokeGrant', { numberOfKeys: 2, lua: REVOKE_GRANT });
     redis.defineCommand('cjtReserveQuota', { numberOfKeys: 1, lua: RESERVE_QUOTA });
     redis.defineCommand('cjtReserveSpans', { numberOfKeys: 2, lua: RESERVE_SPANS });
+    redis.defineCommand('cjtReleaseSpans', { numberOfKeys: 1, lua: RELEASE_SPANS });
     this.scripts = redis as unknown as ScriptCommands;
   }
 
@@ -196,6 +209,11 @@ export class RedisGrantStore implements GrantStore {
       ),
     );
     return { granted: Number(granted), quotaRoom: Number(quotaRoom), rateRoom: Number(rateRoom) };
+  }
+
+  async releaseSpans(jobId: number, spans: number): Promise<void> {
+    if (spans <= 0) return;
+    await this.guard(() => this.scripts.cjtReleaseSpans(JOB_SPANS_KEY(jobId), String(spans)));
   }
 
   async ping(): Promise<void> {
