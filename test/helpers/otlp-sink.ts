@@ -43,13 +43,16 @@ export interface ReceivedExport {
   readonly body: Buffer;
 }
 
-export type SinkAnswer = 'ok' | 'hang' | number | { rejectedSpans: number; errorMessage: string };
+/** A status alone answers with a google.rpc.Status; `retryAfter` adds the collector's own Retry-After. */
+export type SinkAnswer = 'ok' | 'hang' | number | { status: number; retryAfter: string } | { rejectedSpans: number; errorMessage: string };
 
 export interface OtlpSink {
   readonly url: string;
   readonly exports: ReceivedExport[];
   spans(): ReceivedSpan[];
   answerWith(answer: SinkAnswer): void;
+  /** Answers the next requests with these, one each, then goes back to the `answerWith` answer. */
+  answerNext(...answers: SinkAnswer[]): void;
   stop(): Promise<void>;
   start(): Promise<void>;
 }
@@ -110,7 +113,8 @@ function summarize(signal: ReceivedExport['signal'], contentType: string, header
 export async function startOtlpSink(): Promise<OtlpSink> {
   const port = await freePort();
   const exports: ReceivedExport[] = [];
-  let answer: SinkAnswer = 'ok';
+  let standing: SinkAnswer = 'ok';
+  const queued: SinkAnswer[] = [];
   let server: Server | undefined;
   const sockets = new Set<Socket>();
 
@@ -123,14 +127,17 @@ export async function startOtlpSink(): Promise<OtlpSink> {
         response.writeHead(404).end();
         return;
       }
+      const answer = queued.shift() ?? standing;
       if (answer === 'hang') return;
       const contentType = request.headers['content-type'] ?? '';
-      if (typeof answer === 'number') {
+      if (typeof answer === 'number' || (typeof answer === 'object' && 'status' in answer)) {
+        const httpStatus = typeof answer === 'number' ? answer : answer.status;
         // As a collector does: a google.rpc.Status in the request's encoding.
-        const status = { code: answer >= 500 ? 14 : 3, message: `sink answers ${answer}` };
+        const status = { code: httpStatus >= 500 ? 14 : 3, message: `sink answers ${httpStatus}` };
         const type = root.lookupType('otlp.RpcStatus');
         const body = contentType.startsWith('application/json') ? JSON.stringify(status) : Buffer.from(type.encode(type.fromObject(status)).finish());
-        response.writeHead(answer, { 'content-type': contentType }).end(body);
+        const headers = typeof answer === 'number' ? {} : { 'retry-after': answer.retryAfter };
+        response.writeHead(httpStatus, { 'content-type': contentType, ...headers }).end(body);
         return;
       }
       exports.push(summarize(signal, contentType, request.headers, Buffer.concat(chunks)));
@@ -168,7 +175,11 @@ export async function startOtlpSink(): Promise<OtlpSink> {
     url: `http://127.0.0.1:${port}`,
     exports,
     spans: () => exports.flatMap((received) => received.spans),
-    answerWith: (next) => (answer = next),
+    answerWith: (next) => {
+      standing = next;
+      queued.length = 0;
+    },
+    answerNext: (...next) => queued.push(...next),
     stop,
     start,
   };
