@@ -6,6 +6,7 @@ import { AppModule } from './app.module';
 import { AppConfig } from './config/app-config';
 import { Secrets } from './config/secrets';
 import { AllExceptionsFilter } from './observability/all-exceptions.filter';
+import { drainUnreadBodies } from './observability/body-drain';
 import { PinoNestLogger } from './observability/logger';
 import { addRequestHooks, requestIdOf } from './observability/request-hooks';
 
@@ -26,6 +27,7 @@ export async function createInternalApp(config: AppConfig, secrets: Secrets, log
   app.useGlobalFilters(new AllExceptionsFilter());
 
   addRequestHooks(app.getHttpAdapter().getInstance(), logger);
+  drainUnreadBodies(app.getHttpAdapter().getInstance(), config.BODY_LIMIT_BYTES);
   await app.init();
   return app;
 }

@@ -1,4 +1,5 @@
 import { Pool } from 'undici';
+import { OUTAGE_RETRY_AFTER_SECONDS, upstreamRetryAfter } from '../observability/retry-after';
 import { capabilityPath } from '../runner-auth/job-capability';
 import { RunnerCredential } from '../runner-auth/runner-credential';
 import { AuthIdentity, AuthOutcome, identityOf } from '../token-auth/auth-outcome';
@@ -33,8 +34,6 @@ function allowedFrom(identity: AuthIdentity, maxAgeSeconds: number): GatewayDeci
     maxAgeSeconds,
   };
 }
-
-const REMOTE_RETRY_AFTER_SECONDS = 5;
 
 /**
  * The runner's credential as the auth endpoint reads it: header credentials exactly as received, a
@@ -84,10 +83,10 @@ export class RemoteAuthenticator implements GatewayAuthenticator {
       });
     } catch {
       // An unreachable control process is an outage, never a reason to call a runner unauthenticated.
-      return { kind: 'unavailable', reason: 'control process unreachable', retryAfterSeconds: REMOTE_RETRY_AFTER_SECONDS };
+      return { kind: 'unavailable', reason: 'control process unreachable', retryAfterSeconds: OUTAGE_RETRY_AFTER_SECONDS };
     }
     const text = await response.body.text();
-    const retryAfter = Number(response.headers['retry-after']) || REMOTE_RETRY_AFTER_SECONDS;
+    const retryAfter = upstreamRetryAfter(headerValue(response.headers['retry-after'])) ?? OUTAGE_RETRY_AFTER_SECONDS;
     // The control process's own reason (never a token: SPEC §5), so this gateway's refusal log says why.
     const reason = (fallback: string) => errorOf(text) ?? fallback;
     switch (response.statusCode) {
@@ -118,4 +117,8 @@ function errorOf(body: string): string | undefined {
   } catch {
     return undefined;
   }
+}
+
+function headerValue(value: string | string[] | undefined): string | undefined {
+  return Array.isArray(value) ? value[0] : value;
 }

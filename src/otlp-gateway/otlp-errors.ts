@@ -1,64 +1,94 @@
+import { OUTAGE_RETRY_AFTER_SECONDS } from '../observability/retry-after';
+import type { RpcStatus } from './otlp-response';
+
 /**
- * The gateway's failures as OTLP/HTTP answers (SPEC §6): one function maps each to its HTTP status,
- * google.rpc.Code and Retry-After. OTLP clients retry 429, 502, 503 and 504 only, so every transient
- * fault must land on one of those, and nothing permanent may.
+ * Every way a gateway request can fail, the framework's own failures included (bad URL, body limit,
+ * shutdown): each becomes an OTLP/HTTP answer in one place, `otlpErrorAnswer` (SPEC §6).
  */
 export type GatewayFailure =
   | { readonly kind: 'unsupported_media_type'; readonly message: string }
   | { readonly kind: 'bad_request'; readonly message: string }
+  | { readonly kind: 'not_found'; readonly message: string }
   | { readonly kind: 'too_large'; readonly message: string }
   | { readonly kind: 'unauthenticated'; readonly message: string }
   | { readonly kind: 'forbidden'; readonly message: string }
   | { readonly kind: 'rate_limited'; readonly retryAfterSeconds: number }
   | { readonly kind: 'store_unavailable'; readonly retryAfterSeconds: number }
+  | { readonly kind: 'shutting_down' }
   | { readonly kind: 'upstream_unreachable' }
   | { readonly kind: 'upstream_timeout' }
-  | { readonly kind: 'upstream_error'; readonly status: number }
-  | { readonly kind: 'not_found'; readonly message: string };
+  /** The collector answered 5xx (or something that is not HTTP success); its Retry-After, when it sent one. */
+  | { readonly kind: 'upstream_error'; readonly status: number; readonly retryAfterSeconds?: number }
+  /**
+   * The collector refused with a 4xx, passed on as it came (SPEC §6); `status` is its google.rpc.Status
+   * body when that is readable in the client's encoding.
+   */
+  | { readonly kind: 'upstream_refused'; readonly status: number; readonly retryAfterSeconds?: number; readonly statusBody?: Buffer }
+  | { readonly kind: 'internal' };
 
 export interface OtlpErrorAnswer {
   readonly httpStatus: number;
-  /** google.rpc.Code */
-  readonly rpcCode: number;
-  readonly message: string;
+  /** The google.rpc.Status to encode in the request's encoding, or the collector's own, already encoded. */
+  readonly status: RpcStatus | Buffer;
   readonly retryAfterSeconds?: number;
 }
 
-/** Seconds a client should wait after a collector fault. */
-export const UPSTREAM_RETRY_AFTER_SECONDS = 5;
+/** google.rpc.Code values OTLP uses. */
+const RPC = {
+  INVALID_ARGUMENT: 3,
+  DEADLINE_EXCEEDED: 4,
+  NOT_FOUND: 5,
+  PERMISSION_DENIED: 7,
+  RESOURCE_EXHAUSTED: 8,
+  INTERNAL: 13,
+  UNAVAILABLE: 14,
+  UNAUTHENTICATED: 16,
+} as const;
 
-const RPC = { INVALID_ARGUMENT: 3, DEADLINE_EXCEEDED: 4, NOT_FOUND: 5, PERMISSION_DENIED: 7, RESOURCE_EXHAUSTED: 8, UNAVAILABLE: 14, UNAUTHENTICATED: 16 } as const;
-
+/**
+ * OTLP clients retry 429, 502, 503 and 504 only (OTLP/HTTP "Failures"), so every transient fault lands on
+ * one of those with a Retry-After, and nothing permanent does.
+ */
 export function otlpErrorAnswer(failure: GatewayFailure): OtlpErrorAnswer {
   switch (failure.kind) {
     case 'unsupported_media_type':
-      return { httpStatus: 415, rpcCode: RPC.INVALID_ARGUMENT, message: failure.message };
+      return { httpStatus: 415, status: { code: RPC.INVALID_ARGUMENT, message: failure.message } };
     case 'bad_request':
-      return { httpStatus: 400, rpcCode: RPC.INVALID_ARGUMENT, message: failure.message };
-    case 'too_large':
-      return { httpStatus: 413, rpcCode: RPC.RESOURCE_EXHAUSTED, message: failure.message };
-    case 'unauthenticated':
-      return { httpStatus: 401, rpcCode: RPC.UNAUTHENTICATED, message: failure.message };
-    case 'forbidden':
-      return { httpStatus: 403, rpcCode: RPC.PERMISSION_DENIED, message: failure.message };
+      return { httpStatus: 400, status: { code: RPC.INVALID_ARGUMENT, message: failure.message } };
     case 'not_found':
-      return { httpStatus: 404, rpcCode: RPC.NOT_FOUND, message: failure.message };
+      return { httpStatus: 404, status: { code: RPC.NOT_FOUND, message: failure.message } };
+    case 'too_large':
+      return { httpStatus: 413, status: { code: RPC.RESOURCE_EXHAUSTED, message: failure.message } };
+    case 'unauthenticated':
+      return { httpStatus: 401, status: { code: RPC.UNAUTHENTICATED, message: failure.message } };
+    case 'forbidden':
+      return { httpStatus: 403, status: { code: RPC.PERMISSION_DENIED, message: failure.message } };
     case 'rate_limited':
-      return { httpStatus: 429, rpcCode: RPC.RESOURCE_EXHAUSTED, message: 'runner rate limit exceeded', retryAfterSeconds: failure.retryAfterSeconds };
+      return { httpStatus: 429, status: { code: RPC.RESOURCE_EXHAUSTED, message: 'runner rate limit exceeded' }, retryAfterSeconds: failure.retryAfterSeconds };
     case 'store_unavailable':
-      return { httpStatus: 503, rpcCode: RPC.UNAVAILABLE, message: 'grant store unavailable', retryAfterSeconds: failure.retryAfterSeconds };
+      return { httpStatus: 503, status: { code: RPC.UNAVAILABLE, message: 'grant store unavailable' }, retryAfterSeconds: failure.retryAfterSeconds };
+    case 'shutting_down':
+      // Another replica, or this one restarted, takes the retry.
+      return { httpStatus: 503, status: { code: RPC.UNAVAILABLE, message: 'gateway is shutting down' }, retryAfterSeconds: OUTAGE_RETRY_AFTER_SECONDS };
     case 'upstream_unreachable':
-      return { httpStatus: 502, rpcCode: RPC.UNAVAILABLE, message: 'collector unreachable', retryAfterSeconds: UPSTREAM_RETRY_AFTER_SECONDS };
+      return { httpStatus: 502, status: { code: RPC.UNAVAILABLE, message: 'collector unreachable' }, retryAfterSeconds: OUTAGE_RETRY_AFTER_SECONDS };
     case 'upstream_timeout':
-      return { httpStatus: 504, rpcCode: RPC.DEADLINE_EXCEEDED, message: 'collector did not answer in time', retryAfterSeconds: UPSTREAM_RETRY_AFTER_SECONDS };
+      return { httpStatus: 504, status: { code: RPC.DEADLINE_EXCEEDED, message: 'collector did not answer in time' }, retryAfterSeconds: OUTAGE_RETRY_AFTER_SECONDS };
     case 'upstream_error':
       // 503 and 504 keep their meaning; any other 5xx is the collector failing: bad gateway.
       return {
         httpStatus: failure.status === 503 || failure.status === 504 ? failure.status : 502,
-        rpcCode: RPC.UNAVAILABLE,
-        message: `collector answered ${failure.status}`,
-        retryAfterSeconds: UPSTREAM_RETRY_AFTER_SECONDS,
+        status: { code: RPC.UNAVAILABLE, message: `collector answered ${failure.status}` },
+        retryAfterSeconds: failure.retryAfterSeconds ?? OUTAGE_RETRY_AFTER_SECONDS,
       };
+    case 'upstream_refused':
+      return {
+        httpStatus: failure.status,
+        status: failure.statusBody ?? { code: failure.status === 429 ? RPC.RESOURCE_EXHAUSTED : RPC.INVALID_ARGUMENT, message: `collector answered ${failure.status}` },
+        retryAfterSeconds: failure.retryAfterSeconds,
+      };
+    case 'internal':
+      return { httpStatus: 500, status: { code: RPC.INTERNAL, message: 'internal error' } };
     default: {
       const unreachable: never = failure;
       throw new Error(`unhandled gateway failure ${JSON.stringify(unreachable)}`);

@@ -1,10 +1,12 @@
-import fastify, { FastifyBaseLogger, FastifyInstance, FastifyReply, FastifyRequest, LogController } from 'fastify';
+import fastify, { FastifyBaseLogger, FastifyError, FastifyInstance, FastifyReply, FastifyRequest, LogController } from 'fastify';
 import { promisify } from 'node:util';
 import { gunzip } from 'node:zlib';
 import type { Logger } from 'pino';
 import { AppConfig } from '../config/app-config';
 import { GrantStore, StoreUnavailableError } from '../grants/grant';
-import { addRequestHooks, requestIdOf } from '../observability/request-hooks';
+import { drainRequestBody, drainUnreadBodies } from '../observability/body-drain';
+import { addRequestHooks, REQUEST_ID_HEADER, requestIdOf } from '../observability/request-hooks';
+import { OUTAGE_RETRY_AFTER_SECONDS, retryAfterForWindow, upstreamRetryAfter } from '../observability/retry-after';
 import { headerCredential, RunnerCredential } from '../runner-auth/runner-credential';
 import { DecisionCache } from '../token-auth/decision-cache';
 import { GatewayDecision } from './gateway-auth';
@@ -61,12 +63,39 @@ function encodingOf(contentType: string | undefined): OtlpEncoding | undefined {
  */
 export function buildGatewayServer(deps: GatewayDependencies): FastifyInstance {
   const { config, logger, metrics } = deps;
+
+  // Every answer that is not a success goes out here, as a google.rpc.Status in the request's encoding
+  // with exactly its media type (otel-go reads the body only when it is application/x-protobuf).
+  const sendFailure = (request: FastifyRequest, reply: FastifyReply, failure: GatewayFailure): FastifyReply => {
+    const encoding = encodingOf(request.headers['content-type']) ?? 'protobuf';
+    const answer = otlpErrorAnswer(failure);
+    if (answer.retryAfterSeconds !== undefined) void reply.header('retry-after', String(answer.retryAfterSeconds));
+    const body = Buffer.isBuffer(answer.status) ? answer.status : encodeRpcStatus(encoding, answer.status);
+    return reply.status(answer.httpStatus).header('content-type', CONTENT_TYPES[encoding]).send(body);
+  };
+  const failureOf = (error: unknown): GatewayFailure => {
+    if (error instanceof GatewayError) return error.failure;
+    const failure = frameworkFailure(error as FastifyError, config);
+    if (failure.kind === 'internal') logger.error({ err: error }, 'gateway request failed');
+    return failure;
+  };
+
   const app = fastify({
     // pino's Logger and Fastify's FastifyBaseLogger differ only in typing details.
     loggerInstance: logger as unknown as FastifyBaseLogger,
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: config.GATEWAY_MAX_WIRE_BYTES,
     genReqId: requestIdOf,
+    // Fastify answers a URL it cannot decode with JSON of its own; OTLP clients get a Status. That answer
+    // is sent outside any route, where neither the onRequest hooks (request id, SPEC §8) nor the onSend
+    // drain run, so both are done here.
+    frameworkErrors: (error, request, reply) => {
+      void reply.header(REQUEST_ID_HEADER, request.id);
+      void drainRequestBody(request.raw, config.GATEWAY_MAX_WIRE_BYTES).then(() => sendFailure(request, reply, failureOf(error)));
+    },
+    // Fastify's own answer while closing is a JSON 503 without Retry-After; the onRequest hook below
+    // answers instead, with a retryable OTLP Status.
+    return503OnClosing: false,
   });
 
   // Bodies stay bytes: the payload core edits them in place, whatever the media type. Unknown media
@@ -75,31 +104,23 @@ export function buildGatewayServer(deps: GatewayDependencies): FastifyInstance {
   app.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, body, done) => done(null, body));
 
   addRequestHooks(app, logger);
+  drainUnreadBodies(app, config.GATEWAY_MAX_WIRE_BYTES);
 
-  const sendFailure = (reply: FastifyReply, encoding: OtlpEncoding, failure: GatewayFailure) => {
-    const answer = otlpErrorAnswer(failure);
-    if (answer.retryAfterSeconds !== undefined) void reply.header('retry-after', String(answer.retryAfterSeconds));
-    return reply
-      .status(answer.httpStatus)
-      .header('content-type', CONTENT_TYPES[encoding])
-      .send(encodeRpcStatus(encoding, { code: answer.rpcCode, message: answer.message }));
-  };
-
-  // Errors Fastify raises before the handler (body over the wire limit, a client that hangs up).
-  app.setErrorHandler((error: Error & { statusCode?: number; code?: string }, request, reply) => {
-    const encoding = encodingOf(request.headers['content-type']) ?? 'protobuf';
-    if (error.code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
-      return sendFailure(reply, encoding, { kind: 'too_large', message: `body over ${config.GATEWAY_MAX_WIRE_BYTES} bytes` });
-    }
-    if (error.statusCode !== undefined && error.statusCode < 500) {
-      return sendFailure(reply, encoding, { kind: 'bad_request', message: error.message });
-    }
-    logger.error({ err: error }, 'gateway request failed');
-    return reply.status(500).header('content-type', CONTENT_TYPES[encoding]).send(encodeRpcStatus(encoding, { code: 13, message: 'internal error' }));
+  let closing = false;
+  app.addHook('preClose', (done) => {
+    closing = true;
+    done();
   });
+  app.addHook('onRequest', (request, reply, done) => {
+    if (closing) sendFailure(request, reply, { kind: 'shutting_down' });
+    else done();
+  });
+
+  // Errors Fastify raises before the handler: body over the wire limit, a body cut short.
+  app.setErrorHandler((error, request, reply) => sendFailure(request, reply, failureOf(error)));
   // The path is not echoed: on a capability route it holds a credential.
   app.setNotFoundHandler((request, reply) =>
-    sendFailure(reply, encodingOf(request.headers['content-type']) ?? 'protobuf', {
+    sendFailure(request, reply, {
       kind: 'not_found',
       message: `no OTLP route ${request.method} here; POST /v1/{traces,metrics,logs} or the job's capability URL`,
     }),
@@ -115,8 +136,7 @@ export function buildGatewayServer(deps: GatewayDependencies): FastifyInstance {
     try {
       request.exportGrant = await authorize(deps, credentialOf(request));
     } catch (error) {
-      if (!(error instanceof GatewayError)) throw error;
-      return sendFailure(reply, encodingOf(request.headers['content-type']) ?? 'protobuf', error.failure);
+      return sendFailure(request, reply, failureOf(error));
     }
   };
 
@@ -131,16 +151,7 @@ export function buildGatewayServer(deps: GatewayDependencies): FastifyInstance {
         void reply.status(200).header('content-type', CONTENT_TYPES[encoding]);
         return answer;
       } catch (error) {
-        if (error instanceof UpstreamRefusal) {
-          // The collector's 4xx goes on as it came, when its body is a Status the client can read;
-          // otherwise the client still gets a Status in its own encoding, with the collector's code.
-          if (error.retryAfter !== undefined) void reply.header('retry-after', error.retryAfter);
-          const readable = error.body.length > 0 && encodingOf(error.contentType) === encoding;
-          const body = readable ? error.body : encodeRpcStatus(encoding!, { code: 3, message: `collector answered ${error.status}` });
-          return reply.status(error.status).header('content-type', CONTENT_TYPES[encoding!]).send(body);
-        }
-        if (!(error instanceof GatewayError)) throw error;
-        return sendFailure(reply, encoding ?? 'protobuf', error.failure);
+        return sendFailure(request, reply, failureOf(error));
       }
     };
     const countRequest = (request: FastifyRequest, reply: FastifyReply, done: () => void) => {
@@ -153,6 +164,22 @@ export function buildGatewayServer(deps: GatewayDependencies): FastifyInstance {
     }
   }
   return app;
+}
+
+/** Fastify's own errors as gateway failures; anything else is ours, a 500 that shows no internals. */
+function frameworkFailure(error: FastifyError, config: AppConfig): GatewayFailure {
+  switch (error.code) {
+    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      return { kind: 'too_large', message: `body over ${config.GATEWAY_MAX_WIRE_BYTES} bytes` };
+    // Fastify's messages for these quote the path, which may hold a capability (SPEC §4).
+    case 'FST_ERR_BAD_URL':
+      return { kind: 'bad_request', message: 'the URL is not valid percent-encoding' };
+    case 'FST_ERR_MAX_PARAM_LENGTH':
+      return { kind: 'bad_request', message: 'a URL segment is too long' };
+    default:
+      if (error.statusCode !== undefined && error.statusCode >= 400 && error.statusCode < 500) return { kind: 'bad_request', message: error.message };
+      return { kind: 'internal' };
+  }
 }
 
 /** The capability of a capability route, otherwise the header credentials. */
@@ -174,7 +201,7 @@ async function handleExport(deps: GatewayDependencies, signal: OtlpSignal, encod
   const window = await orUnavailable(() =>
     store.hitRateWindow(`gateway:runner:${grant.grant.runnerId}`, config.GATEWAY_RUNNER_RATE_LIMIT, config.GATEWAY_RUNNER_RATE_WINDOW_SECONDS * 1000),
   );
-  if (!window.allowed) throw new GatewayError({ kind: 'rate_limited', retryAfterSeconds: Math.max(1, Math.ceil(window.resetInMs / 1000)) });
+  if (!window.allowed) throw new GatewayError({ kind: 'rate_limited', retryAfterSeconds: retryAfterForWindow(window.resetInMs) });
 
   const wire = (request.body as Buffer | undefined) ?? Buffer.alloc(0);
   metrics.bytesReceived.inc({ signal }, wire.length);
@@ -183,13 +210,35 @@ async function handleExport(deps: GatewayDependencies, signal: OtlpSignal, encod
     throw new GatewayError({ kind: 'too_large', message: `body over ${config.GATEWAY_MAX_DECOMPRESSED_BYTES} bytes` });
   }
 
-  const enforced = await enforce(deps, signal, encoding, body, grant);
+  const { enforced, reservedSpans } = await enforce(deps, signal, encoding, body, grant);
   const ours: OtlpPartialSuccess | undefined =
     enforced.rejectedItems > 0 ? { rejectedItems: enforced.rejectedItems, errorMessage: enforced.errorMessage ?? '' } : undefined;
   if (enforced.nothingToForward) return encodeExportResponse(signal, encoding, ours);
 
-  const theirs = await forward(deps, signal, encoding, enforced.body);
+  let theirs: OtlpPartialSuccess | undefined;
+  try {
+    theirs = await forward(deps, signal, encoding, enforced.body);
+  } catch (error) {
+    // Nothing was accepted: the client sends these spans again, and must not pay for them twice (SPEC §6).
+    await giveBackSpans(deps, grant.grant, reservedSpans);
+    throw error;
+  }
+  // Spans the collector itself rejected were not accepted either.
+  await giveBackSpans(deps, grant.grant, Math.min(reservedSpans, theirs?.rejectedItems ?? 0));
   return encodeExportResponse(signal, encoding, mergePartialSuccess(ours, theirs));
+}
+
+/**
+ * Returns span quota taken for spans the collector did not accept. Best effort: the client's answer is
+ * already decided, and a store that cannot be reached now leaves the job charged, as it was before.
+ */
+async function giveBackSpans(deps: GatewayDependencies, grant: GatewayGrant, spans: number): Promise<void> {
+  if (spans <= 0) return;
+  try {
+    await deps.store.releaseSpans(grant.jobId, spans);
+  } catch (error) {
+    deps.logger.warn({ err: error, jobId: grant.jobId, spans }, 'could not give span quota back');
+  }
 }
 
 async function authorize(deps: GatewayDependencies, credential: RunnerCredential): Promise<AllowedDecision> {
@@ -241,7 +290,13 @@ async function decompress(wire: Buffer, maxBytes: number): Promise<Buffer> {
  * fewer (quota nearly used, the second's rate spent, or another replica took some), the body is enforced
  * again with exactly the room each limit had.
  */
-async function enforce(deps: GatewayDependencies, signal: OtlpSignal, encoding: OtlpEncoding, body: Buffer, decision: AllowedDecision): Promise<EnforcedExport> {
+async function enforce(
+  deps: GatewayDependencies,
+  signal: OtlpSignal,
+  encoding: OtlpEncoding,
+  body: Buffer,
+  decision: AllowedDecision,
+): Promise<{ enforced: EnforcedExport; reservedSpans: number }> {
   const { config, store, metrics } = deps;
   const grant: GatewayGrant = decision.grant;
   const spanLimits = { maxBytes: config.SPAN_MAX_BYTES, maxAttributes: config.SPAN_MAX_ATTRIBUTES, maxAttributeValueBytes: config.SPAN_MAX_ATTRIBUTE_VALUE_BYTES };
@@ -252,11 +307,13 @@ async function enforce(deps: GatewayDependencies, signal: OtlpSignal, encoding: 
     if (error instanceof OtlpPayloadError) throw new GatewayError({ kind: 'bad_request', message: error.message });
     throw error;
   }
+  let reservedSpans = 0;
   if (enforced.forwardedItems > 0 && signal === 'traces') {
     const wanted = enforced.forwardedItems;
     const ttlMs = Math.max(MIN_QUOTA_TTL_MS, decision.expiresAt - Date.now());
     const limits = { perJob: config.SPANS_PER_JOB, perSecond: config.SPANS_PER_SECOND_PER_JOB };
     const reservation = await orUnavailable(() => store.reserveSpans(grant.jobId, wanted, limits, ttlMs));
+    reservedSpans = reservation.granted;
     if (reservation.granted < wanted) {
       enforced = enforceExport(signal, encoding, body, grant, { quota: reservation.quotaRoom, rate: reservation.rateRoom }, spanLimits);
     }
@@ -271,7 +328,7 @@ async function enforce(deps: GatewayDependencies, signal: OtlpSignal, encoding: 
     count('rejected_rate', rejected.overRate);
   }
   metrics.items.inc({ signal, outcome: 'accepted' }, enforced.forwardedItems);
-  return enforced;
+  return { enforced, reservedSpans };
 }
 
 /** 2xx only when the collector answered 2xx; its partial success is returned for merging. */
@@ -288,9 +345,13 @@ async function forward(deps: GatewayDependencies, signal: OtlpSignal, encoding: 
   }
   stopTimer({ outcome: String(answer.status) });
   metrics.bytesForwarded.inc({ signal }, body.length);
-  if (answer.status >= 500) throw new GatewayError({ kind: 'upstream_error', status: answer.status });
-  if (answer.status >= 400) throw new UpstreamRefusal(answer.status, answer.contentType, answer.retryAfter, answer.body);
-  if (answer.status < 200 || answer.status >= 300) throw new GatewayError({ kind: 'upstream_error', status: answer.status });
+  const retryAfterSeconds = upstreamRetryAfter(answer.retryAfter);
+  if (answer.status >= 400 && answer.status < 500) {
+    // The collector's own Status goes on as it came when the client can read it (same encoding).
+    const statusBody = answer.body.length > 0 && encodingOf(answer.contentType) === encoding ? answer.body : undefined;
+    throw new GatewayError({ kind: 'upstream_refused', status: answer.status, retryAfterSeconds, statusBody });
+  }
+  if (answer.status < 200 || answer.status >= 300) throw new GatewayError({ kind: 'upstream_error', status: answer.status, retryAfterSeconds });
   try {
     return decodeExportResponse(signal, encoding, answer.body);
   } catch {
@@ -299,23 +360,11 @@ async function forward(deps: GatewayDependencies, signal: OtlpSignal, encoding: 
   }
 }
 
-/** The collector's own 4xx, passed on as it came (SPEC §6). */
-export class UpstreamRefusal extends Error {
-  constructor(
-    readonly status: number,
-    readonly contentType: string | undefined,
-    readonly retryAfter: string | undefined,
-    readonly body: Buffer,
-  ) {
-    super(`collector answered ${status}`);
-  }
-}
-
 async function orUnavailable<T>(operation: () => Promise<T>): Promise<T> {
   try {
     return await operation();
   } catch (error) {
-    if (error instanceof StoreUnavailableError) throw new GatewayError({ kind: 'store_unavailable', retryAfterSeconds: 5 });
+    if (error instanceof StoreUnavailableError) throw new GatewayError({ kind: 'store_unavailable', retryAfterSeconds: OUTAGE_RETRY_AFTER_SECONDS });
     throw error;
   }
 }

@@ -5,14 +5,12 @@ import { Secrets } from '../config/secrets';
 import { Grant, grantEndsAt, GrantStore, StoreUnavailableError } from '../grants/grant';
 import { GRANT_STORE } from '../grants/grants.constants';
 import { digestsMatch, tokenDigest } from '../grants/token-digest';
+import { OUTAGE_RETRY_AFTER_SECONDS, retryAfterForWindow } from '../observability/retry-after';
 import { capabilityMatches } from '../runner-auth/job-capability';
 import { RunnerCredential } from '../runner-auth/runner-credential';
 import { AuthOutcome } from './auth-outcome';
 import { JobTokenVerifier } from './job-token-verifier';
 import { JOB_TOKEN_VERIFIER } from './token-auth.constants';
-
-/** How long a caller should wait before asking again when the store or GitLab's keys are unavailable. */
-const STORE_RETRY_AFTER_SECONDS = 5;
 
 /**
  * Turns a runner credential (a runner token and a job token, or a job's capability) into the identity
@@ -47,7 +45,7 @@ export class TokenAuthService {
     } catch (error) {
       if (!(error instanceof StoreUnavailableError)) throw error;
       this.logger.warn(`auth lookup failed: ${error.message}`);
-      return { kind: 'unavailable', reason: 'grant store unavailable', retryAfterSeconds: STORE_RETRY_AFTER_SECONDS };
+      return { kind: 'unavailable', reason: 'grant store unavailable', retryAfterSeconds: OUTAGE_RETRY_AFTER_SECONDS };
     }
   }
 
@@ -78,7 +76,7 @@ export class TokenAuthService {
       case 'unavailable':
         // GitLab's keys cannot be read: every JWT would look forged, so say outage, never 401 (SPEC §5).
         this.logger.warn(`auth lookup failed: ${check.reason}`);
-        return { kind: 'unavailable', reason: 'job token keys unavailable', retryAfterSeconds: STORE_RETRY_AFTER_SECONDS };
+        return { kind: 'unavailable', reason: 'job token keys unavailable', retryAfterSeconds: OUTAGE_RETRY_AFTER_SECONDS };
       case 'jwt':
         grant = await this.store.findGrant(check.jobId);
         // A verified token for a job without a grant is a job telemetry was not enabled for.
@@ -113,7 +111,7 @@ export class TokenAuthService {
       this.config.RUNNER_RATE_WINDOW_SECONDS * 1000,
     );
     if (!window.allowed) {
-      return { kind: 'rate_limited', reason: `runner ${grant.runnerId} over its rate limit`, retryAfterSeconds: Math.max(1, Math.ceil(window.resetInMs / 1000)) };
+      return { kind: 'rate_limited', reason: `runner ${grant.runnerId} over its rate limit`, retryAfterSeconds: retryAfterForWindow(window.resetInMs) };
     }
 
     // A decision reused for longer than the revocation grace would keep a job GitLab has just
