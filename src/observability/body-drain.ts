@@ -27,7 +27,9 @@ export function drainUnreadBodies(app: FastifyInstance, bodyLimitBytes: number):
  */
 export function drainRequestBody(request: IncomingMessage, bodyLimitBytes: number): Promise<void> {
   const maxBytes = 2 * bodyLimitBytes;
-  if (request.complete || request.destroyed) return Promise.resolve();
+  // `complete`: the whole body has arrived, read or not. `readableEnded` covers requests that are
+  // not sockets at all (Fastify's inject).
+  if (request.complete || request.readableEnded || request.destroyed) return Promise.resolve();
   if (Number(request.headers['content-length']) > maxBytes) return Promise.resolve();
   return new Promise((resolve) => {
     let drained = 0;
