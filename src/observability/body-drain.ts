@@ -2,48 +2,67 @@ import type { FastifyInstance } from 'fastify';
 import type { IncomingMessage } from 'node:http';
 
 /**
- * How long an answer waits for the rest of a body it did not need: a default OTLP exporter gives up on
- * a request after 10 s, so a client still sending after that is no longer listening for the answer.
+ * How long the rest of an unwanted body is read after the answer: a default OTLP exporter gives up on
+ * a request after 10 s, so a client still sending after that is no longer waiting for the answer.
  */
 const DRAIN_MAX_MS = 10_000;
 
 /**
- * Answers sent before the whole request body has arrived (over the body limit, refused before the body
- * is read, shutdown) first read and discard the rest of it. Closing a connection that still has unread
- * bytes makes the kernel send a reset, and a reset can reach the client before it has read the answer:
- * exporters then see a network error and retry the same oversize body, instead of reading the 413
- * (SPEC §6, issue 9 item 7). Bounded: a body up to twice `bodyLimitBytes` is drained, for at most
- * DRAIN_MAX_MS; past that the answer goes out and the connection is closed as it is.
+ * An answer sent before the whole request body has arrived (over the body limit, refused before the
+ * body is read, shutdown) goes out at once, and the rest of the body is then read and discarded before
+ * the connection closes, as nginx's lingering close does. Closing a connection with unread bytes makes
+ * the kernel send a reset, which can reach the client before it has read the answer: exporters then see
+ * a network error and retry the same body instead of reading the 413 (SPEC §6, issue 9 item 7).
+ * Bounded: a body up to twice `bodyLimitBytes`, for at most DRAIN_MAX_MS; past that the connection is cut.
  */
 export function drainUnreadBodies(app: FastifyInstance, bodyLimitBytes: number): void {
-  app.addHook('onSend', async (request) => {
-    await drainRequestBody(request.raw, bodyLimitBytes);
+  app.addHook('onSend', (request, _reply, _payload, done) => {
+    drainAfterAnswer(request.raw, bodyLimitBytes);
+    done();
   });
 }
 
 /**
- * The same drain, for answers Fastify sends outside any route (its `frameworkErrors`, such as a bad
- * URL), where no onSend hook runs. Resolves when the answer may go out.
+ * The same, for answers Fastify sends outside any route (its `frameworkErrors`, such as a bad URL),
+ * where no onSend hook runs. Call it before sending the answer.
  */
-export function drainRequestBody(request: IncomingMessage, bodyLimitBytes: number): Promise<void> {
+export function drainAfterAnswer(request: IncomingMessage, bodyLimitBytes: number): void {
+  // `complete`: the whole body has arrived, read or not. `readableEnded` covers requests that are not
+  // sockets at all (Fastify's inject).
+  if (request.complete || request.readableEnded || request.destroyed) return;
   const maxBytes = 2 * bodyLimitBytes;
-  // `complete`: the whole body has arrived, read or not. `readableEnded` covers requests that are
-  // not sockets at all (Fastify's inject).
-  if (request.complete || request.readableEnded || request.destroyed) return Promise.resolve();
-  if (Number(request.headers['content-length']) > maxBytes) return Promise.resolve();
-  return new Promise((resolve) => {
-    let drained = 0;
-    const done = () => {
+  const socket = request.socket;
+  if (Number(request.headers['content-length']) > maxBytes) return;
+
+  const drained = new Promise<void>((resolve) => {
+    let received = 0;
+    const done = (cut: boolean) => {
       clearTimeout(timer);
-      request.off('data', onData).off('end', done).off('error', done).off('close', done);
+      request.off('data', onData).off('end', ended).off('close', ended);
+      if (cut) socket.destroy();
       resolve();
     };
+    const ended = () => done(false);
     const onData = (chunk: Buffer) => {
-      drained += chunk.length;
-      if (drained > maxBytes) done();
+      received += chunk.length;
+      if (received > maxBytes) done(true);
     };
-    const timer = setTimeout(done, DRAIN_MAX_MS);
-    request.on('data', onData).once('end', done).once('error', done).once('close', done);
+    const timer = setTimeout(() => done(true), DRAIN_MAX_MS).unref();
+    request.on('data', onData).once('end', ended).once('close', ended);
     request.resume();
+  });
+
+  // Node ends a `Connection: close` exchange with socket.destroySoon() once the answer is written: FIN,
+  // then destroy, whatever the client is still sending. Half-close now and destroy only once the body is
+  // drained. Own property, removed again once used or once the body is in, so later requests on a
+  // kept-alive connection close as Node closes them.
+  const lingering = socket as { destroySoon?: () => void };
+  lingering.destroySoon = () => {
+    delete lingering.destroySoon;
+    socket.end();
+    void drained.then(() => socket.destroySoon());
+  };
+  void drained.then(() => {
+    if (Object.prototype.hasOwnProperty.call(socket, 'destroySoon')) delete lingering.destroySoon;
   });
 }

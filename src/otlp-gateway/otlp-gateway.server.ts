@@ -4,7 +4,7 @@ import { gunzip } from 'node:zlib';
 import type { Logger } from 'pino';
 import { AppConfig } from '../config/app-config';
 import { GrantStore, StoreUnavailableError } from '../grants/grant';
-import { drainRequestBody, drainUnreadBodies } from '../observability/body-drain';
+import { drainAfterAnswer, drainUnreadBodies } from '../observability/body-drain';
 import { addRequestHooks, REQUEST_ID_HEADER, requestIdOf } from '../observability/request-hooks';
 import { OUTAGE_RETRY_AFTER_SECONDS, retryAfterForWindow, upstreamRetryAfter } from '../observability/retry-after';
 import { headerCredential, RunnerCredential } from '../runner-auth/runner-credential';
@@ -91,7 +91,8 @@ export function buildGatewayServer(deps: GatewayDependencies): FastifyInstance {
     // drain run, so both are done here.
     frameworkErrors: (error, request, reply) => {
       void reply.header(REQUEST_ID_HEADER, request.id);
-      void drainRequestBody(request.raw, config.GATEWAY_MAX_WIRE_BYTES).then(() => sendFailure(request, reply, failureOf(error)));
+      drainAfterAnswer(request.raw, config.GATEWAY_MAX_WIRE_BYTES);
+      sendFailure(request, reply, failureOf(error));
     },
     // Fastify's own answer while closing is a JSON 503 without Retry-After; the onRequest hook below
     // answers instead, with a retryable OTLP Status.

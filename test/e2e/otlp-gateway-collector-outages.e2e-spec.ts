@@ -3,7 +3,7 @@ import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-proto';
 import { resourceFromAttributes } from '@opentelemetry/resources';
 import { BasicTracerProvider, BatchSpanProcessor } from '@opentelemetry/sdk-trace-base';
-import { jobCredentials, PickedUpJob, pickUpJob } from '../helpers/ci-job';
+import { jobCredentials, PickedUpJob, pickUpTracedJob } from '../helpers/ci-job';
 import { GitLabKeys, makeGitLabKeys } from '../helpers/job-tokens';
 import { OtlpSink, startOtlpSink } from '../helpers/otlp-sink';
 import { RedisServer, startRedis } from '../helpers/redis';
@@ -83,7 +83,7 @@ describe('a default OTLP exporter through the gateway while the collector restar
   it(
     'delivers every span of a minute with the collector down 3 s in every 5 s',
     async () => {
-      const jobs = await Promise.all(Array.from({ length: PROGRAMS }, (_, i) => pickUpJob(service, keys, 7000 + i)));
+      const jobs = await Promise.all(Array.from({ length: PROGRAMS }, (_, i) => pickUpTracedJob(service, keys, 7000 + i)));
       const programs = [];
       const schedule = (async () => {
         for (let elapsed = 0; elapsed < SCHEDULE_MS; elapsed += OUTAGE_MS + UP_MS) {

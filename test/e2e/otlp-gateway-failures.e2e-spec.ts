@@ -4,7 +4,7 @@ import { request as httpRequest } from 'node:http';
 import { join } from 'node:path';
 import * as protobuf from 'protobufjs';
 import { Client } from 'undici';
-import { exportSpans, gatewayTraceExporter, jobCredentials, PickedUpJob, pickUpJob, recordSpans } from '../helpers/ci-job';
+import { exportSpans, gatewayTraceExporter, jobCredentials, PickedUpJob, pickUpTracedJob, recordSpans } from '../helpers/ci-job';
 import { internalApiHeaders } from '../helpers/internal-api';
 import { GitLabKeys, makeGitLabKeys } from '../helpers/job-tokens';
 import { expectMatchesOpenApi } from '../helpers/openapi';
@@ -105,7 +105,7 @@ describe('OTLP gateway failures (issue 9, SPEC §6)', () => {
 
   describe('span quota when the collector does not accept (item 3)', () => {
     it('charges a retried export once: 60 spans answered 503 and retried by the SDK, then 40 more, all delivered', async () => {
-      const job = await pickUpJob(service, keys, nextJob++);
+      const job = await pickUpTracedJob(service, keys, nextJob++);
       const exporter = gatewayTraceExporter('proto', service.gatewayUrl, job);
       const before = sink.spans().length;
 
@@ -123,7 +123,7 @@ describe('OTLP gateway failures (issue 9, SPEC §6)', () => {
     });
 
     it('gives back what the collector rejected through its own partial success', async () => {
-      const job = await pickUpJob(service, keys, nextJob++);
+      const job = await pickUpTracedJob(service, keys, nextJob++);
       const send = (names: string[]) => post(`${service.gatewayUrl}/v1/traces`, { 'content-type': JSON_TYPE, ...jobCredentials(job) }, jsonExport(job.traceId, names));
       sink.answerNext({ rejectedSpans: 30, errorMessage: 'collector dropped 30' });
       await send(Array.from({ length: 50 }, (_, i) => `a${i}`));
@@ -151,7 +151,7 @@ describe('OTLP gateway failures (issue 9, SPEC §6)', () => {
     ];
 
     it.each([PROTOBUF, JSON_TYPE])('answers in %s, with exactly that Content-Type', async (contentType) => {
-      const job = await pickUpJob(service, keys, nextJob++);
+      const job = await pickUpTracedJob(service, keys, nextJob++);
       for (const [what, send, expected] of failures) {
         if (what === 'a collector that is down' && contentType === PROTOBUF) continue; // an empty protobuf export never reaches it
         const answer = (await send(job, contentType)) as Answer;
@@ -166,7 +166,7 @@ describe('OTLP gateway failures (issue 9, SPEC §6)', () => {
       const closing = await startService({ REDIS_URL: redis.url, OTLP_UPSTREAM_URL: sink.url, OTLP_UPSTREAM_TIMEOUT_MS: '1500', JOB_TOKEN_JWKS_FILE: keys.jwksFile });
       const client = new Client(closing.gatewayUrl, { pipelining: 1 });
       try {
-        const job = await pickUpJob(closing, keys, nextJob++);
+        const job = await pickUpTracedJob(closing, keys, nextJob++);
         const exportOn = async (contentType: string) => {
           const response = await client.request({ path: '/v1/traces', method: 'POST', headers: { 'content-type': contentType, ...jobCredentials(job) }, body: jsonExport(job.traceId) });
           const header = (name: string) => response.headers[name] as string | undefined;
@@ -193,7 +193,7 @@ describe('OTLP gateway failures (issue 9, SPEC §6)', () => {
 
   describe('Retry-After on collector faults (item 8)', () => {
     it("passes on the collector's own Retry-After in whole seconds, and otherwise asks for a retry within a second", async () => {
-      const job = await pickUpJob(service, keys, nextJob++);
+      const job = await pickUpTracedJob(service, keys, nextJob++);
       const send = async () => (await post(`${service.gatewayUrl}/v1/traces`, { 'content-type': JSON_TYPE, ...jobCredentials(job) }, jsonExport(job.traceId))) as Answer;
       const inTwentySeconds = new Date(Date.now() + 20_500).toUTCString();
 
@@ -217,7 +217,7 @@ describe('OTLP gateway failures (issue 9, SPEC §6)', () => {
 
   describe('bodies over the limit (item 7)', () => {
     it('answers every body of limit + 100 B with a 413 the client reads, never a reset', async () => {
-      const job = await pickUpJob(service, keys, nextJob++);
+      const job = await pickUpTracedJob(service, keys, nextJob++);
       const body = Buffer.alloc(20 * MiB + 100, 1);
       const outcomes = new Map<string, number>();
       for (let attempt = 0; attempt < 20; attempt++) {
@@ -228,15 +228,18 @@ describe('OTLP gateway failures (issue 9, SPEC §6)', () => {
       expect(Object.fromEntries(outcomes)).toEqual({ [`413 ${PROTOBUF} code 8`]: 20 });
     });
 
-    it('drains a big body sent to a URL Fastify cannot decode too, so the client reads the 400', async () => {
+    it.each([
+      ['without credentials', 401, '/v1/traces'],
+      ['to a URL Fastify cannot decode', 400, '/v1/%zz'],
+    ])('drains a big export sent %s too, answered before its body, so the client reads the %i', async (_what, status, path) => {
       const body = Buffer.alloc(19 * MiB, 1);
       const outcomes = new Map<string, number>();
-      for (let attempt = 0; attempt < 10; attempt++) {
-        const answer = await post(`${service.gatewayUrl}/v1/%zz`, { 'content-type': PROTOBUF }, body);
+      for (let attempt = 0; attempt < 20; attempt++) {
+        const answer = await post(`${service.gatewayUrl}${path}`, { 'content-type': PROTOBUF }, body);
         const outcome = 'error' in answer ? `reset (${answer.error})` : `${answer.status} ${answer.contentType} request id ${answer.requestId !== undefined}`;
         outcomes.set(outcome, (outcomes.get(outcome) ?? 0) + 1);
       }
-      expect(Object.fromEntries(outcomes)).toEqual({ [`400 ${PROTOBUF} request id true`]: 10 });
+      expect(Object.fromEntries(outcomes)).toEqual({ [`${status} ${PROTOBUF} request id true`]: 20 });
     });
 
     it('answers every job payload of BODY_LIMIT_BYTES + 100 B with a 413 the caller reads, and an unauthenticated one with a 401', async () => {

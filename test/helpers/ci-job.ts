@@ -5,8 +5,8 @@ import { OTLPTraceExporter as ProtoTraceExporter } from '@opentelemetry/exporter
 import { resourceFromAttributes } from '@opentelemetry/resources';
 import { BasicTracerProvider, InMemorySpanExporter, ReadableSpan, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
 import { jobPayloadRequest, RUNNER_TOKEN } from '../fixtures/job-payload';
-import { internalApiHeaders } from './internal-api';
 import { GitLabKeys } from './job-tokens';
+import { pickUpJob } from './pickup';
 import { ServiceProcess } from './service';
 
 /** A job the decorator enabled, with the credentials its runner exports with (SPEC §5). */
@@ -18,16 +18,11 @@ export interface PickedUpJob {
   readonly runnerToken: string;
 }
 
-/** Job pickup as GitLab does it: the decorator mints the trace and records the grant. */
-export async function pickUpJob(service: ServiceProcess, keys: GitLabKeys, jobId: number, runner = { id: 17, token: RUNNER_TOKEN }): Promise<PickedUpJob> {
-  const response = await fetch(`${service.url}/internal/ci/telemetry/job_payload`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', ...(await internalApiHeaders(service.secrets.internalApiSecret)) },
-    body: JSON.stringify(jobPayloadRequest({ job: { id: jobId, root_pipeline_id: jobId * 10 }, runner })),
-  });
-  const body = (await response.json()) as { telemetry: { enabled: boolean; trace_id: string; traceparent: string } };
-  if (!body.telemetry.enabled) throw new Error(`job ${jobId} was not enabled: ${JSON.stringify(body.telemetry)}`);
-  return { jobId, traceId: body.telemetry.trace_id, traceparent: body.telemetry.traceparent, jobToken: await keys.sign(jobId), runnerToken: runner.token };
+/** Job pickup as GitLab does it, for a job telemetry is enabled for; with the job token its runner holds. */
+export async function pickUpTracedJob(service: ServiceProcess, keys: GitLabKeys, jobId: number, runner = { id: 17, token: RUNNER_TOKEN }): Promise<PickedUpJob> {
+  const { telemetry } = await pickUpJob(service, jobPayloadRequest({ job: { id: jobId, root_pipeline_id: jobId * 10 }, runner }));
+  if (!telemetry.enabled) throw new Error(`job ${jobId} was not enabled: ${telemetry.reason}`);
+  return { jobId, traceId: telemetry.trace_id, traceparent: telemetry.traceparent, jobToken: await keys.sign(jobId), runnerToken: runner.token };
 }
 
 /** Header credentials as a runner-side exporter sends them (SPEC §5). */
