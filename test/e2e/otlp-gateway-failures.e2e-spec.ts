@@ -30,6 +30,8 @@ diag.setLogger(
 const PROTOBUF = 'application/x-protobuf';
 const JSON_TYPE = 'application/json';
 const MiB = 1024 * 1024;
+/** Shaped like a capability: whatever the URL holds there must never come back (SPEC §4). */
+const FAKE_CAPABILITY = 'C'.repeat(32);
 
 interface Answer {
   readonly status: number;
@@ -137,6 +139,11 @@ describe('OTLP gateway failures (issue 9, SPEC §6)', () => {
   describe('every failure is a google.rpc.Status in the request encoding (item 6)', () => {
     const failures: Array<[string, (job: PickedUpJob, contentType: string) => Promise<Answer | { error: string }>, number]> = [
       ['a URL that is not valid percent-encoding', (job, contentType) => post(`${service.gatewayUrl}/v1/%zz`, { 'content-type': contentType, ...jobCredentials(job) }, Buffer.alloc(0)), 400],
+      [
+        'a capability URL that is not valid percent-encoding',
+        (_job, contentType) => post(`${service.gatewayUrl}/jobs/1/${FAKE_CAPABILITY}/v1/%zz`, { 'content-type': contentType }, Buffer.alloc(0)),
+        400,
+      ],
       ['an unknown route', (job, contentType) => post(`${service.gatewayUrl}/v1/spans`, { 'content-type': contentType, ...jobCredentials(job) }, Buffer.alloc(0)), 404],
       ['no credentials', (_job, contentType) => post(`${service.gatewayUrl}/v1/traces`, { 'content-type': contentType }, Buffer.alloc(0)), 401],
       ['a body that is not gzip', (job, contentType) => post(`${service.gatewayUrl}/v1/traces`, { 'content-type': contentType, 'content-encoding': 'gzip', ...jobCredentials(job) }, Buffer.from('plain')), 400],
@@ -158,6 +165,7 @@ describe('OTLP gateway failures (issue 9, SPEC §6)', () => {
         expect({ what, status: answer.status, contentType: answer.contentType }).toEqual({ what, status: expected, contentType });
         expect(decodeStatus(answer).code).toBeGreaterThan(0);
         expect(decodeStatus(answer).message).not.toContain('%zz');
+        expect(answer.body.toString('latin1')).not.toContain(FAKE_CAPABILITY);
         if (contentType === JSON_TYPE && expected !== 404) expectMatchesOpenApi('/v1/traces', 'post', expected, answer.contentType, decodeStatus(answer));
       }
     });
