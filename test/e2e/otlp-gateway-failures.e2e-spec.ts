@@ -254,14 +254,14 @@ describe('OTLP gateway failures (issue 9, SPEC §6)', () => {
       const url = `${service.url}/internal/ci/telemetry/job_payload`;
       const oversize = Buffer.alloc(8 * MiB + 100, 0x20);
       const outcomes = new Map<string, number>();
-      for (let attempt = 0; attempt < 20; attempt++) {
+      for (let attempt = 0; attempt < 40; attempt++) {
         const headers = { 'content-type': JSON_TYPE, ...(attempt % 2 === 0 ? await internalApiHeaders(service.secrets.internalApiSecret) : {}) };
         const answer = await post(url, headers, oversize);
         const readable = 'error' in answer ? false : typeof (JSON.parse(answer.body.toString()) as { error?: unknown }).error === 'string';
         const outcome = 'error' in answer ? `reset (${answer.error})` : `${answer.status}${readable ? ' with its error' : ''}`;
         outcomes.set(outcome, (outcomes.get(outcome) ?? 0) + 1);
       }
-      expect(Object.fromEntries(outcomes)).toEqual({ '413 with its error': 10, '401 with its error': 10 });
+      expect(Object.fromEntries(outcomes)).toEqual({ '413 with its error': 20, '401 with its error': 20 });
     });
   });
 });
