@@ -32,14 +32,15 @@ export function drainAfterAnswer(request: IncomingMessage, bodyLimitBytes: numbe
   if (request.complete || request.readableEnded || request.destroyed) return;
   const maxBytes = 2 * bodyLimitBytes;
   const socket = request.socket;
-  if (Number(request.headers['content-length']) > maxBytes) return;
 
   const drained = new Promise<void>((resolve) => {
     let received = 0;
     const done = (cut: boolean) => {
       clearTimeout(timer);
       request.off('data', onData).off('end', ended).off('close', ended);
-      if (cut) socket.destroy();
+      // Fastify's inject hands in a request whose socket is a stand-in without destroy().
+      if (cut && typeof socket.destroy === 'function') socket.destroy();
+      else if (cut) request.destroy();
       resolve();
     };
     const ended = () => done(false);
