@@ -13,7 +13,8 @@ const DRAIN_MAX_MS = 10_000;
  * the connection closes, as nginx's lingering close does. Closing a connection with unread bytes makes
  * the kernel send a reset, which can reach the client before it has read the answer: exporters then see
  * a network error and retry the same body instead of reading the 413 (SPEC §6, issue 9 item 7).
- * Bounded: a body up to twice `bodyLimitBytes`, for at most DRAIN_MAX_MS; past that the connection is cut.
+ * Bounded: at most twice `bodyLimitBytes` more is read, for at most DRAIN_MAX_MS; past that the
+ * connection is cut.
  */
 export function drainUnreadBodies(app: FastifyInstance, bodyLimitBytes: number): void {
   app.addHook('onSend', (request, _reply, _payload, done) => {
