@@ -3,6 +3,7 @@ import { createInternalApp } from './app.factory';
 import { ConfigError, loadConfig } from './config/app-config';
 import { loadSecrets } from './config/secrets';
 import { createLogger } from './observability/logger';
+import { startSelfTracing } from './observability/self-tracing';
 import { SHUTDOWN_GRACE_MS } from './observability/shutdown';
 import { GatewayServer } from './otlp-gateway/otlp-gateway.module';
 import { jwksFileProblem } from './token-auth/job-token-verifier';
@@ -23,6 +24,7 @@ async function bootstrap(): Promise<void> {
   }
 
   const logger = createLogger(config.LOG_LEVEL);
+  const stopSelfTracing = startSelfTracing(config.OTEL_EXPORTER_OTLP_ENDPOINT, config.OTEL_SERVICE_NAME);
   const internal = await createInternalApp(config, secrets, logger);
   await internal.listen(config.INTERNAL_PORT, config.HOST);
   logger.info({ url: await internal.getUrl(), role: config.ROLE }, 'internal API listening');
@@ -34,13 +36,17 @@ async function bootstrap(): Promise<void> {
   const shutdown = (signal: string) => {
     logger.info({ signal }, 'shutting down');
     setTimeout(() => process.exit(1), SHUTDOWN_GRACE_MS).unref();
-    internal.close().then(
-      () => process.exit(0),
-      (error: unknown) => {
-        logger.error({ err: error }, 'shutdown failed');
-        process.exit(1);
-      },
-    );
+    // The service's own last spans are flushed after the requests that made them have finished.
+    internal
+      .close()
+      .then(stopSelfTracing)
+      .then(
+        () => process.exit(0),
+        (error: unknown) => {
+          logger.error({ err: error }, 'shutdown failed');
+          process.exit(1);
+        },
+      );
   };
   process.once('SIGTERM', () => shutdown('SIGTERM'));
   process.once('SIGINT', () => shutdown('SIGINT'));

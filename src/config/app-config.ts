@@ -315,6 +315,18 @@ export class EnvironmentVariables {
   @IsBoolean()
   GATEWAY_PER_PROCESS_QUOTAS = false;
 
+  /**
+   * Where the service sends its own spans (SPEC §8): an OTLP/HTTP base URL, `/v1/traces` appended.
+   * Unset: no SDK is registered and self-instrumentation costs next to nothing.
+   */
+  @IsOptional()
+  @IsUrl(URL_OPTIONS)
+  OTEL_EXPORTER_OTLP_ENDPOINT?: string;
+
+  @IsString()
+  @MinLength(1)
+  OTEL_SERVICE_NAME = 'ci-job-telemetry';
+
   /** Runners that say nothing about tracing ignore fields they do not know, so they are eligible by default. */
   @Transform(toBoolean)
   @IsBoolean()
@@ -356,6 +368,7 @@ export function loadConfig(env: NodeJS.ProcessEnv | Record<string, string | unde
     'JOB_TOKEN_ISSUER',
     'OTLP_UPSTREAM_HEADERS',
     'AUTH_URL',
+    'OTEL_EXPORTER_OTLP_ENDPOINT',
   ];
   for (const key of new Set([...known, ...optional])) {
     const value = env[key];

@@ -8,6 +8,7 @@ import { Grant, grantEndsAt, GrantStore } from '../grants/grant';
 import { GRANT_STORE } from '../grants/grants.constants';
 import { tokenDigest } from '../grants/token-digest';
 import { MetricsService } from '../observability/metrics.service';
+import { startDecisionSpan } from '../observability/tracing';
 import { capabilityPath, mintCapability } from '../runner-auth/job-capability';
 import { gitlabTraceContextOf, spanIdFor, TraceContext, traceContextOf, traceIdFor } from '../trace-context/trace-context';
 import { JobPayload, JobPayloadRequest } from './job-payload-request';
@@ -91,7 +92,9 @@ export class JobPayloadService {
   /** Never throws for the store or Unleash: job pickup must not fail because of telemetry (SPEC §4). */
   async decorate(request: JobPayloadRequest): Promise<DecoratedJobPayload> {
     const started = process.hrtime.bigint();
+    const span = startDecisionSpan('ci_job_telemetry.job_payload');
     const result = await this.decide(request);
+    span.end(result.telemetry.reason, () => ({ 'ci.job.id': request.job.id, 'ci.project.id': request.job.project_id, 'ci.runner.id': request.runner.id }), result.telemetry.reason === 'degraded');
     this.metrics.decisions.inc({ reason: result.telemetry.reason });
     this.metrics.decisionSeconds.observe(Number(process.hrtime.bigint() - started) / 1e9);
     return result;

@@ -7,6 +7,7 @@ import { GrantStore, StoreUnavailableError } from '../grants/grant';
 import { drainAfterAnswer, drainUnreadBodies } from '../observability/body-drain';
 import { addRequestHooks, REQUEST_ID_HEADER, requestIdOf } from '../observability/request-hooks';
 import { OUTAGE_RETRY_AFTER_SECONDS, retryAfterForWindow, upstreamRetryAfter } from '../observability/retry-after';
+import { DecisionSpan, startDecisionSpan } from '../observability/tracing';
 import { headerCredential, RunnerCredential } from '../runner-auth/runner-credential';
 import { DecisionCache } from '../token-auth/decision-cache';
 import { GatewayDecision } from './gateway-auth';
@@ -30,6 +31,10 @@ declare module 'fastify' {
   interface FastifyRequest {
     /** Set by the credential check, which runs before the body is read. */
     exportGrant: AllowedDecision | null;
+    /** The export's self-instrumentation span (SPEC §8), from the credential check to the answer. */
+    exportSpan: DecisionSpan | null;
+    /** The failure the export was answered with, for its span. */
+    exportFailure: GatewayFailure['kind'] | null;
   }
 }
 
@@ -68,6 +73,7 @@ export function buildGatewayServer(deps: GatewayDependencies): FastifyInstance {
   // with exactly its media type (otel-go reads the body only when it is application/x-protobuf).
   const sendFailure = (request: FastifyRequest, reply: FastifyReply, failure: GatewayFailure): FastifyReply => {
     const encoding = encodingOf(request.headers['content-type']) ?? 'protobuf';
+    request.exportFailure = failure.kind;
     const answer = otlpErrorAnswer(failure);
     if (answer.retryAfterSeconds !== undefined) void reply.header('retry-after', String(answer.retryAfterSeconds));
     const body = Buffer.isBuffer(answer.status) ? answer.status : encodeRpcStatus(encoding, answer.status);
@@ -128,12 +134,15 @@ export function buildGatewayServer(deps: GatewayDependencies): FastifyInstance {
   );
 
   app.decorateRequest('exportGrant', null);
+  app.decorateRequest('exportSpan', null);
+  app.decorateRequest('exportFailure', null);
 
   /**
    * Credentials are checked when the request arrives, before its body is read (SPEC §6): a client
    * without a valid credential never makes the gateway buffer or inflate anything.
    */
   const authorizeExport = async (request: FastifyRequest, reply: FastifyReply) => {
+    request.exportSpan = startDecisionSpan('ci_job_telemetry.export');
     try {
       request.exportGrant = await authorize(deps, credentialOf(request));
     } catch (error) {
@@ -157,6 +166,11 @@ export function buildGatewayServer(deps: GatewayDependencies): FastifyInstance {
     };
     const countRequest = (request: FastifyRequest, reply: FastifyReply, done: () => void) => {
       metrics.requests.inc({ signal, status: String(reply.statusCode) });
+      request.exportSpan?.end(
+        request.exportFailure ?? 'exported',
+        () => ({ 'otlp.signal': signal, 'http.response.status_code': reply.statusCode, ...(request.exportGrant === null ? {} : { 'ci.job.id': request.exportGrant.grant.jobId }) }),
+        reply.statusCode >= 500,
+      );
       done();
     };
     // Header credentials (SPEC §5), and the per-job capability URL a stock runner uses (SPEC §4).

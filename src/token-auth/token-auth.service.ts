@@ -2,6 +2,7 @@ import { Inject, Injectable, Logger } from '@nestjs/common';
 import { AppConfig } from '../config/app-config';
 import { APP_CONFIG, SECRETS } from '../config/config.constants';
 import { Secrets } from '../config/secrets';
+import { startDecisionSpan } from '../observability/tracing';
 import { Grant, grantEndsAt, GrantStore, StoreUnavailableError } from '../grants/grant';
 import { GRANT_STORE } from '../grants/grants.constants';
 import { digestsMatch, tokenDigest } from '../grants/token-digest';
@@ -29,6 +30,17 @@ export class TokenAuthService {
   ) {}
 
   async authenticate(credential: RunnerCredential): Promise<AuthOutcome> {
+    const span = startDecisionSpan('ci_job_telemetry.auth');
+    const outcome = await this.decide(credential);
+    span.end(
+      outcome.kind,
+      () => ({ 'ci_job_telemetry.credential': credential.kind, ...(outcome.kind === 'allowed' ? { 'ci.job.id': outcome.grant.jobId } : { 'ci_job_telemetry.reason': outcome.reason }) }),
+      outcome.kind === 'unavailable',
+    );
+    return outcome;
+  }
+
+  private async decide(credential: RunnerCredential): Promise<AuthOutcome> {
     try {
       switch (credential.kind) {
         case 'missing':
