@@ -1,4 +1,4 @@
-import { ConfigError, loadConfig } from './app-config';
+import { ConfigError, loadConfig, storeMode } from './app-config';
 
 const problemsOf = (env: Record<string, string>) => {
   try {
@@ -49,5 +49,23 @@ describe('loadConfig', () => {
 
   it('does not read "false" as true', () => {
     expect(problemsOf({ UNADVERTISED_RUNNERS_ELIGIBLE: 'nope' })).toHaveLength(1);
+  });
+
+  it('picks the store from which Redis variables are set, and refuses an ambiguous or incomplete one', () => {
+    expect(storeMode(loadConfig({}))).toBe('memory');
+    expect(storeMode(loadConfig({ REDIS_URL: 'rediss://redis:6380' }))).toBe('single');
+    const sentinel = loadConfig({ REDIS_SENTINELS: 'sentinel-0:26379, [::1]:26379', REDIS_SENTINEL_MASTER: 'cjt' });
+    expect(storeMode(sentinel)).toBe('sentinel');
+    expect(sentinel.REDIS_SENTINELS).toEqual(['sentinel-0:26379', '[::1]:26379']);
+    expect(storeMode(loadConfig({ REDIS_CLUSTER_NODES: 'redis-0:6379,redis-1:6379', REDIS_TLS: 'true' }))).toBe('cluster');
+
+    expect(problemsOf({ REDIS_URL: 'redis://a:6379', REDIS_CLUSTER_NODES: 'b:6379' })).toEqual([
+      'REDIS_CLUSTER_NODES: cannot be combined with REDIS_URL (set exactly one of them)',
+    ]);
+    expect(problemsOf({ REDIS_SENTINELS: 'sentinel-0:26379' })[0]).toMatch(/^REDIS_SENTINEL_MASTER: required/);
+    expect(problemsOf({ REDIS_CLUSTER_NODES: 'redis-0' })[0]).toMatch(/^REDIS_CLUSTER_NODES: each entry must be host:port/);
+    expect(problemsOf({ REDIS_URL: 'redis://a:6379', REDIS_SENTINEL_PASSWORD_FILE: '/run/secrets/x' })[0]).toMatch(
+      /^REDIS_SENTINEL_PASSWORD_FILE: only meaningful with REDIS_SENTINELS/,
+    );
   });
 });

@@ -1,6 +1,7 @@
 import 'reflect-metadata';
 import { plainToInstance, Transform } from 'class-transformer';
 import {
+  ArrayNotEmpty,
   IsBoolean,
   IsIn,
   IsInt,
@@ -34,6 +35,9 @@ const toBoolean = ({ value }: { value: unknown }) => {
 
 const toInt = ({ value }: { value: unknown }) =>
   typeof value === 'string' && /^-?\d+$/.test(value.trim()) ? Number(value.trim()) : value;
+
+/** `host:port`, the host a name, IPv4 or bracketed IPv6 address. */
+const HOST_PORT = /^([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]):\d{1,5}$/;
 
 const URL_OPTIONS = { require_tld: false, require_protocol: true, protocols: ['http', 'https'] };
 
@@ -114,9 +118,64 @@ export class EnvironmentVariables {
   @Min(1024)
   BODY_LIMIT_BYTES = 8 * 1024 * 1024;
 
+  /** One Redis server (SPEC §7); `rediss://` for TLS. Exclusive with REDIS_SENTINELS and REDIS_CLUSTER_NODES. */
   @IsOptional()
   @IsUrl({ require_tld: false, require_protocol: true, protocols: ['redis', 'rediss'] })
   REDIS_URL?: string;
+
+  /** Sentinel addresses (`host:port`, comma separated): the store follows the primary they elect. */
+  @Transform(toList)
+  @IsOptional()
+  @ArrayNotEmpty()
+  @Matches(HOST_PORT, { each: true, message: 'each entry must be host:port' })
+  REDIS_SENTINELS?: string[];
+
+  /** The master name the sentinels monitor (`sentinel monitor <name> …`). */
+  @IsOptional()
+  @IsString()
+  @MinLength(1)
+  REDIS_SENTINEL_MASTER?: string;
+
+  /** Seed nodes of a Redis Cluster (`host:port`, comma separated); the rest is discovered. */
+  @Transform(toList)
+  @IsOptional()
+  @ArrayNotEmpty()
+  @Matches(HOST_PORT, { each: true, message: 'each entry must be host:port' })
+  REDIS_CLUSTER_NODES?: string[];
+
+  /** ACL user of the store's connections (Redis 6+); unset: the `default` user. */
+  @IsOptional()
+  @IsString()
+  @MinLength(1)
+  REDIS_USERNAME?: string;
+
+  /** File holding the password of REDIS_USERNAME (or of `requirepass`), like the other secrets. */
+  @IsOptional()
+  @IsString()
+  @MinLength(1)
+  REDIS_PASSWORD_FILE?: string;
+
+  /** ACL user and password file for the sentinels themselves, when they require one. */
+  @IsOptional()
+  @IsString()
+  @MinLength(1)
+  REDIS_SENTINEL_USERNAME?: string;
+
+  @IsOptional()
+  @IsString()
+  @MinLength(1)
+  REDIS_SENTINEL_PASSWORD_FILE?: string;
+
+  /** TLS to every Redis node and sentinel; with REDIS_URL the `rediss://` scheme says the same. */
+  @Transform(toBoolean)
+  @IsBoolean()
+  REDIS_TLS = false;
+
+  /** PEM file of the CA that signed the Redis servers' certificates, when it is not a public one. */
+  @IsOptional()
+  @IsString()
+  @MinLength(1)
+  REDIS_TLS_CA_FILE?: string;
 
   /** How long the decorator waits for the store before answering `degraded` (SPEC §4 "Grant"). */
   @Transform(toInt)
@@ -308,7 +367,7 @@ export class EnvironmentVariables {
   GATEWAY_DECISION_CACHE_SIZE = 10_000;
 
   /**
-   * ROLE=gateway without REDIS_URL keeps span quotas and rate limits in this process only, so N
+   * ROLE=gateway without a Redis store keeps span quotas and rate limits in this process only, so N
    * replicas let through N times the limits. Refused at start unless this says it is intended.
    */
   @Transform(toBoolean)
@@ -361,6 +420,14 @@ export function loadConfig(env: NodeJS.ProcessEnv | Record<string, string | unde
     'CAPABILITY_KEY_FILE',
     'CAPABILITY_PREVIOUS_KEY_FILE',
     'REDIS_URL',
+    'REDIS_SENTINELS',
+    'REDIS_SENTINEL_MASTER',
+    'REDIS_CLUSTER_NODES',
+    'REDIS_USERNAME',
+    'REDIS_PASSWORD_FILE',
+    'REDIS_SENTINEL_USERNAME',
+    'REDIS_SENTINEL_PASSWORD_FILE',
+    'REDIS_TLS_CA_FILE',
     'UNLEASH_URL',
     'UNLEASH_API_TOKEN',
     'JOB_TOKEN_JWKS_FILE',
@@ -380,11 +447,36 @@ export function loadConfig(env: NodeJS.ProcessEnv | Record<string, string | unde
   if (config.ROLE === 'gateway' && config.AUTH_URL === undefined) {
     problems.push('AUTH_URL: required with ROLE=gateway (the control process auth endpoint)');
   }
-  if (config.ROLE === 'gateway' && config.REDIS_URL === undefined && !config.GATEWAY_PER_PROCESS_QUOTAS) {
+  if (config.ROLE === 'gateway' && storeMode(config) === 'memory' && !config.GATEWAY_PER_PROCESS_QUOTAS) {
     problems.push(
-      'REDIS_URL: required with ROLE=gateway, or every replica keeps its own span quotas and rate limits (set GATEWAY_PER_PROCESS_QUOTAS=true if that is intended)',
+      'REDIS_URL: required with ROLE=gateway (or REDIS_SENTINELS or REDIS_CLUSTER_NODES), or every replica keeps its own span quotas and rate limits (set GATEWAY_PER_PROCESS_QUOTAS=true if that is intended)',
     );
   }
+  problems.push(...storeProblems(config));
   if (problems.length > 0) throw new ConfigError(problems);
   return Object.freeze(config);
+}
+
+export type StoreMode = 'memory' | 'single' | 'sentinel' | 'cluster';
+
+/** Where shared state lives (SPEC §7): in this process, or Redis as one server, Sentinel-managed or a cluster. */
+export function storeMode(config: AppConfig): StoreMode {
+  if (config.REDIS_SENTINELS !== undefined) return 'sentinel';
+  if (config.REDIS_CLUSTER_NODES !== undefined) return 'cluster';
+  return config.REDIS_URL === undefined ? 'memory' : 'single';
+}
+
+function storeProblems(config: EnvironmentVariables): string[] {
+  const problems: string[] = [];
+  const topologies = (['REDIS_URL', 'REDIS_SENTINELS', 'REDIS_CLUSTER_NODES'] as const).filter((name) => config[name] !== undefined);
+  if (topologies.length > 1) problems.push(`${topologies[1]}: cannot be combined with ${topologies[0]} (set exactly one of them)`);
+  if (config.REDIS_SENTINELS !== undefined && config.REDIS_SENTINEL_MASTER === undefined) {
+    problems.push('REDIS_SENTINEL_MASTER: required with REDIS_SENTINELS (the master name the sentinels monitor)');
+  }
+  if (config.REDIS_SENTINELS === undefined) {
+    for (const name of ['REDIS_SENTINEL_MASTER', 'REDIS_SENTINEL_USERNAME', 'REDIS_SENTINEL_PASSWORD_FILE'] as const) {
+      if (config[name] !== undefined) problems.push(`${name}: only meaningful with REDIS_SENTINELS`);
+    }
+  }
+  return problems;
 }

@@ -19,6 +19,29 @@ export interface Secrets {
    * previous one while a rotation lasts, which is still accepted so running jobs keep exporting.
    */
   readonly capabilityKeys: readonly Buffer[];
+  /** Credentials of the Redis store (SPEC §7), each from its own file; absent when not configured. */
+  readonly redis: RedisSecrets;
+}
+
+export interface RedisSecrets {
+  readonly password?: string;
+  readonly sentinelPassword?: string;
+  /** PEM text of the CA the Redis servers' certificates chain to. */
+  readonly tlsCa?: string;
+}
+
+/** A password file holds the password as written; only the line end an editor adds is not part of it. */
+function readTextFile(variable: string, path: string | undefined, problems: string[]): string | undefined {
+  if (path === undefined) return undefined;
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8').replace(/\r?\n$/, '');
+  } catch (error) {
+    problems.push(`${variable}: cannot read ${path} (${(error as NodeJS.ErrnoException).code ?? 'error'})`);
+    return undefined;
+  }
+  if (text.length === 0) problems.push(`${variable}: ${path} is empty`);
+  return text;
 }
 
 function readSecret(variable: string, path: string | undefined, generatedPath: string, problems: string[]): Buffer {
@@ -65,6 +88,11 @@ export function loadSecrets(config: AppConfig, generatedDir = '.secrets'): Secre
   if (config.CAPABILITY_PREVIOUS_KEY_FILE !== undefined) {
     capabilityKeys.push(readSecret('CAPABILITY_PREVIOUS_KEY_FILE', config.CAPABILITY_PREVIOUS_KEY_FILE, '', problems));
   }
+  const redis: RedisSecrets = {
+    password: readTextFile('REDIS_PASSWORD_FILE', config.REDIS_PASSWORD_FILE, problems),
+    sentinelPassword: readTextFile('REDIS_SENTINEL_PASSWORD_FILE', config.REDIS_SENTINEL_PASSWORD_FILE, problems),
+    tlsCa: readTextFile('REDIS_TLS_CA_FILE', config.REDIS_TLS_CA_FILE, problems),
+  };
   if (problems.length > 0) throw new ConfigError(problems);
-  return { internalApiSecret, traceKey, tokenDigestKey: deriveTokenDigestKey(traceKey), capabilityKeys };
+  return { internalApiSecret, traceKey, tokenDigestKey: deriveTokenDigestKey(traceKey), capabilityKeys, redis };
 }

@@ -1,5 +1,6 @@
 import Redis from 'ioredis';
 import { RedisServer, startRedis } from '../../test/helpers/redis';
+import { RedisDeployment, startRedisCluster, startSentinelRedis, startSingleRedis } from '../../test/helpers/redis-topologies';
 import { Grant, GrantStore, StoreUnavailableError } from './grant';
 import { MemoryGrantStore } from './memory-grant-store';
 import { RedisGrantStore } from './redis-grant-store';
@@ -20,7 +21,7 @@ const grant = (overrides: Partial<Grant> = {}): Grant => ({
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-/** One behaviour, two stores (SPEC §7): whatever passes here holds for either deployment. */
+/** One behaviour, every store (SPEC §7): whatever passes here holds for each deployment. */
 function behavesAsAGrantStore(name: string, open: () => Promise<GrantStore>) {
   describe(`${name} grant store`, () => {
     let store: GrantStore;
@@ -179,16 +180,17 @@ behavesAsAGrantStore('in-memory', async () => new MemoryGrantStore());
 let redis: RedisServer;
 beforeAll(async () => (redis = await startRedis()));
 afterAll(() => redis.stop());
+const singleServer = (url: string) => ({ topology: { mode: 'single' as const, url }, commandTimeoutMs: 500 });
 
 behavesAsAGrantStore('Redis', async () => {
   await redis.flush();
-  return RedisGrantStore.open(redis.url, 500);
+  return RedisGrantStore.open(singleServer(redis.url));
 });
 
 describe('Redis grant store key layout', () => {
   it("keeps a job's span counters in one hash slot, so the script runs on Redis Cluster", async () => {
     await redis.flush();
-    const store = await RedisGrantStore.open(redis.url, 500);
+    const store = await RedisGrantStore.open(singleServer(redis.url));
     try {
       await store.reserveSpans(4242, 1, { perJob: 10, perSecond: 10 }, 60_000);
       const client = new Redis(redis.url);
@@ -202,9 +204,42 @@ describe('Redis grant store key layout', () => {
   });
 });
 
+/**
+ * The same suite on the deployments operators scale out to, each secured as in production (an ACL
+ * user limited to the `cjt:` keys, its password from a file; TLS where it says so). On the cluster,
+ * an operation whose keys span two slots fails with CROSSSLOT, so this is also the check that every
+ * operation keeps its keys in one slot.
+ */
+function onDeployment(name: string, start: () => Promise<RedisDeployment>) {
+  describe(name, () => {
+    let deployment: RedisDeployment;
+    beforeAll(async () => (deployment = await start()), 60_000);
+    afterAll(() => deployment?.stop());
+
+    behavesAsAGrantStore(`Redis (${name})`, async () => {
+      await deployment.flush();
+      return RedisGrantStore.open(deployment.settings(500));
+    });
+
+    it('is refused without its credentials, reported as unavailable', async () => {
+      const { password: _password, ...withoutPassword } = deployment.settings(500);
+      const store = await RedisGrantStore.open(withoutPassword, undefined, 1000);
+      try {
+        await expect(store.ping()).rejects.toBeInstanceOf(StoreUnavailableError);
+      } finally {
+        await store.close();
+      }
+    });
+  });
+}
+
+onDeployment('one server, TLS and ACL user', () => startSingleRedis({ tls: true }));
+onDeployment('Sentinel: primary, replica, three sentinels, TLS and ACL user', () => startSentinelRedis({ tls: true }));
+onDeployment('Cluster: 3 primaries, 3 replicas, TLS and ACL user', () => startRedisCluster({ tls: true }));
+
 describe('Redis grant store when Redis is gone', () => {
   it('fails at once with StoreUnavailableError instead of queueing, and recovers when Redis is back', async () => {
-    const store = await RedisGrantStore.open(redis.url, 500);
+    const store = await RedisGrantStore.open(singleServer(redis.url));
     try {
       await store.ping();
       await redis.stop();

@@ -1,10 +1,13 @@
 import { Global, Inject, Module, OnModuleDestroy } from '@nestjs/common';
+import { AppConfig, storeMode } from '../config/app-config';
+import { APP_CONFIG, SECRETS } from '../config/config.constants';
+import { Secrets } from '../config/secrets';
+import { MetricsService } from '../observability/metrics.service';
 import { ReadinessChecks } from '../observability/readiness-checks';
-import { AppConfig } from '../config/app-config';
-import { APP_CONFIG } from '../config/config.constants';
 import { GrantStore } from './grant';
 import { GRANT_STORE } from './grants.constants';
 import { MemoryGrantStore } from './memory-grant-store';
+import { redisSettingsFrom } from './redis-connection';
 import { RedisGrantStore } from './redis-grant-store';
 
 @Global()
@@ -12,11 +15,18 @@ import { RedisGrantStore } from './redis-grant-store';
   providers: [
     {
       provide: GRANT_STORE,
-      inject: [APP_CONFIG],
-      useFactory: async (config: AppConfig): Promise<GrantStore> =>
-        config.REDIS_URL === undefined
-          ? new MemoryGrantStore()
-          : RedisGrantStore.open(config.REDIS_URL, config.STORE_TIMEOUT_MS),
+      inject: [APP_CONFIG, SECRETS, MetricsService],
+      useFactory: async (config: AppConfig, secrets: Secrets, metrics: MetricsService): Promise<GrantStore> => {
+        const settings = redisSettingsFrom(config, secrets);
+        if (settings === undefined) return new MemoryGrantStore();
+        const mode = storeMode(config);
+        metrics.storeReconnects.labels(mode).inc(0);
+        metrics.storeFailovers.labels(mode).inc(0);
+        return RedisGrantStore.open(settings, {
+          reconnecting: () => metrics.storeReconnects.labels(mode).inc(),
+          failedOver: () => metrics.storeFailovers.labels(mode).inc(),
+        });
+      },
     },
   ],
   exports: [GRANT_STORE],

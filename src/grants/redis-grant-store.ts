@@ -1,11 +1,21 @@
-import Redis, { RedisOptions } from 'ioredis';
 import { Grant, GrantStore, JobSpanLimits, RateWindow, SpanReservation, StoreUnavailableError } from './grant';
+import { connectRedis, pingRedis, RedisClient, RedisConnectionEvents, RedisConnectionSettings } from './redis-connection';
 
-const GRANT_KEY = (jobId: number) => `cjt:grant:${jobId}`;
-const REVOKED_KEY = (jobId: number) => `cjt:revoked:${jobId}`;
-const JOB_TOKEN_KEY = (digest: string) => `cjt:jobtoken:${digest}`;
-const RATE_KEY = (key: string) => `cjt:rate:${key}`;
-const QUOTA_KEY = (key: string) => `cjt:quota:${key}`;
+/*
+ * Key layout. Redis Cluster runs a multi-key command (MULTI, MGET, a script) only when all its keys
+ * hash to one slot, and only the part between the first `{` and `}` is hashed. So every key of one
+ * operation carries the same hash tag: a job's grant and revocation, and its span quota and span
+ * rate, share `{job:<id>}`. The job-token index is looked up by digest alone, before the job is
+ * known, so it lives in its own slot and is written beside the grant, never in the same transaction.
+ * Rate windows and quotas are one key each, tagged by their own name so they spread over the cluster.
+ */
+const GRANT_KEY = (jobId: number) => `cjt:{job:${jobId}}:grant`;
+const REVOKED_KEY = (jobId: number) => `cjt:{job:${jobId}}:revoked`;
+const JOB_SPANS_KEY = (jobId: number) => `cjt:{job:${jobId}}:spans`;
+const JOB_SPAN_RATE_KEY = (jobId: number) => `cjt:{job:${jobId}}:span-rate`;
+const JOB_TOKEN_KEY = (digest: string) => `cjt:{jobtoken:${digest}}`;
+const RATE_KEY = (key: string) => `cjt:{rate:${key}}`;
+const QUOTA_KEY = (key: string) => `cjt:{quota:${key}}`;
 
 /** Grants min(wanted, limit - used) and records it, in one atomic step shared by every replica. */
 const RESERVE_QUOTA = `
@@ -17,10 +27,6 @@ if granted > 0 then
 end
 return granted
 `;
-
-// One hash tag per job, so a job's span counters share a slot: one script may touch both on Redis Cluster.
-const JOB_SPANS_KEY = (jobId: number) => `cjt:{job:${jobId}}:spans`;
-const JOB_SPAN_RATE_KEY = (jobId: number) => `cjt:{job:${jobId}}:span-rate`;
 
 /**
  * A job's span quota and per-second rate in one atomic step: grants min(wanted, quota room, rate room) and
@@ -79,22 +85,6 @@ redis.call('SET', KEYS[2], ARGV[1], 'PX', ttl)
 return ARGV[1]
 `;
 
-/**
- * Connection options that make a Redis outage cost milliseconds, not seconds: commands fail at once
- * while disconnected instead of queueing (the decorator must answer fast, SPEC §4 "Grant"), and a
- * hung connection is cut by the command timeout. The connection itself keeps retrying in the background.
- */
-export function redisOptions(commandTimeoutMs: number): RedisOptions {
-  return {
-    enableOfflineQueue: false,
-    maxRetriesPerRequest: 0,
-    commandTimeout: commandTimeoutMs,
-    connectTimeout: Math.max(1000, commandTimeoutMs),
-    retryStrategy: (attempt) => Math.min(attempt * 100, 2000),
-    lazyConnect: false,
-  };
-}
-
 /** The store's Lua scripts as ioredis commands: sent by SHA (EVALSHA) after the first use, not as text. */
 interface ScriptCommands {
   cjtHitRateWindow(key: string, windowMs: string): Promise<[number, number]>;
@@ -107,7 +97,7 @@ interface ScriptCommands {
 export class RedisGrantStore implements GrantStore {
   private readonly scripts: ScriptCommands;
 
-  constructor(private readonly redis: Redis) {
+  constructor(private readonly redis: RedisClient) {
     redis.defineCommand('cjtHitRateWindow', { numberOfKeys: 1, lua: HIT_RATE_WINDOW });
     redis.defineCommand('cjtRevokeGrant', { numberOfKeys: 2, lua: REVOKE_GRANT });
     redis.defineCommand('cjtReserveQuota', { numberOfKeys: 1, lua: RESERVE_QUOTA });
@@ -121,10 +111,8 @@ export class RedisGrantStore implements GrantStore {
    * start find Redis ready. Redis being down is not fatal: the service starts, reports not ready,
    * answers `degraded`, and ioredis keeps reconnecting.
    */
-  static async open(url: string, commandTimeoutMs: number, startWaitMs = 2000): Promise<RedisGrantStore> {
-    const redis = new Redis(url, redisOptions(commandTimeoutMs));
-    // Errors surface through the commands that fail; without a listener ioredis prints every reconnect.
-    redis.on('error', () => undefined);
+  static async open(settings: RedisConnectionSettings, events?: RedisConnectionEvents, startWaitMs = 2000): Promise<RedisGrantStore> {
+    const redis = connectRedis(settings, events);
     await new Promise<void>((resolve) => {
       const timer = setTimeout(resolve, startWaitMs);
       redis.once('ready', () => {
@@ -143,10 +131,13 @@ export class RedisGrantStore implements GrantStore {
       if (ttlMs > 0) transaction.set(GRANT_KEY(grant.jobId), JSON.stringify(grant), 'PX', ttlMs, 'NX');
       transaction.get(GRANT_KEY(grant.jobId));
       transaction.get(REVOKED_KEY(grant.jobId));
-      if (grant.jobTokenDigest !== undefined && ttlMs > 0) {
-        transaction.set(JOB_TOKEN_KEY(grant.jobTokenDigest), String(grant.jobId), 'PX', ttlMs);
-      }
-      const results = await transaction.exec();
+      // The index is another slot, so not part of the transaction; a lookup checks the grant's own
+      // digest, so an index entry written without its grant (or outliving it) finds nothing.
+      const indexed =
+        grant.jobTokenDigest !== undefined && ttlMs > 0
+          ? this.redis.set(JOB_TOKEN_KEY(grant.jobTokenDigest), String(grant.jobId), 'PX', ttlMs)
+          : undefined;
+      const [results] = await Promise.all([transaction.exec(), indexed]);
       const failed = results?.find(([error]) => error !== null);
       if (failed) throw failed[0];
       const replies = results!.map(([, reply]) => reply);
@@ -217,7 +208,7 @@ export class RedisGrantStore implements GrantStore {
   }
 
   async ping(): Promise<void> {
-    await this.guard(() => this.redis.ping());
+    await this.guard(() => pingRedis(this.redis));
   }
 
   async close(): Promise<void> {

@@ -27,6 +27,20 @@ export class MetricsService {
     registers: [this.registry],
   });
 
+  readonly storeReconnects = new Counter({
+    name: 'ci_job_telemetry_store_reconnects_total',
+    help: 'Connections to a Redis node of the store that were lost and are being re-established',
+    labelNames: ['mode'] as const,
+    registers: [this.registry],
+  });
+
+  readonly storeFailovers = new Counter({
+    name: 'ci_job_telemetry_store_failovers_total',
+    help: 'Times the store found a different primary after a reconnect (Sentinel) or slot map refresh (Cluster)',
+    labelNames: ['mode'] as const,
+    registers: [this.registry],
+  });
+
   constructor() {
     collectDefaultMetrics({ register: this.registry });
   }

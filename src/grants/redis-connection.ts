@@ -1,0 +1,189 @@
+import Redis, { Cluster, ClusterOptions, RedisOptions } from 'ioredis';
+import type { ConnectionOptions } from 'node:tls';
+import { AppConfig, storeMode } from '../config/app-config';
+import { Secrets } from '../config/secrets';
+
+/** One connection to the store, whatever the deployment: a server (maybe Sentinel-managed) or a cluster. */
+export type RedisClient = Redis | Cluster;
+
+export interface HostPort {
+  readonly host: string;
+  readonly port: number;
+}
+
+export type RedisTopology =
+  | { readonly mode: 'single'; readonly url: string }
+  | { readonly mode: 'sentinel'; readonly sentinels: readonly HostPort[]; readonly masterName: string }
+  | { readonly mode: 'cluster'; readonly nodes: readonly HostPort[] };
+
+export interface RedisConnectionSettings {
+  readonly topology: RedisTopology;
+  /** Most a command may take before it fails (and the store is reported unavailable). */
+  readonly commandTimeoutMs: number;
+  readonly username?: string;
+  readonly password?: string;
+  readonly sentinelUsername?: string;
+  readonly sentinelPassword?: string;
+  /** TLS to every node and sentinel; `rediss://` turns it on for a single server too. */
+  readonly tls?: boolean;
+  readonly tlsCa?: string;
+}
+
+/** What the connection reports, for metrics: a lost connection, and a primary that changed. */
+export interface RedisConnectionEvents {
+  reconnecting(): void;
+  failedOver(): void;
+}
+
+export function parseHostPort(text: string): HostPort {
+  const colon = text.lastIndexOf(':');
+  return { host: text.slice(0, colon).replace(/^\[(.*)\]$/, '$1'), port: Number(text.slice(colon + 1)) };
+}
+
+/** The store's Redis settings from the validated configuration, or undefined for the in-memory store. */
+export function redisSettingsFrom(config: AppConfig, secrets: Secrets): RedisConnectionSettings | undefined {
+  const common = {
+    commandTimeoutMs: config.STORE_TIMEOUT_MS,
+    username: config.REDIS_USERNAME,
+    password: secrets.redis.password,
+    tls: config.REDIS_TLS,
+    tlsCa: secrets.redis.tlsCa,
+  };
+  switch (storeMode(config)) {
+    case 'memory':
+      return undefined;
+    case 'single':
+      return { ...common, topology: { mode: 'single', url: config.REDIS_URL! } };
+    case 'sentinel':
+      return {
+        ...common,
+        topology: { mode: 'sentinel', sentinels: config.REDIS_SENTINELS!.map(parseHostPort), masterName: config.REDIS_SENTINEL_MASTER! },
+        sentinelUsername: config.REDIS_SENTINEL_USERNAME,
+        sentinelPassword: secrets.redis.sentinelPassword,
+      };
+    case 'cluster':
+      return { ...common, topology: { mode: 'cluster', nodes: config.REDIS_CLUSTER_NODES!.map(parseHostPort) } };
+  }
+}
+
+/** Only what is set: an explicit `undefined` would override what a `redis://user:pass@` URL says. */
+function defined<T extends object>(options: T): Partial<T> {
+  return Object.fromEntries(Object.entries(options).filter(([, value]) => value !== undefined)) as Partial<T>;
+}
+
+/**
+ * Options that make a Redis outage cost milliseconds, not seconds: commands fail at once while
+ * disconnected instead of queueing (the decorator must answer fast, SPEC §4 "Grant"), and a hung
+ * connection is cut by the command timeout. The connection itself keeps retrying in the background.
+ */
+function nodeOptions(settings: RedisConnectionSettings): RedisOptions {
+  const tls: ConnectionOptions | undefined =
+    settings.tls === true || settings.tlsCa !== undefined ? defined({ ca: settings.tlsCa }) : undefined;
+  return {
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 0,
+    commandTimeout: settings.commandTimeoutMs,
+    connectTimeout: Math.max(1000, settings.commandTimeoutMs),
+    retryStrategy: (attempt) => Math.min(attempt * 100, 2000),
+    lazyConnect: false,
+    ...defined({ username: settings.username, password: settings.password, tls }),
+  };
+}
+
+/**
+ * Opens the store's connection for its topology (SPEC §7). Sentinel: ioredis asks the sentinels for
+ * the primary on every (re)connect and also drops the connection as soon as they announce
+ * `+switch-master`, so a failover costs the election, not a reconnect backoff. Cluster: the slot map
+ * is refreshed when a node is lost or answers MOVED; a lost node is not reconnected, its slots move.
+ */
+export function connectRedis(settings: RedisConnectionSettings, events?: RedisConnectionEvents): RedisClient {
+  const options = nodeOptions(settings);
+  const topology = settings.topology;
+  let client: RedisClient;
+  switch (topology.mode) {
+    case 'single':
+      client = new Redis(topology.url, options);
+      break;
+    case 'sentinel':
+      client = new Redis({
+        ...options,
+        sentinels: topology.sentinels.map((sentinel) => ({ ...sentinel })),
+        name: topology.masterName,
+        role: 'master',
+        failoverDetector: true,
+        sentinelCommandTimeout: Math.max(500, settings.commandTimeoutMs),
+        ...defined({
+          sentinelUsername: settings.sentinelUsername,
+          sentinelPassword: settings.sentinelPassword,
+          enableTLSForSentinelMode: options.tls === undefined ? undefined : true,
+          sentinelTLS: options.tls,
+        }),
+      });
+      break;
+    case 'cluster': {
+      const { enableOfflineQueue: _queue, retryStrategy: _retry, ...perNode } = options;
+      const clusterOptions: ClusterOptions = {
+        enableOfflineQueue: false,
+        redisOptions: perNode,
+        clusterRetryStrategy: (attempt) => Math.min(100 + attempt * 100, 2000),
+        retryDelayOnFailover: 100,
+        retryDelayOnClusterDown: 100,
+        slotsRefreshTimeout: Math.max(1000, settings.commandTimeoutMs),
+      };
+      client = new Cluster(
+        topology.nodes.map((node) => ({ ...node })),
+        clusterOptions,
+      );
+      break;
+    }
+  }
+  // Errors surface through the commands that fail; without a listener ioredis prints every reconnect.
+  client.on('error', () => undefined);
+  if (events !== undefined) watchConnection(client, events);
+  return client;
+}
+
+function watchConnection(client: RedisClient, events: RedisConnectionEvents): void {
+  if (client instanceof Cluster) {
+    // A primary lost by the pool, and the slot map naming a different set of primaries afterwards.
+    let primaries: string | undefined;
+    client.on('-node', () => events.reconnecting());
+    client.on('refresh', () => {
+      const now = [...new Set(client.slots.map((owners) => owners[0]))].sort().join(',');
+      if (primaries !== undefined && now !== primaries) events.failedOver();
+      primaries = now;
+    });
+    return;
+  }
+  // Behind Sentinel the address of the server the connection ends up on is the primary's.
+  let primary: string | undefined;
+  client.on('reconnecting', () => events.reconnecting());
+  client.on('ready', () => {
+    const now = `${client.stream.remoteAddress}:${client.stream.remotePort}`;
+    if (primary !== undefined && now !== primary) events.failedOver();
+    primary = now;
+  });
+}
+
+/**
+ * Whether the store can take writes now. A cluster is ready only when every slot has a primary
+ * that answers: one lost primary makes a slice of the jobs unservable until its replica takes over.
+ */
+export async function pingRedis(client: RedisClient): Promise<void> {
+  if (!(client instanceof Cluster)) {
+    await client.ping();
+    return;
+  }
+  if (client.status !== 'ready') throw new Error(`cluster ${client.status}`);
+  const slotPrimaries = Array.from({ length: 16384 }, (_, slot): string | undefined => client.slots[slot]?.[0]);
+  if (slotPrimaries.some((owner) => owner === undefined)) throw new Error('not every slot has a primary');
+  const owners = new Set(slotPrimaries as string[]);
+  const primaries = new Map(client.nodes('master').map((node) => [`${node.options.host}:${node.options.port}`, node]));
+  await Promise.all(
+    [...owners].map(async (owner) => {
+      const node = primaries.get(owner);
+      if (node === undefined) throw new Error(`primary ${owner} unreachable`);
+      await node.ping();
+    }),
+  );
+}
