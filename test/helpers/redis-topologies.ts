@@ -57,6 +57,8 @@ export interface RedisDeployment {
   admin(port: number, ...command: string[]): Promise<unknown>;
   /** Empties every primary. */
   flush(): Promise<void>;
+  /** Resolves once every replica has received everything its primary has (asynchronous replication). */
+  replicated(): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -215,6 +217,7 @@ export async function startSingleRedis(options: { tls?: boolean } = {}): Promise
     settings: (commandTimeoutMs) => ({ topology: { mode: 'single', url }, commandTimeoutMs, ...settings }),
     admin: (nodePort, ...command) => setup.admin(nodePort, ...command),
     flush: async () => void (await setup.admin(port, 'FLUSHALL')),
+    replicated: async () => undefined,
     stop: () => setup.stop(),
   };
 }
@@ -289,8 +292,22 @@ export async function startSentinelRedis(options: { tls?: boolean } = {}): Promi
     primaryPort: primaryPortNow,
     admin: (port, ...command) => setup.admin(port, ...command),
     flush: async () => void (await setup.admin(await primaryPortNow(), 'FLUSHALL')),
+    replicated: async () => replicasCaughtUp(setup, [await primaryPortNow()]),
     stop: () => setup.stop(),
   };
+}
+
+/** Replicas of these primaries at their primary's replication offset. */
+async function replicasCaughtUp(setup: Setup, primaryPorts: number[]): Promise<void> {
+  await waitFor('replicas caught up with their primaries', async () => {
+    for (const port of primaryPorts) {
+      const info = String(await setup.admin(port, 'INFO', 'replication'));
+      const offset = /master_repl_offset:(\d+)/.exec(info)?.[1];
+      const replicaOffsets = [...info.matchAll(/^slave\d+:.*offset=(\d+)/gm)].map((match) => match[1]);
+      if (replicaOffsets.length === 0 || replicaOffsets.some((replicaOffset) => replicaOffset !== offset)) return undefined;
+    }
+    return true;
+  });
 }
 
 function tlsConfigLines(tls: RedisTls): string[] {
@@ -348,6 +365,7 @@ export async function startRedisCluster(options: { tls?: boolean } = {}): Promis
     flush: async () => {
       for (const port of await clusterPrimaries(setup, alivePort())) await setup.admin(port, 'FLUSHALL');
     },
+    replicated: async () => replicasCaughtUp(setup, await clusterPrimaries(setup, alivePort())),
     stop: () => setup.stop(),
   };
 }
