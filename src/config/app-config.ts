@@ -171,6 +171,16 @@ export class EnvironmentVariables {
   @IsBoolean()
   REDIS_TLS = false;
 
+  /**
+   * Replicas that must have a grant write before it counts (Redis WAIT). 0: asynchronous replication,
+   * where a failover can lose grants written in the last moments before the primary died.
+   */
+  @Transform(toInt)
+  @IsInt()
+  @Min(0)
+  @Max(16)
+  REDIS_WAIT_REPLICAS = 0;
+
   /** PEM file of the CA that signed the Redis servers' certificates, when it is not a public one. */
   @IsOptional()
   @IsString()

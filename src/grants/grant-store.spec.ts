@@ -1,6 +1,6 @@
 import Redis from 'ioredis';
 import { RedisServer, startRedis } from '../../test/helpers/redis';
-import { RedisDeployment, startRedisCluster, startSentinelRedis, startSingleRedis } from '../../test/helpers/redis-topologies';
+import { RedisDeployment, SentinelDeployment, startRedisCluster, startSentinelRedis, startSingleRedis } from '../../test/helpers/redis-topologies';
 import { Grant, GrantStore, StoreUnavailableError } from './grant';
 import { MemoryGrantStore } from './memory-grant-store';
 import { RedisGrantStore } from './redis-grant-store';
@@ -210,15 +210,17 @@ describe('Redis grant store key layout', () => {
  * an operation whose keys span two slots fails with CROSSSLOT, so this is also the check that every
  * operation keeps its keys in one slot.
  */
-function onDeployment(name: string, start: () => Promise<RedisDeployment>) {
+function onDeployment<D extends RedisDeployment>(name: string, start: () => Promise<D>, waitReplicas: number, more?: (deployment: () => D) => void) {
   describe(name, () => {
-    let deployment: RedisDeployment;
+    let deployment: D;
     beforeAll(async () => (deployment = await start()), 60_000);
     afterAll(() => deployment?.stop());
 
+    // With replicas, every grant write here also waits for one (REDIS_WAIT_REPLICAS=1), so that
+    // path, one pipeline to the slot's primary, is exercised in each mode that has replicas.
     behavesAsAGrantStore(`Redis (${name})`, async () => {
       await deployment.flush();
-      return RedisGrantStore.open(deployment.settings(500));
+      return RedisGrantStore.open({ ...deployment.settings(500), waitReplicas });
     });
 
     it('is refused without its credentials, reported as unavailable', async () => {
@@ -230,12 +232,35 @@ function onDeployment(name: string, start: () => Promise<RedisDeployment>) {
         await store.close();
       }
     });
+
+    more?.(() => deployment);
   });
 }
 
-onDeployment('one server, TLS and ACL user', () => startSingleRedis({ tls: true }));
-onDeployment('Sentinel: primary, replica, three sentinels, TLS and ACL user', () => startSentinelRedis({ tls: true }));
-onDeployment('Cluster: 3 primaries, 3 replicas, TLS and ACL user', () => startRedisCluster({ tls: true }));
+onDeployment('one server, TLS and ACL user', () => startSingleRedis({ tls: true }), 0);
+onDeployment('Sentinel: primary, replica, three sentinels, TLS and ACL user', () => startSentinelRedis({ tls: true }), 1, (deployment) => {
+  it('with REDIS_WAIT_REPLICAS, counts a grant write as done only once the replica has it', async () => {
+    const sentinel: SentinelDeployment = deployment();
+    const store = await RedisGrantStore.open({ ...sentinel.settings(300), waitReplicas: 1 });
+    const primary = await sentinel.primaryPort();
+    const replica = sentinel.nodes.find((node) => node.port !== primary)!;
+    try {
+      await store.saveGrant(grant({ jobId: 7001 }));
+      replica.pause();
+      try {
+        await expect(store.saveGrant(grant({ jobId: 7002 }))).rejects.toBeInstanceOf(StoreUnavailableError);
+        await expect(store.revokeGrant(7001, Date.now())).rejects.toBeInstanceOf(StoreUnavailableError);
+      } finally {
+        replica.resume();
+      }
+      await store.saveGrant(grant({ jobId: 7003 }));
+      expect((await store.findGrant(7003))?.jobId).toBe(7003);
+    } finally {
+      await store.close();
+    }
+  });
+});
+onDeployment('Cluster: 3 primaries, 3 replicas, TLS and ACL user', () => startRedisCluster({ tls: true }), 1);
 
 describe('Redis grant store when Redis is gone', () => {
   it('fails at once with StoreUnavailableError instead of queueing, and recovers when Redis is back', async () => {

@@ -27,6 +27,11 @@ export interface RedisConnectionSettings {
   /** TLS to every node and sentinel; `rediss://` turns it on for a single server too. */
   readonly tls?: boolean;
   readonly tlsCa?: string;
+  /**
+   * Grant writes (pickups, revocations) succeed only once this many replicas acknowledge them
+   * (Redis WAIT, within the command timeout); 0 answers as soon as the primary has them.
+   */
+  readonly waitReplicas?: number;
 }
 
 /** What the connection reports, for metrics: a lost connection, and a primary that changed. */
@@ -44,6 +49,7 @@ export function parseHostPort(text: string): HostPort {
 export function redisSettingsFrom(config: AppConfig, secrets: Secrets): RedisConnectionSettings | undefined {
   const common = {
     commandTimeoutMs: config.STORE_TIMEOUT_MS,
+    waitReplicas: config.REDIS_WAIT_REPLICAS,
     username: config.REDIS_USERNAME,
     password: secrets.redis.password,
     tls: config.REDIS_TLS,

@@ -97,7 +97,10 @@ interface ScriptCommands {
 export class RedisGrantStore implements GrantStore {
   private readonly scripts: ScriptCommands;
 
-  constructor(private readonly redis: RedisClient) {
+  constructor(
+    private readonly redis: RedisClient,
+    private readonly durability: { readonly waitReplicas: number; readonly waitTimeoutMs: number } = { waitReplicas: 0, waitTimeoutMs: 0 },
+  ) {
     redis.defineCommand('cjtHitRateWindow', { numberOfKeys: 1, lua: HIT_RATE_WINDOW });
     redis.defineCommand('cjtRevokeGrant', { numberOfKeys: 2, lua: REVOKE_GRANT });
     redis.defineCommand('cjtReserveQuota', { numberOfKeys: 1, lua: RESERVE_QUOTA });
@@ -120,7 +123,7 @@ export class RedisGrantStore implements GrantStore {
         resolve();
       });
     });
-    return new RedisGrantStore(redis);
+    return new RedisGrantStore(redis, { waitReplicas: settings.waitReplicas ?? 0, waitTimeoutMs: settings.commandTimeoutMs });
   }
 
   async saveGrant(grant: Grant): Promise<Grant> {
@@ -152,6 +155,8 @@ export class RedisGrantStore implements GrantStore {
         stored = { ...grant, expiresAt: (JSON.parse(current) as Grant).expiresAt };
         await this.redis.set(GRANT_KEY(grant.jobId), JSON.stringify(stored), 'KEEPTTL', 'XX');
       }
+      // On a cluster the index may sit on another primary, with replicas of its own.
+      await Promise.all([this.replicated(GRANT_KEY(grant.jobId)), indexed && this.replicated(JOB_TOKEN_KEY(grant.jobTokenDigest!))]);
       return revokedAt === null ? stored : { ...stored, revokedAt: Number(revokedAt) };
     });
   }
@@ -172,7 +177,11 @@ export class RedisGrantStore implements GrantStore {
   }
 
   async revokeGrant(jobId: number, revokedAt: number): Promise<Grant | null> {
-    const revoked = await this.guard(() => this.scripts.cjtRevokeGrant(GRANT_KEY(jobId), REVOKED_KEY(jobId), String(revokedAt)));
+    const revoked = await this.guard(async () => {
+      const stored = await this.scripts.cjtRevokeGrant(GRANT_KEY(jobId), REVOKED_KEY(jobId), String(revokedAt));
+      if (stored !== null) await this.replicated(GRANT_KEY(jobId));
+      return stored;
+    });
     return revoked === null ? null : this.findGrant(jobId);
   }
 
@@ -213,6 +222,23 @@ export class RedisGrantStore implements GrantStore {
 
   async close(): Promise<void> {
     this.redis.disconnect();
+  }
+
+  /**
+   * With REDIS_WAIT_REPLICAS, resolves once that many replicas have every write this connection made
+   * so far (Redis WAIT), including the grant write just acknowledged; a write they did not confirm
+   * within the command timeout counts as not stored (SPEC §7, failover). The key only routes WAIT
+   * to the primary that took the write, on a cluster.
+   */
+  private async replicated(routingKey: string): Promise<void> {
+    const { waitReplicas, waitTimeoutMs } = this.durability;
+    if (waitReplicas === 0) return;
+    const results = await this.redis.pipeline().exists(routingKey).wait(waitReplicas, waitTimeoutMs).exec();
+    const [error, acknowledged] = results?.[1] ?? [new Error('no answer to WAIT'), 0];
+    if (error !== null) throw error;
+    if (Number(acknowledged) < waitReplicas) {
+      throw new Error(`write reached ${Number(acknowledged)} of ${waitReplicas} replicas within ${waitTimeoutMs} ms`);
+    }
   }
 
   private async guard<T>(operation: () => Promise<T>): Promise<T> {

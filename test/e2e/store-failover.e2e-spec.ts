@@ -60,7 +60,7 @@ function recordSpans(traceparent: string, names: string[]): ReadableSpan[] {
   return memory.getFinishedSpans();
 }
 
-async function metricSum(service: ServiceProcess, pattern: RegExp): Promise<number> {
+async function metricSum(service: ServiceProcess, pattern: string): Promise<number> {
   const text = await (await fetch(`${service.url}/metrics`)).text();
   return [...text.matchAll(new RegExp(pattern, 'gm'))].reduce((sum, match) => sum + Number(match[1]), 0);
 }

@@ -44,6 +44,9 @@ export interface RedisNode {
   readonly port: number;
   /** SIGKILL: a crash, no goodbye to replicas, clients or sentinels. */
   kill(): Promise<void>;
+  /** SIGSTOP / SIGCONT: a server that hangs (and its replication with it) without closing anything. */
+  pause(): void;
+  resume(): void;
   readonly alive: boolean;
 }
 
@@ -135,6 +138,8 @@ class Setup {
         return child.exitCode === null && child.signalCode === null;
       },
       kill: () => kill(child),
+      pause: () => void child.kill('SIGSTOP'),
+      resume: () => void child.kill('SIGCONT'),
     };
   }
 

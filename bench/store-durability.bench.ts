@@ -1,0 +1,94 @@
+/**
+ * What REDIS_WAIT_REPLICAS=1 costs a grant write (SPEC §7, failover durability): the store's
+ * `saveGrant` on a Sentinel-managed primary with one replica and on a 3+3 cluster, real
+ * redis-server processes on loopback, alternating rounds without and with WAIT.
+ *
+ * Run (builds itself into node_modules/.cache; needs redis-server and redis-cli on PATH):
+ *
+ *   npm run -s bench:store-durability
+ *
+ * On loopback a replica answers WAIT within microseconds; on a network each write costs one more
+ * primary-to-replica round trip. Only ratios within one run mean anything on a shared machine.
+ */
+import { Grant } from '../src/grants/grant';
+import { RedisGrantStore } from '../src/grants/redis-grant-store';
+import { RedisDeployment, startRedisCluster, startSentinelRedis } from '../test/helpers/redis-topologies';
+import { median } from './lib/percentiles';
+
+const SEQUENTIAL_WRITES = 2000;
+const CONCURRENT_WRITES = 4000;
+const CONCURRENCY = 32;
+const ROUNDS = 2;
+
+const grant = (jobId: number): Grant => ({
+  jobId,
+  projectId: 7,
+  pipelineId: 500,
+  rootPipelineId: 500,
+  runnerId: 17,
+  traceId: '0af7651916cd43dd8448eb211c80319c',
+  spanParentId: 'b7ad6b7169203331',
+  runnerTokenDigest: 'a'.repeat(64),
+  jobTokenDigest: String(jobId).padStart(64, '0'),
+  expiresAt: Date.now() + 600_000,
+});
+
+async function round(deployment: RedisDeployment, waitReplicas: number) {
+  const store = await RedisGrantStore.open({ ...deployment.settings(500), waitReplicas });
+  try {
+    for (let i = 0; i < 200; i++) await store.saveGrant(grant(900_000 + i));
+    const milliseconds: number[] = [];
+    for (let i = 0; i < SEQUENTIAL_WRITES; i++) {
+      const started = process.hrtime.bigint();
+      await store.saveGrant(grant(i + 1));
+      milliseconds.push(Number(process.hrtime.bigint() - started) / 1e6);
+    }
+    milliseconds.sort((a, b) => a - b);
+    let next = 0;
+    const started = Date.now();
+    await Promise.all(
+      Array.from({ length: CONCURRENCY }, async () => {
+        while (next < CONCURRENT_WRITES) await store.saveGrant(grant(100_000 + next++));
+      }),
+    );
+    return {
+      p50: milliseconds[Math.floor(SEQUENTIAL_WRITES / 2)],
+      p99: milliseconds[Math.floor(SEQUENTIAL_WRITES * 0.99)],
+      perSecond: CONCURRENT_WRITES / ((Date.now() - started) / 1000),
+    };
+  } finally {
+    await store.close();
+  }
+}
+
+async function main(): Promise<void> {
+  for (const [name, start] of [
+    ['Sentinel (primary + 1 replica)', () => startSentinelRedis()],
+    ['Cluster (3 primaries + 3 replicas)', () => startRedisCluster()],
+  ] as const) {
+    const deployment = await start();
+    try {
+      const results: Record<number, Array<Awaited<ReturnType<typeof round>>>> = { 0: [], 1: [] };
+      for (let i = 0; i < ROUNDS; i++) for (const waitReplicas of [0, 1]) results[waitReplicas].push(await round(deployment, waitReplicas));
+      for (const waitReplicas of [0, 1]) {
+        const rounds = results[waitReplicas];
+        const line = [
+          `p50 ${median(rounds.map((r) => r.p50)).toFixed(3)} ms`,
+          `p99 ${median(rounds.map((r) => r.p99)).toFixed(3)} ms`,
+          `${Math.round(median(rounds.map((r) => r.perSecond)))} writes/s at ${CONCURRENCY} concurrent`,
+        ].join(', ');
+        console.log(`${name}, REDIS_WAIT_REPLICAS=${waitReplicas}: ${line}`);
+      }
+    } finally {
+      await deployment.stop();
+    }
+  }
+}
+
+main().then(
+  () => process.exit(0),
+  (error: unknown) => {
+    console.error(error);
+    process.exit(1);
+  },
+);
