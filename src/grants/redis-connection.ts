@@ -151,13 +151,24 @@ export function connectRedis(settings: RedisConnectionSettings, events?: RedisCo
 
 function watchConnection(client: RedisClient, events: RedisConnectionEvents): void {
   if (client instanceof Cluster) {
-    // A primary lost by the pool, and the slot map naming a different set of primaries afterwards.
-    let primaries: string | undefined;
-    client.on('-node', () => events.reconnecting());
+    // A failover shows as a node serving slots that never did before: a promoted replica. Slot maps
+    // fetched mid-failover can disagree with each other, so a changed set alone would overcount.
+    let primariesSeen: Set<string> | undefined;
     client.on('refresh', () => {
-      const now = [...new Set(client.slots.map((owners) => owners[0]))].sort().join(',');
-      if (primaries !== undefined && now !== primaries) events.failedOver();
-      primaries = now;
+      const owners = new Set(client.slots.map((slotOwners) => slotOwners?.[0]).filter((owner) => owner !== undefined));
+      if (primariesSeen === undefined) primariesSeen = owners;
+      for (const owner of owners) {
+        if (primariesSeen.has(owner)) continue;
+        primariesSeen.add(owner);
+        events.failedOver();
+      }
+    });
+    // Only connections that had worked count as lost: while a dead primary is still in the slot map
+    // ioredis tries a fresh connection to it on every refresh, and each of those ends too.
+    const connected = new WeakSet<Redis>();
+    client.on('+node', (node: Redis) => node.once('ready', () => connected.add(node)));
+    client.on('-node', (node: Redis) => {
+      if (connected.has(node)) events.reconnecting();
     });
     return;
   }

@@ -22,6 +22,7 @@ const SPANS_PER_EXPORT = 5;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 interface Pickup {
+  readonly jobId: number;
   readonly at: number;
   readonly status: number;
   readonly reason: string;
@@ -58,6 +59,15 @@ function recordSpans(traceparent: string, names: string[]): ReadableSpan[] {
   const parent = new W3CTraceContextPropagator().extract(ROOT_CONTEXT, { traceparent }, defaultTextMapGetter);
   for (const name of names) provider.getTracer('ci-job').startSpan(name, {}, parent).end();
   return memory.getFinishedSpans();
+}
+
+async function authStatus(service: ServiceProcess, keys: GitLabKeys, jobId: number): Promise<number> {
+  const response = await fetch(`${service.url}/internal/ci/telemetry/auth`, {
+    method: 'POST',
+    headers: { ...(await internalApiHeaders(service.secrets.internalApiSecret)), authorization: `Bearer ${await keys.sign(jobId)}`, 'runner-token': RUNNER_TOKEN },
+  });
+  await response.arrayBuffer();
+  return response.status;
 }
 
 async function metricSum(service: ServiceProcess, pattern: string): Promise<number> {
@@ -120,8 +130,9 @@ async function throughFailover(
   let nextJobId = firstJobId + 1000;
   const picking = (async () => {
     while (running) {
-      const { status, reason } = await pickUp(service, nextJobId++);
-      pickups.push({ at: Date.now(), status, reason });
+      const jobId = nextJobId++;
+      const { status, reason } = await pickUp(service, jobId);
+      pickups.push({ jobId, at: Date.now(), status, reason });
       await sleep(20);
     }
   })();
@@ -160,7 +171,13 @@ async function throughFailover(
   const acknowledged = exports.filter((entry) => entry.result.code === ExportResultCode.SUCCESS).flatMap((entry) => entry.names);
   const sent = exports.flatMap((entry) => entry.names);
   const statuses = await exportStatuses(service);
+  // What a failover can lose: a grant the old primary acknowledged but had not yet replicated. The
+  // job was told `enabled`; the auth endpoint now answers 403 for it.
+  const grantChecks = await Promise.all(
+    pickups.filter((pickup) => pickup.reason === 'enabled').map((pickup) => authStatus(service, keys, pickup.jobId)),
+  );
   return {
+    grantChecks,
     pickups,
     exports,
     switchedAt,
@@ -178,6 +195,7 @@ async function throughFailover(
       spansAcknowledged: acknowledged.length,
       spansDelivered: sent.filter((name) => delivered.has(name)).length,
       acknowledgedButLost: acknowledged.filter((name) => !delivered.has(name)).length,
+      enabledPickupsWithoutGrant: grantChecks.filter((status) => status === 403).length,
       storeReconnects: await metricSum(service, /^ci_job_telemetry_store_reconnects_total\{[^}]*\} (\d+)/.source),
       storeFailovers: await metricSum(service, /^ci_job_telemetry_store_failovers_total\{[^}]*\} (\d+)/.source),
     },
@@ -197,7 +215,9 @@ function expectAUsableFailover(outcome: Awaited<ReturnType<typeof throughFailove
   expect(summary.exportsFailedForTheSdk).toBe(0);
   expect(summary.acknowledgedButLost).toBe(0);
   expect(summary.spansDelivered).toBe(summary.spansSent);
-  expect(summary.storeFailovers).toBeGreaterThanOrEqual(1);
+  expect(summary.storeFailovers).toBe(1);
+  // Afterwards every enabled job is answered from the store: its grant, or (if the failover lost it) 403.
+  expect(new Set(outcome.grantChecks.filter((status) => status !== 200 && status !== 403))).toEqual(new Set());
   expect(summary.storeReconnects).toBeGreaterThanOrEqual(1);
 }
 
