@@ -174,8 +174,14 @@ function watchConnection(client: RedisClient, events: RedisConnectionEvents): vo
   }
   // Behind Sentinel the address of the server the connection ends up on is the primary's.
   let primary: string | undefined;
-  client.on('reconnecting', () => events.reconnecting());
+  // One lost connection, however many attempts it takes to get one back.
+  let connected = false;
+  client.on('reconnecting', () => {
+    if (connected) events.reconnecting();
+    connected = false;
+  });
   client.on('ready', () => {
+    connected = true;
     const now = `${client.stream.remoteAddress}:${client.stream.remotePort}`;
     if (primary !== undefined && now !== primary) events.failedOver();
     primary = now;

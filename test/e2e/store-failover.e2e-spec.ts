@@ -5,6 +5,7 @@ import { resourceFromAttributes } from '@opentelemetry/resources';
 import { BasicTracerProvider, InMemorySpanExporter, ReadableSpan, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
 import { jobPayloadRequest, RUNNER_TOKEN } from '../fixtures/job-payload';
 import { internalApiHeaders } from '../helpers/internal-api';
+import { pickUpJob } from '../helpers/pickup';
 import { GitLabKeys, makeGitLabKeys } from '../helpers/job-tokens';
 import { OtlpSink, startOtlpSink } from '../helpers/otlp-sink';
 import { ClusterDeployment, RedisNode, SentinelDeployment, startRedisCluster, startSentinelRedis } from '../helpers/redis-topologies';
@@ -39,14 +40,10 @@ interface ExportingJob {
   readonly exporter: OTLPTraceExporter;
 }
 
-async function pickUp(service: ServiceProcess, jobId: number): Promise<{ status: number; reason: string; traceparent?: string }> {
-  const response = await fetch(`${service.url}/internal/ci/telemetry/job_payload`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', ...(await internalApiHeaders(service.secrets.internalApiSecret)) },
-    body: JSON.stringify(jobPayloadRequest({ job: { id: jobId, root_pipeline_id: jobId * 10 } })),
-  });
-  const body = (await response.json()) as { telemetry?: { reason: string; traceparent?: string } };
-  return { status: response.status, reason: body.telemetry?.reason ?? 'none', traceparent: body.telemetry?.traceparent };
+async function pickUp(service: ServiceProcess, jobId: number): Promise<{ status: number; reason: string; traceparent?: string; endpoint?: string }> {
+  const job = await pickUpJob(service, jobPayloadRequest({ job: { id: jobId, root_pipeline_id: jobId * 10 } }));
+  const tracing = job.payload.features.tracing as { otel_endpoints: Array<{ url: string }> } | undefined;
+  return { status: job.status, reason: job.telemetry.reason, traceparent: job.telemetry.traceparent, endpoint: tracing?.otel_endpoints[0].url };
 }
 
 /** Spans as a job's instrumented program makes them, parented on the job's TRACEPARENT. */
@@ -102,9 +99,9 @@ async function throughFailover(
     const jobId = firstJobId + i;
     const pickup = await pickUp(service, jobId);
     expect(pickup.reason).toBe('enabled');
+    // The job's capability URL, used as a stock runner uses it: no credentials of its own.
     const exporter = new OTLPTraceExporter({
-      url: `${service.gatewayUrl}/v1/traces`,
-      headers: { Authorization: `Bearer ${await keys.sign(jobId)}`, 'Runner-Token': RUNNER_TOKEN },
+      url: pickup.endpoint!,
       // The SDK's own retry budget: enough for the store's Retry-After and a few seconds of election.
       timeoutMillis: 30_000,
     });
