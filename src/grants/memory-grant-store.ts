@@ -1,6 +1,6 @@
 import { Grant, GrantStore, JobSpanLimits, RateWindow, SpanReservation } from './grant';
 
-/** Single-process store: the embedded default when no REDIS_URL is set (SPEC §7). */
+/** Single-process store: the embedded default when no Redis is configured (SPEC §7). */
 export class MemoryGrantStore implements GrantStore {
   private readonly grants = new Map<number, Grant>();
   private readonly jobIdsByTokenDigest = new Map<string, number>();
