@@ -338,9 +338,9 @@ describe('POST /internal/ci/telemetry/job_payload', () => {
       expect(body.telemetry.enabled).toBe(true);
       const client = new Redis(redis.url);
       try {
-        const stored = (await client.get('cjt:grant:1001'))!;
+        const stored = (await client.get('cjt:{job:1001}:grant'))!;
         expect(JSON.parse(stored).traceId).toBe(body.telemetry.trace_id);
-        expect(await client.pttl('cjt:grant:1001')).toBeGreaterThan(3600_000);
+        expect(await client.pttl('cjt:{job:1001}:grant')).toBeGreaterThan(3600_000);
         // Every key and value the decorator wrote: digests only, never a raw token.
         const keys = await client.keys('*');
         const everything = keys.join('\n') + (await Promise.all(keys.map((key) => client.get(key)))).join('\n');
