@@ -207,6 +207,8 @@ function expectAUsableFailover(outcome: Awaited<ReturnType<typeof throughFailove
   expect(summary.pickupsNot200).toBe(0);
   expect(new Set(outcome.pickups.map((pickup) => pickup.reason))).toEqual(new Set(['enabled', 'degraded']));
   expect(summary.pickupsDegraded).toBeGreaterThan(0);
+  // Readiness said so while the store could not take writes, and says ready again afterwards.
+  expect(summary.notReadyMs).toBeGreaterThan(0);
   // Every answer an export got was a success or one an OTLP exporter retries; none was a refusal.
   expect(Object.keys(outcome.statuses).filter((status) => !['200', '429', '502', '503', '504'].includes(status))).toEqual([]);
   expect(summary.exportsFailedForTheSdk).toBe(0);
