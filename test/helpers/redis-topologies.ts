@@ -1,6 +1,6 @@
 import Redis from 'ioredis';
 import { ChildProcess, execFile, execFileSync, spawn } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -37,7 +37,7 @@ export function makeRedisTls(dir: string): RedisTls {
   openssl('req', '-newkey', 'rsa:2048', '-nodes', '-subj', '/CN=localhost', '-keyout', file('redis.key'), '-out', file('redis.csr'));
   writeFileSync(file('san.ext'), 'subjectAltName=IP:127.0.0.1,DNS:localhost\n');
   openssl('x509', '-req', '-in', file('redis.csr'), '-CA', file('ca.crt'), '-CAkey', file('ca.key'), '-CAcreateserial', '-days', '2', '-extfile', file('san.ext'), '-out', file('redis.crt'));
-  return { caFile: file('ca.crt'), certFile: file('redis.crt'), keyFile: file('redis.key'), ca: execFileSync('cat', [file('ca.crt')], { encoding: 'utf8' }) };
+  return { caFile: file('ca.crt'), certFile: file('redis.crt'), keyFile: file('redis.key'), ca: readFileSync(file('ca.crt'), 'utf8') };
 }
 
 export interface RedisNode {
