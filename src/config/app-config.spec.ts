@@ -64,6 +64,11 @@ describe('loadConfig', () => {
     ]);
     expect(problemsOf({ REDIS_SENTINELS: 'sentinel-0:26379' })[0]).toMatch(/^REDIS_SENTINEL_MASTER: required/);
     expect(problemsOf({ REDIS_CLUSTER_NODES: 'redis-0' })[0]).toMatch(/^REDIS_CLUSTER_NODES: each entry must be host:port/);
+    // A gateway replica shares quotas through any of the three.
+    const gateway = { ROLE: 'gateway', AUTH_URL: 'http://control:8080/internal/ci/telemetry/auth' };
+    expect(problemsOf({ ...gateway, REDIS_CLUSTER_NODES: 'redis-0:6379' })).toEqual([]);
+    expect(problemsOf({ ...gateway, REDIS_SENTINELS: 'sentinel-0:26379', REDIS_SENTINEL_MASTER: 'cjt' })).toEqual([]);
+    expect(problemsOf(gateway)[0]).toMatch(/^REDIS_URL: required with ROLE=gateway/);
     expect(problemsOf({ REDIS_URL: 'redis://a:6379', REDIS_SENTINEL_PASSWORD_FILE: '/run/secrets/x' })[0]).toMatch(
       /^REDIS_SENTINEL_PASSWORD_FILE: only meaningful with REDIS_SENTINELS/,
     );
