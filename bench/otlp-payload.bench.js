@@ -8,18 +8,10 @@
 // Plain JavaScript so it needs no build: the TypeScript sources are transpiled on require (no type check).
 'use strict';
 
-const fs = require('node:fs');
 const path = require('node:path');
-const ts = require('typescript');
 const protobuf = require('protobufjs');
 
-require.extensions['.ts'] = (module, filename) => {
-  const { outputText } = ts.transpileModule(fs.readFileSync(filename, 'utf8'), {
-    compilerOptions: { module: ts.ModuleKind.CommonJS, target: ts.ScriptTarget.ES2022, esModuleInterop: true },
-    fileName: filename,
-  });
-  module._compile(outputText, filename);
-};
+require('./lib/require-ts');
 
 const { enforceExport } = require('../src/otlp-gateway/otlp-payload.ts');
 

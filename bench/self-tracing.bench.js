@@ -11,16 +11,8 @@
 // read the extra nanoseconds against.
 'use strict';
 
-const fs = require('node:fs');
-const ts = require('typescript');
 
-require.extensions['.ts'] = (module, filename) => {
-  const { outputText } = ts.transpileModule(fs.readFileSync(filename, 'utf8'), {
-    compilerOptions: { module: ts.ModuleKind.CommonJS, target: ts.ScriptTarget.ES2022, esModuleInterop: true },
-    fileName: filename,
-  });
-  module._compile(outputText, filename);
-};
+require('./lib/require-ts');
 
 const { trace } = require('@opentelemetry/api');
 const { BasicTracerProvider, BatchSpanProcessor } = require('@opentelemetry/sdk-trace-base');
