@@ -57,7 +57,18 @@ describe('deploy/kubernetes manifests', () => {
     const results = await validateWithSchemas(objects);
     expect(results.filter((result) => result.error !== undefined)).toEqual([]);
     expect(objects.map((object) => object.kind).sort()).toEqual(
-      ['ConfigMap', 'Deployment', 'Deployment', 'HorizontalPodAutoscaler', 'HorizontalPodAutoscaler', 'PodDisruptionBudget', 'PodDisruptionBudget', 'Service', 'Service'].sort(),
+      [
+        'ConfigMap',
+        'Deployment',
+        'Deployment',
+        'HorizontalPodAutoscaler',
+        'HorizontalPodAutoscaler',
+        'NetworkPolicy',
+        'PodDisruptionBudget',
+        'PodDisruptionBudget',
+        'Service',
+        'Service',
+      ].sort(),
     );
     // The checker itself: a wrong type is refused.
     const broken = structuredClone(find('Deployment', 'ci-job-telemetry'));
@@ -127,6 +138,27 @@ describe('deploy/kubernetes manifests', () => {
       expect(pdb.spec.minAvailable).toBeLessThan(hpa.spec.minReplicas);
       expect(hpa.spec.minReplicas).toBeGreaterThanOrEqual(2);
     }
+  });
+
+  it('admits only GitLab, the edge gateways and Prometheus to the internal port, and runners to the OTLP port', () => {
+    const control = find('Deployment', 'ci-job-telemetry');
+    const policy = find('NetworkPolicy', 'ci-job-telemetry-internal-port');
+    const podLabels = control.spec.template.metadata.labels as Record<string, string>;
+    expect(Object.entries(policy.spec.podSelector.matchLabels).every(([key, value]) => podLabels[key] === value)).toBe(true);
+    expect(policy.spec.policyTypes).toEqual(['Ingress']);
+    const rules = policy.spec.ingress as Array<{ from?: Array<Record<string, { matchLabels: Record<string, string> }>>; ports: Array<{ port: string }> }>;
+    const internal = rules.filter((rule) => rule.ports.some((port) => port.port === 'internal'));
+    // One rule for the internal port, and it names its peers: no rule admits 8080 from everywhere.
+    expect(internal).toHaveLength(1);
+    expect(internal[0].from?.length).toBeGreaterThan(0);
+    const edgeLabels = find('Deployment', 'ci-job-telemetry-gateway').spec.template.metadata.labels as Record<string, string>;
+    const admitsEdge = internal[0].from!.some(
+      (peer) => peer.podSelector !== undefined && Object.entries(peer.podSelector.matchLabels).every(([key, value]) => edgeLabels[key] === value),
+    );
+    expect(admitsEdge).toBe(true);
+    expect(rules.some((rule) => rule.from === undefined && rule.ports.some((port) => port.port === 'otlp-http'))).toBe(true);
+    // The named ports exist on the pods the policy selects.
+    for (const rule of rules) for (const port of rule.ports) expect(container(control).ports.map((candidate: { name: string }) => candidate.name)).toContain(port.port);
   });
 
   it('points the edge gateway at the control Service and gives it only the internal-API key', () => {
