@@ -30,7 +30,7 @@
  *
  * Production-like: dist/main.js as operators run it, LOG_LEVEL info with stdout to a file (every export pays
  * for its access-log line), redis store, a JWT job token checked against a JWKS file, a grant made through
- * the job_payload endpoint. Only the span quota (SPANS_PER_JOB) and the per-runner rate limits
+ * the job_payload endpoint. Only the span quota and rate (SPANS_PER_JOB, SPANS_PER_SECOND_PER_JOB) and the per-runner rate limits
  * (GATEWAY_RUNNER_RATE_LIMIT, and RUNNER_RATE_LIMIT of the auth endpoint nginx asks) are raised, so that
  * one job can be replayed for the whole run.
  */
@@ -300,6 +300,7 @@ async function main(): Promise<void> {
         JOB_TOKEN_JWKS_FILE: keys.jwksFile,
         AUTH_CALLER_KEY_DIGESTS: callerKeyDigest(callerKey),
         SPANS_PER_JOB: String(2_000_000_000),
+        SPANS_PER_SECOND_PER_JOB: String(2_000_000_000),
         GATEWAY_RUNNER_RATE_LIMIT: String(1_000_000_000),
         RUNNER_RATE_LIMIT: String(1_000_000_000),
         ...options.serviceEnv,

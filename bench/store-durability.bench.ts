@@ -5,7 +5,7 @@
  *
  * Run (builds itself into node_modules/.cache; needs redis-server and redis-cli on PATH):
  *
- *   npm run -s bench:store-durability
+ *   npm run -s bench:store-durability      (--smoke: a few writes, to check it still works; no verdict)
  *
  * On loopback a replica answers WAIT within microseconds; on a network each write costs one more
  * primary-to-replica round trip. Only ratios within one run mean anything on a shared machine.
@@ -15,10 +15,11 @@ import { RedisGrantStore } from '../src/grants/redis-grant-store';
 import { RedisDeployment, startRedisCluster, startSentinelRedis } from '../test/helpers/redis-topologies';
 import { median } from './lib/percentiles';
 
-const SEQUENTIAL_WRITES = 2000;
-const CONCURRENT_WRITES = 4000;
+const SMOKE = process.argv.includes('--smoke');
+const SEQUENTIAL_WRITES = SMOKE ? 100 : 2000;
+const CONCURRENT_WRITES = SMOKE ? 200 : 4000;
 const CONCURRENCY = 32;
-const ROUNDS = 2;
+const ROUNDS = SMOKE ? 1 : 2;
 
 const grant = (jobId: number): Grant => ({
   jobId,

@@ -7,7 +7,7 @@
  *
  * Run (builds itself into node_modules/.cache; needs redis-server on PATH):
  *
- *   npm run -s bench:token-auth
+ *   npm run -s bench:token-auth            (--smoke: one 1 s round each, to check it still works; no verdict)
  *
  * Only ratios against the baseline measured in the same process and run mean anything on this
  * shared machine: rounds alternate bare/auth and the median of each is compared, with the server's
@@ -26,8 +26,9 @@ import { BARE_ROUTE, BenchServer, DECORATOR_ROUTE, serverScript, startBenchServe
 import { median } from './lib/percentiles';
 
 const AUTH_ROUTE = '/internal/ci/telemetry/auth';
-const ROUNDS = 3;
-const ROUND_SECONDS = 5;
+const SMOKE = process.argv.includes('--smoke');
+const ROUNDS = SMOKE ? 1 : 3;
+const ROUND_SECONDS = SMOKE ? 1 : 5;
 const CONNECTIONS = 10;
 const OPAQUE_JOBS = 200;
 type Route = 'bare' | 'auth';

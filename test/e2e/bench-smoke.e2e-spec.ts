@@ -1,0 +1,24 @@
+import { execFile } from 'node:child_process';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+
+/**
+ * Every benchmark still runs (issue: one bench command, smoke-run in CI): `npm run bench -- --smoke` runs
+ * each for a second or two. It judges no number (no timing assertion belongs in the suite); it fails
+ * when a bench crashes or finds a request not answered 2xx or a span not delivered.
+ */
+describe('benchmarks', () => {
+  it('all run to the end in smoke mode', async () => {
+    const root = join(__dirname, '..', '..');
+    const { stdout } = await promisify(execFile)('bash', [join(root, 'scripts', 'bench.sh'), '--smoke'], {
+      cwd: root,
+      // npm test has installed the servers and built dist/ already.
+      env: { ...process.env, BENCH_SKIP_BUILD: '1', NODE_OPTIONS: '' },
+      timeout: 400_000,
+      maxBuffer: 64 * 1024 * 1024,
+    }).catch((error: { stdout?: string; stderr?: string; message: string }) => {
+      throw new Error(`${error.message}\n${error.stdout?.slice(-4000) ?? ''}`);
+    });
+    expect(stdout).toMatch(/^all \d+ benches ran$/m);
+  }, 420_000);
+});
