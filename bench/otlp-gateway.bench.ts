@@ -42,7 +42,7 @@ import { dirname, join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import { gzipSync } from 'node:zlib';
-import { callerKeyDigest, generateCallerKey } from '../src/token-auth/caller-keys';
+import { callerKeyDigest, generateCallerKey } from '../src/internal-api/caller-keys';
 import { jobPayloadRequest, RUNNER_TOKEN } from '../test/fixtures/job-payload';
 import { internalApiHeaders, makeSecretFiles, SecretFiles } from '../test/helpers/internal-api';
 import { makeGitLabKeys } from '../test/helpers/job-tokens';

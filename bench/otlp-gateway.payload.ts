@@ -4,7 +4,7 @@ import { ciJobSpanBatch, withBinaryIds } from './lib/otlp-batch';
 
 /** The repository's OTLP schema (protobufjs), used only to build the bench's export once and to check what arrived. */
 export function otlpTypes(root: string) {
-  const proto = protobuf.loadSync(join(root, 'src', 'otlp-gateway', 'proto', 'otlp.proto'));
+  const proto = protobuf.loadSync(join(root, 'src', 'otlp-gateway', 'wire', 'proto', 'otlp.proto'));
   return {
     request: proto.lookupType('otlp.ExportTraceServiceRequest'),
     response: proto.lookupType('otlp.ExportTraceServiceResponse'),

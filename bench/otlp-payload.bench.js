@@ -13,9 +13,9 @@ const protobuf = require('protobufjs');
 
 require('./lib/require-ts');
 
-const { enforceExport } = require('../src/otlp-gateway/otlp-payload.ts');
+const { enforceExport } = require('../src/otlp-gateway/wire/otlp-payload.ts');
 
-const root = protobuf.loadSync(path.join(__dirname, '../src/otlp-gateway/proto/otlp.proto'));
+const root = protobuf.loadSync(path.join(__dirname, '../src/otlp-gateway/wire/proto/otlp.proto'));
 const Request = root.lookupType('otlp.ExportTraceServiceRequest');
 
 const ROUNDS = Number(process.argv[2] ?? 7);
@@ -24,7 +24,7 @@ const ROUND_MS = 400;
 const GRANT = { jobId: 123456789, projectId: 278964, pipelineId: 1500000001, runnerId: 42, traceId: '4bf92f3577b34da6a3ce929d0e0e4736' };
 const FOREIGN_TRACE = '0af7651916cd43dd8448eb211c80319c';
 const FOREIGN_EVERY = 64; // 8 foreign spans in 512
-const { IDENTITY_ATTRIBUTE_KEYS: IDENTITY_KEYS } = require('../src/otlp-gateway/otlp-identity.ts');
+const { IDENTITY_ATTRIBUTE_KEYS: IDENTITY_KEYS } = require('../src/otlp-gateway/wire/otlp-identity.ts');
 const { ciJobSpanBatch, withBinaryIds } = require('./lib/otlp-batch.ts');
 
 /**

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import * as protobuf from 'protobufjs';
 import { repoRoot } from './repo-root';
 
-const root = protobuf.loadSync(join(repoRoot(), 'src', 'otlp-gateway', 'proto', 'otlp.proto'));
+const root = protobuf.loadSync(join(repoRoot(), 'src', 'otlp-gateway', 'wire', 'proto', 'otlp.proto'));
 const ExportTraceServiceRequest = root.lookupType('otlp.ExportTraceServiceRequest');
 const ExportTraceServiceResponse = root.lookupType('otlp.ExportTraceServiceResponse');
 

@@ -3,7 +3,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { signInternalApiToken } from '../src/token-auth/internal-api-token';
+import { signInternalApiToken } from '../src/internal-api/internal-api-token';
 import { startLocalCollector } from './local-collector';
 import { repoRoot } from './repo-root';
 import { BUILD_STAGES, BuildStage, exportJobAsRunner, RunnerJob, TracingFeature } from './stock-runner';

@@ -3,8 +3,6 @@ import type { Logger } from 'pino';
 import { AppConfig } from './config/app-config';
 import { ConfigModule } from './config/config.module';
 import { Secrets } from './config/secrets';
-import { FlagsModule } from './flags/flags.module';
-import { GrantsModule } from './grants/grants.module';
 import { JobPayloadModule } from './job-payload/job-payload.module';
 import { ObservabilityModule } from './observability/observability.module';
 import { OtlpGatewayModule } from './otlp-gateway/otlp-gateway.module';
@@ -14,15 +12,18 @@ import { TokenAuthModule } from './token-auth/token-auth.module';
  * The process by role (SPEC §2): the internal API on 8080 (job payload, auth, health, metrics) and,
  * unless ROLE=control, the OTLP gateway on 4318. A gateway-only process keeps health and metrics
  * on the internal port and asks a control process for auth decisions.
+ *
+ * Only configuration and observability are global: every module reads the one and reports to the other.
+ * Everything else is imported where it is used, features → shared capabilities → config/observability.
  */
 @Module({})
 export class AppModule {
   static forRoot(config: AppConfig, secrets: Secrets, logger: Logger): DynamicModule {
-    const control = config.ROLE === 'gateway' ? [] : [FlagsModule, TokenAuthModule, JobPayloadModule];
+    const control = config.ROLE === 'gateway' ? [] : [TokenAuthModule, JobPayloadModule];
     const gateway = config.ROLE === 'control' ? [] : [OtlpGatewayModule.forRole(config.ROLE)];
     return {
       module: AppModule,
-      imports: [ConfigModule.forRoot(config, secrets), ObservabilityModule.forRoot(logger), GrantsModule, ...control, ...gateway],
+      imports: [ConfigModule.forRoot(config, secrets), ObservabilityModule.forRoot(logger), ...control, ...gateway],
     };
   }
 }

@@ -6,7 +6,7 @@ import { createLogger } from './observability/logger';
 import { startSelfTracing } from './observability/self-tracing';
 import { SHUTDOWN_GRACE_MS } from './observability/shutdown';
 import { GatewayServer } from './otlp-gateway/otlp-gateway.module';
-import { jwksFileProblem } from './token-auth/job-token-verifier';
+import { jwksFileProblem } from './runner-auth/job-token-verifier';
 
 async function bootstrap(): Promise<void> {
   let config;

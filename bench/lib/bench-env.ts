@@ -1,6 +1,6 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { INTERNAL_API_HEADER, signInternalApiToken } from '../../src/token-auth/internal-api-token';
+import { INTERNAL_API_HEADER, signInternalApiToken } from '../../src/internal-api/internal-api-token';
 import { ISSUER } from '../../test/helpers/internal-api';
 
 /** The checkout the bench belongs to, wherever its compiled copy runs from (node_modules/.cache/…). */

@@ -1,5 +1,5 @@
 /* Prints a new caller key for a third-party gateway and the digest to put in AUTH_CALLER_KEY_DIGESTS. */
-import { callerKeyDigest, generateCallerKey } from '../token-auth/caller-keys';
+import { callerKeyDigest, generateCallerKey } from '../internal-api/caller-keys';
 
 const key = generateCallerKey();
 process.stdout.write(`caller key (give it to the gateway, nowhere else): ${key}\n`);

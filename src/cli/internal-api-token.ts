@@ -1,7 +1,7 @@
 /* Prints a `Gitlab-Ci-Telemetry-Api-Request` header value signed with the configured secret. */
 import { ConfigError, loadConfig } from '../config/app-config';
 import { loadSecrets } from '../config/secrets';
-import { signInternalApiToken } from '../token-auth/internal-api-token';
+import { signInternalApiToken } from '../internal-api/internal-api-token';
 
 async function main(): Promise<void> {
   const config = loadConfig(process.env);

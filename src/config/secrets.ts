@@ -1,7 +1,6 @@
-import { randomBytes } from 'node:crypto';
+import { createHmac, randomBytes } from 'node:crypto';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
-import { deriveTokenDigestKey } from '../grants/token-digest';
 import { AppConfig, ConfigError } from './app-config';
 
 /** Secrets are base64, at least 32 bytes, as GitLab's workhorse and shell secrets are (SPEC §3). */
@@ -42,6 +41,15 @@ function readTextFile(variable: string, path: string | undefined, problems: stri
   }
   if (text.length === 0) problems.push(`${variable}: ${path} is empty`);
   return text;
+}
+
+/**
+ * Key of the token digests, derived from the trace key so deployments manage one key file. The
+ * label keeps it apart from the trace and span id HMACs ("pipeline:…", "job:…"), and a digest is
+ * useless without the token it came from.
+ */
+function deriveTokenDigestKey(traceKey: Buffer): Buffer {
+  return createHmac('sha256', traceKey).update('ci-job-telemetry token digest v1').digest();
 }
 
 function readSecret(variable: string, path: string | undefined, generatedPath: string, problems: string[]): Buffer {

@@ -1,4 +1,4 @@
-import { Global, Inject, Module, OnModuleDestroy } from '@nestjs/common';
+import { Inject, Module, OnModuleDestroy } from '@nestjs/common';
 import { resolve } from 'node:path';
 import { Unleash } from 'unleash-client';
 import { AppConfig } from '../config/app-config';
@@ -24,7 +24,6 @@ export function createUnleashClient(config: AppConfig): Unleash {
   return new Unleash({ ...common, url: `file://${path}`, repository: new FileFlagRepository(path), disableMetrics: true });
 }
 
-@Global()
 @Module({
   providers: [
     { provide: UNLEASH_CLIENT, inject: [APP_CONFIG], useFactory: createUnleashClient },

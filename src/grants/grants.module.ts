@@ -1,4 +1,4 @@
-import { Global, Inject, Module, OnModuleDestroy } from '@nestjs/common';
+import { Inject, Module, OnModuleDestroy } from '@nestjs/common';
 import { AppConfig, storeMode } from '../config/app-config';
 import { APP_CONFIG, SECRETS } from '../config/config.constants';
 import { Secrets } from '../config/secrets';
@@ -10,7 +10,6 @@ import { MemoryGrantStore } from './memory-grant-store';
 import { redisSettingsFrom } from './redis-connection';
 import { RedisGrantStore } from './redis-grant-store';
 
-@Global()
 @Module({
   providers: [
     {

@@ -1,6 +1,13 @@
 import { Module } from '@nestjs/common';
+import { FlagsModule } from '../flags/flags.module';
+import { GrantsModule } from '../grants/grants.module';
+import { InternalApiModule } from '../internal-api/internal-api.module';
 import { JobPayloadRoute } from './job-payload.route';
 import { JobPayloadService } from './job-payload.service';
 
-@Module({ providers: [JobPayloadService, JobPayloadRoute] })
+/** The job-payload decorator (SPEC §4): GitLab's pickup call, answered with a grant written to the store. */
+@Module({
+  imports: [InternalApiModule, GrantsModule, FlagsModule],
+  providers: [JobPayloadService, JobPayloadRoute],
+})
 export class JobPayloadModule {}

@@ -1,38 +1,16 @@
 import { Pool } from 'undici';
 import { OUTAGE_RETRY_AFTER_SECONDS, upstreamRetryAfter } from '../observability/retry-after';
+import { AuthIdentityBody, AuthOutcome, identityFromBody } from '../runner-auth/auth-outcome';
 import { capabilityPath } from '../runner-auth/job-capability';
 import { RunnerCredential } from '../runner-auth/runner-credential';
-import { AuthIdentity, AuthOutcome, identityOf } from '../token-auth/auth-outcome';
-import { TokenAuthService } from '../token-auth/token-auth.service';
-import type { GatewayGrant } from './otlp-payload';
 
-/** The gateway's view of an auth outcome: the identity to stamp, and until when it may be reused. */
-export type GatewayDecision =
-  | { readonly kind: 'allowed'; readonly grant: GatewayGrant; readonly expiresAt: number; readonly maxAgeSeconds: number }
-  | Exclude<AuthOutcome, { kind: 'allowed' }>;
-
+/**
+ * Who decides the gateway's exports: in a ROLE=all process the RunnerAuthService itself (same outcomes,
+ * no conversion); in a ROLE=gateway process the RemoteAuthenticator below.
+ */
 export interface GatewayAuthenticator {
-  authenticate(credential: RunnerCredential): Promise<GatewayDecision>;
-}
-
-/** ROLE=all: the auth decision is made in this process, by the same service the endpoint uses. */
-export class InProcessAuthenticator implements GatewayAuthenticator {
-  constructor(private readonly tokenAuth: TokenAuthService) {}
-
-  async authenticate(credential: RunnerCredential): Promise<GatewayDecision> {
-    const outcome = await this.tokenAuth.authenticate(credential);
-    return outcome.kind === 'allowed' ? allowedFrom(identityOf(outcome.grant), outcome.maxAgeSeconds) : outcome;
-  }
-}
-
-/** The auth endpoint's answer as the gateway uses it, whether it came in-process or over HTTP. */
-function allowedFrom(identity: AuthIdentity, maxAgeSeconds: number): GatewayDecision {
-  return {
-    kind: 'allowed',
-    grant: { jobId: identity.job_id, projectId: identity.project_id, pipelineId: identity.pipeline_id, runnerId: identity.runner_id, traceId: identity.trace_id },
-    expiresAt: Date.parse(identity.expires_at),
-    maxAgeSeconds,
-  };
+  authenticate(credential: RunnerCredential): Promise<AuthOutcome>;
+  close?(): Promise<void>;
 }
 
 /**
@@ -70,7 +48,7 @@ export class RemoteAuthenticator implements GatewayAuthenticator {
     this.path = target.pathname + target.search;
   }
 
-  async authenticate(credential: RunnerCredential): Promise<GatewayDecision> {
+  async authenticate(credential: RunnerCredential): Promise<AuthOutcome> {
     if (credential.kind === 'missing') return { kind: 'unauthenticated', reason: credential.reason };
     let response;
     try {
@@ -92,7 +70,7 @@ export class RemoteAuthenticator implements GatewayAuthenticator {
     switch (response.statusCode) {
       case 200: {
         const maxAge = /max-age=(\d+)/.exec(String(response.headers['cache-control'] ?? ''))?.[1];
-        return allowedFrom(JSON.parse(text) as AuthIdentity, maxAge === undefined ? 0 : Number(maxAge));
+        return { kind: 'allowed', identity: identityFromBody(JSON.parse(text) as AuthIdentityBody), maxAgeSeconds: maxAge === undefined ? 0 : Number(maxAge) };
       }
       case 401:
         return { kind: 'unauthenticated', reason: reason('tokens refused by the control process') };

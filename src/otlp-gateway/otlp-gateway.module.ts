@@ -5,15 +5,17 @@ import { AppConfig } from '../config/app-config';
 import { APP_CONFIG, SECRETS } from '../config/config.constants';
 import { Secrets } from '../config/secrets';
 import { GrantStore } from '../grants/grant';
+import { GrantsModule } from '../grants/grants.module';
 import { GRANT_STORE } from '../grants/grants.constants';
+import { signInternalApiToken } from '../internal-api/internal-api-token';
 import { APP_LOGGER } from '../observability/logger';
 import { MetricsService } from '../observability/metrics.service';
 import { ReadinessChecks } from '../observability/readiness-checks';
+import { DecisionCache } from '../runner-auth/decision-cache';
+import { RunnerAuthModule } from '../runner-auth/runner-auth.module';
+import { RunnerAuthService } from '../runner-auth/runner-auth.service';
 import { RunnerCredential } from '../runner-auth/runner-credential';
-import { signInternalApiToken } from '../token-auth/internal-api-token';
-import { TokenAuthService } from '../token-auth/token-auth.service';
-import { DecisionCache } from '../token-auth/decision-cache';
-import { GatewayAuthenticator, InProcessAuthenticator, RemoteAuthenticator } from './gateway-auth';
+import { GatewayAuthenticator, RemoteAuthenticator } from './gateway-auth';
 import { GatewayMetrics } from './gateway-metrics';
 import { GATEWAY_AUTHENTICATOR, OTLP_UPSTREAM } from './otlp-gateway.constants';
 import { buildGatewayServer } from './otlp-gateway.server';
@@ -28,7 +30,7 @@ export class GatewayServer implements OnModuleDestroy {
     @Inject(APP_CONFIG) config: AppConfig,
     @Inject(APP_LOGGER) logger: Logger,
     @Inject(GRANT_STORE) store: GrantStore,
-    @Inject(GATEWAY_AUTHENTICATOR) authenticator: GatewayAuthenticator,
+    @Inject(GATEWAY_AUTHENTICATOR) private readonly authenticator: GatewayAuthenticator,
     @Inject(OTLP_UPSTREAM) private readonly upstream: OtlpUpstream,
     metricsService: MetricsService,
     readiness: ReadinessChecks,
@@ -46,10 +48,10 @@ export class GatewayServer implements OnModuleDestroy {
     return this.instance.listen({ port, host });
   }
 
-  /** Stops accepting, lets in-flight exports finish (Fastify's close), then drops the upstream pool. */
+  /** Stops accepting, lets in-flight exports finish (Fastify's close), then drops the upstream and control-process pools. */
   async onModuleDestroy(): Promise<void> {
     await this.instance.close();
-    await this.upstream.close();
+    await Promise.all([this.upstream.close(), this.authenticator.close?.()]);
   }
 }
 
@@ -80,9 +82,11 @@ export class OtlpGatewayModule {
                 config.OTLP_UPSTREAM_TIMEOUT_MS,
               ),
           }
-        : { provide: GATEWAY_AUTHENTICATOR, inject: [TokenAuthService], useFactory: (tokenAuth: TokenAuthService) => new InProcessAuthenticator(tokenAuth) };
+        : { provide: GATEWAY_AUTHENTICATOR, useExisting: RunnerAuthService };
     return {
       module: OtlpGatewayModule,
+      // A ROLE=gateway process loads no auth decision of its own: it asks AUTH_URL.
+      imports: role === 'gateway' ? [GrantsModule] : [GrantsModule, RunnerAuthModule],
       providers: [
         authenticator,
         {

@@ -9,14 +9,15 @@ import { addRequestHooks, REQUEST_ID_HEADER, requestIdOf } from '../observabilit
 import { OUTAGE_RETRY_AFTER_SECONDS, retryAfterForWindow, upstreamRetryAfter } from '../observability/retry-after';
 import { DecisionSpan, startDecisionSpan } from '../observability/tracing';
 import { headerCredential, RunnerCredential } from '../runner-auth/runner-credential';
-import { DecisionCache } from '../token-auth/decision-cache';
-import { GatewayDecision } from './gateway-auth';
+import { AuthOutcome } from '../runner-auth/auth-outcome';
+import { DecisionCache } from '../runner-auth/decision-cache';
 import { GatewayMetrics } from './gateway-metrics';
 import { GatewayFailure, otlpErrorAnswer } from './otlp-errors';
-import { enforceExport, EnforcedExport, GatewayGrant, OtlpEncoding, OtlpSignal } from './otlp-payload';
-import { decodeExportResponse, encodeExportResponse, encodeRpcStatus, mergePartialSuccess, OtlpPartialSuccess } from './otlp-response';
+import { enforceExport } from './wire/otlp-payload';
+import { EnforcedExport, GatewayGrant, OtlpEncoding, OtlpSignal } from './wire/otlp-types';
+import { decodeExportResponse, encodeExportResponse, encodeRpcStatus, mergePartialSuccess, OtlpPartialSuccess } from './wire/otlp-response';
 import { OtlpUpstream, UpstreamFailure } from './otlp-upstream';
-import { OtlpPayloadError } from './otlp-wire';
+import { OtlpPayloadError } from './wire/otlp-wire';
 
 const inflate = promisify(gunzip);
 
@@ -25,7 +26,7 @@ const CONTENT_TYPES: Record<OtlpEncoding, string> = { protobuf: 'application/x-p
 /** A span quota lives at least this long even for a grant about to end (clock skew between replicas). */
 const MIN_QUOTA_TTL_MS = 60_000;
 
-type AllowedDecision = Extract<GatewayDecision, { kind: 'allowed' }>;
+type AllowedDecision = Extract<AuthOutcome, { kind: 'allowed' }>;
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -48,7 +49,7 @@ class GatewayError extends Error {
 export interface GatewayDependencies {
   readonly config: AppConfig;
   readonly logger: Logger;
-  readonly decisions: DecisionCache<GatewayDecision>;
+  readonly decisions: DecisionCache;
   readonly store: GrantStore;
   readonly upstream: OtlpUpstream;
   readonly metrics: GatewayMetrics;
@@ -168,7 +169,7 @@ export function buildGatewayServer(deps: GatewayDependencies): FastifyInstance {
       metrics.requests.inc({ signal, status: String(reply.statusCode) });
       request.exportSpan?.end(
         request.exportFailure ?? 'exported',
-        () => ({ 'otlp.signal': signal, 'http.response.status_code': reply.statusCode, ...(request.exportGrant === null ? {} : { 'ci.job.id': request.exportGrant.grant.jobId }) }),
+        () => ({ 'otlp.signal': signal, 'http.response.status_code': reply.statusCode, ...(request.exportGrant === null ? {} : { 'ci.job.id': request.exportGrant.identity.jobId }) }),
         reply.statusCode >= 500,
       );
       done();
@@ -214,7 +215,7 @@ async function handleExport(deps: GatewayDependencies, signal: OtlpSignal, encod
   }
 
   const window = await orUnavailable(() =>
-    store.hitRateWindow(`gateway:runner:${grant.grant.runnerId}`, config.GATEWAY_RUNNER_RATE_LIMIT, config.GATEWAY_RUNNER_RATE_WINDOW_SECONDS * 1000),
+    store.hitRateWindow(`gateway:runner:${grant.identity.runnerId}`, config.GATEWAY_RUNNER_RATE_LIMIT, config.GATEWAY_RUNNER_RATE_WINDOW_SECONDS * 1000),
   );
   if (!window.allowed) throw new GatewayError({ kind: 'rate_limited', retryAfterSeconds: retryAfterForWindow(window.resetInMs) });
 
@@ -235,11 +236,11 @@ async function handleExport(deps: GatewayDependencies, signal: OtlpSignal, encod
     theirs = await forward(deps, signal, encoding, enforced.body);
   } catch (error) {
     // Nothing was accepted: the client sends these spans again, and must not pay for them twice (SPEC §6).
-    await giveBackSpans(deps, grant.grant, reservedSpans);
+    await giveBackSpans(deps, grant.identity, reservedSpans);
     throw error;
   }
   // Spans the collector itself rejected were not accepted either.
-  await giveBackSpans(deps, grant.grant, Math.min(reservedSpans, theirs?.rejectedItems ?? 0));
+  await giveBackSpans(deps, grant.identity, Math.min(reservedSpans, theirs?.rejectedItems ?? 0));
   return encodeExportResponse(signal, encoding, mergePartialSuccess(ours, theirs));
 }
 
@@ -257,7 +258,7 @@ async function giveBackSpans(deps: GatewayDependencies, grant: GatewayGrant, spa
 }
 
 async function authorize(deps: GatewayDependencies, credential: RunnerCredential): Promise<AllowedDecision> {
-  const decision: GatewayDecision =
+  const decision: AuthOutcome =
     credential.kind === 'missing'
       ? {
           kind: 'unauthenticated',
@@ -313,7 +314,7 @@ async function enforce(
   decision: AllowedDecision,
 ): Promise<{ enforced: EnforcedExport; reservedSpans: number }> {
   const { config, store, metrics } = deps;
-  const grant: GatewayGrant = decision.grant;
+  const grant: GatewayGrant = decision.identity;
   const spanLimits = { maxBytes: config.SPAN_MAX_BYTES, maxAttributes: config.SPAN_MAX_ATTRIBUTES, maxAttributeValueBytes: config.SPAN_MAX_ATTRIBUTE_VALUE_BYTES };
   let enforced: EnforcedExport;
   try {
@@ -325,7 +326,7 @@ async function enforce(
   let reservedSpans = 0;
   if (enforced.forwardedItems > 0 && signal === 'traces') {
     const wanted = enforced.forwardedItems;
-    const ttlMs = Math.max(MIN_QUOTA_TTL_MS, decision.expiresAt - Date.now());
+    const ttlMs = Math.max(MIN_QUOTA_TTL_MS, decision.identity.expiresAt - Date.now());
     const limits = { perJob: config.SPANS_PER_JOB, perSecond: config.SPANS_PER_SECOND_PER_JOB };
     const reservation = await orUnavailable(() => store.reserveSpans(grant.jobId, wanted, limits, ttlMs));
     reservedSpans = reservation.granted;

@@ -4,19 +4,19 @@ import type { Logger } from 'pino';
 import { APP_LOGGER } from '../observability/logger';
 import { sendError } from '../observability/http-error';
 import { forwardedCredential } from '../runner-auth/runner-credential';
-import { AcceptsCallerKey } from './accepts-caller-key.decorator';
-import { AuthOutcome, identityOf } from './auth-outcome';
-import { DecisionCache } from './decision-cache';
+import { AcceptsCallerKey } from '../internal-api/accepts-caller-key.decorator';
+import { InternalApiGuard } from '../internal-api/internal-api.guard';
+import { AuthOutcome, identityBodyOf } from '../runner-auth/auth-outcome';
+import { DecisionCache } from '../runner-auth/decision-cache';
+import { RunnerAuthService } from '../runner-auth/runner-auth.service';
 import { AUTH_DECISIONS } from './token-auth.constants';
-import { InternalApiGuard } from './internal-api.guard';
-import { TokenAuthService } from './token-auth.service';
 
 @Controller('internal/ci/telemetry')
 @UseGuards(InternalApiGuard)
 export class TokenAuthController {
   constructor(
-    private readonly tokenAuth: TokenAuthService,
-    @Inject(AUTH_DECISIONS) private readonly decisions: DecisionCache<AuthOutcome>,
+    private readonly runnerAuth: RunnerAuthService,
+    @Inject(AUTH_DECISIONS) private readonly decisions: DecisionCache,
     @Inject(APP_LOGGER) private readonly logger: Logger,
   ) {}
 
@@ -38,7 +38,7 @@ export class TokenAuthController {
   @Delete('grants/:jobId')
   @HttpCode(200)
   async revoke(@Param('jobId', ParseIntPipe) jobId: number): Promise<{ job_id: number; revoked_at: string }> {
-    const grant = await this.tokenAuth.revoke(jobId);
+    const grant = await this.runnerAuth.revoke(jobId);
     if (grant === null) throw new NotFoundException(`no grant for job ${jobId}`);
     return { job_id: jobId, revoked_at: new Date(grant.revokedAt!).toISOString() };
   }
@@ -53,7 +53,7 @@ function sendAuthOutcome(request: FastifyRequest, reply: FastifyReply, outcome: 
       void reply
         .header('cache-control', `private, max-age=${Math.max(0, outcome.maxAgeSeconds - Math.ceil(ageMs / 1000))}`)
         .status(200)
-        .send(identityOf(outcome.grant));
+        .send(identityBodyOf(outcome.identity));
       return;
     case 'unauthenticated':
       return sendError(request, reply, 401, outcome.reason);

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { callerKeyDigest, generateCallerKey } from '../../src/token-auth/caller-keys';
+import { callerKeyDigest, generateCallerKey } from '../../src/internal-api/caller-keys';
 import { jobPayloadRequest, RUNNER_TOKEN } from '../fixtures/job-payload';
 import { HttpSink, startHttpSink } from '../helpers/http-sink';
 import { GitLabKeys, makeGitLabKeys } from '../helpers/job-tokens';

@@ -17,7 +17,7 @@ import { ServiceProcess, startService } from '../helpers/service';
  * the framework or the body size says no, and what that costs the job's span quota.
  */
 
-const proto = protobuf.loadSync(join(__dirname, '..', '..', 'src', 'otlp-gateway', 'proto', 'otlp.proto'));
+const proto = protobuf.loadSync(join(__dirname, '..', '..', 'src', 'otlp-gateway', 'wire', 'proto', 'otlp.proto'));
 const RpcStatus = proto.lookupType('otlp.RpcStatus');
 
 /** Partial-success warnings the SDK logs when the gateway reports rejected spans. */

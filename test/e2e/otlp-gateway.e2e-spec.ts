@@ -16,7 +16,7 @@ import { OtlpSink, startOtlpSink } from '../helpers/otlp-sink';
 import { RedisServer, startRedis } from '../helpers/redis';
 import { ServiceProcess, startService } from '../helpers/service';
 
-const proto = protobuf.loadSync(join(__dirname, '..', '..', 'src', 'otlp-gateway', 'proto', 'otlp.proto'));
+const proto = protobuf.loadSync(join(__dirname, '..', '..', 'src', 'otlp-gateway', 'wire', 'proto', 'otlp.proto'));
 const RpcStatus = proto.lookupType('otlp.RpcStatus');
 
 /** Partial-success warnings the SDK logs when the gateway reports rejected spans. */

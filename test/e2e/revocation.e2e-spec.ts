@@ -1,5 +1,5 @@
 import { join } from 'node:path';
-import { callerKeyDigest, generateCallerKey } from '../../src/token-auth/caller-keys';
+import { callerKeyDigest, generateCallerKey } from '../../src/internal-api/caller-keys';
 import { jobPayloadRequest, RUNNER_TOKEN } from '../fixtures/job-payload';
 import { HttpSink, startHttpSink } from '../helpers/http-sink';
 import { internalApiHeaders } from '../helpers/internal-api';

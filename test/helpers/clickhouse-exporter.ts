@@ -37,7 +37,7 @@ export interface OtelTracesRow {
   'Links.Attributes': Array<Record<string, string>>;
 }
 
-const root = protobuf.loadSync(join(__dirname, '..', '..', 'src', 'otlp-gateway', 'proto', 'otlp.proto'));
+const root = protobuf.loadSync(join(__dirname, '..', '..', 'src', 'otlp-gateway', 'wire', 'proto', 'otlp.proto'));
 const ExportTraceServiceRequest = root.lookupType('otlp.ExportTraceServiceRequest');
 
 const SPAN_KINDS = ['Unspecified', 'Internal', 'Server', 'Client', 'Producer', 'Consumer'];

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { signInternalApiToken } from '../../src/token-auth/internal-api-token';
+import { signInternalApiToken } from '../../src/internal-api/internal-api-token';
 
 export const ISSUER = 'gitlab';
 

@@ -9,7 +9,7 @@ import { freePort } from './ports';
  * OTLP schema, or JSON) and answers as the test says. No Collector binary can be fetched here;
  * what this proves is what reached the collector, byte for byte decoded independently of the gateway.
  */
-const root = protobuf.loadSync(join(__dirname, '..', '..', 'src', 'otlp-gateway', 'proto', 'otlp.proto'));
+const root = protobuf.loadSync(join(__dirname, '..', '..', 'src', 'otlp-gateway', 'wire', 'proto', 'otlp.proto'));
 const REQUEST_TYPES = {
   traces: root.lookupType('otlp.ExportTraceServiceRequest'),
   metrics: root.lookupType('otlp.ExportMetricsServiceRequest'),

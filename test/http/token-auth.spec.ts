@@ -4,7 +4,7 @@ import { createServer } from 'node:http';
 import { AddressInfo } from 'node:net';
 import { SignJWT } from 'jose';
 import { MetricsService } from '../../src/observability/metrics.service';
-import { callerKeyDigest, generateCallerKey } from '../../src/token-auth/caller-keys';
+import { callerKeyDigest, generateCallerKey } from '../../src/internal-api/caller-keys';
 import { jobPayloadRequest, JOB_TOKEN, RUNNER_TOKEN } from '../fixtures/job-payload';
 import { writeFlagsFile } from '../helpers/flags-file';
 import { internalApiHeaders } from '../helpers/internal-api';

@@ -3,7 +3,7 @@ import { Reflector } from '@nestjs/core';
 import type { FastifyRequest } from 'fastify';
 import { CALLER_KEY_HEADER, CallerKeys } from './caller-keys';
 import { INTERNAL_API_HEADER, InternalApiTokenVerifier } from './internal-api-token';
-import { ACCEPTS_CALLER_KEY, CALLER_KEYS, INTERNAL_API_VERIFIER } from './token-auth.constants';
+import { ACCEPTS_CALLER_KEY, CALLER_KEYS, INTERNAL_API_VERIFIER } from './internal-api.constants';
 
 /**
  * Every `/internal/*` route: a valid GitLab-signed JWT or 401 (SPEC §3). Routes marked

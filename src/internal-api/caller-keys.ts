@@ -21,10 +21,6 @@ export class CallerKeys {
     this.digests = digests.map((digest) => Buffer.from(digest, 'hex'));
   }
 
-  get configured(): boolean {
-    return this.digests.length > 0;
-  }
-
   accepts(key: string): boolean {
     const presented = createHash('sha256').update(key).digest();
     let accepted = false;

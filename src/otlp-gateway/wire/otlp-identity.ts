@@ -1,4 +1,4 @@
-import type { EnforcedExport, GatewayGrant, SpanBudget, SpanLimits } from './otlp-payload';
+import type { EnforcedExport, GatewayGrant, SpanBudget, SpanLimits } from './otlp-types';
 
 export interface IdentityAttribute {
   key: string;
@@ -59,7 +59,6 @@ export function itemIdentityAttributes(grant: GatewayGrant): ReadonlyMap<string,
 /** Lengths of the item identity keys, so a wire walker can skip decoding every other key. */
 export const ITEM_IDENTITY_KEY_LENGTHS: ReadonlySet<number> = new Set(['ci.job.id', 'ci.project.id', 'ci.pipeline.id', 'ci.runner.id'].map((key) => key.length));
 
-export const NO_SPAN_LIMITS: SpanLimits = { maxBytes: Infinity, maxAttributes: Infinity, maxAttributeValueBytes: Infinity };
 
 export function grantTraceIdHex(grant: GatewayGrant): string {
   if (typeof grant.traceId !== 'string' || !/^[0-9a-fA-F]{32}$/.test(grant.traceId)) {

@@ -4,7 +4,8 @@ import { JsonTraceSerializer, ProtobufTraceSerializer } from '@opentelemetry/otl
 import { resourceFromAttributes } from '@opentelemetry/resources';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
 import * as protobuf from 'protobufjs';
-import { enforceExport, type GatewayGrant, type OtlpSignal } from './otlp-payload';
+import { enforceExport } from './otlp-payload';
+import type { GatewayGrant, OtlpSignal } from './otlp-types';
 import { OtlpPayloadError } from './otlp-wire';
 
 // Independent codec: protobufjs with the OTLP schema, nothing from the code under test.

@@ -23,7 +23,7 @@ import {
   identityAttributes,
   itemIdentityAttributes,
 } from './otlp-identity';
-import type { EnforcedExport, GatewayGrant, OtlpSignal, SpanBudget, SpanLimits } from './otlp-payload';
+import type { EnforcedExport, GatewayGrant, OtlpSignal, SpanBudget, SpanLimits } from './otlp-types';
 import { OtlpPayloadError } from './otlp-wire';
 
 type JsonObject = Record<string, unknown>;

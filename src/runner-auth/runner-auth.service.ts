@@ -3,15 +3,15 @@ import { AppConfig } from '../config/app-config';
 import { APP_CONFIG, SECRETS } from '../config/config.constants';
 import { Secrets } from '../config/secrets';
 import { startDecisionSpan } from '../observability/tracing';
-import { Grant, grantEndsAt, GrantStore, StoreUnavailableError } from '../grants/grant';
+import { Grant, GrantStore, StoreUnavailableError } from '../grants/grant';
 import { GRANT_STORE } from '../grants/grants.constants';
 import { digestsMatch, tokenDigest } from '../grants/token-digest';
 import { OUTAGE_RETRY_AFTER_SECONDS, retryAfterForWindow } from '../observability/retry-after';
-import { capabilityMatches } from '../runner-auth/job-capability';
-import { RunnerCredential } from '../runner-auth/runner-credential';
-import { AuthOutcome } from './auth-outcome';
+import { AuthOutcome, jobIdentityOf } from './auth-outcome';
+import { capabilityMatches } from './job-capability';
 import { JobTokenVerifier } from './job-token-verifier';
-import { JOB_TOKEN_VERIFIER } from './token-auth.constants';
+import { JOB_TOKEN_VERIFIER } from './runner-auth.constants';
+import { RunnerCredential } from './runner-credential';
 
 /**
  * Turns a runner credential (a runner token and a job token, or a job's capability) into the identity
@@ -19,8 +19,8 @@ import { JOB_TOKEN_VERIFIER } from './token-auth.constants';
  * in-process, by the gateway.
  */
 @Injectable()
-export class TokenAuthService {
-  private readonly logger = new Logger(TokenAuthService.name);
+export class RunnerAuthService {
+  private readonly logger = new Logger(RunnerAuthService.name);
 
   constructor(
     @Inject(APP_CONFIG) private readonly config: AppConfig,
@@ -34,7 +34,7 @@ export class TokenAuthService {
     const outcome = await this.decide(credential);
     span.end(
       outcome.kind,
-      () => ({ 'ci_job_telemetry.credential': credential.kind, ...(outcome.kind === 'allowed' ? { 'ci.job.id': outcome.grant.jobId } : { 'ci_job_telemetry.reason': outcome.reason }) }),
+      () => ({ 'ci_job_telemetry.credential': credential.kind, ...(outcome.kind === 'allowed' ? { 'ci.job.id': outcome.identity.jobId } : { 'ci_job_telemetry.reason': outcome.reason }) }),
       outcome.kind === 'unavailable',
     );
     return outcome;
@@ -128,10 +128,11 @@ export class TokenAuthService {
 
     // A decision reused for longer than the revocation grace would keep a job GitLab has just
     // ended writing past that grace on whichever replica (or nginx) remembered it (SPEC §5).
+    const identity = jobIdentityOf(grant);
     const maxAgeSeconds = Math.max(
       0,
-      Math.min(this.config.AUTH_DECISION_MAX_AGE_SECONDS, this.config.GRANT_REVOKE_GRACE_SECONDS, Math.floor((grantEndsAt(grant) - now) / 1000)),
+      Math.min(this.config.AUTH_DECISION_MAX_AGE_SECONDS, this.config.GRANT_REVOKE_GRACE_SECONDS, Math.floor((identity.expiresAt - now) / 1000)),
     );
-    return { kind: 'allowed', grant, maxAgeSeconds };
+    return { kind: 'allowed', identity, maxAgeSeconds };
   }
 }

@@ -1,6 +1,6 @@
 import * as path from 'node:path';
 import * as protobuf from 'protobufjs';
-import type { OtlpSignal } from './otlp-payload';
+import type { OtlpSignal } from './otlp-types';
 import { decodeExportResponse, encodeExportResponse, encodeRpcStatus, mergePartialSuccess } from './otlp-response';
 import { OtlpPayloadError } from './otlp-wire';
 

@@ -1,21 +1,17 @@
 import { LRUCache } from 'lru-cache';
-import { credentialCacheKey, RunnerCredential } from '../runner-auth/runner-credential';
+import { AuthOutcome } from './auth-outcome';
+import { credentialCacheKey, RunnerCredential } from './runner-credential';
 
 /** Refusals are remembered briefly (SPEC §6: at most 5 s), so a fixed token is accepted soon. */
 export const NEGATIVE_DECISION_TTL_MS = 5000;
-
-/** The outcome kinds every auth decision has (SPEC §5), whoever makes it. */
-export type CacheableDecision =
-  | { readonly kind: 'allowed'; readonly maxAgeSeconds: number }
-  | { readonly kind: 'unauthenticated' | 'forbidden' | 'rate_limited' | 'unavailable' };
 
 export interface DecisionCacheObserver {
   hit(): void;
   miss(): void;
 }
 
-export interface CachedDecision<D> {
-  readonly decision: D;
+export interface CachedDecision {
+  readonly decision: AuthOutcome;
   /** How long ago the decision was made: a reused decision's max-age counts down. */
   readonly ageMs: number;
 }
@@ -23,22 +19,23 @@ export interface CachedDecision<D> {
 /**
  * Auth decisions per credential (token pair or capability): positive ones for their max-age, refusals
  * for at most 5 s, outages never. Concurrent lookups of the same credential share one lookup. Keys
- * are digests of the credential, so the cache holds no token and no capability. Used in front of the auth endpoint and in the gateway (SPEC §2, §6).
+ * are digests of the credential, so the cache holds no token and no capability.
+ * Used in front of the auth endpoint and in the gateway (SPEC §2, §6).
  */
-export class DecisionCache<D extends CacheableDecision> {
-  private readonly decisions: LRUCache<string, { decision: D; decidedAt: number }> | undefined;
-  private readonly inFlight = new Map<string, Promise<D>>();
+export class DecisionCache {
+  private readonly decisions: LRUCache<string, { decision: AuthOutcome; decidedAt: number }> | undefined;
+  private readonly inFlight = new Map<string, Promise<AuthOutcome>>();
 
   /** `maxEntries` 0 turns caching off; concurrent identical lookups are still shared. */
   constructor(
-    private readonly lookup: (credential: RunnerCredential) => Promise<D>,
+    private readonly lookup: (credential: RunnerCredential) => Promise<AuthOutcome>,
     maxEntries: number,
     private readonly observer: DecisionCacheObserver,
   ) {
     this.decisions = maxEntries > 0 ? new LRUCache({ max: maxEntries }) : undefined;
   }
 
-  async decide(credential: RunnerCredential): Promise<CachedDecision<D>> {
+  async decide(credential: RunnerCredential): Promise<CachedDecision> {
     const key = credentialCacheKey(credential);
     if (key === undefined) return { decision: await this.lookup(credential), ageMs: 0 };
     const cached = this.decisions?.get(key);
@@ -66,7 +63,7 @@ export class DecisionCache<D extends CacheableDecision> {
   }
 }
 
-function ttlOf(decision: CacheableDecision): number {
+function ttlOf(decision: AuthOutcome): number {
   switch (decision.kind) {
     case 'allowed':
       return decision.maxAgeSeconds * 1000;

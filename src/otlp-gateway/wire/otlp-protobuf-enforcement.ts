@@ -25,7 +25,7 @@ import {
   identityAttributes,
   itemIdentityAttributes,
 } from './otlp-identity';
-import type { EnforcedExport, GatewayGrant, OtlpSignal, SpanBudget, SpanLimits } from './otlp-payload';
+import type { EnforcedExport, GatewayGrant, OtlpSignal, SpanBudget, SpanLimits } from './otlp-types';
 import {
   ChunkList,
   WIRE_LENGTH_DELIMITED,

@@ -1,0 +1,34 @@
+import { EnforcedExport, GatewayGrant, NO_SPAN_LIMITS, OtlpEncoding, OtlpSignal, SpanBudget, SpanLimits } from './otlp-types';
+import { enforceJsonExport } from './otlp-json-enforcement';
+import { enforceProtobufExport } from './otlp-protobuf-enforcement';
+
+/**
+ * Applies SPEC §6 to one OTLP/HTTP export body: drops spans outside the grant's trace, over the per-span limits
+ * or beyond the job's remaining budget; overwrites the CI identity attributes on every resource and wherever a
+ * span, data point or log record carries them. Enforcement is an allow-list: every member that can hold spans,
+ * metrics or logs is enforced (deprecated containers the Collector still reads are migrated into the current
+ * ones) or dropped, never forwarded unchecked. Inside items, nothing else changes.
+ *
+ * @param spanBudget spans this job may still send; kept spans are counted in body order. A number is a quota
+ *   with no rate. Ignored for metrics and logs.
+ * @throws OtlpPayloadError when the body is not a well-formed export request of that signal and encoding.
+ */
+export function enforceExport(
+  signal: OtlpSignal,
+  encoding: OtlpEncoding,
+  body: Buffer,
+  grant: GatewayGrant,
+  spanBudget: number | SpanBudget,
+  spanLimits: SpanLimits = NO_SPAN_LIMITS,
+): EnforcedExport {
+  switch (encoding) {
+    case 'protobuf':
+      return enforceProtobufExport(signal, body, grant, spanBudget, spanLimits);
+    case 'json':
+      return enforceJsonExport(signal, body, grant, spanBudget, spanLimits);
+    default: {
+      const unknownEncoding: never = encoding;
+      throw new TypeError(`unknown OTLP encoding ${String(unknownEncoding)}`);
+    }
+  }
+}

@@ -1,0 +1,75 @@
+import { Grant, grantEndsAt } from '../grants/grant';
+
+/**
+ * The job an auth decision lets a credential write for: what the gateway stamps, and until when.
+ * Converted from the stored grant once, in the decision; in process it never takes the wire form.
+ */
+export interface JobIdentity {
+  readonly jobId: number;
+  readonly projectId: number;
+  readonly pipelineId: number;
+  readonly runnerId: number;
+  /** 32 hex digits: the one trace the job may write to. */
+  readonly traceId: string;
+  /** Epoch ms: the grant's end, revocation grace included. */
+  readonly expiresAt: number;
+}
+
+/**
+ * Every answer the token check can give (SPEC §5), whoever makes it: this process or, for a
+ * ROLE=gateway process, a control process over HTTP. Each edge maps it in one exhaustive switch:
+ * HTTP in the auth endpoint, OTLP statuses in the gateway.
+ */
+export type AuthOutcome =
+  | { readonly kind: 'allowed'; readonly identity: JobIdentity; readonly maxAgeSeconds: number }
+  /** Bad, expired or unknown tokens, or a job not picked up by this runner: 401. */
+  | { readonly kind: 'unauthenticated'; readonly reason: string }
+  /** Valid tokens, but telemetry was not enabled for the job, or its grant was revoked: 403. */
+  | { readonly kind: 'forbidden'; readonly reason: string }
+  /** Per-runner rate limit: 429 with Retry-After. */
+  | { readonly kind: 'rate_limited'; readonly reason: string; readonly retryAfterSeconds: number }
+  /** The store or GitLab's keys did not answer: 503 with Retry-After, never 401 for an infrastructure fault. */
+  | { readonly kind: 'unavailable'; readonly reason: string; readonly retryAfterSeconds: number };
+
+export function jobIdentityOf(grant: Grant): JobIdentity {
+  return {
+    jobId: grant.jobId,
+    projectId: grant.projectId,
+    pipelineId: grant.pipelineId,
+    runnerId: grant.runnerId,
+    traceId: grant.traceId,
+    expiresAt: grantEndsAt(grant),
+  };
+}
+
+/** The auth endpoint's 200 body (SPEC §5): what nginx and a ROLE=gateway process read. */
+export interface AuthIdentityBody {
+  readonly job_id: number;
+  readonly project_id: number;
+  readonly pipeline_id: number;
+  readonly runner_id: number;
+  readonly trace_id: string;
+  readonly expires_at: string;
+}
+
+export function identityBodyOf(identity: JobIdentity): AuthIdentityBody {
+  return {
+    job_id: identity.jobId,
+    project_id: identity.projectId,
+    pipeline_id: identity.pipelineId,
+    runner_id: identity.runnerId,
+    trace_id: identity.traceId,
+    expires_at: new Date(identity.expiresAt).toISOString(),
+  };
+}
+
+export function identityFromBody(body: AuthIdentityBody): JobIdentity {
+  return {
+    jobId: body.job_id,
+    projectId: body.project_id,
+    pipelineId: body.pipeline_id,
+    runnerId: body.runner_id,
+    traceId: body.trace_id,
+    expiresAt: Date.parse(body.expires_at),
+  };
+}

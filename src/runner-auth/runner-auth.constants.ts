@@ -1,0 +1,1 @@
+export const JOB_TOKEN_VERIFIER = Symbol('JOB_TOKEN_VERIFIER');

@@ -1,0 +1,51 @@
+import { Logger, Module } from '@nestjs/common';
+import { AppConfig } from '../config/app-config';
+import { APP_CONFIG } from '../config/config.constants';
+import { GrantsModule } from '../grants/grants.module';
+import { ReadinessChecks } from '../observability/readiness-checks';
+import { JobTokenKeys, jobTokenKeys, JobTokenVerifier } from './job-token-verifier';
+import { JOB_TOKEN_VERIFIER } from './runner-auth.constants';
+import { RunnerAuthService } from './runner-auth.service';
+
+/**
+ * Configured keys that cannot be read make the service unready, with one log line when that starts
+ * and one when it ends (SPEC §5). Checked once at start too, so an unreachable JWKS URL is logged
+ * before the first probe asks; an unreadable file has already stopped the start (main.ts).
+ */
+function watchJobTokenKeys(keys: JobTokenKeys, readiness: ReadinessChecks): void {
+  const logger = new Logger('JobTokenKeys');
+  let reported: string | undefined;
+  const check = async () => {
+    const problem = await keys.problem();
+    if (problem !== reported) {
+      if (problem === undefined) logger.log('job token keys readable again');
+      else logger.error(`${problem}: JWT job tokens are answered 503 until this is fixed`);
+      reported = problem;
+    }
+    return problem === undefined;
+  };
+  readiness.register('job_token_keys', check);
+  void check();
+}
+
+/**
+ * The auth decision (SPEC §5, §6): runner credentials in, one job's identity or a refusal out. Shared by
+ * the auth endpoint and, in a ROLE=all process, the gateway; a ROLE=gateway process never loads it.
+ */
+@Module({
+  imports: [GrantsModule],
+  providers: [
+    {
+      provide: JOB_TOKEN_VERIFIER,
+      inject: [APP_CONFIG, ReadinessChecks],
+      useFactory: (config: AppConfig, readiness: ReadinessChecks) => {
+        const keys = jobTokenKeys({ file: config.JOB_TOKEN_JWKS_FILE, url: config.JOB_TOKEN_JWKS_URL });
+        if (keys !== undefined) watchJobTokenKeys(keys, readiness);
+        return new JobTokenVerifier(keys?.getKey, config.JOB_TOKEN_ISSUER);
+      },
+    },
+    RunnerAuthService,
+  ],
+  exports: [RunnerAuthService],
+})
+export class RunnerAuthModule {}
