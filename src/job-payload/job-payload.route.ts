@@ -57,7 +57,7 @@ export class JobPayloadRoute implements OnModuleInit {
     const parsed = parseJobPayloadRequest(request.body);
     if (parsed.problems !== undefined) {
       const error = `invalid request: ${parsed.problems.flatMap((problem) => problem.problems).join('; ')}`;
-      sendError(request, reply, 400, error, { fields: parsed.problems });
+      sendError(request, reply, 400, error, { details: { fields: parsed.problems } });
       return reply;
     }
     return this.jobPayloads.decorate(parsed.request);

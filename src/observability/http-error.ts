@@ -7,13 +7,16 @@ export interface ErrorBody {
   readonly [detail: string]: unknown;
 }
 
-export function sendError(
-  request: FastifyRequest,
-  reply: FastifyReply,
-  status: number,
-  message: string,
-  details: Record<string, unknown> = {},
-): void {
-  const body: ErrorBody = { ...details, error: message, request_id: String(request.id) };
+export interface ErrorOptions {
+  /** Extra members beside `error` and `request_id` (a 400's `fields`). */
+  readonly details?: Record<string, unknown>;
+  /** For 429 and 503: integer seconds, from the one Retry-After policy (retry-after.ts). */
+  readonly retryAfterSeconds?: number;
+}
+
+/** The one writer of internal-API errors: the exception filter and the plain Fastify routes call it. */
+export function sendError(request: FastifyRequest, reply: FastifyReply, status: number, message: string, options: ErrorOptions = {}): void {
+  const body: ErrorBody = { ...options.details, error: message, request_id: String(request.id) };
+  if (options.retryAfterSeconds !== undefined) void reply.header('retry-after', String(options.retryAfterSeconds));
   void reply.status(status).header('content-type', 'application/json; charset=utf-8').send(JSON.stringify(body));
 }

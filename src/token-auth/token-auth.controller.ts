@@ -60,11 +60,9 @@ function sendAuthOutcome(request: FastifyRequest, reply: FastifyReply, outcome: 
     case 'forbidden':
       return sendError(request, reply, 403, outcome.reason);
     case 'rate_limited':
-      void reply.header('retry-after', String(outcome.retryAfterSeconds));
-      return sendError(request, reply, 429, 'runner rate limit exceeded');
+      return sendError(request, reply, 429, 'runner rate limit exceeded', { retryAfterSeconds: outcome.retryAfterSeconds });
     case 'unavailable':
-      void reply.header('retry-after', String(outcome.retryAfterSeconds));
-      return sendError(request, reply, 503, outcome.reason);
+      return sendError(request, reply, 503, outcome.reason, { retryAfterSeconds: outcome.retryAfterSeconds });
     default: {
       const unreachable: never = outcome;
       throw new Error(`unhandled auth outcome ${JSON.stringify(unreachable)}`);
