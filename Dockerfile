@@ -14,6 +14,8 @@ COPY --from=build /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist
 COPY package.json ./
 COPY config ./config
+# The job-payload request is validated against the OpenAPI document at start (src/job-payload).
+COPY openapi/openapi.yaml ./openapi/openapi.yaml
 USER node
 EXPOSE 8080 4318
 CMD ["node", "dist/main.js"]

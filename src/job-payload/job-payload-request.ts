@@ -1,12 +1,11 @@
-import { isISO8601 } from 'class-validator';
+import Ajv2020, { ErrorObject, ValidateFunction } from 'ajv/dist/2020';
+import addFormats from 'ajv-formats';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { parse } from 'yaml';
 
 export const RUNNER_TYPES = ['instance_type', 'group_type', 'project_type'] as const;
 export type RunnerType = (typeof RUNNER_TYPES)[number];
-
-/** GitLab ids are positive bigint columns; JSON numbers keep them exact up to 2^53. */
-const MAX_ID = Number.MAX_SAFE_INTEGER;
-/** Seconds; GitLab caps job timeouts at one month. */
-const MAX_JOB_TIMEOUT = 31 * 24 * 3600;
 
 export interface Runner {
   readonly id: number;
@@ -49,92 +48,58 @@ export type ParsedJobPayloadRequest =
   | { readonly request: JobPayloadRequest; readonly problems?: undefined }
   | { readonly request?: undefined; readonly problems: FieldProblem[] };
 
-/** What is wrong with a value, worded to follow its field name; undefined when nothing is. */
-type Check = (value: unknown) => string | undefined;
+/** The OpenAPI document is the one statement of the request schema: what it promises, this checks. */
+const OPENAPI_PATH = join(__dirname, '..', '..', 'openapi', 'openapi.yaml');
+
+/**
+ * All errors (every bad field in one 400) and no coercion (`"17"` is not an id): not the app's shared
+ * Fastify ajv instance, which stops at the first error and coerces types. OpenAPI 3.1 schemas are JSON
+ * Schema 2020-12; the whole document is added so its $refs resolve.
+ */
+function compileRequestSchema(): ValidateFunction {
+  const ajv = new Ajv2020({ strict: false, allErrors: true, coerceTypes: false, useDefaults: false });
+  addFormats(ajv);
+  ajv.addSchema(parse(readFileSync(OPENAPI_PATH, 'utf8')) as object, 'openapi.json');
+  return ajv.compile({ $ref: 'openapi.json#/components/schemas/JobPayloadRequest' });
+}
+
+let validateRequest: ValidateFunction | undefined;
+
+/** `/runner/id` → `runner.id`; a missing member is named by its own path, not its parent's. */
+function fieldOf(error: ErrorObject): string {
+  const path = error.instancePath.split('/').slice(1).map((part) => part.replace(/~1/g, '/').replace(/~0/g, '~'));
+  if (error.keyword === 'required') path.push(String((error.params as { missingProperty: string }).missingProperty));
+  return path.join('.');
+}
+
+function problemsOf(errors: readonly ErrorObject[]): FieldProblem[] {
+  const byField = new Map<string, string[]>();
+  for (const error of errors) {
+    const field = fieldOf(error);
+    const allowed = error.keyword === 'enum' ? `: ${(error.params as { allowedValues: unknown[] }).allowedValues.join(', ')}` : '';
+    const problem = `${field} ${error.keyword === 'required' ? 'is required' : (error.message ?? 'is invalid') + allowed}`;
+    const problems = byField.get(field) ?? [];
+    if (!problems.includes(problem)) problems.push(problem);
+    byField.set(field, problems);
+  }
+  return [...byField].map(([field, problems]) => ({ field, problems }));
+}
 
 const isPlainObject = (value: unknown): value is Record<string, unknown> =>
   typeof value === 'object' && value !== null && !Array.isArray(value);
 
-const integerIn =
-  (min: number, max: number): Check =>
-  (value) => {
-    if (typeof value !== 'number' || !Number.isInteger(value)) return 'must be an integer number';
-    if (value < min) return `must not be less than ${min}`;
-    if (value > max) return `must not be greater than ${max}`;
-    return undefined;
-  };
-const positiveId = integerIn(1, MAX_ID);
-const nonEmptyString: Check = (value) =>
-  typeof value !== 'string' ? 'must be a string' : value.length === 0 ? 'must be longer than or equal to 1 characters' : undefined;
-const oneOf =
-  (allowed: readonly string[]): Check =>
-  (value) =>
-    allowed.includes(value as string) ? undefined : `must be one of the following values: ${allowed.join(', ')}`;
-const object: Check = (value) => (isPlainObject(value) ? undefined : 'must be an object');
-const array: Check = (value) => (Array.isArray(value) ? undefined : 'must be an array');
-const iso8601: Check = (value) =>
-  typeof value === 'string' && isISO8601(value, { strict: true }) ? undefined : 'must be a valid ISO 8601 date string';
-/** Absent and null both mean "not sent", as they did with class-validator's @IsOptional. */
-const optional =
-  (check: Check): Check =>
-  (value) =>
-    value === undefined || value === null ? undefined : check(value);
-
-const RUNNER_FIELDS: Readonly<Record<keyof Runner, Check>> = {
-  id: positiveId,
-  runner_type: oneOf(RUNNER_TYPES),
-  token: optional(nonEmptyString),
-  features: optional(object),
-};
-
-const JOB_FIELDS: Readonly<Record<keyof Job, Check>> = {
-  id: positiveId,
-  project_id: positiveId,
-  namespace_id: optional(positiveId),
-  root_namespace_id: optional(positiveId),
-  pipeline_id: positiveId,
-  root_pipeline_id: positiveId,
-  timeout: integerIn(1, MAX_JOB_TIMEOUT),
-  queued_at: optional(iso8601),
-  token: optional(nonEmptyString),
-};
-
-/** Only the parts of the job payload the decorator writes to are checked; the rest passes through untouched. */
-const PAYLOAD_FIELDS: Readonly<Record<'variables' | 'features', Check>> = {
-  variables: optional(array),
-  features: optional(object),
-};
-
-function checkSection(section: string, value: unknown, fields: Readonly<Record<string, Check>>, problems: FieldProblem[]): void {
-  if (!isPlainObject(value)) {
-    problems.push({ field: section, problems: [`${section} must be an object`] });
-    return;
-  }
-  for (const name of Object.keys(fields)) {
-    const problem = fields[name](value[name]);
-    if (problem !== undefined) {
-      const field = `${section}.${name}`;
-      problems.push({ field, problems: [`${field} ${problem}`] });
-    }
-  }
-}
-
 const orUndefined = <T>(value: T | null | undefined): T | undefined => value ?? undefined;
 
 /**
- * Checks a decorator request (SPEC §4) and names every bad field by its dotted path. Hand-written
- * rather than a Fastify route schema: the app's shared ajv instance stops at the first error and
- * coerces types (`"17"` would become 17), and this endpoint promises to name each bad field and
- * to take ids only as JSON numbers. The job payload itself (up to BODY_LIMIT_BYTES of scripts and
- * variables) is neither copied nor walked.
+ * Checks a decorator request (SPEC §4) against openapi/openapi.yaml's JobPayloadRequest and names every
+ * bad field by its dotted path. The job payload itself is neither copied nor changed: members the schema
+ * does not describe pass through as they came.
  */
 export function parseJobPayloadRequest(body: unknown): ParsedJobPayloadRequest {
+  validateRequest ??= compileRequestSchema();
+  // A body that is not an object is answered by naming the three parts it should have had.
   const sent = isPlainObject(body) ? body : {};
-  const problems: FieldProblem[] = [];
-  checkSection('runner', sent.runner, RUNNER_FIELDS, problems);
-  checkSection('job', sent.job, JOB_FIELDS, problems);
-  checkSection('payload', sent.payload, PAYLOAD_FIELDS, problems);
-  if (problems.length > 0) return { problems };
+  if (!validateRequest(sent)) return { problems: problemsOf(validateRequest.errors ?? []) };
 
   const runner = sent.runner as Record<keyof Runner, never>;
   const job = sent.job as Record<keyof Job, never>;
