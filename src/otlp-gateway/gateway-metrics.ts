@@ -1,6 +1,5 @@
 import { Counter, Histogram, Registry } from 'prom-client';
 import { DecisionCacheObserver } from '../runner-auth/decision-cache';
-import type { OtlpSignal } from './wire/otlp-types';
 
 /** What an operator watches on the gateway (SPEC §6, §8), in the process's one registry. */
 export class GatewayMetrics implements DecisionCacheObserver {

@@ -107,6 +107,8 @@ describe('docker-compose.yml, validated by docker-compose itself (no engine need
     expect(read('deploy', 'clickhouse', 'init', '01-ci-job-telemetry.sql')).toContain(`CREATE DATABASE IF NOT EXISTS ${clickhouse.CLICKHOUSE_DB};`);
     expect(mounts('clickhouse')).toContainEqual(({ source: join(ROOT, 'deploy', 'clickhouse', 'init'), target: '/docker-entrypoint-initdb.d' }));
 
+    // Grafana's provisioning YAML, read as it is: the test asserts the few members it needs.
+    // eslint-disable-next-line @typescript-eslint/no-explicit-any
     const datasources = parse(read('deploy', 'grafana', 'provisioning', 'datasources', 'datasources.yaml')).datasources as Array<Record<string, any>>;
     const clickhouseSource = datasources.find((source) => source.type === 'grafana-clickhouse-datasource')!;
     expect([clickhouseSource.jsonData.host, clickhouseSource.jsonData.port, clickhouseSource.jsonData.defaultDatabase, clickhouseSource.jsonData.username]).toEqual([

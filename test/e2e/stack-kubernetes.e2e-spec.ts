@@ -9,6 +9,8 @@ const ROOT = join(__dirname, '..', '..');
 const DIR = join(ROOT, 'deploy', 'kubernetes');
 const VALIDATOR = join(ROOT, 'test', 'kubernetes', 'validate.mjs');
 
+// A Kubernetes object as parsed from YAML: `spec` differs by kind, and the tests read only what they assert.
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
 type K8sObject = { apiVersion: string; kind: string; metadata: { name: string; labels?: Record<string, string> }; spec?: any; data?: Record<string, string> };
 
 const kustomization = parse(readFileSync(join(DIR, 'kustomization.yaml'), 'utf8')) as { resources: string[] };

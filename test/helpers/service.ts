@@ -35,7 +35,7 @@ export interface InProcessService {
   close(): Promise<void>;
 }
 
-/** The internal API in this process (Fastify `inject` or supertest), built from environment-style overrides. */
+/** The internal API in this process (Fastify `inject`), built from environment-style overrides. */
 export async function startInProcess(env: Record<string, string> = {}): Promise<InProcessService> {
   const files = makeSecretFiles();
   const config = loadConfig({
