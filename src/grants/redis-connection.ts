@@ -48,7 +48,7 @@ export function parseHostPort(text: string): HostPort {
 /** The store's Redis settings from the validated configuration, or undefined for the in-memory store. */
 export function redisSettingsFrom(config: AppConfig, secrets: Secrets): RedisConnectionSettings | undefined {
   const common = {
-    commandTimeoutMs: config.STORE_TIMEOUT_MS,
+    commandTimeoutMs: config.REDIS_COMMAND_TIMEOUT_MS,
     waitReplicas: config.REDIS_WAIT_REPLICAS,
     username: config.REDIS_USERNAME,
     password: secrets.redis.password,
