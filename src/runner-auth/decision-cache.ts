@@ -10,6 +10,11 @@ export interface DecisionCacheObserver {
   miss(): void;
 }
 
+/** Milliseconds from a monotonic source: `performance` in production, a hand-moved clock in tests. */
+export interface DecisionClock {
+  now(): number;
+}
+
 export interface CachedDecision {
   readonly decision: AuthOutcome;
   /** How long ago the decision was made: a reused decision's max-age counts down. */
@@ -31,8 +36,10 @@ export class DecisionCache {
     private readonly lookup: (credential: RunnerCredential) => Promise<AuthOutcome>,
     maxEntries: number,
     private readonly observer: DecisionCacheObserver,
+    private readonly clock: DecisionClock = performance,
   ) {
-    this.decisions = maxEntries > 0 ? new LRUCache({ max: maxEntries }) : undefined;
+    // ttlResolution 0: expiry is read from the clock on every lookup, never from a time cached for 1 ms.
+    this.decisions = maxEntries > 0 ? new LRUCache({ max: maxEntries, perf: clock, ttlResolution: 0 }) : undefined;
   }
 
   async decide(credential: RunnerCredential): Promise<CachedDecision> {
@@ -41,7 +48,7 @@ export class DecisionCache {
     const cached = this.decisions?.get(key);
     if (cached !== undefined) {
       this.observer.hit();
-      return { decision: cached.decision, ageMs: Date.now() - cached.decidedAt };
+      return { decision: cached.decision, ageMs: this.clock.now() - cached.decidedAt };
     }
     const pending = this.inFlight.get(key);
     if (pending !== undefined) {
@@ -51,7 +58,7 @@ export class DecisionCache {
     this.observer.miss();
     const lookup = this.lookup(credential).then((decision) => {
       const ttl = ttlOf(decision);
-      if (ttl > 0) this.decisions?.set(key, { decision, decidedAt: Date.now() }, { ttl });
+      if (ttl > 0) this.decisions?.set(key, { decision, decidedAt: this.clock.now() }, { ttl });
       return decision;
     });
     this.inFlight.set(key, lookup);

@@ -1,0 +1,111 @@
+import { loadConfig } from '../config/app-config';
+import { Secrets } from '../config/secrets';
+import { Grant, GrantStore, StoreUnavailableError } from '../grants/grant';
+import { MemoryGrantStore } from '../grants/memory-grant-store';
+import { tokenDigest } from '../grants/token-digest';
+import { AuthOutcome } from './auth-outcome';
+import { mintCapability } from './job-capability';
+import { JobTokenCheck, JobTokenVerifier } from './job-token-verifier';
+import { RunnerAuthService } from './runner-auth.service';
+import { RunnerCredential } from './runner-credential';
+
+const secrets: Secrets = {
+  internalApiSecret: Buffer.alloc(32, 1),
+  traceKey: Buffer.alloc(32, 2),
+  tokenDigestKey: Buffer.alloc(32, 3),
+  capabilityKeys: [Buffer.alloc(32, 4)],
+  redis: {},
+};
+const config = loadConfig({ GRANT_REVOKE_GRACE_SECONDS: '60', AUTH_DECISION_MAX_AGE_SECONDS: '30', RUNNER_RATE_LIMIT: '5' });
+const RUNNER_TOKEN = 'glrt-runner-17';
+const JOB_TOKEN = 'glcbt-opaque-1001';
+
+/** GitLab's key check as the service sees it: whatever the test says the token is. */
+class ScriptedJobTokens {
+  constructor(public check: (token: string) => Promise<JobTokenCheck> = async () => ({ kind: 'opaque' })) {}
+}
+
+/** A store that has gone away: every call fails as an outage does. */
+class UnreachableStore extends MemoryGrantStore {
+  override async findGrant(): Promise<Grant | null> {
+    throw new StoreUnavailableError('connection refused');
+  }
+  override async findGrantByJobTokenDigest(): Promise<Grant | null> {
+    throw new StoreUnavailableError('connection refused');
+  }
+}
+
+const grant = (overrides: Partial<Grant> = {}): Grant => ({
+  jobId: 1001,
+  projectId: 7,
+  pipelineId: 500,
+  rootPipelineId: 500,
+  runnerId: 17,
+  traceId: 'a'.repeat(32),
+  spanParentId: 'b'.repeat(16),
+  runnerTokenDigest: tokenDigest(secrets.tokenDigestKey, RUNNER_TOKEN),
+  jobTokenDigest: tokenDigest(secrets.tokenDigestKey, JOB_TOKEN),
+  expiresAt: Date.now() + 3_600_000,
+  ...overrides,
+});
+
+describe('RunnerAuthService (SPEC §5, §6)', () => {
+  const stores: GrantStore[] = [];
+  afterEach(async () => {
+    await Promise.all(stores.splice(0).map((store) => store.close()));
+  });
+
+  async function serviceWith(options: { grant?: Grant; store?: MemoryGrantStore; jobTokens?: ScriptedJobTokens } = {}) {
+    const store = options.store ?? new MemoryGrantStore();
+    stores.push(store);
+    if (options.grant !== undefined) await store.saveGrant(options.grant);
+    return new RunnerAuthService(config, secrets, store, (options.jobTokens ?? new ScriptedJobTokens()) as unknown as JobTokenVerifier);
+  }
+  const tokens: RunnerCredential = { kind: 'tokens', jobToken: JOB_TOKEN, runnerToken: RUNNER_TOKEN };
+
+  it('allows the runner that picked the job up, with the job identity, for no longer than the revocation grace', async () => {
+    const service = await serviceWith({ grant: grant() });
+    const outcome = await service.authenticate(tokens);
+    expect(outcome).toEqual<AuthOutcome>({
+      kind: 'allowed',
+      identity: { jobId: 1001, projectId: 7, pipelineId: 500, runnerId: 17, traceId: 'a'.repeat(32), expiresAt: expect.any(Number) as unknown as number },
+      maxAgeSeconds: 30,
+    });
+  });
+
+  it("refuses another runner's token for the same job", async () => {
+    const service = await serviceWith({ grant: grant() });
+    expect(await service.authenticate({ ...tokens, runnerToken: 'glrt-runner-18' })).toEqual({
+      kind: 'unauthenticated',
+      reason: 'job was not picked up by this runner',
+    });
+  });
+
+  it('takes a capability only for the job it was minted for', async () => {
+    const service = await serviceWith({ grant: grant() });
+    const capability = mintCapability(secrets.capabilityKeys[0], 1001);
+    expect((await service.authenticate({ kind: 'capability', jobId: 1001, capability })).kind).toBe('allowed');
+    expect(await service.authenticate({ kind: 'capability', jobId: 1002, capability })).toEqual({ kind: 'unauthenticated', reason: 'invalid capability for this job' });
+  });
+
+  it('answers forbidden for a revoked grant and for a verified job without one', async () => {
+    const revoked = await serviceWith({ grant: grant({ revokedAt: Date.now() - 1 }) });
+    expect(await revoked.authenticate(tokens)).toEqual({ kind: 'forbidden', reason: 'grant revoked' });
+    const none = await serviceWith({ jobTokens: new ScriptedJobTokens(async () => ({ kind: 'jwt', jobId: 1003 })) });
+    expect(await none.authenticate(tokens)).toEqual({ kind: 'forbidden', reason: 'telemetry is not enabled for this job' });
+  });
+
+  it('calls a store outage or unreadable keys an outage with Retry-After, never a bad token', async () => {
+    const storeDown = await serviceWith({ store: new UnreachableStore() });
+    expect(await storeDown.authenticate(tokens)).toEqual({ kind: 'unavailable', reason: 'grant store unavailable', retryAfterSeconds: 1 });
+    const keysDown = await serviceWith({ jobTokens: new ScriptedJobTokens(async () => ({ kind: 'unavailable', reason: 'JOB_TOKEN_JWKS_URL unreachable' })) });
+    expect(await keysDown.authenticate(tokens)).toEqual({ kind: 'unavailable', reason: 'job token keys unavailable', retryAfterSeconds: 1 });
+  });
+
+  it("limits a runner's decisions to its rate, with the window's rest as Retry-After", async () => {
+    const service = await serviceWith({ grant: grant() });
+    let outcome: AuthOutcome | undefined;
+    for (let attempt = 0; attempt <= config.RUNNER_RATE_LIMIT; attempt++) outcome = await service.authenticate(tokens);
+    expect(outcome).toMatchObject({ kind: 'rate_limited', retryAfterSeconds: expect.any(Number) });
+  });
+});
