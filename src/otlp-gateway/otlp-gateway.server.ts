@@ -51,7 +51,8 @@ export interface GatewayDependencies {
   readonly logger: Logger;
   readonly decisions: DecisionCache;
   readonly store: GrantStore;
-  readonly upstream: OtlpUpstream;
+  /** Only `send` is used here: the module owns the pool's life, and tests pass a fake collector. */
+  readonly upstream: Pick<OtlpUpstream, 'send'>;
   readonly metrics: GatewayMetrics;
 }
 

@@ -1,0 +1,128 @@
+import { JsonTraceSerializer } from '@opentelemetry/otlp-transformer';
+import type { FastifyInstance } from 'fastify';
+import pino from 'pino';
+import { Registry } from 'prom-client';
+import { loadConfig } from '../../src/config/app-config';
+import { StoreUnavailableError } from '../../src/grants/grant';
+import { MemoryGrantStore } from '../../src/grants/memory-grant-store';
+import { GatewayMetrics } from '../../src/otlp-gateway/gateway-metrics';
+import { buildGatewayServer } from '../../src/otlp-gateway/otlp-gateway.server';
+import { UpstreamAnswer, UpstreamFailure } from '../../src/otlp-gateway/otlp-upstream';
+import { AuthOutcome, JobIdentity } from '../../src/runner-auth/auth-outcome';
+import { DecisionCache } from '../../src/runner-auth/decision-cache';
+import { RunnerCredential } from '../../src/runner-auth/runner-credential';
+import { recordSpans } from '../helpers/ci-job';
+
+/**
+ * The gateway's Fastify server in process (`inject`): a memory store, a scripted auth decision and a
+ * fake collector that records what reached it. The same pipeline as the e2e tier, without processes.
+ */
+const TRACE_ID = '0af7651916cd43dd8448eb211c80319c';
+const identity: JobIdentity = { jobId: 1001, projectId: 7, pipelineId: 500, runnerId: 17, traceId: TRACE_ID, expiresAt: Date.now() + 3_600_000 };
+const GOOD = { authorization: 'Bearer glcbt-job-1001', 'runner-token': 'glrt-runner-17' };
+
+/** The collector as the gateway sees it: answers what the test says, remembers every body it was sent. */
+class FakeCollector {
+  readonly received: Buffer[] = [];
+  answer: UpstreamAnswer | UpstreamFailure = { status: 200, contentType: 'application/json', retryAfter: undefined, body: Buffer.from('{}') };
+  async send(_path: string, _contentType: string, body: Buffer): Promise<UpstreamAnswer> {
+    if (this.answer instanceof UpstreamFailure) throw this.answer;
+    this.received.push(body);
+    return this.answer;
+  }
+}
+
+/** A store that refuses everything, as Redis does while it is down. */
+class UnreachableStore extends MemoryGrantStore {
+  override async hitRateWindow(): Promise<never> {
+    throw new StoreUnavailableError('connection refused');
+  }
+}
+
+const decide = async (credential: RunnerCredential): Promise<AuthOutcome> =>
+  credential.kind === 'tokens' && credential.jobToken === 'glcbt-job-1001' && credential.runnerToken === 'glrt-runner-17'
+    ? { kind: 'allowed', identity, maxAgeSeconds: 30 }
+    : { kind: 'unauthenticated', reason: 'unknown job token' };
+
+function exportBody(names: string[], traceId = TRACE_ID): Buffer {
+  return Buffer.from(JsonTraceSerializer.serializeRequest(recordSpans(`00-${traceId}-b7ad6b7169203331-01`, names))!);
+}
+
+interface ResourceSpans {
+  resource: { attributes: Array<{ key: string; value: { intValue?: string | number } }> };
+  scopeSpans: Array<{ spans: Array<{ name: string }> }>;
+}
+
+describe('OTLP gateway in process (SPEC §6)', () => {
+  let gateway: FastifyInstance;
+  let collector: FakeCollector;
+  let store: MemoryGrantStore;
+
+  async function start(options: { store?: MemoryGrantStore; env?: Record<string, string> } = {}) {
+    const config = loadConfig({ SPANS_PER_JOB: '3', ...options.env });
+    const metrics = new GatewayMetrics(new Registry());
+    store = options.store ?? new MemoryGrantStore();
+    collector = new FakeCollector();
+    gateway = buildGatewayServer({ config, logger: pino({ level: 'silent' }), decisions: new DecisionCache(decide, 100, metrics), store, upstream: collector, metrics });
+    await gateway.ready();
+  }
+  afterEach(async () => {
+    await gateway.close();
+    await store.close();
+  });
+
+  const post = (body: Buffer, headers: Record<string, string> = GOOD) =>
+    gateway.inject({ method: 'POST', url: '/v1/traces', headers: { 'content-type': 'application/json', ...headers }, payload: body });
+
+  it("forwards a job's spans with its identity stamped, and drops spans of another trace as partial success", async () => {
+    await start();
+    const foreign = Buffer.from(JsonTraceSerializer.serializeRequest(recordSpans(`00-${'1'.repeat(32)}-b7ad6b7169203331-01`, ['foreign']))!);
+    const mixed = JSON.parse(exportBody(['compile']).toString()) as { resourceSpans: ResourceSpans[] };
+    mixed.resourceSpans.push(...(JSON.parse(foreign.toString()) as { resourceSpans: ResourceSpans[] }).resourceSpans);
+
+    const answer = await post(Buffer.from(JSON.stringify(mixed)));
+    expect(answer.statusCode).toBe(200);
+    expect(answer.json()).toEqual({ partialSuccess: { rejectedSpans: '1', errorMessage: expect.stringContaining('trace') } });
+    const forwarded = JSON.parse(collector.received[0].toString()) as { resourceSpans: ResourceSpans[] };
+    expect(forwarded.resourceSpans.flatMap((resource) => resource.scopeSpans.flatMap((scope) => scope.spans.map((span) => span.name)))).toEqual(['compile']);
+    const jobId = forwarded.resourceSpans[0].resource.attributes.find((attribute) => attribute.key === 'ci.job.id');
+    expect(Number(jobId?.value.intValue)).toBe(1001);
+  });
+
+  it('refuses a bad credential with 401 and an OTLP Status, before anything reaches the collector', async () => {
+    await start();
+    const answer = await post(exportBody(['compile']), { authorization: 'Bearer glcbt-forged', 'runner-token': 'glrt-runner-17' });
+    expect(answer.statusCode).toBe(401);
+    expect(answer.headers['content-type']).toBe('application/json');
+    expect(answer.json()).toEqual({ code: 16, message: 'unknown job token' });
+    expect(collector.received).toEqual([]);
+  });
+
+  it("passes the collector's 503 and Retry-After on, and gives the job its span quota back", async () => {
+    await start();
+    collector.answer = { status: 503, contentType: undefined, retryAfter: '7', body: Buffer.alloc(0) };
+    const refused = await post(exportBody(['a', 'b', 'c']));
+    expect(refused.statusCode).toBe(503);
+    expect(refused.headers['retry-after']).toBe('7');
+
+    // The quota is 3 spans: the retry must get all of them, not be charged twice.
+    collector.answer = { status: 200, contentType: 'application/json', retryAfter: undefined, body: Buffer.from('{}') };
+    const retried = await post(exportBody(['a', 'b', 'c']));
+    expect(retried.statusCode).toBe(200);
+    expect(retried.json()).toEqual({});
+  });
+
+  it('answers an unreachable collector 502 and a store outage 503, both retryable with Retry-After', async () => {
+    await start();
+    collector.answer = new UpstreamFailure('unreachable', 'connect ECONNREFUSED');
+    const unreachable = await post(exportBody(['compile']));
+    expect([unreachable.statusCode, unreachable.headers['retry-after']]).toEqual([502, '1']);
+    await gateway.close();
+    await store.close();
+
+    await start({ store: new UnreachableStore() });
+    const storeDown = await post(exportBody(['compile']));
+    expect([storeDown.statusCode, storeDown.headers['retry-after']]).toEqual([503, '1']);
+    expect(storeDown.json()).toEqual({ code: 14, message: 'grant store unavailable' });
+  });
+});
