@@ -2,7 +2,7 @@ import { connect } from 'node:net';
 import { readFileSync } from 'node:fs';
 import { jobPayloadRequest } from '../fixtures/job-payload';
 import { OtlpSink, startOtlpSink } from '../helpers/otlp-sink';
-import { pickUpJob } from '../helpers/pickup';
+import { pickUpJob } from '../helpers/ci-job';
 import { waitFor } from '../helpers/ports';
 import { RedisServer, startRedis } from '../helpers/redis';
 import { ServiceProcess, startService } from '../helpers/service';

@@ -5,7 +5,7 @@ import { jobPayloadRequest, RUNNER_TOKEN } from '../fixtures/job-payload';
 import { HttpSink, startHttpSink } from '../helpers/http-sink';
 import { GitLabKeys, makeGitLabKeys } from '../helpers/job-tokens';
 import { documentedEnvsubst, NginxServer, startNginx } from '../helpers/nginx';
-import { pickUpJob } from '../helpers/pickup';
+import { pickUpJob } from '../helpers/ci-job';
 import { RedisServer, startRedis } from '../helpers/redis';
 import { ServiceProcess, startService } from '../helpers/service';
 import { readTracingAsRunner } from '../helpers/stock-runner';

@@ -8,13 +8,13 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { gunzipSync, gzipSync } from 'node:zlib';
 import * as protobuf from 'protobufjs';
-import { jobPayloadRequest, RUNNER_TOKEN } from '../fixtures/job-payload';
-import { internalApiHeaders } from '../helpers/internal-api';
+import { RUNNER_TOKEN } from '../fixtures/job-payload';
 import { expectMatchesOpenApi } from '../helpers/openapi';
 import { GitLabKeys, makeGitLabKeys } from '../helpers/job-tokens';
 import { OtlpSink, startOtlpSink } from '../helpers/otlp-sink';
 import { RedisServer, startRedis } from '../helpers/redis';
 import { ServiceProcess, startService } from '../helpers/service';
+import { PickedUpJob, pickUpTracedJob } from '../helpers/ci-job';
 
 const proto = protobuf.loadSync(join(__dirname, '..', '..', 'src', 'otlp-gateway', 'wire', 'proto', 'otlp.proto'));
 const RpcStatus = proto.lookupType('otlp.RpcStatus');
@@ -31,23 +31,6 @@ diag.setLogger(
   },
   DiagLogLevel.WARN,
 );
-
-interface Job {
-  readonly jobId: number;
-  readonly traceId: string;
-  readonly traceparent: string;
-  readonly jobToken: string;
-}
-
-async function pickUp(service: ServiceProcess, keys: GitLabKeys, jobId: number, runner = { id: 17, token: RUNNER_TOKEN }): Promise<Job> {
-  const response = await fetch(`${service.url}/internal/ci/telemetry/job_payload`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', ...(await internalApiHeaders(service.secrets.internalApiSecret)) },
-    body: JSON.stringify(jobPayloadRequest({ job: { id: jobId, root_pipeline_id: jobId * 10 }, runner })),
-  });
-  const body = (await response.json()) as { telemetry: { trace_id: string; traceparent: string } };
-  return { jobId, traceId: body.telemetry.trace_id, traceparent: body.telemetry.traceparent, jobToken: await keys.sign(jobId) };
-}
 
 /** Spans as a job's instrumented program makes them: parented on the TRACEPARENT the decorator minted. */
 function recordSpans(
@@ -67,7 +50,7 @@ function recordSpans(
   return memory.getFinishedSpans();
 }
 
-function exporterFor(kind: 'proto' | 'json', gatewayUrl: string, job: Job, runnerToken = RUNNER_TOKEN, timeoutMillis = 20_000) {
+function exporterFor(kind: 'proto' | 'json', gatewayUrl: string, job: PickedUpJob, runnerToken = RUNNER_TOKEN, timeoutMillis = 20_000) {
   const options = {
     url: `${gatewayUrl}/v1/traces`,
     headers: { Authorization: `Bearer ${job.jobToken}`, 'Runner-Token': runnerToken },
@@ -123,7 +106,7 @@ describe('OTLP gateway with the OpenTelemetry JS SDK as the client (SPEC §6)', 
   });
 
   it.each(['proto', 'json'] as const)('delivers %s exports into the job trace, identity stamped and spoofing overwritten', async (kind) => {
-    const job = await pickUp(service, keys, nextJob++);
+    const job = await pickUpTracedJob(service, keys, nextJob++);
     const spans = recordSpans(job.traceparent, ['bundle install', 'rspec'], { 'ci.project.id': 999, 'cicd.worker.id': 'spoofed' });
     const before = sink.spans().length;
     const result = await exportSpans(exporterFor(kind, service.gatewayUrl, job), spans);
@@ -152,7 +135,7 @@ describe('OTLP gateway with the OpenTelemetry JS SDK as the client (SPEC §6)', 
   });
 
   it.each(['proto', 'json'] as const)("overwrites a spoofed ci.project.id span attribute (%s) with the grant's, in the runner's types", async (kind) => {
-    const job = await pickUp(service, keys, nextJob++);
+    const job = await pickUpTracedJob(service, keys, nextJob++);
     // GitLab Runner's job_execution span attributes, with the identity spoofed.
     const runnerAttributes = { 'ci.job.id': 1, 'ci.project.id': 999, 'ci.pipeline.id': '1', 'ci.runner.id': 3, 'ci.pipeline.source': 'push', 'ci.job.status': 'success' };
     const spans = recordSpans(job.traceparent, ['job_execution'], { 'service.name': 'runner' }, runnerAttributes);
@@ -173,7 +156,7 @@ describe('OTLP gateway with the OpenTelemetry JS SDK as the client (SPEC §6)', 
   });
 
   it('drops spans of a foreign trace and reports them to the SDK as partial success', async () => {
-    const job = await pickUp(service, keys, nextJob++);
+    const job = await pickUpTracedJob(service, keys, nextJob++);
     const own = recordSpans(job.traceparent, ['own 1', 'own 2']);
     const foreign = recordSpans(undefined, ['elsewhere 1', 'elsewhere 2', 'elsewhere 3']);
     const before = sink.spans().length;
@@ -184,7 +167,7 @@ describe('OTLP gateway with the OpenTelemetry JS SDK as the client (SPEC §6)', 
   });
 
   it('merges the collector partial success with its own', async () => {
-    const job = await pickUp(service, keys, nextJob++);
+    const job = await pickUpTracedJob(service, keys, nextJob++);
     sink.answerWith({ rejectedSpans: 1, errorMessage: 'collector dropped one' });
     const spans = [...recordSpans(job.traceparent, ['a', 'b']), ...recordSpans(undefined, ['foreign'])];
     await exportSpans(exporterFor('json', service.gatewayUrl, job), spans);
@@ -197,7 +180,7 @@ describe('OTLP gateway with the OpenTelemetry JS SDK as the client (SPEC §6)', 
     ['application/x-protobuf', (body: Buffer) => RpcStatus.toObject(RpcStatus.decode(body)) as { code: number; message: string }],
     ['application/json', (body: Buffer) => JSON.parse(body.toString()) as { code: number; message: string }],
   ])('refuses bad tokens with 401 and a Status body in %s', async (contentType, decodeStatus) => {
-    const job = await pickUp(service, keys, nextJob++);
+    const job = await pickUpTracedJob(service, keys, nextJob++);
     const attempts: Array<Record<string, string>> = [{}, { authorization: `Bearer ${job.jobToken}`, 'runner-token': 'glrt-not-the-runner' }, { authorization: 'Bearer glcbt-forged', 'runner-token': RUNNER_TOKEN }];
     for (const headers of attempts) {
       const answer = await rawExport(service.gatewayUrl, contentType, contentType.includes('json') ? '{}' : Buffer.alloc(0), headers);
@@ -211,14 +194,14 @@ describe('OTLP gateway with the OpenTelemetry JS SDK as the client (SPEC §6)', 
   });
 
   it('answers 415 to a content type OTLP does not define, and to an unknown content encoding', async () => {
-    const job = await pickUp(service, keys, nextJob++);
+    const job = await pickUpTracedJob(service, keys, nextJob++);
     const auth = { authorization: `Bearer ${job.jobToken}`, 'runner-token': RUNNER_TOKEN };
     expect((await rawExport(service.gatewayUrl, 'text/plain', 'spans please', auth)).status).toBe(415);
     expect((await rawExport(service.gatewayUrl, 'application/json', '{}', { ...auth, 'content-encoding': 'br' })).status).toBe(415);
   });
 
   it('answers 413 to a gzip bomb (1 GiB of zeros) without inflating it, and stays within its memory bound', async () => {
-    const job = await pickUp(service, keys, nextJob++);
+    const job = await pickUpTracedJob(service, keys, nextJob++);
     const bomb = await gzipZeros(1024 * 1024 * 1024);
     expect(bomb.length).toBeLessThan(5 * 1024 * 1024);
     expect(gunzipSync(bomb.subarray(0, bomb.length / 64)).length).toBe(16 * 1024 * 1024); // it really inflates
@@ -238,7 +221,7 @@ describe('OTLP gateway with the OpenTelemetry JS SDK as the client (SPEC §6)', 
     [503, 503],
     [400, 400],
   ])('never answers 2xx when the collector answers %i (gateway answers %i)', async (collectorStatus, gatewayStatus) => {
-    const job = await pickUp(service, keys, nextJob++);
+    const job = await pickUpTracedJob(service, keys, nextJob++);
     sink.answerWith(collectorStatus);
     // A short export timeout: the SDK gives up instead of honouring Retry-After, and reports the failure.
     const result = await exportSpans(exporterFor('proto', service.gatewayUrl, job, RUNNER_TOKEN, 2000), recordSpans(job.traceparent, ['x']));
@@ -258,7 +241,7 @@ describe('OTLP gateway with the OpenTelemetry JS SDK as the client (SPEC §6)', 
   });
 
   it('answers 504 when the collector never answers', async () => {
-    const job = await pickUp(service, keys, nextJob++);
+    const job = await pickUpTracedJob(service, keys, nextJob++);
     sink.answerWith('hang');
     const answer = await rawExport(service.gatewayUrl, 'application/json', jsonExport(job.traceId), {
       authorization: `Bearer ${job.jobToken}`,
@@ -269,7 +252,7 @@ describe('OTLP gateway with the OpenTelemetry JS SDK as the client (SPEC §6)', 
   });
 
   it('lets the SDK retries deliver every span once a stopped collector is back', async () => {
-    const job = await pickUp(service, keys, nextJob++);
+    const job = await pickUpTracedJob(service, keys, nextJob++);
     await sink.stop();
     const before = sink.spans().length;
     const names = Array.from({ length: 10 }, (_, i) => `span ${i}`);
@@ -281,7 +264,7 @@ describe('OTLP gateway with the OpenTelemetry JS SDK as the client (SPEC §6)', 
   });
 
   it('looks tokens up at most once per cache window, however many exports', async () => {
-    const job = await pickUp(service, keys, nextJob++);
+    const job = await pickUpTracedJob(service, keys, nextJob++);
     const misses = () => metric(service, /ci_job_telemetry_gateway_decision_cache_total\{result="miss"\} (\d+)/);
     const before = await misses();
     const exporter = exporterFor('proto', service.gatewayUrl, job);
@@ -305,7 +288,7 @@ describe('OTLP gateway with the OpenTelemetry JS SDK as the client (SPEC §6)', 
       expect(readiness.checks).toEqual({ store: 'ok', upstream: 'ok' });
       expect((await fetch(`${gatewayOnly.url}/internal/ci/telemetry/job_payload`, { method: 'POST' })).status).toBe(404);
 
-      const job = await pickUp(control, keys, nextJob++);
+      const job = await pickUpTracedJob(control, keys, nextJob++);
       const before = sink.spans().length;
       expect((await exportSpans(exporterFor('json', gatewayOnly.gatewayUrl, job), recordSpans(job.traceparent, ['remote']))).code).toBe(ExportResultCode.SUCCESS);
       expect(sink.spans().slice(before)).toEqual([expect.objectContaining({ name: 'remote', traceId: job.traceId })]);
@@ -333,7 +316,7 @@ describe('OTLP gateway with the OpenTelemetry JS SDK as the client (SPEC §6)', 
     afterAll(() => limited?.stop());
 
     it('accepts a job span quota and rejects the rest through partial success', async () => {
-      const job = await pickUp(limited, keys, 6001, { id: 61, token: 'glrt-quota-runner-0000000001' });
+      const job = await pickUpTracedJob(limited, keys, 6001, { id: 61, token: 'glrt-quota-runner-0000000001' });
       const before = sink.spans().length;
       const exporter = exporterFor('proto', limited.gatewayUrl, job, 'glrt-quota-runner-0000000001');
       await exportSpans(exporter, recordSpans(job.traceparent, ['1', '2', '3']));
@@ -343,7 +326,7 @@ describe('OTLP gateway with the OpenTelemetry JS SDK as the client (SPEC §6)', 
     });
 
     it('limits each runner rate with 429 and Retry-After', async () => {
-      const job = await pickUp(limited, keys, 6002, { id: 62, token: 'glrt-rate-runner-00000000002' });
+      const job = await pickUpTracedJob(limited, keys, 6002, { id: 62, token: 'glrt-rate-runner-00000000002' });
       const auth = { authorization: `Bearer ${job.jobToken}`, 'runner-token': 'glrt-rate-runner-00000000002' };
       const statuses = [];
       for (let i = 0; i < 5; i++) statuses.push((await rawExport(limited.gatewayUrl, 'application/json', jsonExport(job.traceId), auth)).status);
@@ -381,7 +364,7 @@ describe('OTLP gateway per-span limits and per-job span rate (issue 9 item 11)',
   });
 
   it('rejects a span over the attribute limit through partial success and delivers the others whole', async () => {
-    const job = await pickUp(service, keys, 7001, { id: 71, token: 'glrt-limits-runner-000000001' });
+    const job = await pickUpTracedJob(service, keys, 7001, { id: 71, token: 'glrt-limits-runner-000000001' });
     const crowded = recordSpans(job.traceparent, ['crowded'], {}, Object.fromEntries(Array.from({ length: 8 }, (_, i) => [`k${i}`, i])));
     const fine = recordSpans(job.traceparent, ['fine'], {}, { k: 'v' });
     const result = await exportSpans(exporterFor('proto', service.gatewayUrl, job, 'glrt-limits-runner-000000001'), [...crowded, ...fine]);
@@ -393,7 +376,7 @@ describe('OTLP gateway per-span limits and per-job span rate (issue 9 item 11)',
   });
 
   it("rejects a job's spans beyond its per-second rate through partial success, and takes more the next second", async () => {
-    const job = await pickUp(service, keys, 7002, { id: 72, token: 'glrt-rate-runner-0000000072' });
+    const job = await pickUpTracedJob(service, keys, 7002, { id: 72, token: 'glrt-rate-runner-0000000072' });
     const exporter = exporterFor('json', service.gatewayUrl, job, 'glrt-rate-runner-0000000072');
     const before = sink.spans().length;
     await exportSpans(exporter, recordSpans(job.traceparent, ['1', '2', '3', '4', '5']));

@@ -3,7 +3,7 @@ import { callerKeyDigest, generateCallerKey } from '../../src/internal-api/calle
 import { jobPayloadRequest, RUNNER_TOKEN } from '../fixtures/job-payload';
 import { HttpSink, startHttpSink } from '../helpers/http-sink';
 import { internalApiHeaders } from '../helpers/internal-api';
-import { pickUpJob } from '../helpers/pickup';
+import { pickUpJob } from '../helpers/ci-job';
 import { GitLabKeys, makeGitLabKeys } from '../helpers/job-tokens';
 import { NginxServer, startNginx } from '../helpers/nginx';
 import { waitFor } from '../helpers/ports';

@@ -1,6 +1,6 @@
 import { jobPayloadRequest } from '../fixtures/job-payload';
 import { OtlpSink, startOtlpSink } from '../helpers/otlp-sink';
-import { pickUpJob } from '../helpers/pickup';
+import { pickUpJob } from '../helpers/ci-job';
 import { RedisServer, startRedis } from '../helpers/redis';
 import { startService } from '../helpers/service';
 import { readTracingAsRunner } from '../helpers/stock-runner';

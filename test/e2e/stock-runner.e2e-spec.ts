@@ -11,7 +11,7 @@ import { promisify } from 'node:util';
 import { jobPayloadRequest } from '../fixtures/job-payload';
 import { internalApiHeaders } from '../helpers/internal-api';
 import { OtlpSink, startOtlpSink } from '../helpers/otlp-sink';
-import { DecoratedJob, pickUpJob } from '../helpers/pickup';
+import { DecoratedJob, pickUpJob } from '../helpers/ci-job';
 import { waitFor } from '../helpers/ports';
 import { RedisServer, startRedis } from '../helpers/redis';
 import { ServiceProcess, startService } from '../helpers/service';

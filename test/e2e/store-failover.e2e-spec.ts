@@ -5,7 +5,7 @@ import { resourceFromAttributes } from '@opentelemetry/resources';
 import { BasicTracerProvider, InMemorySpanExporter, ReadableSpan, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
 import { jobPayloadRequest, RUNNER_TOKEN } from '../fixtures/job-payload';
 import { internalApiHeaders } from '../helpers/internal-api';
-import { pickUpJob } from '../helpers/pickup';
+import { pickUpJob } from '../helpers/ci-job';
 import { GitLabKeys, makeGitLabKeys } from '../helpers/job-tokens';
 import { OtlpSink, startOtlpSink } from '../helpers/otlp-sink';
 import { ClusterDeployment, RedisNode, SentinelDeployment, startRedisCluster, startSentinelRedis } from '../helpers/redis-topologies';

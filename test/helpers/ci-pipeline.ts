@@ -1,6 +1,6 @@
 import type { TracingFeature } from '../../demo/stock-runner';
 import { jobPayloadRequest } from '../fixtures/job-payload';
-import { pickUpJob } from './pickup';
+import { pickUpJob } from './ci-job';
 import type { ServiceProcess } from './service';
 
 export interface PickedUpJob {
