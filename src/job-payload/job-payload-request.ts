@@ -1,6 +1,6 @@
 import Ajv2020, { ErrorObject, ValidateFunction } from 'ajv/dist/2020';
 import addFormats from 'ajv-formats';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parse } from 'yaml';
 
@@ -48,8 +48,15 @@ export type ParsedJobPayloadRequest =
   | { readonly request: JobPayloadRequest; readonly problems?: undefined }
   | { readonly request?: undefined; readonly problems: FieldProblem[] };
 
-/** The OpenAPI document is the one statement of the request schema: what it promises, this checks. */
-const OPENAPI_PATH = join(__dirname, '..', '..', 'openapi', 'openapi.yaml');
+/**
+ * The OpenAPI document is the one statement of the request schema: what it promises, this checks. It sits
+ * two levels above this file in the repository and in the image (dist/job-payload/); a build elsewhere
+ * (the benches compile into node_modules/.cache) finds it from the working directory.
+ */
+function openApiDocumentPath(): string {
+  const beside = join(__dirname, '..', '..', 'openapi', 'openapi.yaml');
+  return existsSync(beside) ? beside : join(process.cwd(), 'openapi', 'openapi.yaml');
+}
 
 /**
  * All errors (every bad field in one 400) and no coercion (`"17"` is not an id): not the app's shared
@@ -59,11 +66,16 @@ const OPENAPI_PATH = join(__dirname, '..', '..', 'openapi', 'openapi.yaml');
 function compileRequestSchema(): ValidateFunction {
   const ajv = new Ajv2020({ strict: false, allErrors: true, coerceTypes: false, useDefaults: false });
   addFormats(ajv);
-  ajv.addSchema(parse(readFileSync(OPENAPI_PATH, 'utf8')) as object, 'openapi.json');
+  ajv.addSchema(parse(readFileSync(openApiDocumentPath(), 'utf8')) as object, 'openapi.json');
   return ajv.compile({ $ref: 'openapi.json#/components/schemas/JobPayloadRequest' });
 }
 
 let validateRequest: ValidateFunction | undefined;
+
+/** Compiles the request schema once; called at start, so a missing or broken document stops the start. */
+export function loadJobPayloadRequestSchema(): void {
+  validateRequest ??= compileRequestSchema();
+}
 
 /** `/runner/id` → `runner.id`; a missing member is named by its own path, not its parent's. */
 function fieldOf(error: ErrorObject): string {

@@ -6,7 +6,7 @@ import { sendError } from '../observability/http-error';
 import { INTERNAL_API_VERIFIER } from '../internal-api/internal-api.constants';
 import { INTERNAL_API_HEADER, InternalApiTokenVerifier } from '../internal-api/internal-api-token';
 import { JsonDepthLimit, MAX_JSON_DEPTH } from './json-depth-limit';
-import { parseJobPayloadRequest } from './job-payload-request';
+import { loadJobPayloadRequestSchema, parseJobPayloadRequest } from './job-payload-request';
 import { DecoratedJobPayload, JobPayloadService } from './job-payload.service';
 
 export const JOB_PAYLOAD_PATH = '/internal/ci/telemetry/job_payload';
@@ -31,6 +31,7 @@ export class JobPayloadRoute implements OnModuleInit {
   ) {}
 
   onModuleInit(): void {
+    loadJobPayloadRequestSchema();
     const fastify = this.adapterHost.httpAdapter.getInstance<FastifyInstance>();
     fastify.route({
       method: 'POST',
