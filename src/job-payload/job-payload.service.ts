@@ -8,6 +8,7 @@ import { Grant, grantEndsAt, GrantStore } from '../grants/grant';
 import { GRANT_STORE } from '../grants/grants.constants';
 import { tokenDigest } from '../grants/token-digest';
 import { MetricsService } from '../observability/metrics.service';
+import { withTimeout } from '../observability/with-timeout';
 import { startDecisionSpan } from '../observability/tracing';
 import { capabilityPath, mintCapability } from '../runner-auth/job-capability';
 import { gitlabTraceContextOf, spanIdFor, TraceContext, traceContextOf, traceIdFor } from '../trace-context/trace-context';
@@ -182,18 +183,12 @@ export class JobPayloadService {
 
   /** Bounded by STORE_TIMEOUT_MS whatever the store does, so a hung Redis cannot delay job pickup. */
   private async saveGrant(grant: Grant): Promise<Grant | undefined> {
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`no answer within ${this.config.STORE_TIMEOUT_MS} ms`)), this.config.STORE_TIMEOUT_MS);
-    });
     try {
-      return await Promise.race([this.store.saveGrant(grant), timeout]);
+      return await withTimeout(() => this.store.saveGrant(grant), this.config.STORE_TIMEOUT_MS);
     } catch (error) {
       this.metrics.storeErrors.inc({ operation: 'save_grant' });
       this.logger.warn(`grant for job ${grant.jobId} not stored: ${(error as Error).message}`);
       return undefined;
-    } finally {
-      clearTimeout(timer);
     }
   }
 }

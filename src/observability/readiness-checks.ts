@@ -1,4 +1,5 @@
 import { Injectable } from '@nestjs/common';
+import { withTimeout } from './with-timeout';
 
 const CHECK_TIMEOUT_MS = 1000;
 
@@ -17,21 +18,7 @@ export class ReadinessChecks {
 
   async run(): Promise<Record<string, 'ok' | 'failing'>> {
     const names = [...this.checks.keys()];
-    const results = await Promise.all(names.map((name) => withTimeout(this.checks.get(name)!)));
+    const results = await Promise.all(names.map((name) => withTimeout(this.checks.get(name)!, CHECK_TIMEOUT_MS).catch(() => false)));
     return Object.fromEntries(names.map((name, i) => [name, results[i] ? 'ok' : 'failing']));
-  }
-}
-
-async function withTimeout(check: () => Promise<boolean> | boolean): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
-  try {
-    return await Promise.race([
-      Promise.resolve().then(check),
-      new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), CHECK_TIMEOUT_MS))),
-    ]);
-  } catch {
-    return false;
-  } finally {
-    clearTimeout(timer);
   }
 }
