@@ -5,9 +5,15 @@ import { ISSUER } from '../../test/helpers/internal-api';
 
 /** The checkout the bench belongs to, wherever its compiled copy runs from (node_modules/.cache/…). */
 export function repositoryRoot(from: string): string {
-  for (let dir = from; dir !== dirname(dir); dir = dirname(dir)) {
+  // The working directory first: a worktree whose node_modules links to another checkout's would
+  // otherwise find that checkout above the compiled bench (node_modules/.cache) and read its files.
+  const isRoot = (dir: string) => {
     const manifest = join(dir, 'package.json');
-    if (existsSync(manifest) && (JSON.parse(readFileSync(manifest, 'utf8')) as { name?: string }).name === 'ci-job-telemetry') return dir;
+    return existsSync(manifest) && (JSON.parse(readFileSync(manifest, 'utf8')) as { name?: string }).name === 'ci-job-telemetry';
+  };
+  if (isRoot(process.cwd())) return process.cwd();
+  for (let dir = from; dir !== dirname(dir); dir = dirname(dir)) {
+    if (isRoot(dir)) return dir;
   }
   throw new Error(`no ci-job-telemetry package.json above ${from}`);
 }
