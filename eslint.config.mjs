@@ -33,9 +33,27 @@ export default tseslint.config(
     files: ['**/*.js', '**/*.cjs'],
     rules: { '@typescript-eslint/no-require-imports': 'off' },
   },
-  ...FEATURES.map((feature) => layer(feature, FEATURES.filter((other) => other !== feature), 'a feature does not import another feature')),
-  ...SHARED.map((shared) => layer(shared, [...FEATURES, ...SHARED.filter((other) => other !== shared && !(shared === 'runner-auth' && other === 'grants'))], 'shared capabilities import only config, observability and grants')),
-  ...BASE.map((base) => layer(base, [...FEATURES, ...SHARED, ...BASE.filter((other) => other !== base && !(base === 'observability' && other === 'config'))], 'config and observability import nothing above them')),
+  ...FEATURES.map((feature) =>
+    layer(
+      feature,
+      FEATURES.filter((other) => other !== feature),
+      'a feature does not import another feature',
+    ),
+  ),
+  ...SHARED.map((shared) =>
+    layer(
+      shared,
+      [...FEATURES, ...SHARED.filter((other) => other !== shared && !(shared === 'runner-auth' && other === 'grants'))],
+      'shared capabilities import only config, observability and grants',
+    ),
+  ),
+  ...BASE.map((base) =>
+    layer(
+      base,
+      [...FEATURES, ...SHARED, ...BASE.filter((other) => other !== base && !(base === 'observability' && other === 'config'))],
+      'config and observability import nothing above them',
+    ),
+  ),
   {
     // The OTLP wire code is a leaf: no Nest, nothing from above wire/ (it is benchmarked and tested alone).
     files: ['src/otlp-gateway/wire/**/*.ts'],

@@ -117,7 +117,11 @@ async function main(): Promise<void> {
 
   console.log('job-payload decorator vs bare Fastify route, same server process (ratios are the result; absolute numbers are noise)');
   console.log(
-    `load average ${loadavg().map((load) => load.toFixed(1)).join(' ')} at start · body ${(bodies.bytes / 1024).toFixed(1)} KiB · ${options.connections} connections · ${options.rounds}×${options.roundSeconds} s alternating rounds · ` +
+    `load average ${loadavg()
+      .map((load) => load.toFixed(1))
+      .join(
+        ' ',
+      )} at start · body ${(bodies.bytes / 1024).toFixed(1)} KiB · ${options.connections} connections · ${options.rounds}×${options.roundSeconds} s alternating rounds · ` +
       `${options.rate} req/s × ${options.latencySeconds} s open-loop · node ${process.version} · ${cpus().length} CPUs · logs: pino sync → file`,
   );
 
@@ -285,7 +289,11 @@ async function main(): Promise<void> {
   }
 
   printReport(reports);
-  console.log(`total ${((performance.now() - started) / 1000).toFixed(0)} s · load average at end ${loadavg().map((load) => load.toFixed(1)).join(' ')}`);
+  console.log(
+    `total ${((performance.now() - started) / 1000).toFixed(0)} s · load average at end ${loadavg()
+      .map((load) => load.toFixed(1))
+      .join(' ')}`,
+  );
   if (options.cpuProf) console.log(`server CPU profiles kept in ${join(work, 'profiles')}`);
   else rmSync(work, { recursive: true, force: true });
   rmSync(secrets.dir, { recursive: true, force: true });
@@ -318,7 +326,17 @@ function printReport(reports: StoreReport[]): void {
         fixed(latency?.reqPerSec, 0),
       ]);
       if (autocannonLatency !== undefined) {
-        rows.push(['', `  (autocannon overallRate)`, '', '', '', '', fixed(autocannonLatency.p50Ms, 2), fixed(autocannonLatency.p99Ms, 2), fixed(autocannonLatency.reqPerSec, 0)]);
+        rows.push([
+          '',
+          `  (autocannon overallRate)`,
+          '',
+          '',
+          '',
+          '',
+          fixed(autocannonLatency.p50Ms, 2),
+          fixed(autocannonLatency.p99Ms, 2),
+          fixed(autocannonLatency.reqPerSec, 0),
+        ]);
       }
     }
     const bare = routes.bare;
@@ -340,14 +358,22 @@ function printReport(reports: StoreReport[]): void {
       `${store}: throughput decorator/bare ${fixed(throughputRatio, 2)} (per round ${perRound}; target ≥ 0.6: ${throughputRatio >= 0.6 ? 'met' : 'MISSED'})` +
         ` · server CPU/request ×${fixed(cpuRatio, 2)}` +
         ` · p99 decorator/bare ×${fixed(p99Ratio, 2)}, decorator p99 ${fixed(decoratorP99, 2)} ms (target ≤ 2 ms: ${decoratorP99 <= 2 ? 'met' : 'MISSED'})` +
-        (overloaded.length === 0 ? '' : ` · OVERLOADED at ${options.rate} req/s: ${overloaded.join(', ')} (max throughput below the rate: latency is queueing)`),
+        (overloaded.length === 0
+          ? ''
+          : ` · OVERLOADED at ${options.rate} req/s: ${overloaded.join(', ')} (max throughput below the rate: latency is queueing)`),
       `${' '.repeat(store.length)}  checked: ${decoratorOk} decorator answers, decisions ${JSON.stringify(decisions)}; ` +
         `log ${(logBytes / 1024 / 1024).toFixed(1)} MiB`,
     );
   }
   const widths = header.map((_, column) => Math.max(...rows.map((row) => row[column].length)));
   console.log('');
-  for (const row of rows) console.log(row.map((cell, column) => cell.padEnd(widths[column])).join('  ').trimEnd());
+  for (const row of rows)
+    console.log(
+      row
+        .map((cell, column) => cell.padEnd(widths[column]))
+        .join('  ')
+        .trimEnd(),
+    );
   console.log('');
   for (const verdict of verdicts) console.log(verdict);
 }

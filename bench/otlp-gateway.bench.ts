@@ -117,7 +117,6 @@ interface RunStats {
 
 const failures: string[] = [];
 
-
 // ---------------------------------------------------------------------------------------------------
 // Processes
 
@@ -254,12 +253,18 @@ async function main(): Promise<void> {
     for (const stop of stops.splice(0).reverse()) await stop().catch(() => undefined);
   };
 
-  const planned = options.variants.reduce((sum, variant) => sum + targetsOf(variant).length * (options.warmupSeconds + options.rounds * options.roundSeconds), 0);
+  const planned = options.variants.reduce(
+    (sum, variant) => sum + targetsOf(variant).length * (options.warmupSeconds + options.rounds * options.roundSeconds),
+    0,
+  );
   // Bounded: a hung target cannot keep the bench (and its child processes) alive.
-  const watchdog = setTimeout(() => {
-    console.error(`\nFAILED: still running ${planned + 90} s after start; stopping`);
-    void stopAll().finally(() => process.exit(1));
-  }, (planned + 90) * 1000);
+  const watchdog = setTimeout(
+    () => {
+      console.error(`\nFAILED: still running ${planned + 90} s after start; stopping`);
+      void stopAll().finally(() => process.exit(1));
+    },
+    (planned + 90) * 1000,
+  );
   watchdog.unref();
   process.once('SIGINT', () => void stopAll().finally(() => process.exit(130)));
 
@@ -313,7 +318,11 @@ async function main(): Promise<void> {
       logBytes = existsSync(logFile) ? statSync(logFile).size : 0;
     });
     if (options.targets.includes('nginx')) {
-      nginx = await startNginx(join(root, 'deploy', 'nginx', 'ci-job-telemetry-auth.conf'), { OTLP_UPSTREAM: new URL(sink.origin).host, CONTROL_UPSTREAM: new URL(service.url).host, CALLER_KEY: callerKey });
+      nginx = await startNginx(join(root, 'deploy', 'nginx', 'ci-job-telemetry-auth.conf'), {
+        OTLP_UPSTREAM: new URL(sink.origin).host,
+        CONTROL_UPSTREAM: new URL(service.url).host,
+        CALLER_KEY: callerKey,
+      });
       const prefix = nginxPrefix(nginx.port);
       // The example leaves client_body_buffer_size at its default (16 KiB on 64-bit), so every export above it
       // is spooled to client_body_temp_path; startNginx's prefix is mkdtemp's 0700 and a worker started by
@@ -357,9 +366,13 @@ async function main(): Promise<void> {
     });
     const origins: Record<Target, string> = { direct: sink.origin, gateway: service.gatewayUrl, nginx: nginx?.url ?? '' };
 
-    console.log('OTLP gateway: protobuf trace exports direct to a sink vs through the gateway vs through nginx auth_request (ratios are the result; absolute numbers are noise)');
     console.log(
-      `load average ${loadavg().map((load) => load.toFixed(1)).join(' ')} at start · export ${options.spans} spans × ${options.attributes} attributes = ${(payloadBytes / 1024).toFixed(1)} KiB ` +
+      'OTLP gateway: protobuf trace exports direct to a sink vs through the gateway vs through nginx auth_request (ratios are the result; absolute numbers are noise)',
+    );
+    console.log(
+      `load average ${loadavg()
+        .map((load) => load.toFixed(1))
+        .join(' ')} at start · export ${options.spans} spans × ${options.attributes} attributes = ${(payloadBytes / 1024).toFixed(1)} KiB ` +
         `(gzip ${(gzipBytes / 1024).toFixed(1)} KiB) · ${options.connections} connections · ${options.rounds}×${options.roundSeconds} s alternating rounds per variant · ` +
         `~${planned} s of load · store ${options.store} · node ${process.version} · ${cpus().length} CPUs` +
         (Object.keys(options.serviceEnv).length === 0 ? '' : ` · service env ${JSON.stringify(options.serviceEnv)}`),
@@ -377,8 +390,16 @@ async function main(): Promise<void> {
           if (partial.partialSuccess !== undefined) throw new Error(`gateway ${variant}: partial success ${JSON.stringify(partial.partialSuccess)}`);
           const forwarded = describeExport(types, received.body);
           const identity = forwarded.resources[0] ?? {};
-          if (received.contentEncoding !== '' || forwarded.spans !== options.spans || forwarded.traceIds.join() !== traceId || String(identity['ci.job.id']) !== String(JOB_ID) || String(identity['ci.project.id']) !== '7') {
-            throw new Error(`gateway ${variant}: the sink got ${forwarded.spans} spans in ${forwarded.traceIds.join()} with ${JSON.stringify(identity)} (encoding '${received.contentEncoding}')`);
+          if (
+            received.contentEncoding !== '' ||
+            forwarded.spans !== options.spans ||
+            forwarded.traceIds.join() !== traceId ||
+            String(identity['ci.job.id']) !== String(JOB_ID) ||
+            String(identity['ci.project.id']) !== '7'
+          ) {
+            throw new Error(
+              `gateway ${variant}: the sink got ${forwarded.spans} spans in ${forwarded.traceIds.join()} with ${JSON.stringify(identity)} (encoding '${received.contentEncoding}')`,
+            );
           }
         } else if (!received.body.equals(bodies[variant])) {
           throw new Error(`${target} ${variant}: the sink did not get the export as sent (${received.body.length} bytes)`);
@@ -426,12 +447,19 @@ async function main(): Promise<void> {
       const answered = result['2xx'] + result.non2xx;
       const errors = result.errors + result.mismatches; // autocannon counts timeouts in errors too
       if (result.non2xx > 0 || errors > 0) failures.push(`${label}: ${result.non2xx} non-2xx answers, ${errors} errors/timeouts`);
-      const sinkDelta = { requests: sinkAfter.requests - sinkBefore.requests, bytes: sinkAfter.bytes - sinkBefore.bytes, connections: sinkAfter.connections - sinkBefore.connections };
+      const sinkDelta = {
+        requests: sinkAfter.requests - sinkBefore.requests,
+        bytes: sinkAfter.bytes - sinkBefore.bytes,
+        connections: sinkAfter.connections - sinkBefore.connections,
+      };
       // Requests in flight when autocannon stops are forwarded but not counted, so the sink may see a few more.
       if (sinkDelta.requests < result['2xx']) failures.push(`${label}: ${result['2xx']} exports answered 2xx but the sink got ${sinkDelta.requests}`);
       totalOk += target === 'gateway' ? result['2xx'] : 0;
       const cpuPerRequest = Object.fromEntries(
-        [...COMPONENTS, 'serviceSystem' as const].map((component) => [component, answered === 0 ? Number.NaN : (cpuAfter[component] - cpuBefore[component]) / answered]),
+        [...COMPONENTS, 'serviceSystem' as const].map((component) => [
+          component,
+          answered === 0 ? Number.NaN : (cpuAfter[component] - cpuBefore[component]) / answered,
+        ]),
       ) as Record<Measured, number>;
       return {
         ok: result['2xx'],
@@ -466,14 +494,21 @@ async function main(): Promise<void> {
 
   printReport(reports, payloadBytes, gzipBytes);
   if (counters !== undefined && counters.after !== '') checkCounters(counters.before, counters.after, totalOk);
-  console.log(`service log ${(logBytes / 1024 / 1024).toFixed(1)} MiB · total ${((performance.now() - started) / 1000).toFixed(0)} s · load average at end ${loadavg().map((load) => load.toFixed(1)).join(' ')}`);
+  console.log(
+    `service log ${(logBytes / 1024 / 1024).toFixed(1)} MiB · total ${((performance.now() - started) / 1000).toFixed(0)} s · load average at end ${loadavg()
+      .map((load) => load.toFixed(1))
+      .join(' ')}`,
+  );
 
   const errorLines = nginxErrors.split('\n').filter((line) => line.length > 0);
   if (errorLines.length > 0) {
     // e.g. "a client request body is buffered to a temporary file": a cost of the example configuration.
     const kinds = new Map<string, number>();
     for (const line of errorLines) {
-      const kind = line.replace(/^\S+ \S+ \[(\w+)\] \d+#\d+: \*?\d* ?/, '[$1] ').replace(/, client: .*$/, '').replace(/\d+/g, 'N');
+      const kind = line
+        .replace(/^\S+ \S+ \[(\w+)\] \d+#\d+: \*?\d* ?/, '[$1] ')
+        .replace(/, client: .*$/, '')
+        .replace(/\d+/g, 'N');
       kinds.set(kind, (kinds.get(kind) ?? 0) + 1);
     }
     console.log(`nginx error log: ${[...kinds.entries()].map(([kind, count]) => `${count}× ${kind}`).join('; ')}`);
@@ -514,8 +549,25 @@ const fixed = (value: number | undefined, digits: number) => (value === undefine
 const ratio = (a: number, b: number) => (b === 0 ? Number.NaN : a / b);
 
 function printReport(reports: Record<Variant, Partial<Record<Target, RunStats[]>>>, payloadBytes: number, gzipBytes: number): void {
-  const medianOf = (runs: RunStats[] | undefined, pick: (run: RunStats) => number) => (runs === undefined || runs.length === 0 ? Number.NaN : median(runs.map(pick)));
-  const header = ['variant', 'target', 'req/s by round', 'median', 'spans/s', 'µs CPU/req: svc', '(sys)', 'sink', 'redis', 'nginx', 'gen', 'total', 'gen CPU', 'sink B/req', 'sink conn/req'];
+  const medianOf = (runs: RunStats[] | undefined, pick: (run: RunStats) => number) =>
+    runs === undefined || runs.length === 0 ? Number.NaN : median(runs.map(pick));
+  const header = [
+    'variant',
+    'target',
+    'req/s by round',
+    'median',
+    'spans/s',
+    'µs CPU/req: svc',
+    '(sys)',
+    'sink',
+    'redis',
+    'nginx',
+    'gen',
+    'total',
+    'gen CPU',
+    'sink B/req',
+    'sink conn/req',
+  ];
   const rows: string[][] = [header];
   const verdicts: string[] = [];
   for (const variant of options.variants) {
@@ -524,7 +576,9 @@ function printReport(reports: Record<Variant, Partial<Record<Target, RunStats[]>
       const rounds = runs[target];
       if (rounds === undefined) continue;
       const cpu = (component: Measured) => medianOf(rounds, (run) => run.cpuPerRequest[component]);
-      const total = medianOf(rounds, (run) => COMPONENTS.reduce((sum, component) => sum + (Number.isNaN(run.cpuPerRequest[component]) ? 0 : run.cpuPerRequest[component]), 0));
+      const total = medianOf(rounds, (run) =>
+        COMPONENTS.reduce((sum, component) => sum + (Number.isNaN(run.cpuPerRequest[component]) ? 0 : run.cpuPerRequest[component]), 0),
+      );
       const reqPerSec = medianOf(rounds, (run) => run.reqPerSec);
       rows.push([
         variant,
@@ -539,16 +593,28 @@ function printReport(reports: Record<Variant, Partial<Record<Target, RunStats[]>
         target === 'nginx' ? fixed(cpu('nginx'), 0) : '-',
         fixed(cpu('generator'), 0),
         fixed(total, 0),
-        `${fixed(medianOf(rounds, (run) => run.generatorCpuShare * 100), 0)}%`,
-        fixed(medianOf(rounds, (run) => run.sink.bytes / Math.max(1, run.sink.requests)), 0),
-        fixed(medianOf(rounds, (run) => run.sink.connections / Math.max(1, run.sink.requests)), 2),
+        `${fixed(
+          medianOf(rounds, (run) => run.generatorCpuShare * 100),
+          0,
+        )}%`,
+        fixed(
+          medianOf(rounds, (run) => run.sink.bytes / Math.max(1, run.sink.requests)),
+          0,
+        ),
+        fixed(
+          medianOf(rounds, (run) => run.sink.connections / Math.max(1, run.sink.requests)),
+          2,
+        ),
       ]);
     }
     const pair = (a: Target, b: Target) => {
       const ra = runs[a];
       const rb = runs[b];
       if (ra === undefined || rb === undefined) return undefined;
-      const throughput = ratio(medianOf(ra, (run) => run.reqPerSec), medianOf(rb, (run) => run.reqPerSec));
+      const throughput = ratio(
+        medianOf(ra, (run) => run.reqPerSec),
+        medianOf(rb, (run) => run.reqPerSec),
+      );
       // Per-round ratios (each round ran the targets back to back) show how much of the median ratio is noise.
       const perRound = ra.map((run, i) => fixed(ratio(run.reqPerSec, rb[i]?.reqPerSec ?? Number.NaN), 2)).join(' ');
       return `${a}/${b} ${fixed(throughput, 2)} (per round ${perRound})`;
@@ -576,7 +642,13 @@ function printReport(reports: Record<Variant, Partial<Record<Target, RunStats[]>
   }
   const widths = header.map((_, column) => Math.max(...rows.map((row) => row[column].length)));
   console.log('');
-  for (const row of rows) console.log(row.map((cell, column) => cell.padEnd(widths[column])).join('  ').trimEnd());
+  for (const row of rows)
+    console.log(
+      row
+        .map((cell, column) => cell.padEnd(widths[column]))
+        .join('  ')
+        .trimEnd(),
+    );
   console.log('');
   console.log(`export ${payloadBytes} B (gzip ${gzipBytes} B); "sink B/req" is what reached the collector per export`);
   for (const verdict of verdicts) console.log(verdict);
@@ -586,7 +658,9 @@ function printProfiles(dir: string, root: string): void {
   if (!existsSync(dir)) return;
   for (const file of readdirSync(dir).filter((name) => name.endsWith('.cpuprofile'))) {
     const summary = summarizeCpuProfile(join(dir, file), root, 30);
-    console.log(`\nservice CPU profile ${join(dir, file)}: ${(summary.busyMs / 1000).toFixed(1)} s busy of ${(summary.totalMs / 1000).toFixed(1)} s; busiest functions (self time):`);
+    console.log(
+      `\nservice CPU profile ${join(dir, file)}: ${(summary.busyMs / 1000).toFixed(1)} s busy of ${(summary.totalMs / 1000).toFixed(1)} s; busiest functions (self time):`,
+    );
     for (const entry of summary.top) console.log(`  ${(entry.share * 100).toFixed(1).padStart(5)}%  ${entry.selfMs.toFixed(0).padStart(6)} ms  ${entry.frame}`);
   }
 }

@@ -107,8 +107,11 @@ const LIMITS = { maxBytes: 4096, maxAttributes: 128, maxAttributeValueBytes: 204
 const viaWire = enforceExport('traces', 'protobuf', protobufBody, GRANT, budget, LIMITS);
 const viaProtobufjs = enforceWithProtobufjs(protobufBody, GRANT, budget);
 const decoded = (body) => JSON.stringify(Request.toObject(Request.decode(body), { longs: String, bytes: String }));
-if (viaWire.forwardedItems !== viaProtobufjs.forwardedItems || viaWire.rejectedItems !== viaProtobufjs.rejectedItems
-  || decoded(viaWire.body) !== decoded(viaProtobufjs.body)) {
+if (
+  viaWire.forwardedItems !== viaProtobufjs.forwardedItems ||
+  viaWire.rejectedItems !== viaProtobufjs.rejectedItems ||
+  decoded(viaWire.body) !== decoded(viaProtobufjs.body)
+) {
   throw new Error('the two implementations disagree; fix before measuring');
 }
 
@@ -128,6 +131,8 @@ console.log(`node ${process.version}, ${SPANS} spans (${viaWire.rejectedItems} f
 console.log(`protobuf body ${protobufBody.length} B, JSON body ${jsonBody.length} B; median of ${ROUNDS} alternating rounds of ${ROUND_MS} ms`);
 for (const [name, values] of Object.entries(samples)) {
   const ops = median(values);
-  console.log(`${name.padEnd(18)} ${ops.toFixed(0).padStart(8)} ops/s  ${(ops * SPANS).toFixed(0).padStart(10)} spans/s  (min ${Math.min(...values).toFixed(0)}, max ${Math.max(...values).toFixed(0)})`);
+  console.log(
+    `${name.padEnd(18)} ${ops.toFixed(0).padStart(8)} ops/s  ${(ops * SPANS).toFixed(0).padStart(10)} spans/s  (min ${Math.min(...values).toFixed(0)}, max ${Math.max(...values).toFixed(0)})`,
+  );
 }
 console.log(`wire / protobufjs = ${(median(samples.wire) / median(samples.protobufjs)).toFixed(2)}x`);

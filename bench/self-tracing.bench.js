@@ -11,7 +11,6 @@
 // read the extra nanoseconds against.
 'use strict';
 
-
 require('./lib/require-ts');
 
 const { trace } = require('@opentelemetry/api');
@@ -48,7 +47,9 @@ const dropping = { export: (_spans, done) => done({ code: 0 }), shutdown: async 
 async function measure(mode) {
   let provider;
   if (mode === 'recording') {
-    provider = new BasicTracerProvider({ spanProcessors: [new BatchSpanProcessor(dropping, { maxQueueSize: 100_000, maxExportBatchSize: 4096, scheduledDelayMillis: 50 })] });
+    provider = new BasicTracerProvider({
+      spanProcessors: [new BatchSpanProcessor(dropping, { maxQueueSize: 100_000, maxExportBatchSize: 4096, scheduledDelayMillis: 50 })],
+    });
     trace.setGlobalTracerProvider(provider);
   }
   modes[mode](); // warm-up

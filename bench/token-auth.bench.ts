@@ -65,7 +65,11 @@ async function main(): Promise<void> {
   const jobToken = await keys.sign(1001);
 
   console.log('auth endpoint vs bare Fastify route, same server process, real Redis (ratios are the result; absolute numbers are noise)');
-  console.log(`load average ${loadavg().map((l) => l.toFixed(1)).join(' ')} at start · ${CONNECTIONS} connections · ${ROUNDS}×${ROUND_SECONDS} s alternating rounds · ${cpus().length} CPUs`);
+  console.log(
+    `load average ${loadavg()
+      .map((l) => l.toFixed(1))
+      .join(' ')} at start · ${CONNECTIONS} connections · ${ROUNDS}×${ROUND_SECONDS} s alternating rounds · ${cpus().length} CPUs`,
+  );
   const rows: string[] = [];
   try {
     for (const variant of ['warm decision', 'store lookup'] as const) {
@@ -143,7 +147,11 @@ async function main(): Promise<void> {
     await redis.stop();
   }
   for (const row of rows) console.log(row);
-  console.log(`load average at end ${loadavg().map((l) => l.toFixed(1)).join(' ')}`);
+  console.log(
+    `load average at end ${loadavg()
+      .map((l) => l.toFixed(1))
+      .join(' ')}`,
+  );
   rmSync(work, { recursive: true, force: true });
   rmSync(secrets.dir, { recursive: true, force: true });
   if (failures.length > 0) {

@@ -16,9 +16,21 @@ const RUNNER = { id: 17, runner_type: 'project_type', token: 'glrt-demo-runner-t
 
 /** A three-job pipeline, build → test → deploy, with what each build stage took (seconds). */
 const PIPELINE: ReadonlyArray<{ jobId: number; name: string; stageSeconds: Record<BuildStage, number> }> = [
-  { jobId: 1001, name: 'build', stageSeconds: { prepare_executor: 4, get_sources: 3, restore_cache: 6, step_script: 48, after_script: 1, archive_cache: 5, upload_artifacts: 3 } },
-  { jobId: 1002, name: 'test', stageSeconds: { prepare_executor: 4, get_sources: 2, restore_cache: 7, step_script: 95, after_script: 1, archive_cache: 2, upload_artifacts: 4 } },
-  { jobId: 1003, name: 'deploy', stageSeconds: { prepare_executor: 3, get_sources: 2, restore_cache: 1, step_script: 21, after_script: 1, archive_cache: 1, upload_artifacts: 1 } },
+  {
+    jobId: 1001,
+    name: 'build',
+    stageSeconds: { prepare_executor: 4, get_sources: 3, restore_cache: 6, step_script: 48, after_script: 1, archive_cache: 5, upload_artifacts: 3 },
+  },
+  {
+    jobId: 1002,
+    name: 'test',
+    stageSeconds: { prepare_executor: 4, get_sources: 2, restore_cache: 7, step_script: 95, after_script: 1, archive_cache: 2, upload_artifacts: 4 },
+  },
+  {
+    jobId: 1003,
+    name: 'deploy',
+    stageSeconds: { prepare_executor: 3, get_sources: 2, restore_cache: 1, step_script: 21, after_script: 1, archive_cache: 1, upload_artifacts: 1 },
+  },
 ];
 const GAP_BETWEEN_JOBS_SECONDS = 2;
 
@@ -103,7 +115,14 @@ async function main(): Promise<void> {
         headers: { 'content-type': 'application/json', 'gitlab-ci-telemetry-api-request': await signInternalApiToken(internalApiSecret, 'gitlab') },
         body: JSON.stringify({
           runner: RUNNER,
-          job: { id: job.jobId, project_id: PROJECT_ID, pipeline_id: PIPELINE_ID, root_pipeline_id: PIPELINE_ID, timeout: 3600, token: `glcbt-demo-${job.jobId}` },
+          job: {
+            id: job.jobId,
+            project_id: PROJECT_ID,
+            pipeline_id: PIPELINE_ID,
+            root_pipeline_id: PIPELINE_ID,
+            timeout: 3600,
+            token: `glcbt-demo-${job.jobId}`,
+          },
           payload: {
             id: job.jobId,
             token: `glcbt-demo-${job.jobId}`,

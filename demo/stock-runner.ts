@@ -16,15 +16,7 @@ export interface TracingFeature {
 }
 
 /** The build stages a runner goes through for a shell-executor job, in order. */
-export const BUILD_STAGES = [
-  'prepare_executor',
-  'get_sources',
-  'restore_cache',
-  'step_script',
-  'after_script',
-  'archive_cache',
-  'upload_artifacts',
-] as const;
+export const BUILD_STAGES = ['prepare_executor', 'get_sources', 'restore_cache', 'step_script', 'after_script', 'archive_cache', 'upload_artifacts'] as const;
 
 export type BuildStage = (typeof BUILD_STAGES)[number];
 

@@ -8,9 +8,7 @@ export const DECORATOR_ROUTE = '/internal/ci/telemetry/job_payload';
 
 /** Messages between the bench and its server process (IPC). */
 export type ToServer = { readonly type: 'cpu' } | { readonly type: 'stop' };
-export type FromServer =
-  | { readonly type: 'listening'; readonly port: number }
-  | { readonly type: 'cpu'; readonly micros: number };
+export type FromServer = { readonly type: 'listening'; readonly port: number } | { readonly type: 'cpu'; readonly micros: number };
 
 export interface BenchServer {
   readonly origin: string;

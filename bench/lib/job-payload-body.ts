@@ -98,7 +98,10 @@ export function jobPayloadBodies(scriptLineCount = 200): JobPayloadBodies {
         sha: '3f8a1c2d9e4b5a6f7081928374655647382910ab',
         before_sha: '0000000000000000000000000000000000000000',
         ref_type: 'branch',
-        refspecs: ['+refs/pipelines/' + PIPELINE_ID_MARK + ':refs/pipelines/' + PIPELINE_ID_MARK, '+refs/heads/feature/job-telemetry:refs/remotes/origin/feature/job-telemetry'],
+        refspecs: [
+          '+refs/pipelines/' + PIPELINE_ID_MARK + ':refs/pipelines/' + PIPELINE_ID_MARK,
+          '+refs/heads/feature/job-telemetry:refs/remotes/origin/feature/job-telemetry',
+        ],
         depth: 20,
       },
       runner_info: { timeout: 3600, runner_session_url: null },
@@ -112,7 +115,9 @@ export function jobPayloadBodies(scriptLineCount = 200): JobPayloadBodies {
         { name: 'postgres:16', alias: 'postgres', entrypoint: null, command: null, ports: [], variables: [{ key: 'POSTGRES_PASSWORD', value: 'ci-password' }] },
         { name: 'redis:7', alias: 'redis', entrypoint: null, command: null, ports: [] },
       ],
-      artifacts: [{ name: 'rspec', untracked: false, paths: ['rspec/', 'knapsack/'], when: 'always', expire_in: '7d', artifact_type: 'archive', artifact_format: 'zip' }],
+      artifacts: [
+        { name: 'rspec', untracked: false, paths: ['rspec/', 'knapsack/'], when: 'always', expire_in: '7d', artifact_type: 'archive', artifact_format: 'zip' },
+      ],
       cache: [{ key: 'ruby-3.3-gems', untracked: false, paths: ['vendor/bundle'], policy: 'pull', when: 'on_success', fallback_keys: [] }],
       credentials: [{ type: 'registry', url: 'registry.gitlab.example.com', username: 'gitlab-ci-token', password: 'glcbt-64_opaque-job-token' }],
       dependencies: [{ id: 4242, name: 'compile-assets', token: 'glcbt-dependency-token', artifacts_file: { filename: 'artifacts.zip', size: 1048576 } }],

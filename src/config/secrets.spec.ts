@@ -25,13 +25,21 @@ describe('Redis credentials from files', () => {
 
   it('names a password file it cannot read, and an empty one, one line each', () => {
     writeFileSync(join(files.dir, 'empty'), '\n');
-    const config = loadConfig({ ...base, REDIS_URL: 'redis://redis:6379', REDIS_PASSWORD_FILE: join(files.dir, 'missing'), REDIS_TLS_CA_FILE: join(files.dir, 'empty') });
+    const config = loadConfig({
+      ...base,
+      REDIS_URL: 'redis://redis:6379',
+      REDIS_PASSWORD_FILE: join(files.dir, 'missing'),
+      REDIS_TLS_CA_FILE: join(files.dir, 'empty'),
+    });
     let problems: string[] = [];
     try {
       loadSecrets(config);
     } catch (error) {
       problems = (error as ConfigError).problems;
     }
-    expect(problems).toEqual([`REDIS_PASSWORD_FILE: cannot read ${join(files.dir, 'missing')} (ENOENT)`, `REDIS_TLS_CA_FILE: ${join(files.dir, 'empty')} is empty`]);
+    expect(problems).toEqual([
+      `REDIS_PASSWORD_FILE: cannot read ${join(files.dir, 'missing')} (ENOENT)`,
+      `REDIS_TLS_CA_FILE: ${join(files.dir, 'empty')} is empty`,
+    ]);
   });
 });

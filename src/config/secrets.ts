@@ -83,12 +83,7 @@ function readSecret(variable: string, path: string | undefined, generatedPath: s
 
 export function loadSecrets(config: AppConfig, generatedDir = '.secrets'): Secrets {
   const problems: string[] = [];
-  const internalApiSecret = readSecret(
-    'INTERNAL_API_SECRET_FILE',
-    config.INTERNAL_API_SECRET_FILE,
-    `${generatedDir}/internal_api_secret`,
-    problems,
-  );
+  const internalApiSecret = readSecret('INTERNAL_API_SECRET_FILE', config.INTERNAL_API_SECRET_FILE, `${generatedDir}/internal_api_secret`, problems);
   const traceKey = readSecret('TRACE_KEY_FILE', config.TRACE_KEY_FILE, `${generatedDir}/trace_key`, problems);
   // Its own key, not one derived from the trace key: whoever holds the trace key to emit job spans
   // (SPEC §4) must not be able to mint export credentials.

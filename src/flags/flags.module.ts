@@ -25,10 +25,7 @@ export function createUnleashClient(config: AppConfig): Unleash {
 }
 
 @Module({
-  providers: [
-    { provide: UNLEASH_CLIENT, inject: [APP_CONFIG], useFactory: createUnleashClient },
-    FlagsService,
-  ],
+  providers: [{ provide: UNLEASH_CLIENT, inject: [APP_CONFIG], useFactory: createUnleashClient }, FlagsService],
   exports: [FlagsService],
 })
 export class FlagsModule implements OnModuleDestroy {

@@ -13,9 +13,7 @@ function telemetryFlag(rollout: number, constraints: Constraint[] = [], enabled 
   return {
     name: 'ci_job_telemetry',
     enabled,
-    strategies: [
-      { name: 'flexibleRollout', parameters: { rollout: String(rollout), stickiness: 'projectId', groupId: 'ci_job_telemetry' }, constraints },
-    ],
+    strategies: [{ name: 'flexibleRollout', parameters: { rollout: String(rollout), stickiness: 'projectId', groupId: 'ci_job_telemetry' }, constraints }],
   };
 }
 
@@ -133,9 +131,7 @@ describe('FlagsService on the embedded flag file', () => {
     await new Promise((resolve) => setTimeout(resolve, 2500));
     expect(enabledProjects()).toEqual(new Set([7]));
 
-    await editAndWait([telemetryFlag(100, [{ contextName: 'projectId', operator: 'IN', values: ['8'] }])], () =>
-      flags.isTelemetryEnabled(context(8)),
-    );
+    await editAndWait([telemetryFlag(100, [{ contextName: 'projectId', operator: 'IN', values: ['8'] }])], () => flags.isTelemetryEnabled(context(8)));
     expect(flags.isTelemetryEnabled(context(7))).toBe(false);
   });
 

@@ -238,28 +238,33 @@ function onDeployment<D extends RedisDeployment>(name: string, start: () => Prom
 }
 
 onDeployment('one server, TLS and ACL user', () => startSingleRedis({ tls: true }), 0);
-onDeployment('Sentinel: primary, replica, three sentinels, TLS and ACL user', () => startSentinelRedis({ tls: true }), 1, (deployment) => {
-  it('with REDIS_WAIT_REPLICAS, counts a grant write as done only once the replica has it', async () => {
-    const sentinel: SentinelDeployment = deployment();
-    const store = await RedisGrantStore.open({ ...sentinel.settings(300), waitReplicas: 1 });
-    const primary = await sentinel.primaryPort();
-    const replica = sentinel.nodes.find((node) => node.port !== primary)!;
-    try {
-      await store.saveGrant(grant({ jobId: 7001 }));
-      replica.pause();
+onDeployment(
+  'Sentinel: primary, replica, three sentinels, TLS and ACL user',
+  () => startSentinelRedis({ tls: true }),
+  1,
+  (deployment) => {
+    it('with REDIS_WAIT_REPLICAS, counts a grant write as done only once the replica has it', async () => {
+      const sentinel: SentinelDeployment = deployment();
+      const store = await RedisGrantStore.open({ ...sentinel.settings(300), waitReplicas: 1 });
+      const primary = await sentinel.primaryPort();
+      const replica = sentinel.nodes.find((node) => node.port !== primary)!;
       try {
-        await expect(store.saveGrant(grant({ jobId: 7002 }))).rejects.toBeInstanceOf(StoreUnavailableError);
-        await expect(store.revokeGrant(7001, Date.now())).rejects.toBeInstanceOf(StoreUnavailableError);
+        await store.saveGrant(grant({ jobId: 7001 }));
+        replica.pause();
+        try {
+          await expect(store.saveGrant(grant({ jobId: 7002 }))).rejects.toBeInstanceOf(StoreUnavailableError);
+          await expect(store.revokeGrant(7001, Date.now())).rejects.toBeInstanceOf(StoreUnavailableError);
+        } finally {
+          replica.resume();
+        }
+        await store.saveGrant(grant({ jobId: 7003 }));
+        expect((await store.findGrant(7003))?.jobId).toBe(7003);
       } finally {
-        replica.resume();
+        await store.close();
       }
-      await store.saveGrant(grant({ jobId: 7003 }));
-      expect((await store.findGrant(7003))?.jobId).toBe(7003);
-    } finally {
-      await store.close();
-    }
-  });
-});
+    });
+  },
+);
 onDeployment('Cluster: 3 primaries, 3 replicas, TLS and ACL user', () => startRedisCluster({ tls: true }), 1);
 
 describe('Redis grant store when Redis is gone', () => {

@@ -8,7 +8,10 @@ export class MemoryGrantStore implements GrantStore {
   private readonly quotas = new Map<string, { used: number; resetsAt: number }>();
   private readonly sweeper: NodeJS.Timeout;
 
-  constructor(private readonly now: () => number = Date.now, sweepIntervalMs = 60_000) {
+  constructor(
+    private readonly now: () => number = Date.now,
+    sweepIntervalMs = 60_000,
+  ) {
     // Reads check expiry themselves; the sweep only returns memory of entries nobody asks about again.
     this.sweeper = setInterval(() => this.sweep(), sweepIntervalMs).unref();
   }

@@ -83,8 +83,7 @@ function defined<T extends object>(options: T): Partial<T> {
  * connection is cut by the command timeout. The connection itself keeps retrying in the background.
  */
 function nodeOptions(settings: RedisConnectionSettings): RedisOptions {
-  const tls: ConnectionOptions | undefined =
-    settings.tls === true || settings.tlsCa !== undefined ? defined({ ca: settings.tlsCa }) : undefined;
+  const tls: ConnectionOptions | undefined = settings.tls === true || settings.tlsCa !== undefined ? defined({ ca: settings.tlsCa }) : undefined;
   return {
     enableOfflineQueue: false,
     maxRetriesPerRequest: 0,

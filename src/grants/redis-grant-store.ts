@@ -137,9 +137,7 @@ export class RedisGrantStore implements GrantStore {
       // The index is another slot, so not part of the transaction; a lookup checks the grant's own
       // digest, so an index entry written without its grant (or outliving it) finds nothing.
       const indexed =
-        grant.jobTokenDigest !== undefined && ttlMs > 0
-          ? this.redis.set(JOB_TOKEN_KEY(grant.jobTokenDigest), String(grant.jobId), 'PX', ttlMs)
-          : undefined;
+        grant.jobTokenDigest !== undefined && ttlMs > 0 ? this.redis.set(JOB_TOKEN_KEY(grant.jobTokenDigest), String(grant.jobId), 'PX', ttlMs) : undefined;
       const [results] = await Promise.all([transaction.exec(), indexed]);
       const failed = results?.find(([error]) => error !== null);
       if (failed) throw failed[0];
@@ -191,9 +189,7 @@ export class RedisGrantStore implements GrantStore {
   }
 
   async reserveQuota(key: string, wanted: number, limit: number, ttlMs: number): Promise<number> {
-    const granted = await this.guard(() =>
-      this.scripts.cjtReserveQuota(QUOTA_KEY(key), String(wanted), String(limit), String(Math.max(1, Math.round(ttlMs)))),
-    );
+    const granted = await this.guard(() => this.scripts.cjtReserveQuota(QUOTA_KEY(key), String(wanted), String(limit), String(Math.max(1, Math.round(ttlMs)))));
     return Number(granted);
   }
 

@@ -45,8 +45,7 @@ export interface FieldProblem {
 }
 
 export type ParsedJobPayloadRequest =
-  | { readonly request: JobPayloadRequest; readonly problems?: undefined }
-  | { readonly request?: undefined; readonly problems: FieldProblem[] };
+  { readonly request: JobPayloadRequest; readonly problems?: undefined } | { readonly request?: undefined; readonly problems: FieldProblem[] };
 
 /**
  * The OpenAPI document is the one statement of the request schema: what it promises, this checks. It sits
@@ -79,7 +78,10 @@ export function loadJobPayloadRequestSchema(): void {
 
 /** `/runner/id` → `runner.id`; a missing member is named by its own path, not its parent's. */
 function fieldOf(error: ErrorObject): string {
-  const path = error.instancePath.split('/').slice(1).map((part) => part.replace(/~1/g, '/').replace(/~0/g, '~'));
+  const path = error.instancePath
+    .split('/')
+    .slice(1)
+    .map((part) => part.replace(/~1/g, '/').replace(/~0/g, '~'));
   if (error.keyword === 'required') path.push(String((error.params as { missingProperty: string }).missingProperty));
   return path.join('.');
 }
@@ -97,8 +99,7 @@ function problemsOf(errors: readonly ErrorObject[]): FieldProblem[] {
   return [...byField].map(([field, problems]) => ({ field, problems }));
 }
 
-const isPlainObject = (value: unknown): value is Record<string, unknown> =>
-  typeof value === 'object' && value !== null && !Array.isArray(value);
+const isPlainObject = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
 
 const orUndefined = <T>(value: T | null | undefined): T | undefined => value ?? undefined;
 

@@ -40,7 +40,10 @@ export class JobPayloadRoute implements OnModuleInit {
       onRequest: (request, reply) => this.authenticate(request, reply),
       // Before parsing: a body nested beyond any job payload is a 400, not a stack overflow later.
       preParsing: (request, _reply, payload, done) =>
-        done(null, pipeline(payload, new JsonDepthLimit(MAX_JSON_DEPTH, request.routeOptions.bodyLimit), () => undefined)),
+        done(
+          null,
+          pipeline(payload, new JsonDepthLimit(MAX_JSON_DEPTH, request.routeOptions.bodyLimit), () => undefined),
+        ),
       handler: (request, reply) => this.decorate(request, reply),
     });
     this.logger.log(`Mapped {${JOB_PAYLOAD_PATH}, POST} route (plain Fastify)`);

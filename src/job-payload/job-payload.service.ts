@@ -33,8 +33,7 @@ export const OTLP_ENDPOINT_VARIABLE = 'CI_JOB_TELEMETRY_OTLP_ENDPOINT';
 export interface OtelEndpoint {
   readonly url: string;
   readonly auth?:
-    | { readonly type: typeof HOSTED_AUTH_TYPE; readonly http_bearer_gcp_oidc: { readonly audience: string } }
-    | { readonly type: typeof GATEWAY_AUTH_TYPE };
+    { readonly type: typeof HOSTED_AUTH_TYPE; readonly http_bearer_gcp_oidc: { readonly audience: string } } | { readonly type: typeof GATEWAY_AUTH_TYPE };
 }
 
 export type Telemetry =
@@ -95,7 +94,11 @@ export class JobPayloadService {
     const started = process.hrtime.bigint();
     const span = startDecisionSpan('ci_job_telemetry.job_payload');
     const result = await this.decide(request);
-    span.end(result.telemetry.reason, () => ({ 'ci.job.id': request.job.id, 'ci.project.id': request.job.project_id, 'ci.runner.id': request.runner.id }), result.telemetry.reason === 'degraded');
+    span.end(
+      result.telemetry.reason,
+      () => ({ 'ci.job.id': request.job.id, 'ci.project.id': request.job.project_id, 'ci.runner.id': request.runner.id }),
+      result.telemetry.reason === 'degraded',
+    );
     this.metrics.decisions.inc({ reason: result.telemetry.reason });
     this.metrics.decisionSeconds.observe(Number(process.hrtime.bigint() - started) / 1e9);
     return result;
@@ -143,7 +146,8 @@ export class JobPayloadService {
     if (stored === undefined && !hosted) return off('degraded');
 
     // The capability base URL goes to programs inside the job whenever the gateway can honour it.
-    const capabilityBase = stored !== undefined ? `${this.gatewayBase}${capabilityPath(job.id, mintCapability(this.secrets.capabilityKeys[0], job.id))}` : undefined;
+    const capabilityBase =
+      stored !== undefined ? `${this.gatewayBase}${capabilityPath(job.id, mintCapability(this.secrets.capabilityKeys[0], job.id))}` : undefined;
     const endpoint = hosted ? this.hostedEndpoint : this.config.RUNNER_ENDPOINT_FORM === 'headers' ? this.headerEndpoint : { url: tracesUrl(capabilityBase!) };
     return {
       payload: decoratePayload(payload, context, endpoint, capabilityBase),
@@ -215,9 +219,7 @@ export function decoratePayload(payload: JobPayload, context: TraceContext, endp
     ...(capabilityBase === undefined ? [] : [{ key: OTLP_ENDPOINT_VARIABLE, value: capabilityBase, public: false, masked: true }]),
   ];
   // A TRACESTATE left from elsewhere describes another trace; it goes with the TRACEPARENT it belonged to.
-  const variables = (payload.variables ?? []).filter(
-    (variable) => !DECORATOR_VARIABLES.has((variable as { key?: unknown } | null)?.key as string),
-  );
+  const variables = (payload.variables ?? []).filter((variable) => !DECORATOR_VARIABLES.has((variable as { key?: unknown } | null)?.key as string));
   return {
     ...payload,
     variables: [...variables, ...traceVariables],

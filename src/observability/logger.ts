@@ -12,13 +12,7 @@ export const requestScope = new AsyncLocalStorage<{ readonly requestId: string }
  * Paths redacted wherever they appear in a logged object. Request logging never includes headers
  * or bodies, so this is the second line of defence: tokens must never reach a log.
  */
-const REDACTED_PATHS = [
-  'req.headers.authorization',
-  'req.headers["runner-token"]',
-  'req.headers["gitlab-ci-telemetry-api-request"]',
-  '*.token',
-  '*.*.token',
-];
+const REDACTED_PATHS = ['req.headers.authorization', 'req.headers["runner-token"]', 'req.headers["gitlab-ci-telemetry-api-request"]', '*.token', '*.*.token'];
 
 export function createLogger(level: string, destination?: pino.DestinationStream): Logger {
   return pino(

@@ -12,15 +12,30 @@ export class GatewayMetrics implements DecisionCacheObserver {
 
   constructor(registry: Registry) {
     const registers = [registry];
-    this.requests = new Counter({ name: 'ci_job_telemetry_gateway_requests_total', help: 'OTLP exports by signal and HTTP status', labelNames: ['signal', 'status'], registers });
+    this.requests = new Counter({
+      name: 'ci_job_telemetry_gateway_requests_total',
+      help: 'OTLP exports by signal and HTTP status',
+      labelNames: ['signal', 'status'],
+      registers,
+    });
     this.items = new Counter({
       name: 'ci_job_telemetry_gateway_items_total',
       help: 'Spans, data points and log records by outcome: accepted, rejected_foreign_trace, rejected_span_limits, rejected_quota, rejected_rate',
       labelNames: ['signal', 'outcome'],
       registers,
     });
-    this.bytesReceived = new Counter({ name: 'ci_job_telemetry_gateway_received_bytes_total', help: 'Export bytes received on the wire', labelNames: ['signal'], registers });
-    this.bytesForwarded = new Counter({ name: 'ci_job_telemetry_gateway_forwarded_bytes_total', help: 'Export bytes forwarded to the collector', labelNames: ['signal'], registers });
+    this.bytesReceived = new Counter({
+      name: 'ci_job_telemetry_gateway_received_bytes_total',
+      help: 'Export bytes received on the wire',
+      labelNames: ['signal'],
+      registers,
+    });
+    this.bytesForwarded = new Counter({
+      name: 'ci_job_telemetry_gateway_forwarded_bytes_total',
+      help: 'Export bytes forwarded to the collector',
+      labelNames: ['signal'],
+      registers,
+    });
     this.upstreamSeconds = new Histogram({
       name: 'ci_job_telemetry_gateway_upstream_duration_seconds',
       help: 'Time the collector took to answer a forwarded export',

@@ -21,13 +21,18 @@ const failures: GatewayFailure[] = [
 ];
 
 describe('otlpErrorAnswer', () => {
-  it.each(failures.map((failure) => [failure.kind, failure] as const))('answers %s so a client retries it if and only if it is transient, with a Retry-After', (_kind, failure) => {
-    const answer = otlpErrorAnswer(failure);
-    const transient = ['rate_limited', 'store_unavailable', 'shutting_down', 'upstream_unreachable', 'upstream_timeout', 'upstream_error'].includes(failure.kind);
-    expect(RETRYABLE.includes(answer.httpStatus)).toBe(transient);
-    if (transient) expect(answer.retryAfterSeconds).toBeGreaterThanOrEqual(1);
-    expect(answer.httpStatus).toBeGreaterThanOrEqual(400);
-  });
+  it.each(failures.map((failure) => [failure.kind, failure] as const))(
+    'answers %s so a client retries it if and only if it is transient, with a Retry-After',
+    (_kind, failure) => {
+      const answer = otlpErrorAnswer(failure);
+      const transient = ['rate_limited', 'store_unavailable', 'shutting_down', 'upstream_unreachable', 'upstream_timeout', 'upstream_error'].includes(
+        failure.kind,
+      );
+      expect(RETRYABLE.includes(answer.httpStatus)).toBe(transient);
+      if (transient) expect(answer.retryAfterSeconds).toBeGreaterThanOrEqual(1);
+      expect(answer.httpStatus).toBeGreaterThanOrEqual(400);
+    },
+  );
 
   it("passes on the collector's own Retry-After, and its status where a client reads it the same way", () => {
     expect(otlpErrorAnswer({ kind: 'upstream_error', status: 503, retryAfterSeconds: 7 })).toMatchObject({ httpStatus: 503, retryAfterSeconds: 7 });

@@ -73,7 +73,11 @@ export function otlpErrorAnswer(failure: GatewayFailure): OtlpErrorAnswer {
     case 'upstream_unreachable':
       return { httpStatus: 502, status: { code: RPC.UNAVAILABLE, message: 'collector unreachable' }, retryAfterSeconds: OUTAGE_RETRY_AFTER_SECONDS };
     case 'upstream_timeout':
-      return { httpStatus: 504, status: { code: RPC.DEADLINE_EXCEEDED, message: 'collector did not answer in time' }, retryAfterSeconds: OUTAGE_RETRY_AFTER_SECONDS };
+      return {
+        httpStatus: 504,
+        status: { code: RPC.DEADLINE_EXCEEDED, message: 'collector did not answer in time' },
+        retryAfterSeconds: OUTAGE_RETRY_AFTER_SECONDS,
+      };
     case 'upstream_error':
       // 503 and 504 keep their meaning; any other 5xx is the collector failing: bad gateway.
       return {
@@ -84,7 +88,10 @@ export function otlpErrorAnswer(failure: GatewayFailure): OtlpErrorAnswer {
     case 'upstream_refused':
       return {
         httpStatus: failure.status,
-        status: failure.statusBody ?? { code: failure.status === 429 ? RPC.RESOURCE_EXHAUSTED : RPC.INVALID_ARGUMENT, message: `collector answered ${failure.status}` },
+        status: failure.statusBody ?? {
+          code: failure.status === 429 ? RPC.RESOURCE_EXHAUSTED : RPC.INVALID_ARGUMENT,
+          message: `collector answered ${failure.status}`,
+        },
         retryAfterSeconds: failure.retryAfterSeconds,
       };
     case 'internal':

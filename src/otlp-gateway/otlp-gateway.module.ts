@@ -92,7 +92,8 @@ export class OtlpGatewayModule {
         {
           provide: OTLP_UPSTREAM,
           inject: [APP_CONFIG],
-          useFactory: (config: AppConfig) => new OtlpUpstream(config.OTLP_UPSTREAM_URL, parseHeaderList(config.OTLP_UPSTREAM_HEADERS), config.OTLP_UPSTREAM_TIMEOUT_MS),
+          useFactory: (config: AppConfig) =>
+            new OtlpUpstream(config.OTLP_UPSTREAM_URL, parseHeaderList(config.OTLP_UPSTREAM_HEADERS), config.OTLP_UPSTREAM_TIMEOUT_MS),
         },
         GatewayServer,
       ],

@@ -170,7 +170,11 @@ export function buildGatewayServer(deps: GatewayDependencies): FastifyInstance {
       metrics.requests.inc({ signal, status: String(reply.statusCode) });
       request.exportSpan?.end(
         request.exportFailure ?? 'exported',
-        () => ({ 'otlp.signal': signal, 'http.response.status_code': reply.statusCode, ...(request.exportGrant === null ? {} : { 'ci.job.id': request.exportGrant.identity.jobId }) }),
+        () => ({
+          'otlp.signal': signal,
+          'http.response.status_code': reply.statusCode,
+          ...(request.exportGrant === null ? {} : { 'ci.job.id': request.exportGrant.identity.jobId }),
+        }),
         reply.statusCode >= 500,
       );
       done();
@@ -208,9 +212,17 @@ function credentialOf(request: FastifyRequest): RunnerCredential {
   return { kind: 'capability', jobId: Number(params.jobId), capability: params.capability };
 }
 
-async function handleExport(deps: GatewayDependencies, signal: OtlpSignal, encoding: OtlpEncoding, request: FastifyRequest, grant: AllowedDecision): Promise<Buffer> {
+async function handleExport(
+  deps: GatewayDependencies,
+  signal: OtlpSignal,
+  encoding: OtlpEncoding,
+  request: FastifyRequest,
+  grant: AllowedDecision,
+): Promise<Buffer> {
   const { config, store, metrics } = deps;
-  const contentEncoding = String(request.headers['content-encoding'] ?? 'identity').trim().toLowerCase();
+  const contentEncoding = String(request.headers['content-encoding'] ?? 'identity')
+    .trim()
+    .toLowerCase();
   if (contentEncoding !== 'identity' && contentEncoding !== 'gzip') {
     throw new GatewayError({ kind: 'unsupported_media_type', message: `content-encoding ${contentEncoding} is not supported; use gzip or none` });
   }
@@ -316,7 +328,11 @@ async function enforce(
 ): Promise<{ enforced: EnforcedExport; reservedSpans: number }> {
   const { config, store, metrics } = deps;
   const grant: GatewayGrant = decision.identity;
-  const spanLimits = { maxBytes: config.SPAN_MAX_BYTES, maxAttributes: config.SPAN_MAX_ATTRIBUTES, maxAttributeValueBytes: config.SPAN_MAX_ATTRIBUTE_VALUE_BYTES };
+  const spanLimits = {
+    maxBytes: config.SPAN_MAX_BYTES,
+    maxAttributes: config.SPAN_MAX_ATTRIBUTES,
+    maxAttributeValueBytes: config.SPAN_MAX_ATTRIBUTE_VALUE_BYTES,
+  };
   let enforced: EnforcedExport;
   try {
     enforced = enforceExport(signal, encoding, body, grant, Number.MAX_SAFE_INTEGER, spanLimits);

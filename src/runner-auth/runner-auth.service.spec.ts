@@ -85,7 +85,10 @@ describe('RunnerAuthService (SPEC §5, §6)', () => {
     const service = await serviceWith({ grant: grant() });
     const capability = mintCapability(secrets.capabilityKeys[0], 1001);
     expect((await service.authenticate({ kind: 'capability', jobId: 1001, capability })).kind).toBe('allowed');
-    expect(await service.authenticate({ kind: 'capability', jobId: 1002, capability })).toEqual({ kind: 'unauthenticated', reason: 'invalid capability for this job' });
+    expect(await service.authenticate({ kind: 'capability', jobId: 1002, capability })).toEqual({
+      kind: 'unauthenticated',
+      reason: 'invalid capability for this job',
+    });
   });
 
   it('answers forbidden for a revoked grant and for a verified job without one', async () => {

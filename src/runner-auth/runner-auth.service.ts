@@ -34,7 +34,10 @@ export class RunnerAuthService {
     const outcome = await this.decide(credential);
     span.end(
       outcome.kind,
-      () => ({ 'ci_job_telemetry.credential': credential.kind, ...(outcome.kind === 'allowed' ? { 'ci.job.id': outcome.identity.jobId } : { 'ci_job_telemetry.reason': outcome.reason }) }),
+      () => ({
+        'ci_job_telemetry.credential': credential.kind,
+        ...(outcome.kind === 'allowed' ? { 'ci.job.id': outcome.identity.jobId } : { 'ci_job_telemetry.reason': outcome.reason }),
+      }),
       outcome.kind === 'unavailable',
     );
     return outcome;
@@ -117,11 +120,7 @@ export class RunnerAuthService {
     const now = Date.now();
     if (grant.revokedAt !== undefined && grant.revokedAt <= now) return { kind: 'forbidden', reason: 'grant revoked' };
 
-    const window = await this.store.hitRateWindow(
-      `runner:${grant.runnerId}`,
-      this.config.RUNNER_RATE_LIMIT,
-      this.config.RUNNER_RATE_WINDOW_SECONDS * 1000,
-    );
+    const window = await this.store.hitRateWindow(`runner:${grant.runnerId}`, this.config.RUNNER_RATE_LIMIT, this.config.RUNNER_RATE_WINDOW_SECONDS * 1000);
     if (!window.allowed) {
       return { kind: 'rate_limited', reason: `runner ${grant.runnerId} over its rate limit`, retryAfterSeconds: retryAfterForWindow(window.resetInMs) };
     }

@@ -15,8 +15,7 @@ import {
 const key = Buffer.from('d2hhdCBhIGdvb2QgdHJhY2Uga2V5IGZvciB0ZXN0aW5nISE=', 'base64');
 const mintTraceContext = (traceKey: Buffer, job: { jobId: number; rootPipelineId: number }, percent: number) =>
   traceContextOf(traceIdFor(traceKey, job.rootPipelineId), spanIdFor(traceKey, job.jobId), percent);
-const hmacHex = (message: string, bytes: number) =>
-  createHmac('sha256', key).update(message).digest().subarray(0, bytes).toString('hex');
+const hmacHex = (message: string, bytes: number) => createHmac('sha256', key).update(message).digest().subarray(0, bytes).toString('hex');
 
 describe('trace context', () => {
   it('gives every job of a root pipeline the same trace id: the first 16 bytes of HMAC(key, "pipeline:" + id)', () => {
@@ -115,8 +114,7 @@ describe('trace context', () => {
 
 describe('gitlab trace-id scheme (GitLab Rails ids)', () => {
   // Vectors computed here with node:crypto from the rule Rails applies, not from our code.
-  const railsSpanId = (rootPipelineId: number, jobId: number) =>
-    createHash('sha256').update(`${rootPipelineId}:${jobId}:running`).digest('hex').slice(0, 16);
+  const railsSpanId = (rootPipelineId: number, jobId: number) => createHash('sha256').update(`${rootPipelineId}:${jobId}:running`).digest('hex').slice(0, 16);
 
   it('uses the root pipeline id as the trace id and Rails job_running span as the parent', () => {
     const context = gitlabTraceContextOf(500, 1001, 100);

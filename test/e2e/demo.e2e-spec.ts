@@ -27,7 +27,9 @@ describe('npm run demo (README "See a pipeline become a trace")', () => {
     // Every job was picked up into that one trace and exported to its own capability URL.
     for (const job of [1001, 1002, 1003]) {
       expect(stdout).toContain(`job ${job} (`);
-      expect(stdout).toMatch(new RegExp(`job ${job} \\(\\w+\\) picked up: trace ${header![1]}, .*export to http://127\\.0\\.0\\.1:\\d+/jobs/${job}/…/v1/traces`));
+      expect(stdout).toMatch(
+        new RegExp(`job ${job} \\(\\w+\\) picked up: trace ${header![1]}, .*export to http://127\\.0\\.0\\.1:\\d+/jobs/${job}/…/v1/traces`),
+      );
     }
 
     const waterfall = stdout.split('\n').filter((line) => /\|[ █]{40}\|/.test(line));

@@ -13,7 +13,12 @@ function headThenWait(gatewayUrl: string, path: string, headers: Record<string, 
   const { hostname, port } = new URL(gatewayUrl);
   return new Promise((resolve, reject) => {
     const socket = connect(Number(port), hostname, () => {
-      const lines = [`POST ${path} HTTP/1.1`, `Host: ${hostname}`, `Content-Length: ${contentLength}`, ...Object.entries(headers).map(([k, v]) => `${k}: ${v}`)];
+      const lines = [
+        `POST ${path} HTTP/1.1`,
+        `Host: ${hostname}`,
+        `Content-Length: ${contentLength}`,
+        ...Object.entries(headers).map(([k, v]) => `${k}: ${v}`),
+      ];
       socket.write(`${lines.join('\r\n')}\r\n\r\n`);
     });
     let answer = '';
@@ -104,7 +109,11 @@ describe('gateway credentials (SPEC §6)', () => {
       const body = JSON.stringify({ resourceSpans: [] });
       const ok = await fetch(target, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
       expect(ok.status).toBe(200);
-      const forged = await fetch(target.replace(/\/jobs\/8102\/[^/]+\//, `/jobs/8102/${'B'.repeat(32)}/`), { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+      const forged = await fetch(target.replace(/\/jobs\/8102\/[^/]+\//, `/jobs/8102/${'B'.repeat(32)}/`), {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body,
+      });
       expect(forged.status).toBe(401);
     } finally {
       await gatewayOnly.stop();

@@ -23,7 +23,13 @@ const RpcStatus = proto.lookupType('otlp.RpcStatus');
 /** Partial-success warnings the SDK logs when the gateway reports rejected spans. */
 const sdkWarnings: string[] = [];
 diag.setLogger(
-  { error: () => undefined, warn: (...args: unknown[]) => sdkWarnings.push(args.map(String).join(' ')), info: () => undefined, debug: () => undefined, verbose: () => undefined },
+  {
+    error: () => undefined,
+    warn: (...args: unknown[]) => sdkWarnings.push(args.map(String).join(' ')),
+    info: () => undefined,
+    debug: () => undefined,
+    verbose: () => undefined,
+  },
   DiagLogLevel.WARN,
 );
 
@@ -74,7 +80,14 @@ function post(url: string, headers: Record<string, string>, body: Buffer): Promi
 }
 
 function jsonExport(traceId: string, names = ['raw']): Buffer {
-  const spans = names.map((name, i) => ({ traceId, spanId: (i + 1).toString(16).padStart(16, '0'), name, kind: 1, startTimeUnixNano: '1', endTimeUnixNano: '2' }));
+  const spans = names.map((name, i) => ({
+    traceId,
+    spanId: (i + 1).toString(16).padStart(16, '0'),
+    name,
+    kind: 1,
+    startTimeUnixNano: '1',
+    endTimeUnixNano: '2',
+  }));
   return Buffer.from(JSON.stringify({ resourceSpans: [{ resource: { attributes: [] }, scopeSpans: [{ scope: { name: 'raw' }, spans }] }] }));
 }
 
@@ -117,7 +130,13 @@ describe('OTLP gateway failures (issue 9, SPEC §6)', () => {
       const second = Array.from({ length: 40 }, (_, i) => `second ${i}`);
       expect((await exportSpans(exporter, recordSpans(job.traceparent, second))).code).toBe(ExportResultCode.SUCCESS);
 
-      expect(sink.spans().slice(before).map((span) => span.name).sort()).toEqual([...first, ...second].sort());
+      expect(
+        sink
+          .spans()
+          .slice(before)
+          .map((span) => span.name)
+          .sort(),
+      ).toEqual([...first, ...second].sort());
       expect(sdkWarnings.join('\n')).not.toMatch(/rejectedSpans/);
       // The quota still holds: the job has now sent all 100 of its spans.
       const over = await post(`${service.gatewayUrl}/v1/traces`, { 'content-type': JSON_TYPE, ...jobCredentials(job) }, jsonExport(job.traceId));
@@ -126,7 +145,8 @@ describe('OTLP gateway failures (issue 9, SPEC §6)', () => {
 
     it('gives back what the collector rejected through its own partial success', async () => {
       const job = await pickUpTracedJob(service, keys, nextJob++);
-      const send = (names: string[]) => post(`${service.gatewayUrl}/v1/traces`, { 'content-type': JSON_TYPE, ...jobCredentials(job) }, jsonExport(job.traceId, names));
+      const send = (names: string[]) =>
+        post(`${service.gatewayUrl}/v1/traces`, { 'content-type': JSON_TYPE, ...jobCredentials(job) }, jsonExport(job.traceId, names));
       sink.answerNext({ rejectedSpans: 30, errorMessage: 'collector dropped 30' });
       await send(Array.from({ length: 50 }, (_, i) => `a${i}`));
       const rest = (await send(Array.from({ length: 80 }, (_, i) => `b${i}`))) as Answer;
@@ -138,20 +158,37 @@ describe('OTLP gateway failures (issue 9, SPEC §6)', () => {
 
   describe('every failure is a google.rpc.Status in the request encoding (item 6)', () => {
     const failures: Array<[string, (job: PickedUpJob, contentType: string) => Promise<Answer | { error: string }>, number]> = [
-      ['a URL that is not valid percent-encoding', (job, contentType) => post(`${service.gatewayUrl}/v1/%zz`, { 'content-type': contentType, ...jobCredentials(job) }, Buffer.alloc(0)), 400],
+      [
+        'a URL that is not valid percent-encoding',
+        (job, contentType) => post(`${service.gatewayUrl}/v1/%zz`, { 'content-type': contentType, ...jobCredentials(job) }, Buffer.alloc(0)),
+        400,
+      ],
       [
         'a capability URL that is not valid percent-encoding',
         (_job, contentType) => post(`${service.gatewayUrl}/jobs/1/${FAKE_CAPABILITY}/v1/%zz`, { 'content-type': contentType }, Buffer.alloc(0)),
         400,
       ],
-      ['an unknown route', (job, contentType) => post(`${service.gatewayUrl}/v1/spans`, { 'content-type': contentType, ...jobCredentials(job) }, Buffer.alloc(0)), 404],
+      [
+        'an unknown route',
+        (job, contentType) => post(`${service.gatewayUrl}/v1/spans`, { 'content-type': contentType, ...jobCredentials(job) }, Buffer.alloc(0)),
+        404,
+      ],
       ['no credentials', (_job, contentType) => post(`${service.gatewayUrl}/v1/traces`, { 'content-type': contentType }, Buffer.alloc(0)), 401],
-      ['a body that is not gzip', (job, contentType) => post(`${service.gatewayUrl}/v1/traces`, { 'content-type': contentType, 'content-encoding': 'gzip', ...jobCredentials(job) }, Buffer.from('plain')), 400],
+      [
+        'a body that is not gzip',
+        (job, contentType) =>
+          post(`${service.gatewayUrl}/v1/traces`, { 'content-type': contentType, 'content-encoding': 'gzip', ...jobCredentials(job) }, Buffer.from('plain')),
+        400,
+      ],
       [
         'a collector that is down',
         async (job, contentType) => {
           sink.answerNext(500);
-          return post(`${service.gatewayUrl}/v1/traces`, { 'content-type': contentType, ...jobCredentials(job) }, contentType === PROTOBUF ? Buffer.alloc(0) : jsonExport(job.traceId));
+          return post(
+            `${service.gatewayUrl}/v1/traces`,
+            { 'content-type': contentType, ...jobCredentials(job) },
+            contentType === PROTOBUF ? Buffer.alloc(0) : jsonExport(job.traceId),
+          );
         },
         502,
       ],
@@ -171,14 +208,29 @@ describe('OTLP gateway failures (issue 9, SPEC §6)', () => {
     });
 
     it('answers a request that arrives while it shuts down with a retryable Status and Retry-After', async () => {
-      const closing = await startService({ REDIS_URL: redis.url, OTLP_UPSTREAM_URL: sink.url, OTLP_UPSTREAM_TIMEOUT_MS: '1500', JOB_TOKEN_JWKS_FILE: keys.jwksFile });
+      const closing = await startService({
+        REDIS_URL: redis.url,
+        OTLP_UPSTREAM_URL: sink.url,
+        OTLP_UPSTREAM_TIMEOUT_MS: '1500',
+        JOB_TOKEN_JWKS_FILE: keys.jwksFile,
+      });
       const client = new Client(closing.gatewayUrl, { pipelining: 1 });
       try {
         const job = await pickUpTracedJob(closing, keys, nextJob++);
         const exportOn = async (contentType: string) => {
-          const response = await client.request({ path: '/v1/traces', method: 'POST', headers: { 'content-type': contentType, ...jobCredentials(job) }, body: jsonExport(job.traceId) });
+          const response = await client.request({
+            path: '/v1/traces',
+            method: 'POST',
+            headers: { 'content-type': contentType, ...jobCredentials(job) },
+            body: jsonExport(job.traceId),
+          });
           const header = (name: string) => response.headers[name] as string | undefined;
-          return { status: response.statusCode, contentType: header('content-type'), retryAfter: header('retry-after'), body: Buffer.from(await response.body.arrayBuffer()) };
+          return {
+            status: response.statusCode,
+            contentType: header('content-type'),
+            retryAfter: header('retry-after'),
+            body: Buffer.from(await response.body.arrayBuffer()),
+          };
         };
         // One export in flight on a kept-alive connection (the collector hangs) when SIGTERM comes;
         // the next export on that connection reaches a gateway that is shutting down.
@@ -202,7 +254,8 @@ describe('OTLP gateway failures (issue 9, SPEC §6)', () => {
   describe('Retry-After on collector faults (item 8)', () => {
     it("passes on the collector's own Retry-After in whole seconds, and otherwise asks for a retry within a second", async () => {
       const job = await pickUpTracedJob(service, keys, nextJob++);
-      const send = async () => (await post(`${service.gatewayUrl}/v1/traces`, { 'content-type': JSON_TYPE, ...jobCredentials(job) }, jsonExport(job.traceId))) as Answer;
+      const send = async () =>
+        (await post(`${service.gatewayUrl}/v1/traces`, { 'content-type': JSON_TYPE, ...jobCredentials(job) }, jsonExport(job.traceId))) as Answer;
       const inTwentySeconds = new Date(Date.now() + 20_500).toUTCString();
 
       sink.answerNext({ status: 503, retryAfter: '7' }, { status: 503, retryAfter: inTwentySeconds }, { status: 429, retryAfter: '30' }, 503);

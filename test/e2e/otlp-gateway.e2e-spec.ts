@@ -71,7 +71,12 @@ async function metric(service: ServiceProcess, pattern: RegExp): Promise<number>
 /** A hand-made export; JSON answers are checked against what openapi.yaml says of the gateway port. */
 async function rawExport(url: string, contentType: string, body: Buffer | string, headers: Record<string, string> = {}) {
   const response = await fetch(`${url}/v1/traces`, { method: 'POST', headers: { 'content-type': contentType, ...headers }, body });
-  const answer = { status: response.status, contentType: response.headers.get('content-type'), retryAfter: response.headers.get('retry-after'), body: Buffer.from(await response.arrayBuffer()) };
+  const answer = {
+    status: response.status,
+    contentType: response.headers.get('content-type'),
+    retryAfter: response.headers.get('retry-after'),
+    body: Buffer.from(await response.arrayBuffer()),
+  };
   if (answer.contentType === 'application/json') {
     expectMatchesOpenApi('/v1/traces', 'post', answer.status, answer.contentType, JSON.parse(answer.body.toString()));
   }
@@ -137,7 +142,14 @@ describe('OTLP gateway with the OpenTelemetry JS SDK as the client (SPEC §6)', 
   it.each(['proto', 'json'] as const)("overwrites a spoofed ci.project.id span attribute (%s) with the grant's, in the runner's types", async (kind) => {
     const job = await pickUpTracedJob(service, keys, nextJob++);
     // GitLab Runner's job_execution span attributes, with the identity spoofed.
-    const runnerAttributes = { 'ci.job.id': 1, 'ci.project.id': 999, 'ci.pipeline.id': '1', 'ci.runner.id': 3, 'ci.pipeline.source': 'push', 'ci.job.status': 'success' };
+    const runnerAttributes = {
+      'ci.job.id': 1,
+      'ci.project.id': 999,
+      'ci.pipeline.id': '1',
+      'ci.runner.id': 3,
+      'ci.pipeline.source': 'push',
+      'ci.job.status': 'success',
+    };
     const spans = recordSpans(job.traceparent, ['job_execution'], { 'service.name': 'runner' }, runnerAttributes);
     const before = sink.spans().length;
     expect((await exportSpans(exporterFor(kind, service.gatewayUrl, job), spans)).code).toBe(ExportResultCode.SUCCESS);
@@ -162,7 +174,13 @@ describe('OTLP gateway with the OpenTelemetry JS SDK as the client (SPEC §6)', 
     const before = sink.spans().length;
     const result = await exportSpans(exporterFor('proto', service.gatewayUrl, job), [...own, ...foreign]);
     expect(result.code).toBe(ExportResultCode.SUCCESS);
-    expect(sink.spans().slice(before).map((span) => span.name).sort()).toEqual(['own 1', 'own 2']);
+    expect(
+      sink
+        .spans()
+        .slice(before)
+        .map((span) => span.name)
+        .sort(),
+    ).toEqual(['own 1', 'own 2']);
     expect(sdkWarnings.join('\n')).toMatch(/Partial Success.*"rejectedSpans":"?3/);
   });
 
@@ -181,7 +199,11 @@ describe('OTLP gateway with the OpenTelemetry JS SDK as the client (SPEC §6)', 
     ['application/json', (body: Buffer) => JSON.parse(body.toString()) as { code: number; message: string }],
   ])('refuses bad tokens with 401 and a Status body in %s', async (contentType, decodeStatus) => {
     const job = await pickUpTracedJob(service, keys, nextJob++);
-    const attempts: Array<Record<string, string>> = [{}, { authorization: `Bearer ${job.jobToken}`, 'runner-token': 'glrt-not-the-runner' }, { authorization: 'Bearer glcbt-forged', 'runner-token': RUNNER_TOKEN }];
+    const attempts: Array<Record<string, string>> = [
+      {},
+      { authorization: `Bearer ${job.jobToken}`, 'runner-token': 'glrt-not-the-runner' },
+      { authorization: 'Bearer glcbt-forged', 'runner-token': RUNNER_TOKEN },
+    ];
     for (const headers of attempts) {
       const answer = await rawExport(service.gatewayUrl, contentType, contentType.includes('json') ? '{}' : Buffer.alloc(0), headers);
       expect(answer.status).toBe(401);
@@ -260,7 +282,13 @@ describe('OTLP gateway with the OpenTelemetry JS SDK as the client (SPEC §6)', 
     await new Promise((resolve) => setTimeout(resolve, 1500));
     await sink.start();
     expect((await exported).code).toBe(ExportResultCode.SUCCESS);
-    expect(sink.spans().slice(before).map((span) => span.name).sort()).toEqual([...names].sort());
+    expect(
+      sink
+        .spans()
+        .slice(before)
+        .map((span) => span.name)
+        .sort(),
+    ).toEqual([...names].sort());
   });
 
   it('looks tokens up at most once per cache window, however many exports', async () => {
@@ -290,7 +318,9 @@ describe('OTLP gateway with the OpenTelemetry JS SDK as the client (SPEC §6)', 
 
       const job = await pickUpTracedJob(control, keys, nextJob++);
       const before = sink.spans().length;
-      expect((await exportSpans(exporterFor('json', gatewayOnly.gatewayUrl, job), recordSpans(job.traceparent, ['remote']))).code).toBe(ExportResultCode.SUCCESS);
+      expect((await exportSpans(exporterFor('json', gatewayOnly.gatewayUrl, job), recordSpans(job.traceparent, ['remote']))).code).toBe(
+        ExportResultCode.SUCCESS,
+      );
       expect(sink.spans().slice(before)).toEqual([expect.objectContaining({ name: 'remote', traceId: job.traceId })]);
       expect((await exportSpans(exporterFor('json', gatewayOnly.gatewayUrl, job, 'glrt-wrong', 2000), recordSpans(job.traceparent, ['x']))).code).toBe(
         ExportResultCode.FAILED,
@@ -394,7 +424,9 @@ function jsonExport(traceId: string): string {
     resourceSpans: [
       {
         resource: { attributes: [] },
-        scopeSpans: [{ scope: { name: 'raw' }, spans: [{ traceId, spanId: '0102030405060708', name: 'raw', kind: 1, startTimeUnixNano: '1', endTimeUnixNano: '2' }] }],
+        scopeSpans: [
+          { scope: { name: 'raw' }, spans: [{ traceId, spanId: '0102030405060708', name: 'raw', kind: 1, startTimeUnixNano: '1', endTimeUnixNano: '2' }] },
+        ],
       },
     ],
   });

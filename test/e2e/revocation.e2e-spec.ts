@@ -82,7 +82,12 @@ describe('revocation reaches every replica and gateway within the grace', () => 
 
     expect(await exportAll('after')).toEqual([403, 403, 403, 403, 403, 403]);
     // Both gateways say why, with the request id, and never with a token or the capability.
-    for (const [service, requestId] of [[control, 'after-0'], [control, 'after-1'], [gatewayOnly, 'after-2'], [gatewayOnly, 'after-3']] as const) {
+    for (const [service, requestId] of [
+      [control, 'after-0'],
+      [control, 'after-1'],
+      [gatewayOnly, 'after-2'],
+      [gatewayOnly, 'after-3'],
+    ] as const) {
       // The line may reach this process's pipe after the answer did.
       const refusal = await waitFor(`the refusal log of ${requestId}`, async () =>
         service

@@ -95,10 +95,14 @@ describe('the built service as a process', () => {
 
     writeFlagsFile({ enabled: false }, flagsFile);
     const running = service;
-    await waitFor('the kill switch to take effect', async () => {
-      const { body } = await decorate(running, jobPayloadRequest());
-      return body.telemetry.reason === 'flag_disabled' ? true : undefined;
-    }, 5000);
+    await waitFor(
+      'the kill switch to take effect',
+      async () => {
+        const { body } = await decorate(running, jobPayloadRequest());
+        return body.telemetry.reason === 'flag_disabled' ? true : undefined;
+      },
+      5000,
+    );
   });
 
   describe('configuration errors', () => {

@@ -52,7 +52,14 @@ const stageSeconds = (scriptSeconds: number): Record<BuildStage, number> => ({
 
 /** A span that reached the Collector from outside CI: a web service's, exported straight to it. */
 function outsideCiRow(template: OtelTracesRow, serviceName: string, resource: Record<string, string>): OtelTracesRow {
-  return { ...template, SpanId: 'feedfacecafebeef', ServiceName: serviceName, ResourceAttributes: { 'service.name': serviceName, ...resource }, SpanAttributes: { 'http.route': '/checkout' }, SpanName: 'GET /checkout' };
+  return {
+    ...template,
+    SpanId: 'feedfacecafebeef',
+    ServiceName: serviceName,
+    ResourceAttributes: { 'service.name': serviceName, ...resource },
+    SpanAttributes: { 'http.route': '/checkout' },
+    SpanName: 'GET /checkout',
+  };
 }
 
 describe('ci_job_telemetry_traces on a real ClickHouse engine (SPEC §9)', () => {
@@ -112,7 +119,7 @@ describe('ci_job_telemetry_traces on a real ClickHouse engine (SPEC §9)', () =>
     await insertOtelTraces(clickhouse, [...exported, ...outside]);
 
     const rows = await clickhouse.query(
-      'SELECT trace_id, span_id, parent_span_id, project_id, pipeline_id, job_id, runner_id, service_name, span_name, status_code, job_status, toString(start) AS start, duration_ns FROM otel.ci_job_telemetry_traces ORDER BY start, span_name = \'job_execution\' DESC',
+      "SELECT trace_id, span_id, parent_span_id, project_id, pipeline_id, job_id, runner_id, service_name, span_name, status_code, job_status, toString(start) AS start, duration_ns FROM otel.ci_job_telemetry_traces ORDER BY start, span_name = 'job_execution' DESC",
     );
     expect(rows).toHaveLength(expectedSpans);
     expect(rows.some((row) => row.span_name === 'GET /checkout' || row.span_name === 'runner_heartbeat')).toBe(false);

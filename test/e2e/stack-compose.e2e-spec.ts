@@ -105,18 +105,18 @@ describe('docker-compose.yml, validated by docker-compose itself (no engine need
     expect(new URL(exporter.endpoint).host).toBe('clickhouse:9000');
     expect([exporter.database, exporter.username]).toEqual([clickhouse.CLICKHOUSE_DB, clickhouse.CLICKHOUSE_USER]);
     expect(read('deploy', 'clickhouse', 'init', '01-ci-job-telemetry.sql')).toContain(`CREATE DATABASE IF NOT EXISTS ${clickhouse.CLICKHOUSE_DB};`);
-    expect(mounts('clickhouse')).toContainEqual(({ source: join(ROOT, 'deploy', 'clickhouse', 'init'), target: '/docker-entrypoint-initdb.d' }));
+    expect(mounts('clickhouse')).toContainEqual({ source: join(ROOT, 'deploy', 'clickhouse', 'init'), target: '/docker-entrypoint-initdb.d' });
 
     // Grafana's provisioning YAML, read as it is: the test asserts the few members it needs.
     // eslint-disable-next-line @typescript-eslint/no-explicit-any
     const datasources = parse(read('deploy', 'grafana', 'provisioning', 'datasources', 'datasources.yaml')).datasources as Array<Record<string, any>>;
     const clickhouseSource = datasources.find((source) => source.type === 'grafana-clickhouse-datasource')!;
-    expect([clickhouseSource.jsonData.host, clickhouseSource.jsonData.port, clickhouseSource.jsonData.defaultDatabase, clickhouseSource.jsonData.username]).toEqual([
-      'clickhouse',
-      9000,
-      clickhouse.CLICKHOUSE_DB,
-      clickhouse.CLICKHOUSE_USER,
-    ]);
+    expect([
+      clickhouseSource.jsonData.host,
+      clickhouseSource.jsonData.port,
+      clickhouseSource.jsonData.defaultDatabase,
+      clickhouseSource.jsonData.username,
+    ]).toEqual(['clickhouse', 9000, clickhouse.CLICKHOUSE_DB, clickhouse.CLICKHOUSE_USER]);
     const prometheusSource = datasources.find((source) => source.type === 'prometheus')!;
     expect(new URL(prometheusSource.url).hostname).toBe('prometheus');
     const scrape = parse(read('deploy', 'prometheus', 'prometheus.yml')).scrape_configs[0];
@@ -128,7 +128,7 @@ describe('docker-compose.yml, validated by docker-compose itself (no engine need
     const uids = new Set([...dashboard.matchAll(/"uid": "([^"]+)"/g)].map((match) => match[1]).filter((uid) => uid !== 'ci-job-telemetry'));
     expect([...uids].sort()).toEqual(datasources.map((source) => source.uid).sort());
     const provider = parse(read('deploy', 'grafana', 'provisioning', 'dashboards', 'dashboards.yaml')).providers[0];
-    expect(mounts('grafana')).toContainEqual(({ source: join(ROOT, 'deploy', 'grafana', 'dashboards'), target: provider.options.path }));
+    expect(mounts('grafana')).toContainEqual({ source: join(ROOT, 'deploy', 'grafana', 'dashboards'), target: provider.options.path });
     // Every service reaches the ones it talks to.
     const shareNetwork = (a: string, b: string) => networksOf(a).some((network) => networksOf(b).includes(network));
     for (const [from, to] of [

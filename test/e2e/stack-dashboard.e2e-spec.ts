@@ -71,7 +71,15 @@ function runnerJobRows(job: {
   const startNanos = BigInt(Date.parse(job.start)) * 1_000_000n;
   const total = BUILD_STAGES.reduce((sum, stage) => sum + job.stageSeconds[stage], 0);
   const jobSpanId = job.jobId.toString(16).padStart(16, '0');
-  const row = (spanId: string, parent: string, name: string, start: bigint, seconds: number, attributes: Record<string, string>, status: string): OtelTracesRow => ({
+  const row = (
+    spanId: string,
+    parent: string,
+    name: string,
+    start: bigint,
+    seconds: number,
+    attributes: Record<string, string>,
+    status: string,
+  ): OtelTracesRow => ({
     Timestamp: dateTime64(start),
     TraceId: job.traceId,
     SpanId: spanId,
@@ -96,11 +104,29 @@ function runnerJobRows(job: {
     'Links.Attributes': [],
   });
   const rows = [
-    row(jobSpanId, 'ffffffffffff0000', 'job_execution', startNanos, total, { ...resource, 'ci.job.status': job.status, 'ci.runner.executor': 'shell' }, job.status === 'failed' ? 'Error' : 'Unset'),
+    row(
+      jobSpanId,
+      'ffffffffffff0000',
+      'job_execution',
+      startNanos,
+      total,
+      { ...resource, 'ci.job.status': job.status, 'ci.runner.executor': 'shell' },
+      job.status === 'failed' ? 'Error' : 'Unset',
+    ),
   ];
   let stageStart = startNanos;
   for (const [index, stage] of BUILD_STAGES.entries()) {
-    rows.push(row(`${job.jobId.toString(16).padStart(14, '0')}${index.toString(16).padStart(2, '0')}`, jobSpanId, stage, stageStart, job.stageSeconds[stage], {}, 'Unset'));
+    rows.push(
+      row(
+        `${job.jobId.toString(16).padStart(14, '0')}${index.toString(16).padStart(2, '0')}`,
+        jobSpanId,
+        stage,
+        stageStart,
+        job.stageSeconds[stage],
+        {},
+        'Unset',
+      ),
+    );
     stageStart += BigInt(job.stageSeconds[stage]) * 1_000_000_000n;
   }
   return rows;
@@ -122,13 +148,53 @@ describe('Grafana dashboard queries on a real ClickHouse engine (deploy/grafana)
     await clickhouse.query(SCHEMA);
     await insertOtelTraces(clickhouse, [
       // Project 7, pipeline 700: build, test (failed), deploy.
-      ...runnerJobRows({ traceId: TRACE_A, projectId: 7, pipelineId: 700, jobId: 4001, status: 'success', start: '2026-11-21T10:00:00Z', stageSeconds: stages(40) }),
-      ...runnerJobRows({ traceId: TRACE_A, projectId: 7, pipelineId: 700, jobId: 4002, status: 'failed', start: '2026-11-21T10:02:00Z', stageSeconds: stages(75) }),
-      ...runnerJobRows({ traceId: TRACE_A, projectId: 7, pipelineId: 700, jobId: 4003, status: 'success', start: '2026-11-21T10:05:00Z', stageSeconds: stages(90) }),
+      ...runnerJobRows({
+        traceId: TRACE_A,
+        projectId: 7,
+        pipelineId: 700,
+        jobId: 4001,
+        status: 'success',
+        start: '2026-11-21T10:00:00Z',
+        stageSeconds: stages(40),
+      }),
+      ...runnerJobRows({
+        traceId: TRACE_A,
+        projectId: 7,
+        pipelineId: 700,
+        jobId: 4002,
+        status: 'failed',
+        start: '2026-11-21T10:02:00Z',
+        stageSeconds: stages(75),
+      }),
+      ...runnerJobRows({
+        traceId: TRACE_A,
+        projectId: 7,
+        pipelineId: 700,
+        jobId: 4003,
+        status: 'success',
+        start: '2026-11-21T10:05:00Z',
+        stageSeconds: stages(90),
+      }),
       // Project 42, pipeline 800, later.
-      ...runnerJobRows({ traceId: TRACE_B, projectId: 42, pipelineId: 800, jobId: 5001, status: 'success', start: '2026-11-21T11:10:00Z', stageSeconds: stages(20) }),
+      ...runnerJobRows({
+        traceId: TRACE_B,
+        projectId: 42,
+        pipelineId: 800,
+        jobId: 5001,
+        status: 'success',
+        start: '2026-11-21T11:10:00Z',
+        stageSeconds: stages(20),
+      }),
       // Project 7 ten days earlier: outside the dashboard's time range.
-      ...runnerJobRows({ traceId: TRACE_OLD, projectId: 7, pipelineId: 600, jobId: 3001, status: 'failed', start: '2026-11-11T10:00:00Z', stageSeconds: stages(500) }),
+      ...runnerJobRows({
+        traceId: TRACE_OLD,
+        projectId: 7,
+        pipelineId: 600,
+        jobId: 3001,
+        status: 'failed',
+        start: '2026-11-11T10:00:00Z',
+        stageSeconds: stages(500),
+      }),
     ]);
   }, 60_000);
   afterAll(async () => {
@@ -138,7 +204,10 @@ describe('Grafana dashboard queries on a real ClickHouse engine (deploy/grafana)
   it('runs every ClickHouse query of the dashboard, variables and panels, with the macros expanded', async () => {
     const queries = [
       ...dashboard.templating.list.filter((variable) => variable.datasource.type === CLICKHOUSE_TYPE).map((variable) => variable.query),
-      ...dashboard.panels.flatMap((candidate) => candidate.targets).filter((target) => target.datasource.type === CLICKHOUSE_TYPE).map((target) => target.rawSql!),
+      ...dashboard.panels
+        .flatMap((candidate) => candidate.targets)
+        .filter((target) => target.datasource.type === CLICKHOUSE_TYPE)
+        .map((target) => target.rawSql!),
     ];
     expect(queries.length).toBeGreaterThanOrEqual(6);
     for (const sql of queries) await expect(run(sql)).resolves.toBeInstanceOf(Array);
@@ -173,11 +242,20 @@ describe('Grafana dashboard queries on a real ClickHouse engine (deploy/grafana)
       { project: 7, stage: 'step_script', spans: 3, p50_seconds: 75, p95_seconds: 90 },
       { project: 42, stage: 'step_script', spans: 1, p50_seconds: 20, p95_seconds: 20 },
     ]);
-    expect(rows.find((row) => row.project === 7 && row.stage === 'prepare_executor')).toEqual({ project: 7, stage: 'prepare_executor', spans: 3, p50_seconds: 3, p95_seconds: 3 });
+    expect(rows.find((row) => row.project === 7 && row.stage === 'prepare_executor')).toEqual({
+      project: 7,
+      stage: 'prepare_executor',
+      spans: 3,
+      p50_seconds: 3,
+      p95_seconds: 3,
+    });
     expect(rows).toHaveLength(2 * BUILD_STAGES.length);
     expect(rows.some((row) => row.stage === 'job_execution')).toBe(false);
 
-    const onlyProject42 = await run(panel('Stage durations p50/p95 by project and stage').targets[0].rawSql!, { ...CONTEXT, variables: { ...CONTEXT.variables, project: ['42'] } });
+    const onlyProject42 = await run(panel('Stage durations p50/p95 by project and stage').targets[0].rawSql!, {
+      ...CONTEXT,
+      variables: { ...CONTEXT.variables, project: ['42'] },
+    });
     expect(new Set(onlyProject42.map((row) => row.project))).toEqual(new Set([42]));
   });
 
@@ -215,7 +293,25 @@ describe("Spans rejected by the gateway: the panel's series is one the service e
 
     const job = await pickUpPipelineJob(service, { jobId: 6001, projectId: 7, pipelineId: 900 });
     const foreign = {
-      resourceSpans: [{ resource: { attributes: [] }, scopeSpans: [{ spans: [{ traceId: 'dddddddddddddddddddddddddddddddd', spanId: '1111111111111111', name: 'stray', kind: 1, startTimeUnixNano: '1', endTimeUnixNano: '2' }] }] }],
+      resourceSpans: [
+        {
+          resource: { attributes: [] },
+          scopeSpans: [
+            {
+              spans: [
+                {
+                  traceId: 'dddddddddddddddddddddddddddddddd',
+                  spanId: '1111111111111111',
+                  name: 'stray',
+                  kind: 1,
+                  startTimeUnixNano: '1',
+                  endTimeUnixNano: '2',
+                },
+              ],
+            },
+          ],
+        },
+      ],
     };
     // To the job's capability URL, as anything in the job exports: the credential is the URL.
     const response = await fetch(job.tracing.otel_endpoints![0].url, {

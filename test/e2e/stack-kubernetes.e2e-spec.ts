@@ -44,7 +44,10 @@ function environmentOf(deployment: K8sObject): Record<string, string> {
   for (const source of container(deployment).envFrom ?? []) Object.assign(env, find('ConfigMap', source.configMapRef.name).data);
   for (const variable of container(deployment).env ?? []) {
     const secret = variable.valueFrom?.secretKeyRef;
-    env[variable.name] = secret === undefined ? variable.value : ({ REDIS_URL: 'redis://redis.example:6379', UNLEASH_API_TOKEN: 'default:production.token' } as Record<string, string>)[variable.name] ?? 'secret';
+    env[variable.name] =
+      secret === undefined
+        ? variable.value
+        : (({ REDIS_URL: 'redis://redis.example:6379', UNLEASH_API_TOKEN: 'default:production.token' } as Record<string, string>)[variable.name] ?? 'secret');
   }
   return env;
 }
@@ -94,7 +97,10 @@ describe('deploy/kubernetes manifests', () => {
     for (const variable of Object.keys(env).filter((key) => key.endsWith('_FILE'))) {
       const mount = mounts.find((candidate) => env[variable].startsWith(`${candidate.mountPath}/`));
       const volume = volumes.find((candidate) => candidate.name === mount?.name);
-      expect({ variable, items: volume?.secret?.items.map((item) => item.path) }).toEqual({ variable, items: expect.arrayContaining([env[variable].split('/').pop()]) });
+      expect({ variable, items: volume?.secret?.items.map((item) => item.path) }).toEqual({
+        variable,
+        items: expect.arrayContaining([env[variable].split('/').pop()]),
+      });
     }
     for (const value of Object.values(find('ConfigMap', 'ci-job-telemetry').data!)) expect(value).not.toMatch(/^(glrt-|glcbt-)|password|token/i);
   });
@@ -160,7 +166,8 @@ describe('deploy/kubernetes manifests', () => {
     expect(admitsEdge).toBe(true);
     expect(rules.some((rule) => rule.from === undefined && rule.ports.some((port) => port.port === 'otlp-http'))).toBe(true);
     // The named ports exist on the pods the policy selects.
-    for (const rule of rules) for (const port of rule.ports) expect(container(control).ports.map((candidate: { name: string }) => candidate.name)).toContain(port.port);
+    for (const rule of rules)
+      for (const port of rule.ports) expect(container(control).ports.map((candidate: { name: string }) => candidate.name)).toContain(port.port);
   });
 
   it('points the edge gateway at the control Service and gives it only the internal-API key', () => {

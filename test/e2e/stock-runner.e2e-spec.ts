@@ -114,7 +114,13 @@ describe('a stock GitLab Runner exports through the gateway (SPEC §4, §6)', ()
       'cicd.pipeline.task.run.id': '7001',
       'cicd.worker.id': '17',
     });
-    expect(received.attributes).toMatchObject({ 'ci.job.id': 7001, 'ci.project.id': 7, 'ci.pipeline.id': '900', 'ci.runner.id': 17, 'ci.job.status': 'success' });
+    expect(received.attributes).toMatchObject({
+      'ci.job.id': 7001,
+      'ci.project.id': 7,
+      'ci.pipeline.id': '900',
+      'ci.runner.id': 17,
+      'ci.job.status': 'success',
+    });
     // The capability is a credential: it never reaches the collector nor the service's logs.
     const capability = String((payload.features.tracing as { otel_endpoints: Array<{ url: string }> }).otel_endpoints[0].url).split('/')[5];
     expect(JSON.stringify(sink.exports.at(-1)!.headers)).not.toContain(capability);
@@ -188,7 +194,12 @@ describe('a stock GitLab Runner exports through the gateway (SPEC §4, §6)', ()
   });
 
   it('hands hosted runners the collector with GCP OIDC in the shape the runner parses', async () => {
-    const hosted = await startService({ REDIS_URL: redis.url, HOSTED_RUNNER_TYPES: 'instance_type', COLLECTOR_PUBLIC_URL: 'https://otel.example.com', HOSTED_OIDC_AUDIENCE: 'aud-ci' });
+    const hosted = await startService({
+      REDIS_URL: redis.url,
+      HOSTED_RUNNER_TYPES: 'instance_type',
+      COLLECTOR_PUBLIC_URL: 'https://otel.example.com',
+      HOSTED_OIDC_AUDIENCE: 'aud-ci',
+    });
     try {
       const { payload } = await pickUpJob(hosted, jobPayloadRequest({ job: { id: 7005 }, runner: { runner_type: 'instance_type' } }));
       expect(readTracingAsRunner(payload.features)).toMatchObject({

@@ -61,7 +61,11 @@ function recordSpans(traceparent: string, names: string[]): ReadableSpan[] {
 async function authStatus(service: ServiceProcess, keys: GitLabKeys, jobId: number): Promise<number> {
   const response = await fetch(`${service.url}/internal/ci/telemetry/auth`, {
     method: 'POST',
-    headers: { ...(await internalApiHeaders(service.secrets.internalApiSecret)), authorization: `Bearer ${await keys.sign(jobId)}`, 'runner-token': RUNNER_TOKEN },
+    headers: {
+      ...(await internalApiHeaders(service.secrets.internalApiSecret)),
+      authorization: `Bearer ${await keys.sign(jobId)}`,
+      'runner-token': RUNNER_TOKEN,
+    },
   });
   await response.arrayBuffer();
   return response.status;
@@ -170,9 +174,7 @@ async function throughFailover(
   const statuses = await exportStatuses(service);
   // What a failover can lose: a grant the old primary acknowledged but had not yet replicated. The
   // job was told `enabled`; the auth endpoint now answers 403 for it.
-  const grantChecks = await Promise.all(
-    pickups.filter((pickup) => pickup.reason === 'enabled').map((pickup) => authStatus(service, keys, pickup.jobId)),
-  );
+  const grantChecks = await Promise.all(pickups.filter((pickup) => pickup.reason === 'enabled').map((pickup) => authStatus(service, keys, pickup.jobId)));
   return {
     grantChecks,
     pickups,

@@ -127,8 +127,7 @@ describe('operators roll out ci_job_telemetry with a real Unleash server', () =>
     return Number(match[1]);
   }
 
-  const reasonsOf = (answers: Answer[]): Reasons =>
-    answers.reduce<Reasons>((counts, { reason }) => ({ ...counts, [reason]: (counts[reason] ?? 0) + 1 }), {});
+  const reasonsOf = (answers: Answer[]): Reasons => answers.reduce<Reasons>((counts, { reason }) => ({ ...counts, [reason]: (counts[reason] ?? 0) + 1 }), {});
 
   /** Decorates `jobs` and checks the decision counter moved by exactly the answers' reasons. */
   async function sweep(jobs: JobPayloadRequestBody[]): Promise<Answer[]> {
@@ -166,7 +165,9 @@ describe('operators roll out ci_job_telemetry with a real Unleash server', () =>
       if (Number.isFinite(first)) {
         const ms = first - changedAt;
         followTimes.push({ change: what, ms, adminCallMs: changedAt - calledAt });
-        process.stderr.write(`unleash-rollout: "${what}" in force ${ms} ms after the admin API acknowledged it (admin calls took ${changedAt - calledAt} ms)\n`);
+        process.stderr.write(
+          `unleash-rollout: "${what}" in force ${ms} ms after the admin API acknowledged it (admin calls took ${changedAt - calledAt} ms)\n`,
+        );
         if (first > deadline) throw new Error(`"${what}" took ${ms} ms, more than ${boundMs} ms`);
         return ms;
       }
@@ -211,9 +212,7 @@ describe('operators roll out ci_job_telemetry with a real Unleash server', () =>
     if (secretsDir !== undefined) rmSync(secretsDir, { recursive: true, force: true });
     if (appName !== undefined) rmSync(join(tmpdir(), `unleash-backup-${appName}.json`), { force: true });
     if (followTimes.length > 0) {
-      process.stderr.write(
-        `unleash-rollout: admin change -> service acting (ms): ${followTimes.map(({ change, ms }) => `${change}=${ms}`).join(', ')}\n`,
-      );
+      process.stderr.write(`unleash-rollout: admin change -> service acting (ms): ${followTimes.map(({ change, ms }) => `${change}=${ms}`).join(', ')}\n`);
     }
   }, 30_000);
 
@@ -360,7 +359,11 @@ describe('operators roll out ci_job_telemetry with a real Unleash server', () =>
     await changeAndFollow(
       'raise 100 % -> 50 % again',
       () => unleash.upsertFlexibleRollout(TELEMETRY, { rollout: 50, stickiness: 'projectId' }),
-      () => [...PROJECT_IDS].filter((id) => !enabledAt50.has(id)).slice(0, 20).map((id) => job(id, { pipeline: [...sampledAt25][0] })),
+      () =>
+        [...PROJECT_IDS]
+          .filter((id) => !enabledAt50.has(id))
+          .slice(0, 20)
+          .map((id) => job(id, { pipeline: [...sampledAt25][0] })),
       (answer) => answer.reason === 'flag_disabled',
     );
     const jobs = () => PROJECT_IDS.map((id, index) => job(id, { pipeline: PIPELINE_IDS[index] }));
@@ -399,7 +402,10 @@ describe('operators roll out ci_job_telemetry with a real Unleash server', () =>
     await changeAndFollow(
       'kill switch right after Unleash is back',
       () => unleash.setEnabled(TELEMETRY, false),
-      () => PROJECT_IDS.filter((id) => enabledAt50.has(id)).slice(0, 20).map((id) => job(id)),
+      () =>
+        PROJECT_IDS.filter((id) => enabledAt50.has(id))
+          .slice(0, 20)
+          .map((id) => job(id)),
       (answer) => answer.reason === 'flag_disabled',
       FOLLOW_AFTER_OUTAGE_MS,
     );
@@ -412,7 +418,10 @@ describe('operators roll out ci_job_telemetry with a real Unleash server', () =>
     await changeAndFollow(
       'switch back on after the outage',
       () => unleash.setEnabled(TELEMETRY, true),
-      () => PROJECT_IDS.filter((id) => enabledAt50.has(id)).slice(0, 20).map((id) => job(id)),
+      () =>
+        PROJECT_IDS.filter((id) => enabledAt50.has(id))
+          .slice(0, 20)
+          .map((id) => job(id)),
       (answer) => answer.reason !== 'flag_disabled',
     );
   }, 120_000);

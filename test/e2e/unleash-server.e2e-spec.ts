@@ -17,8 +17,7 @@ describe('a real Unleash server driving unleash-client', () => {
   let client: Unleash;
   const clientErrors: Error[] = [];
 
-  const enabledProjects = (): Set<number> =>
-    new Set(PROJECT_IDS.filter((id) => client.isEnabled(FLAG, { properties: { projectId: String(id) } })));
+  const enabledProjects = (): Set<number> => new Set(PROJECT_IDS.filter((id) => client.isEnabled(FLAG, { properties: { projectId: String(id) } })));
 
   /** Resolves when the client emits one of `events`, at most `timeoutMs` from now. */
   const clientEmits = async (what: string, events: UnleashEvents[], timeoutMs = FOLLOW_MS): Promise<void> => {
@@ -34,10 +33,14 @@ describe('a real Unleash server driving unleash-client', () => {
 
   /** Resolves with the enabled projects once `accept` holds for them. */
   const clientSees = (what: string, accept: (enabled: Set<number>) => boolean): Promise<Set<number>> =>
-    waitFor(what, async () => {
-      const enabled = enabledProjects();
-      return accept(enabled) ? enabled : undefined;
-    }, FOLLOW_MS);
+    waitFor(
+      what,
+      async () => {
+        const enabled = enabledProjects();
+        return accept(enabled) ? enabled : undefined;
+      },
+      FOLLOW_MS,
+    );
 
   beforeAll(async () => {
     const startedAt = Date.now();

@@ -36,7 +36,12 @@ export interface PickedUpJob {
 }
 
 /** Job pickup as GitLab does it, for a job telemetry is enabled for; with the job token its runner holds. */
-export async function pickUpTracedJob(service: ServiceProcess, keys: GitLabKeys, jobId: number, runner = { id: 17, token: RUNNER_TOKEN }): Promise<PickedUpJob> {
+export async function pickUpTracedJob(
+  service: ServiceProcess,
+  keys: GitLabKeys,
+  jobId: number,
+  runner = { id: 17, token: RUNNER_TOKEN },
+): Promise<PickedUpJob> {
   const { telemetry } = await pickUpJob(service, jobPayloadRequest({ job: { id: jobId, root_pipeline_id: jobId * 10 }, runner }));
   if (!telemetry.enabled) throw new Error(`job ${jobId} was not enabled: ${telemetry.reason}`);
   return { jobId, traceId: telemetry.trace_id, traceparent: telemetry.traceparent, jobToken: await keys.sign(jobId), runnerToken: runner.token };
@@ -50,7 +55,10 @@ export function jobCredentials(job: PickedUpJob): Record<string, string> {
 /** Spans as a job's instrumented program makes them: parented on the TRACEPARENT the decorator minted. */
 export function recordSpans(traceparent: string, names: string[]): ReadableSpan[] {
   const memory = new InMemorySpanExporter();
-  const provider = new BasicTracerProvider({ resource: resourceFromAttributes({ 'service.name': 'rspec' }), spanProcessors: [new SimpleSpanProcessor(memory)] });
+  const provider = new BasicTracerProvider({
+    resource: resourceFromAttributes({ 'service.name': 'rspec' }),
+    spanProcessors: [new SimpleSpanProcessor(memory)],
+  });
   const parent = new W3CTraceContextPropagator().extract(ROOT_CONTEXT, { traceparent }, defaultTextMapGetter);
   const tracer = provider.getTracer('ci-job');
   for (const name of names) tracer.startSpan(name, {}, parent).end();

@@ -18,9 +18,7 @@ export function flagDefinitions({ rollout = 100, enabled = true, constraints = [
     {
       name: 'ci_job_telemetry',
       enabled,
-      strategies: [
-        { name: 'flexibleRollout', parameters: { rollout: String(rollout), stickiness: 'projectId', groupId: 'ci_job_telemetry' }, constraints },
-      ],
+      strategies: [{ name: 'flexibleRollout', parameters: { rollout: String(rollout), stickiness: 'projectId', groupId: 'ci_job_telemetry' }, constraints }],
     },
   ];
   if (sampling !== undefined) {

@@ -37,7 +37,14 @@ function macroArguments(sql: string, open: number): { args: string[]; end: numbe
   for (let index = open; index < sql.length; index++) {
     if (sql[index] === '(') depth++;
     if (sql[index] === ')') depth--;
-    if (depth === 0) return { args: sql.slice(open + 1, index).split(',').map((arg) => arg.trim()), end: index + 1 };
+    if (depth === 0)
+      return {
+        args: sql
+          .slice(open + 1, index)
+          .split(',')
+          .map((arg) => arg.trim()),
+        end: index + 1,
+      };
   }
   throw new Error(`unbalanced parentheses after ${sql.slice(0, open)}`);
 }

@@ -73,7 +73,8 @@ ${site}
   return {
     url,
     port,
-    logs: () => ['access.log', 'error.log'].map((name) => (existsSync(join(prefix, 'logs', name)) ? readFileSync(join(prefix, 'logs', name), 'utf8') : '')).join('\n'),
+    logs: () =>
+      ['access.log', 'error.log'].map((name) => (existsSync(join(prefix, 'logs', name)) ? readFileSync(join(prefix, 'logs', name), 'utf8') : '')).join('\n'),
     stop: async () => {
       if (child.exitCode !== null) return;
       await new Promise<void>((resolve) => {

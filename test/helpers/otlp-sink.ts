@@ -147,7 +147,9 @@ export async function startOtlpSink(): Promise<OtlpSink> {
         response.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(body));
       } else {
         const type = root.lookupType('otlp.ExportTraceServiceResponse');
-        const body = partial ? type.encode(type.fromObject({ partialSuccess: { rejectedSpans: partial.rejectedSpans, errorMessage: partial.errorMessage } })).finish() : new Uint8Array();
+        const body = partial
+          ? type.encode(type.fromObject({ partialSuccess: { rejectedSpans: partial.rejectedSpans, errorMessage: partial.errorMessage } })).finish()
+          : new Uint8Array();
         response.writeHead(200, { 'content-type': 'application/x-protobuf' }).end(Buffer.from(body));
       }
     });

@@ -8,7 +8,7 @@ import { freePort } from './ports';
 
 const run = promisify(execFile);
 
-const INSTALL_HINT = 'run `bash scripts/install-unleash-deps.sh` (it installs Debian\'s postgresql)';
+const INSTALL_HINT = "run `bash scripts/install-unleash-deps.sh` (it installs Debian's postgresql)";
 const READY_LINE = 'database system is ready to accept connections';
 const START_TIMEOUT_MS = 30_000;
 const STOP_TIMEOUT_MS = 10_000;
@@ -110,13 +110,11 @@ export async function startPostgres(options: { database?: string; port?: number 
 
   try {
     if (user !== undefined) await chown(dir, user.uid, user.gid);
-    await run(
-      join(binDir, 'initdb'),
-      ['-D', dataDir, '-U', 'postgres', '--auth=trust', '-E', 'UTF8', '--locale=C', '--no-sync'],
-      { env, ...spawnAs },
-    ).catch((error: Error & { stderr?: string }) => {
-      throw new Error(`initdb failed: ${error.stderr ?? error.message}`);
-    });
+    await run(join(binDir, 'initdb'), ['-D', dataDir, '-U', 'postgres', '--auth=trust', '-E', 'UTF8', '--locale=C', '--no-sync'], { env, ...spawnAs }).catch(
+      (error: Error & { stderr?: string }) => {
+        throw new Error(`initdb failed: ${error.stderr ?? error.message}`);
+      },
+    );
 
     // Another process may take a free port before postgres binds it: then try another one,
     // unless the caller chose the port.
@@ -126,22 +124,26 @@ export async function startPostgres(options: { database?: string; port?: number 
       const server = spawn(
         join(binDir, 'postgres'),
         [
-          '-D', dataDir,
-          '-p', String(port),
-          '-k', dir, // unix socket in our own dir, not /var/run/postgresql
-          '-c', 'listen_addresses=127.0.0.1',
-          '-c', 'fsync=off',
-          '-c', 'synchronous_commit=off',
-          '-c', 'full_page_writes=off',
+          '-D',
+          dataDir,
+          '-p',
+          String(port),
+          '-k',
+          dir, // unix socket in our own dir, not /var/run/postgresql
+          '-c',
+          'listen_addresses=127.0.0.1',
+          '-c',
+          'fsync=off',
+          '-c',
+          'synchronous_commit=off',
+          '-c',
+          'full_page_writes=off',
         ],
         { env, stdio: ['ignore', 'ignore', 'pipe'], ...spawnAs },
       );
       child = server;
       const started = await new Promise<boolean>((resolve, reject) => {
-        const timer = setTimeout(
-          () => reject(new Error(`postgres did not start within ${START_TIMEOUT_MS} ms:\n${log.join('')}`)),
-          START_TIMEOUT_MS,
-        );
+        const timer = setTimeout(() => reject(new Error(`postgres did not start within ${START_TIMEOUT_MS} ms:\n${log.join('')}`)), START_TIMEOUT_MS);
         server.stderr!.setEncoding('utf8').on('data', (chunk: string) => {
           log.push(chunk);
           if (log.join('').includes(READY_LINE)) {

@@ -36,7 +36,23 @@ export function makeRedisTls(dir: string): RedisTls {
   openssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2', '-subj', '/CN=cjt test CA', '-keyout', file('ca.key'), '-out', file('ca.crt'));
   openssl('req', '-newkey', 'rsa:2048', '-nodes', '-subj', '/CN=localhost', '-keyout', file('redis.key'), '-out', file('redis.csr'));
   writeFileSync(file('san.ext'), 'subjectAltName=IP:127.0.0.1,DNS:localhost\n');
-  openssl('x509', '-req', '-in', file('redis.csr'), '-CA', file('ca.crt'), '-CAkey', file('ca.key'), '-CAcreateserial', '-days', '2', '-extfile', file('san.ext'), '-out', file('redis.crt'));
+  openssl(
+    'x509',
+    '-req',
+    '-in',
+    file('redis.csr'),
+    '-CA',
+    file('ca.crt'),
+    '-CAkey',
+    file('ca.key'),
+    '-CAcreateserial',
+    '-days',
+    '2',
+    '-extfile',
+    file('san.ext'),
+    '-out',
+    file('redis.crt'),
+  );
   return { caFile: file('ca.crt'), certFile: file('redis.crt'), keyFile: file('redis.key'), ca: readFileSync(file('ca.crt'), 'utf8') };
 }
 
@@ -109,18 +125,39 @@ class Setup {
     const listen = this.tls === undefined ? ['--port', String(port)] : ['--port', '0', '--tls-port', String(port), ...this.tlsArgs()];
     return [
       ...listen,
-      '--bind', '127.0.0.1',
-      '--save', '',
-      '--appendonly', 'no',
-      '--requirepass', ADMIN_PASSWORD,
-      '--masterauth', ADMIN_PASSWORD,
-      '--user', SERVICE_USER, 'on', `>${SERVICE_PASSWORD}`, '~cjt:*', '+@all',
+      '--bind',
+      '127.0.0.1',
+      '--save',
+      '',
+      '--appendonly',
+      'no',
+      '--requirepass',
+      ADMIN_PASSWORD,
+      '--masterauth',
+      ADMIN_PASSWORD,
+      '--user',
+      SERVICE_USER,
+      'on',
+      `>${SERVICE_PASSWORD}`,
+      '~cjt:*',
+      '+@all',
     ];
   }
 
   tlsArgs(): string[] {
     const tls = this.tls!;
-    return ['--tls-cert-file', tls.certFile, '--tls-key-file', tls.keyFile, '--tls-ca-cert-file', tls.caFile, '--tls-auth-clients', 'no', '--tls-replication', 'yes'];
+    return [
+      '--tls-cert-file',
+      tls.certFile,
+      '--tls-key-file',
+      tls.keyFile,
+      '--tls-ca-cert-file',
+      tls.caFile,
+      '--tls-auth-clients',
+      'no',
+      '--tls-replication',
+      'yes',
+    ];
   }
 
   spawn(args: string[]): ChildProcess {
@@ -328,11 +365,15 @@ export async function startRedisCluster(options: { tls?: boolean } = {}): Promis
   const ports = await Promise.all(Array.from({ length: 6 }, () => freePort()));
   const busPorts = await Promise.all(Array.from({ length: 6 }, () => freePort()));
   const clusterArgs = (i: number) => [
-    '--cluster-enabled', 'yes',
-    '--cluster-config-file', join(setup.dir, `nodes-${ports[i]}.conf`),
-    '--cluster-node-timeout', '1000',
+    '--cluster-enabled',
+    'yes',
+    '--cluster-config-file',
+    join(setup.dir, `nodes-${ports[i]}.conf`),
+    '--cluster-node-timeout',
+    '1000',
     // Bus ports of their own: the default (port + 10000) can fall outside the port range or on a taken port.
-    '--cluster-port', String(busPorts[i]),
+    '--cluster-port',
+    String(busPorts[i]),
     ...(setup.tls === undefined ? [] : ['--tls-cluster', 'yes']),
   ];
   const nodes = await Promise.all(ports.map((port, i) => setup.startServer(port, clusterArgs(i))));
@@ -359,7 +400,13 @@ export async function startRedisCluster(options: { tls?: boolean } = {}): Promis
   return {
     mode: 'cluster',
     nodes,
-    env: { REDIS_CLUSTER_NODES: ports.slice(0, 3).map((port) => `127.0.0.1:${port}`).join(','), ...env },
+    env: {
+      REDIS_CLUSTER_NODES: ports
+        .slice(0, 3)
+        .map((port) => `127.0.0.1:${port}`)
+        .join(','),
+      ...env,
+    },
     settings: (commandTimeoutMs) => ({
       topology: { mode: 'cluster', nodes: ports.slice(0, 3).map((port) => ({ host: '127.0.0.1', port })) },
       commandTimeoutMs,
@@ -377,7 +424,9 @@ export async function startRedisCluster(options: { tls?: boolean } = {}): Promis
 
 /** Primaries that serve slots and are not marked failed, from CLUSTER NODES. */
 async function clusterPrimaries(setup: Setup, port: number): Promise<number[]> {
-  const lines = String(await setup.admin(port, 'CLUSTER', 'NODES')).trim().split('\n');
+  const lines = String(await setup.admin(port, 'CLUSTER', 'NODES'))
+    .trim()
+    .split('\n');
   return lines
     .map((line) => line.split(' '))
     .filter((fields) => fields[2].includes('master') && !fields[2].includes('fail') && fields.length > 8)

@@ -18,7 +18,12 @@ export class LogCapture extends Writable {
   readonly lines: string[] = [];
 
   override _write(chunk: Buffer, _encoding: string, callback: () => void): void {
-    this.lines.push(...chunk.toString().split('\n').filter((line) => line.length > 0));
+    this.lines.push(
+      ...chunk
+        .toString()
+        .split('\n')
+        .filter((line) => line.length > 0),
+    );
     callback();
   }
 
@@ -65,10 +70,7 @@ export interface ServiceProcess {
 }
 
 /** The built service (`dist/main.js`) as its own process, the way operators run it. */
-export async function startService(
-  env: Record<string, string> = {},
-  options: { waitReady?: boolean; cwd?: string } = {},
-): Promise<ServiceProcess> {
+export async function startService(env: Record<string, string> = {}, options: { waitReady?: boolean; cwd?: string } = {}): Promise<ServiceProcess> {
   const main = join(ROOT, 'dist', 'main.js');
   if (!existsSync(main)) throw new Error('dist/main.js is missing: `npm test` builds it first (npm run build)');
   const secrets = makeSecretFiles();

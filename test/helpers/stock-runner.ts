@@ -43,8 +43,7 @@ export function readTracingAsRunner(features: unknown): RunnerTracingView {
   // oteltrace.TraceIDFromHex / SpanIDFromHex: exact length, lowercase hex, not all zero.
   const traceId = typeof tracing.trace_id === 'string' ? tracing.trace_id : '';
   const spanId = typeof tracing.span_parent_id === 'string' ? tracing.span_parent_id : '';
-  const parent =
-    HEX32.test(traceId) && !/^0+$/.test(traceId) && HEX16.test(spanId) && !/^0+$/.test(spanId) ? { traceId, spanId } : undefined;
+  const parent = HEX32.test(traceId) && !/^0+$/.test(traceId) && HEX16.test(spanId) && !/^0+$/.test(spanId) ? { traceId, spanId } : undefined;
   if (parent === undefined) warnings.push('Failed to parse trace ID or span ID');
 
   const endpoints = Array.isArray(tracing.otel_endpoints) ? tracing.otel_endpoints : [];
@@ -64,7 +63,9 @@ export function readTracingAsRunner(features: unknown): RunnerTracingView {
     if (scheme === 'http' || scheme === 'https') {
       transport = 'otlp-http-protobuf';
       // Go's url.Parse leaves Path empty for "http://host:4318" where WHATWG URL says "/".
-      const rawPath = String(endpoint.url).replace(/^[a-z][a-z0-9+.-]*:\/\/[^/?#]*/i, '').replace(/[?#].*$/, '');
+      const rawPath = String(endpoint.url)
+        .replace(/^[a-z][a-z0-9+.-]*:\/\/[^/?#]*/i, '')
+        .replace(/[?#].*$/, '');
       target = `${scheme}://${url.host}${rawPath === '' ? DEFAULT_TRACES_PATH : url.pathname}`;
     } else if (scheme === 'grpc' || scheme === 'grpcs') {
       transport = 'otlp-grpc';

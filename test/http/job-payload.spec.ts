@@ -41,7 +41,10 @@ describe('POST /internal/ci/telemetry/job_payload', () => {
 
     const now = () => Math.floor(Date.now() / 1000);
     const sign = (secret: Buffer, claims: { iss?: string; iat?: number; exp?: number }) => {
-      const jwt = new SignJWT({}).setProtectedHeader({ alg: 'HS256' }).setIssuedAt(claims.iat ?? now()).setExpirationTime(claims.exp ?? now() + 60);
+      const jwt = new SignJWT({})
+        .setProtectedHeader({ alg: 'HS256' })
+        .setIssuedAt(claims.iat ?? now())
+        .setExpirationTime(claims.exp ?? now() + 60);
       if (claims.iss !== undefined) jwt.setIssuer(claims.iss);
       return jwt.sign(createSecretKey(secret));
     };

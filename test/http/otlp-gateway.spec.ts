@@ -63,7 +63,14 @@ describe('OTLP gateway in process (SPEC §6)', () => {
     const metrics = new GatewayMetrics(new Registry());
     store = options.store ?? new MemoryGrantStore();
     collector = new FakeCollector();
-    gateway = buildGatewayServer({ config, logger: pino({ level: 'silent' }), decisions: new DecisionCache(decide, 100, metrics), store, upstream: collector, metrics });
+    gateway = buildGatewayServer({
+      config,
+      logger: pino({ level: 'silent' }),
+      decisions: new DecisionCache(decide, 100, metrics),
+      store,
+      upstream: collector,
+      metrics,
+    });
     await gateway.ready();
   }
   afterEach(async () => {

@@ -191,7 +191,11 @@ describe('POST /internal/ci/telemetry/auth (SPEC §5)', () => {
       const env = { GRANT_REVOKE_GRACE_SECONDS: '1', AUTH_DECISION_MAX_AGE_SECONDS: '60' };
       service = await start(env);
       // Replicas share the key files, as a deployment mounts the same secrets into each.
-      const replica = await start({ ...env, INTERNAL_API_SECRET_FILE: service.config.INTERNAL_API_SECRET_FILE!, TRACE_KEY_FILE: service.config.TRACE_KEY_FILE! });
+      const replica = await start({
+        ...env,
+        INTERNAL_API_SECRET_FILE: service.config.INTERNAL_API_SECRET_FILE!,
+        TRACE_KEY_FILE: service.config.TRACE_KEY_FILE!,
+      });
       try {
         await pickUp(service, { job: { id: 3202 } });
         const token = await keys.sign(3202);
@@ -331,7 +335,13 @@ describe('POST /internal/ci/telemetry/auth (SPEC §5)', () => {
       const withKey = { 'ci-telemetry-caller-key': callerKey, authorization: `Bearer ${JOB_TOKEN}`, 'runner-token': RUNNER_TOKEN };
       expect((await request(service, 'POST', AUTH, withKey)).status).toBe(200);
       expect((await request(service, 'POST', AUTH, { ...withKey, 'ci-telemetry-caller-key': generateCallerKey() })).status).toBe(401);
-      const pickupWithKey = await request(service, 'POST', PICKUP, { 'ci-telemetry-caller-key': callerKey, 'content-type': 'application/json' }, jobPayloadRequest());
+      const pickupWithKey = await request(
+        service,
+        'POST',
+        PICKUP,
+        { 'ci-telemetry-caller-key': callerKey, 'content-type': 'application/json' },
+        jobPayloadRequest(),
+      );
       expect(pickupWithKey.status).toBe(401);
     });
   });

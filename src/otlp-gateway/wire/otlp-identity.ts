@@ -57,8 +57,9 @@ export function itemIdentityAttributes(grant: GatewayGrant): ReadonlyMap<string,
 }
 
 /** Lengths of the item identity keys, so a wire walker can skip decoding every other key. */
-export const ITEM_IDENTITY_KEY_LENGTHS: ReadonlySet<number> = new Set(['ci.job.id', 'ci.project.id', 'ci.pipeline.id', 'ci.runner.id'].map((key) => key.length));
-
+export const ITEM_IDENTITY_KEY_LENGTHS: ReadonlySet<number> = new Set(
+  ['ci.job.id', 'ci.project.id', 'ci.pipeline.id', 'ci.runner.id'].map((key) => key.length),
+);
 
 export function grantTraceIdHex(grant: GatewayGrant): string {
   if (typeof grant.traceId !== 'string' || !/^[0-9a-fA-F]{32}$/.test(grant.traceId)) {
@@ -127,7 +128,7 @@ export class SpanAdmission {
       `over the per-span limits (${maxBytes} bytes encoded, ${maxAttributes} attributes, ${maxAttributeValueBytes} bytes per attribute value)`,
     );
     reason(this.overQuota, "this CI job's span quota is exhausted");
-    reason(this.overRate, "this CI job is sending more spans per second than it may");
+    reason(this.overRate, 'this CI job is sending more spans per second than it may');
     return {
       body,
       forwardedItems: this.kept,

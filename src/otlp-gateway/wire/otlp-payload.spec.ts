@@ -107,9 +107,7 @@ function identityOf(resourceEntry: Json): Json[] {
 }
 
 function spanNames(request: Json): string[] {
-  return (request.resourceSpans ?? []).flatMap((rs: Json) =>
-    (rs.scopeSpans ?? []).flatMap((ss: Json) => (ss.spans ?? []).map((s: Json) => s.name)),
-  );
+  return (request.resourceSpans ?? []).flatMap((rs: Json) => (rs.scopeSpans ?? []).flatMap((ss: Json) => (ss.spans ?? []).map((s: Json) => s.name)));
 }
 
 const RICH_SPAN_EXTRA: Json = {
@@ -158,11 +156,7 @@ function tracesRequest(): Json {
         scopeSpans: [
           {
             scope: { name: 'rspec-tracer', version: '1.2.3' },
-            spans: [
-              span(GRANT.traceId, 'compile', RICH_SPAN_EXTRA),
-              span(FOREIGN_TRACE, 'foreign-1'),
-              span(GRANT.traceId, 'test'),
-            ],
+            spans: [span(GRANT.traceId, 'compile', RICH_SPAN_EXTRA), span(FOREIGN_TRACE, 'foreign-1'), span(GRANT.traceId, 'test')],
             schemaUrl: 'https://opentelemetry.io/schemas/1.26.0',
           },
           { scope: { name: 'only-foreign' }, spans: [span(FOREIGN_TRACE, 'foreign-2')] },
@@ -207,9 +201,7 @@ describe.each(['protobuf', 'json'] as const)('enforceExport traces (%s)', (encod
     expect(spanNames(decode('traces', result.body, encoding))).toEqual(['compile', 'test']);
     expect(result.forwardedItems).toBe(2);
     expect(result.rejectedItems).toBe(5);
-    expect(result.errorMessage).toBe(
-      "4 spans rejected: trace_id is not this CI job's trace; 1 span rejected: this CI job's span quota is exhausted",
-    );
+    expect(result.errorMessage).toBe("4 spans rejected: trace_id is not this CI job's trace; 1 span rejected: this CI job's span quota is exhausted");
   });
 
   it('reports nothing to forward when the quota is already spent', () => {
@@ -287,8 +279,7 @@ describe('enforceExport protobuf wire preservation', () => {
   const unknownIn = (where: string) => bytesField(4242, Buffer.from(`unknown field in ${where}`));
   const spanType = schema.lookupType('otlp.Span');
   const resourceType = schema.lookupType('otlp.Resource');
-  const encodeMessage = (type: protobuf.Type, object: Json) =>
-    Buffer.from(type.encode(type.fromObject(hexToBase64(object) as Json)).finish());
+  const encodeMessage = (type: protobuf.Type, object: Json) => Buffer.from(type.encode(type.fromObject(hexToBase64(object) as Json)).finish());
 
   function requestWithUnknownFields(): { body: Buffer; keptSpan: Buffer; foreignSpan: Buffer } {
     const withoutIdentity = RICH_SPAN_EXTRA.attributes.filter((kv: Json) => !kv.key.startsWith('ci.'));
@@ -296,15 +287,9 @@ describe('enforceExport protobuf wire preservation', () => {
       encodeMessage(spanType, span(GRANT.traceId, 'kept', { ...RICH_SPAN_EXTRA, attributes: withoutIdentity })),
       unknownIn('span'),
     ]);
-    const foreignSpan = Buffer.concat([
-      encodeMessage(spanType, span(FOREIGN_TRACE, 'foreign')),
-      unknownIn('foreign span'),
-    ]);
+    const foreignSpan = Buffer.concat([encodeMessage(spanType, span(FOREIGN_TRACE, 'foreign')), unknownIn('foreign span')]);
     const scopeSpans = Buffer.concat([bytesField(2, keptSpan), bytesField(2, foreignSpan), unknownIn('scope')]);
-    const resource = Buffer.concat([
-      encodeMessage(resourceType, { attributes: [{ key: 'ci.job.id', value: { intValue: '1' } }] }),
-      unknownIn('resource'),
-    ]);
+    const resource = Buffer.concat([encodeMessage(resourceType, { attributes: [{ key: 'ci.job.id', value: { intValue: '1' } }] }), unknownIn('resource')]);
     // A second `resource` occurrence merges into the first for every decoder: spoofing must not hide in it.
     const resourceTail = encodeMessage(resourceType, {
       attributes: [
@@ -312,12 +297,7 @@ describe('enforceExport protobuf wire preservation', () => {
         { key: 'k8s.pod.name', value: { stringValue: 'runner-pod' } },
       ],
     });
-    const resourceSpans = Buffer.concat([
-      bytesField(1, resource),
-      bytesField(2, scopeSpans),
-      unknownIn('resource spans'),
-      bytesField(1, resourceTail),
-    ]);
+    const resourceSpans = Buffer.concat([bytesField(1, resource), bytesField(2, scopeSpans), unknownIn('resource spans'), bytesField(1, resourceTail)]);
     const body = Buffer.concat([bytesField(1, resourceSpans), unknownIn('request')]);
     return { body, keptSpan, foreignSpan };
   }
@@ -335,10 +315,7 @@ describe('enforceExport protobuf wire preservation', () => {
       expect(result.body.includes(unknownIn(where))).toBe(false);
     }
     const [resourceSpans] = decode('traces', result.body, 'protobuf').resourceSpans;
-    expect(attributesOf(resourceSpans)).toEqual([
-      { key: 'k8s.pod.name', value: { stringValue: 'runner-pod' } },
-      ...EXPECTED_IDENTITY,
-    ]);
+    expect(attributesOf(resourceSpans)).toEqual([{ key: 'k8s.pod.name', value: { stringValue: 'runner-pod' } }, ...EXPECTED_IDENTITY]);
   });
 
   it('leaves a request without foreign spans identical apart from the stamped resource', () => {
@@ -352,7 +329,6 @@ describe('enforceExport protobuf wire preservation', () => {
     expect(result.body.includes(scopeSpans)).toBe(true);
     expect(result.forwardedItems).toBe(2);
   });
-
 });
 
 describe('enforceExport JSON specifics', () => {
@@ -362,7 +338,12 @@ describe('enforceExport JSON specifics', () => {
         resource_spans: [
           {
             scope_spans: [
-              { spans: [{ trace_id: FOREIGN_TRACE, name: 'sneaky' }, { trace_id: GRANT.traceId, name: 'ok' }] },
+              {
+                spans: [
+                  { trace_id: FOREIGN_TRACE, name: 'sneaky' },
+                  { trace_id: GRANT.traceId, name: 'ok' },
+                ],
+              },
             ],
           },
         ],
@@ -412,8 +393,7 @@ describe('enforceExport with a real OpenTelemetry SDK as the client', () => {
       spanProcessors: [new SimpleSpanProcessor(exporter)],
     });
     const tracer = provider.getTracer('spec');
-    const inTrace = (traceId: string) =>
-      trace.setSpanContext(ROOT_CONTEXT, { traceId, spanId: '00f067aa0ba902b7', traceFlags: TraceFlags.SAMPLED });
+    const inTrace = (traceId: string) => trace.setSpanContext(ROOT_CONTEXT, { traceId, spanId: '00f067aa0ba902b7', traceFlags: TraceFlags.SAMPLED });
     const own = tracer.startSpan('build', { attributes: { 'build.target': 'all' } }, inTrace(GRANT.traceId));
     own.addEvent('cache-miss', { key: 'deps' });
     own.end();
@@ -435,9 +415,7 @@ describe('enforceExport with a real OpenTelemetry SDK as the client', () => {
     const [forwardedSpan] = resourceSpans.scopeSpans[0].spans;
     expect(forwardedSpan.name).toBe('build');
     expect(forwardedSpan.events[0].name).toBe('cache-miss');
-    expect(attributesOf(resourceSpans).filter((kv) => kv.key === 'ci.job.id')).toEqual([
-      { key: 'ci.job.id', value: { intValue: '1001' } },
-    ]);
+    expect(attributesOf(resourceSpans).filter((kv) => kv.key === 'ci.job.id')).toEqual([{ key: 'ci.job.id', value: { intValue: '1001' } }]);
     expect(attributesOf(resourceSpans).map((kv) => kv.key)).toContain('service.name');
   });
 });
@@ -474,18 +452,14 @@ function metricsRequest(): Json {
               {
                 name: 'h',
                 histogram: {
-                  dataPoints: [
-                    { count: '3', sum: 6, bucketCounts: ['1', '2'], explicitBounds: [1], exemplars: [exemplar] },
-                  ],
+                  dataPoints: [{ count: '3', sum: 6, bucketCounts: ['1', '2'], explicitBounds: [1], exemplars: [exemplar] }],
                   aggregationTemporality: 1,
                 },
               },
               {
                 name: 'e',
                 exponentialHistogram: {
-                  dataPoints: [
-                    { count: '2', scale: 3, zeroCount: '1', positive: { offset: -2, bucketCounts: ['1', '1'] } },
-                  ],
+                  dataPoints: [{ count: '2', scale: 3, zeroCount: '1', positive: { offset: -2, bucketCounts: ['1', '1'] } }],
                 },
               },
               {
@@ -533,14 +507,9 @@ describe.each(['protobuf', 'json'] as const)('enforceExport metrics and logs (%s
     expect(result).toMatchObject({ forwardedItems: 7, rejectedItems: 0, nothingToForward: false });
     const forwarded = decode('metrics', result.body, encoding);
     const sent = decode('metrics', encode('metrics', request, encoding), encoding);
-    expect(attributesOf(forwarded.resourceMetrics[0])).toEqual([
-      { key: 'service.name', value: { stringValue: 'm' } },
-      ...EXPECTED_IDENTITY,
-    ]);
+    expect(attributesOf(forwarded.resourceMetrics[0])).toEqual([{ key: 'service.name', value: { stringValue: 'm' } }, ...EXPECTED_IDENTITY]);
     expect(attributesOf(forwarded.resourceMetrics[1])).toEqual(EXPECTED_IDENTITY);
-    expect(forwarded.resourceMetrics.map((rm: Json) => rm.scopeMetrics)).toEqual(
-      sent.resourceMetrics.map((rm: Json) => rm.scopeMetrics),
-    );
+    expect(forwarded.resourceMetrics.map((rm: Json) => rm.scopeMetrics)).toEqual(sent.resourceMetrics.map((rm: Json) => rm.scopeMetrics));
   });
 
   it('stamps a logs export, counts its records and leaves them alone (log trace ids are not filtered)', () => {
@@ -606,10 +575,7 @@ describe('enforceExport on corrupted bodies', () => {
 
   it.each(['protobuf', 'json'] as const)('%s: refuses as bad request or forwards only the grant trace', (encoding) => {
     const seedBody = encode('traces', tracesRequest(), encoding);
-    const alphabet =
-      encoding === 'json'
-        ? Buffer.from('0123456789abcdefABCDEF_-.e ":,{}[]')
-        : Buffer.from(Array.from({ length: 256 }, (_, i) => i));
+    const alphabet = encoding === 'json' ? Buffer.from('0123456789abcdefABCDEF_-.e ":,{}[]') : Buffer.from(Array.from({ length: 256 }, (_, i) => i));
     let forwarded = 0;
     for (const body of corruptions(seedBody, alphabet, 3000)) {
       let result;
@@ -798,7 +764,13 @@ describe.each(['traces', 'metrics', 'logs'] as const)('enforceExport deprecated 
   const stamped = [{ key: 'ci.job.id', value: { intValue: '1001' } }];
 
   it('protobuf field 1000 beside no current scope: enforced and forwarded as current scopes', () => {
-    const body = Buffer.from(withDeprecated.encode(withDeprecated.fromObject(hexToBase64({ [resources]: [{ [`deprecated${scopes[0].toUpperCase()}${scopes.slice(1)}`]: [smuggledScope()] }]}) as Json)).finish());
+    const body = Buffer.from(
+      withDeprecated
+        .encode(
+          withDeprecated.fromObject(hexToBase64({ [resources]: [{ [`deprecated${scopes[0].toUpperCase()}${scopes.slice(1)}`]: [smuggledScope()] }] }) as Json),
+        )
+        .finish(),
+    );
 
     const result = enforceExport(signal, 'protobuf', body, GRANT, 1000);
 
@@ -813,7 +785,9 @@ describe.each(['traces', 'metrics', 'logs'] as const)('enforceExport deprecated 
   it('protobuf field 1000 beside current scopes: dropped, as the Collector ignores it there', () => {
     const deprecatedName = `deprecated${scopes[0].toUpperCase()}${scopes.slice(1)}`;
     const body = Buffer.from(
-      withDeprecated.encode(withDeprecated.fromObject(hexToBase64({ [resources]: [{ [scopes]: [currentScope()], [deprecatedName]: [smuggledScope()] }] }) as Json)).finish(),
+      withDeprecated
+        .encode(withDeprecated.fromObject(hexToBase64({ [resources]: [{ [scopes]: [currentScope()], [deprecatedName]: [smuggledScope()] }] }) as Json))
+        .finish(),
     );
 
     const result = enforceExport(signal, 'protobuf', body, GRANT, 1000);
@@ -874,7 +848,10 @@ describe.each(['traces', 'metrics', 'logs'] as const)('enforceExport deprecated 
 
   it('protobuf fields outside the allow-list are dropped at the request, resource, scope and metric levels', () => {
     const tagged = (fieldNumber: number, payload: Buffer) => {
-      const header = protobuf.Writer.create().uint32((fieldNumber << 3) | 2).uint32(payload.length).finish();
+      const header = protobuf.Writer.create()
+        .uint32((fieldNumber << 3) | 2)
+        .uint32(payload.length)
+        .finish();
       return Buffer.concat([Buffer.from(header), payload]);
     };
     const encodeAs = (type: string, object: Json) => {
@@ -918,7 +895,9 @@ describe.each(['protobuf', 'json'] as const)('enforceExport per-span limits (%s)
 
   it('rejects spans with too many attributes or too long a value through partial success, never truncating', () => {
     const spans = [
-      span(GRANT.traceId, 'fits', { attributes: [attribute('a', { stringValue: 'é'.repeat(5) }), attribute('b', { intValue: '1' }), attribute('c', { boolValue: true })] }),
+      span(GRANT.traceId, 'fits', {
+        attributes: [attribute('a', { stringValue: 'é'.repeat(5) }), attribute('b', { intValue: '1' }), attribute('c', { boolValue: true })],
+      }),
       span(GRANT.traceId, 'too many', { attributes: ['a', 'b', 'c', 'd'].map((key) => attribute(key, { intValue: '1' })) }),
       span(GRANT.traceId, 'too long', { attributes: [attribute('a', { stringValue: `${'é'.repeat(5)}x` })] }),
       span(GRANT.traceId, 'bytes fit', { attributes: [attribute('a', { bytesValue: Buffer.alloc(10).toString('base64') })] }),
@@ -939,14 +918,16 @@ describe.each(['protobuf', 'json'] as const)('enforceExport per-span limits (%s)
   it('measures a span in the encoding it was sent in: at the limit it goes on, one byte over it does not', () => {
     const sized = span(GRANT.traceId, 'sized', { attributes: [attribute('blob', { stringValue: 'x'.repeat(300) })] });
     const size =
-      encoding === 'json'
-        ? Buffer.byteLength(JSON.stringify(sized))
-        : spanType.encode(spanType.fromObject(hexToBase64(sized) as Json)).finish().length;
+      encoding === 'json' ? Buffer.byteLength(JSON.stringify(sized)) : spanType.encode(spanType.fromObject(hexToBase64(sized) as Json)).finish().length;
     const body = encode('traces', { resourceSpans: [{ scopeSpans: [{ spans: [sized] }] }] }, encoding);
     const limits = (maxBytes: number) => ({ maxBytes, maxAttributes: 128, maxAttributeValueBytes: 1000 });
 
     expect(enforceExport('traces', encoding, body, GRANT, 1000, limits(size))).toMatchObject({ forwardedItems: 1, rejectedItems: 0 });
-    expect(enforceExport('traces', encoding, body, GRANT, 1000, limits(size - 1))).toMatchObject({ forwardedItems: 0, rejectedItems: 1, nothingToForward: true });
+    expect(enforceExport('traces', encoding, body, GRANT, 1000, limits(size - 1))).toMatchObject({
+      forwardedItems: 0,
+      rejectedItems: 1,
+      nothingToForward: true,
+    });
   });
 });
 

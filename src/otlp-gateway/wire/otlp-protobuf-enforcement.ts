@@ -26,15 +26,7 @@ import {
   itemIdentityAttributes,
 } from './otlp-identity';
 import type { EnforcedExport, GatewayGrant, OtlpSignal, SpanBudget, SpanLimits } from './otlp-types';
-import {
-  ChunkList,
-  WIRE_LENGTH_DELIMITED,
-  WireReader,
-  encodeBytesField,
-  encodeStringField,
-  encodeVarintField,
-  lengthDelimitedHeader,
-} from './otlp-wire';
+import { ChunkList, WIRE_LENGTH_DELIMITED, WireReader, encodeBytesField, encodeStringField, encodeVarintField, lengthDelimitedHeader } from './otlp-wire';
 
 // Export*ServiceRequest.resource_{spans,metrics,logs}
 const REQUEST_RESOURCES = 1;
@@ -138,9 +130,7 @@ export function enforceProtobufExport(
     }
   }
   const forwarded = out.toBuffer();
-  return signal === 'traces'
-    ? enforcement.admission.result(forwarded)
-    : countedResult(forwarded, enforcement.items);
+  return signal === 'traces' ? enforcement.admission.result(forwarded) : countedResult(forwarded, enforcement.items);
 }
 
 /**
@@ -314,7 +304,11 @@ function admitSpan(enforcement: Enforcement, start: number, end: number): Rewrit
         mayCarryIdentity = false;
       }
       // The whole KeyValue is an upper bound of its value's size: only a long one is looked into.
-      if (withinLimits && attributeEnd - reader.pos > limits.maxAttributeValueBytes && attributeValueBytes(body, reader.pos, attributeEnd, limits.maxAttributeValueBytes) > limits.maxAttributeValueBytes) {
+      if (
+        withinLimits &&
+        attributeEnd - reader.pos > limits.maxAttributeValueBytes &&
+        attributeValueBytes(body, reader.pos, attributeEnd, limits.maxAttributeValueBytes) > limits.maxAttributeValueBytes
+      ) {
         withinLimits = false;
       }
       reader.pos = attributeEnd;
@@ -528,8 +522,7 @@ function rewriteMetricData(enforcement: Enforcement, start: number, end: number,
 }
 
 function encodeKeyValue({ key, value }: IdentityAttribute): Buffer {
-  const anyValue =
-    value.kind === 'int' ? encodeVarintField(ANY_VALUE_INT, value.int) : encodeStringField(ANY_VALUE_STRING, value.string);
+  const anyValue = value.kind === 'int' ? encodeVarintField(ANY_VALUE_INT, value.int) : encodeStringField(ANY_VALUE_STRING, value.string);
   return Buffer.concat([encodeStringField(KEY_VALUE_KEY, key), encodeBytesField(KEY_VALUE_VALUE, anyValue)]);
 }
 

@@ -40,18 +40,14 @@ describe.each(['traces', 'metrics', 'logs'] as const)('%s export responses', (si
   });
 
   it.each(['protobuf', 'json'] as const)('round-trips through its own decoder (%s)', (encoding) => {
-    expect(decodeExportResponse(signal, encoding, encodeExportResponse(signal, encoding, partialSuccess))).toEqual(
-      partialSuccess,
-    );
+    expect(decodeExportResponse(signal, encoding, encodeExportResponse(signal, encoding, partialSuccess))).toEqual(partialSuccess);
     const warning = { rejectedItems: 0, errorMessage: 'sampling applied' };
     expect(decodeExportResponse(signal, encoding, encodeExportResponse(signal, encoding, warning))).toEqual(warning);
   });
 
   it("reads the collector's protobuf response, including unknown fields and an empty body", () => {
     const collectorBody = Buffer.concat([
-      Buffer.from(
-        type.encode(type.fromObject({ partialSuccess: { [rejected]: 5, errorMessage: 'queue full' } })).finish(),
-      ),
+      Buffer.from(type.encode(type.fromObject({ partialSuccess: { [rejected]: 5, errorMessage: 'queue full' } })).finish()),
       Buffer.from([0xa0, 0x06, 0x01]), // unknown varint field 100
     ]);
 
@@ -85,11 +81,7 @@ describe.each(['traces', 'metrics', 'logs'] as const)('%s export responses', (si
 describe('mergePartialSuccess', () => {
   it("adds the gateway's and the collector's rejections and keeps both messages", () => {
     const gateway = { rejectedItems: 2, errorMessage: "2 spans rejected: trace_id is not this CI job's trace" };
-    const collector = decodeExportResponse(
-      'traces',
-      'json',
-      Buffer.from('{"partialSuccess":{"rejectedSpans":"1","errorMessage":"span too large"}}'),
-    );
+    const collector = decodeExportResponse('traces', 'json', Buffer.from('{"partialSuccess":{"rejectedSpans":"1","errorMessage":"span too large"}}'));
 
     expect(mergePartialSuccess(gateway, collector)).toEqual({
       rejectedItems: 3,

@@ -5,14 +5,7 @@
  * google.rpc.Status code = 1 (int32), message = 2.
  */
 import type { OtlpEncoding, OtlpSignal } from './otlp-types';
-import {
-  OtlpPayloadError,
-  WIRE_VARINT,
-  WireReader,
-  encodeBytesField,
-  encodeStringField,
-  encodeVarintField,
-} from './otlp-wire';
+import { OtlpPayloadError, WIRE_VARINT, WireReader, encodeBytesField, encodeStringField, encodeVarintField } from './otlp-wire';
 
 /** The partial_success of an export response, whatever the signal. */
 export interface OtlpPartialSuccess {
@@ -43,11 +36,7 @@ const STATUS_MESSAGE = 2;
  * Encodes an Export*ServiceResponse. The partial_success member is written only when it says something
  * (OTLP: a full success carries no partial_success; a warning has rejected = 0 and a message).
  */
-export function encodeExportResponse(
-  signal: OtlpSignal,
-  encoding: OtlpEncoding,
-  partialSuccess?: OtlpPartialSuccess,
-): Buffer {
+export function encodeExportResponse(signal: OtlpSignal, encoding: OtlpEncoding, partialSuccess?: OtlpPartialSuccess): Buffer {
   const meaningful = normalize(partialSuccess);
   if (encoding === 'json') {
     if (meaningful === undefined) return Buffer.from('{}');
@@ -71,11 +60,7 @@ export function encodeExportResponse(
  * including an empty body.
  * @throws OtlpPayloadError when the body is not such a response.
  */
-export function decodeExportResponse(
-  signal: OtlpSignal,
-  encoding: OtlpEncoding,
-  body: Buffer,
-): OtlpPartialSuccess | undefined {
+export function decodeExportResponse(signal: OtlpSignal, encoding: OtlpEncoding, body: Buffer): OtlpPartialSuccess | undefined {
   const decoded = encoding === 'json' ? decodeJsonResponse(signal, body) : decodeProtobufResponse(body);
   // An absurd count from the collector is still a rejection, not a reason to fail the export.
   if (decoded !== undefined) decoded.rejectedItems = Math.min(decoded.rejectedItems, Number.MAX_SAFE_INTEGER);
@@ -83,9 +68,7 @@ export function decodeExportResponse(
 }
 
 /** Adds rejected counts and joins messages: the client sees what the gateway and the collector both refused. */
-export function mergePartialSuccess(
-  ...parts: Array<OtlpPartialSuccess | undefined>
-): OtlpPartialSuccess | undefined {
+export function mergePartialSuccess(...parts: Array<OtlpPartialSuccess | undefined>): OtlpPartialSuccess | undefined {
   let rejectedItems = 0;
   const messages: string[] = [];
   for (const part of parts) {
