@@ -42,10 +42,13 @@ const HOST_PORT = /^([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]):\d{1,5}$/;
 const URL_OPTIONS = { require_tld: false, require_protocol: true, protocols: ['http', 'https'] };
 
 /**
- * The environment as the service understands it. Every variable has a default that lets
- * `npm start` run with no other server (SPEC §8); production deployments override them.
+ * The environment as the service understands it, grouped by the feature that reads it. Every variable
+ * has a default that lets `npm start` run with no other server (SPEC §8); production deployments
+ * override them.
  */
 export class EnvironmentVariables {
+  // ── The process (SPEC §2, §8) ──
+
   @IsIn(['all', 'control', 'gateway'])
   ROLE: 'all' | 'control' | 'gateway' = 'all';
 
@@ -67,6 +70,8 @@ export class EnvironmentVariables {
   @IsIn(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'])
   LOG_LEVEL = 'info';
 
+  // ── Internal API authentication (SPEC §3) ──
+
   /** Unset: a secret is generated under `.secrets/` on first start, as GitLab does for its own secrets. */
   @IsOptional()
   @IsString()
@@ -77,6 +82,21 @@ export class EnvironmentVariables {
   @IsString({ each: true })
   @MinLength(1, { each: true })
   INTERNAL_API_ISSUERS: string[] = ['gitlab'];
+
+  @Transform(toInt)
+  @IsInt()
+  @Min(1024)
+  BODY_LIMIT_BYTES = 8 * 1024 * 1024;
+
+  /**
+   * SHA-256 digests (hex) of caller keys accepted on the auth endpoint in place of the internal-API
+   * JWT, for gateways that cannot sign one (nginx `auth_request`). Only digests are configured.
+   */
+  @Transform(toList)
+  @Matches(/^[0-9a-f]{64}$/, { each: true, message: 'each entry must be a SHA-256 digest in lowercase hex' })
+  AUTH_CALLER_KEY_DIGESTS: string[] = [];
+
+  // ── Job-payload decorator: trace context, endpoints, grants (SPEC §4) ──
 
   @IsOptional()
   @IsString()
@@ -113,90 +133,6 @@ export class EnvironmentVariables {
   @IsIn(['keyed', 'gitlab'])
   TRACE_ID_SCHEME: 'keyed' | 'gitlab' = 'keyed';
 
-  @Transform(toInt)
-  @IsInt()
-  @Min(1024)
-  BODY_LIMIT_BYTES = 8 * 1024 * 1024;
-
-  /** One Redis server (SPEC §7); `rediss://` for TLS. Exclusive with REDIS_SENTINELS and REDIS_CLUSTER_NODES. */
-  @IsOptional()
-  @IsUrl({ require_tld: false, require_protocol: true, protocols: ['redis', 'rediss'] })
-  REDIS_URL?: string;
-
-  /** Sentinel addresses (`host:port`, comma separated): the store follows the primary they elect. */
-  @Transform(toList)
-  @IsOptional()
-  @ArrayNotEmpty()
-  @Matches(HOST_PORT, { each: true, message: 'each entry must be host:port' })
-  REDIS_SENTINELS?: string[];
-
-  /** The master name the sentinels monitor (`sentinel monitor <name> …`). */
-  @IsOptional()
-  @IsString()
-  @MinLength(1)
-  REDIS_SENTINEL_MASTER?: string;
-
-  /** Seed nodes of a Redis Cluster (`host:port`, comma separated); the rest is discovered. */
-  @Transform(toList)
-  @IsOptional()
-  @ArrayNotEmpty()
-  @Matches(HOST_PORT, { each: true, message: 'each entry must be host:port' })
-  REDIS_CLUSTER_NODES?: string[];
-
-  /** ACL user of the store's connections (Redis 6+); unset: the `default` user. */
-  @IsOptional()
-  @IsString()
-  @MinLength(1)
-  REDIS_USERNAME?: string;
-
-  /** File holding the password of REDIS_USERNAME (or of `requirepass`), like the other secrets. */
-  @IsOptional()
-  @IsString()
-  @MinLength(1)
-  REDIS_PASSWORD_FILE?: string;
-
-  /** ACL user and password file for the sentinels themselves, when they require one. */
-  @IsOptional()
-  @IsString()
-  @MinLength(1)
-  REDIS_SENTINEL_USERNAME?: string;
-
-  @IsOptional()
-  @IsString()
-  @MinLength(1)
-  REDIS_SENTINEL_PASSWORD_FILE?: string;
-
-  /** TLS to every Redis node and sentinel; with REDIS_URL the `rediss://` scheme says the same. */
-  @Transform(toBoolean)
-  @IsBoolean()
-  REDIS_TLS = false;
-
-  /**
-   * Replicas that must have a grant write before it counts (Redis WAIT). 0: asynchronous replication,
-   * where a failover can lose grants written in the last moments before the primary died.
-   */
-  @Transform(toInt)
-  @IsInt()
-  @Min(0)
-  @Max(16)
-  REDIS_WAIT_REPLICAS = 0;
-
-  /**
-   * How long one Redis command may take before it fails as a store outage, for every caller (decorator,
-   * auth decision, gateway quotas). The decorator's own bound on a pickup is STORE_TIMEOUT_MS.
-   */
-  @Transform(toInt)
-  @IsInt()
-  @Min(1)
-  @Max(10000)
-  REDIS_COMMAND_TIMEOUT_MS = 150;
-
-  /** PEM file of the CA that signed the Redis servers' certificates, when it is not a public one. */
-  @IsOptional()
-  @IsString()
-  @MinLength(1)
-  REDIS_TLS_CA_FILE?: string;
-
   /** How long the decorator waits for the store before answering `degraded` (SPEC §4 "Grant"). */
   @Transform(toInt)
   @IsInt()
@@ -208,6 +144,31 @@ export class EnvironmentVariables {
   @IsInt()
   @Min(0)
   GRANT_GRACE_SECONDS = 900;
+
+  @IsUrl(URL_OPTIONS)
+  GATEWAY_PUBLIC_URL = 'http://localhost:4318';
+
+  @IsUrl(URL_OPTIONS)
+  COLLECTOR_PUBLIC_URL = 'http://localhost:4318';
+
+  @Transform(toList)
+  @IsIn(['instance_type', 'group_type', 'project_type'], { each: true })
+  HOSTED_RUNNER_TYPES: string[] = [];
+
+  @Transform(({ value }) => (toList({ value }) as unknown[] | undefined)?.map((id) => toInt({ value: id })))
+  @IsInt({ each: true })
+  HOSTED_RUNNER_IDS: number[] = [];
+
+  @IsString()
+  @MinLength(1)
+  HOSTED_OIDC_AUDIENCE = 'ci-job-telemetry';
+
+  /** Runners that say nothing about tracing ignore fields they do not know, so they are eligible by default. */
+  @Transform(toBoolean)
+  @IsBoolean()
+  UNADVERTISED_RUNNERS_ELIGIBLE = true;
+
+  // ── Flags (SPEC §4 "Flags") ──
 
   @IsString()
   @MinLength(1)
@@ -230,23 +191,7 @@ export class EnvironmentVariables {
   @Min(1000)
   UNLEASH_REFRESH_INTERVAL_MS = 15000;
 
-  @IsUrl(URL_OPTIONS)
-  GATEWAY_PUBLIC_URL = 'http://localhost:4318';
-
-  @IsUrl(URL_OPTIONS)
-  COLLECTOR_PUBLIC_URL = 'http://localhost:4318';
-
-  @Transform(toList)
-  @IsIn(['instance_type', 'group_type', 'project_type'], { each: true })
-  HOSTED_RUNNER_TYPES: string[] = [];
-
-  @Transform(({ value }) => (toList({ value }) as unknown[] | undefined)?.map((id) => toInt({ value: id })))
-  @IsInt({ each: true })
-  HOSTED_RUNNER_IDS: number[] = [];
-
-  @IsString()
-  @MinLength(1)
-  HOSTED_OIDC_AUDIENCE = 'ci-job-telemetry';
+  // ── Runner authentication (SPEC §5) ──
 
   /** GitLab's public keys for JWT job tokens (`glcbt-` + RS256 JWT): a JWKS file or URL (SPEC §5). */
   @IsOptional()
@@ -296,13 +241,7 @@ export class EnvironmentVariables {
   @Min(0)
   GRANT_REVOKE_GRACE_SECONDS = 60;
 
-  /**
-   * SHA-256 digests (hex) of caller keys accepted on the auth endpoint in place of the internal-API
-   * JWT, for gateways that cannot sign one (nginx `auth_request`). Only digests are configured.
-   */
-  @Transform(toList)
-  @Matches(/^[0-9a-f]{64}$/, { each: true, message: 'each entry must be a SHA-256 digest in lowercase hex' })
-  AUTH_CALLER_KEY_DIGESTS: string[] = [];
+  // ── OTLP gateway (SPEC §6) ──
 
   /** The OpenTelemetry Collector's OTLP/HTTP base URL the gateway forwards to (SPEC §6). */
   @IsUrl(URL_OPTIONS)
@@ -394,6 +333,89 @@ export class EnvironmentVariables {
   @IsBoolean()
   GATEWAY_PER_PROCESS_QUOTAS = false;
 
+  // ── Store (SPEC §7) ──
+
+  /** One Redis server (SPEC §7); `rediss://` for TLS. Exclusive with REDIS_SENTINELS and REDIS_CLUSTER_NODES. */
+  @IsOptional()
+  @IsUrl({ require_tld: false, require_protocol: true, protocols: ['redis', 'rediss'] })
+  REDIS_URL?: string;
+
+  /** Sentinel addresses (`host:port`, comma separated): the store follows the primary they elect. */
+  @Transform(toList)
+  @IsOptional()
+  @ArrayNotEmpty()
+  @Matches(HOST_PORT, { each: true, message: 'each entry must be host:port' })
+  REDIS_SENTINELS?: string[];
+
+  /** The master name the sentinels monitor (`sentinel monitor <name> …`). */
+  @IsOptional()
+  @IsString()
+  @MinLength(1)
+  REDIS_SENTINEL_MASTER?: string;
+
+  /** Seed nodes of a Redis Cluster (`host:port`, comma separated); the rest is discovered. */
+  @Transform(toList)
+  @IsOptional()
+  @ArrayNotEmpty()
+  @Matches(HOST_PORT, { each: true, message: 'each entry must be host:port' })
+  REDIS_CLUSTER_NODES?: string[];
+
+  /** ACL user of the store's connections (Redis 6+); unset: the `default` user. */
+  @IsOptional()
+  @IsString()
+  @MinLength(1)
+  REDIS_USERNAME?: string;
+
+  /** File holding the password of REDIS_USERNAME (or of `requirepass`), like the other secrets. */
+  @IsOptional()
+  @IsString()
+  @MinLength(1)
+  REDIS_PASSWORD_FILE?: string;
+
+  /** ACL user and password file for the sentinels themselves, when they require one. */
+  @IsOptional()
+  @IsString()
+  @MinLength(1)
+  REDIS_SENTINEL_USERNAME?: string;
+
+  @IsOptional()
+  @IsString()
+  @MinLength(1)
+  REDIS_SENTINEL_PASSWORD_FILE?: string;
+
+  /** TLS to every Redis node and sentinel; with REDIS_URL the `rediss://` scheme says the same. */
+  @Transform(toBoolean)
+  @IsBoolean()
+  REDIS_TLS = false;
+
+  /**
+   * Replicas that must have a grant write before it counts (Redis WAIT). 0: asynchronous replication,
+   * where a failover can lose grants written in the last moments before the primary died.
+   */
+  @Transform(toInt)
+  @IsInt()
+  @Min(0)
+  @Max(16)
+  REDIS_WAIT_REPLICAS = 0;
+
+  /**
+   * How long one Redis command may take before it fails as a store outage, for every caller (decorator,
+   * auth decision, gateway quotas). The decorator's own bound on a pickup is STORE_TIMEOUT_MS.
+   */
+  @Transform(toInt)
+  @IsInt()
+  @Min(1)
+  @Max(10000)
+  REDIS_COMMAND_TIMEOUT_MS = 150;
+
+  /** PEM file of the CA that signed the Redis servers' certificates, when it is not a public one. */
+  @IsOptional()
+  @IsString()
+  @MinLength(1)
+  REDIS_TLS_CA_FILE?: string;
+
+  // ── Self-instrumentation (SPEC §8) ──
+
   /**
    * Where the service sends its own spans (SPEC §8): an OTLP/HTTP base URL, `/v1/traces` appended.
    * Unset: no SDK is registered and self-instrumentation costs next to nothing.
@@ -405,11 +427,6 @@ export class EnvironmentVariables {
   @IsString()
   @MinLength(1)
   OTEL_SERVICE_NAME = 'ci-job-telemetry';
-
-  /** Runners that say nothing about tracing ignore fields they do not know, so they are eligible by default. */
-  @Transform(toBoolean)
-  @IsBoolean()
-  UNADVERTISED_RUNNERS_ELIGIBLE = true;
 }
 
 export type AppConfig = Readonly<EnvironmentVariables>;

@@ -273,12 +273,10 @@ describe('Redis grant store when Redis is gone', () => {
     try {
       await store.ping();
       await redis.stop();
-      const started = Date.now();
+      // A queued command would wait for the reconnect, forever here: the test would time out.
       await expect(store.saveGrant(grant())).rejects.toBeInstanceOf(StoreUnavailableError);
       await expect(store.findGrant(1001)).rejects.toBeInstanceOf(StoreUnavailableError);
       await expect(store.ping()).rejects.toBeInstanceOf(StoreUnavailableError);
-      // Not a timing assertion on speed: a queued command would wait for the reconnect, forever here.
-      expect(Date.now() - started).toBeLessThan(5000);
 
       await redis.start();
       const deadline = Date.now() + 10_000;
