@@ -114,17 +114,6 @@ function behavesAsAGrantStore(name: string, open: () => Promise<GrantStore>) {
       expect((await store.hitRateWindow('runner:17', 3, 400)).allowed).toBe(true);
     });
 
-    it('hands out a quota exactly once across callers, then nothing until it expires', async () => {
-      expect(await store.reserveQuota('spans:1001', 600, 1000, 400)).toBe(600);
-      expect(await store.reserveQuota('spans:1001', 600, 1000, 400)).toBe(400);
-      expect(await store.reserveQuota('spans:1001', 1, 1000, 400)).toBe(0);
-      expect(await store.reserveQuota('spans:1002', 5, 1000, 400)).toBe(5);
-      const concurrent = await Promise.all(Array.from({ length: 20 }, () => store.reserveQuota('spans:1003', 7, 100, 400)));
-      expect(concurrent.reduce((sum, granted) => sum + granted, 0)).toBe(100);
-      await sleep(450);
-      expect(await store.reserveQuota('spans:1001', 10, 1000, 400)).toBe(10);
-    });
-
     it("takes a job's spans under its quota and its per-second rate at once, saying how much room each had", async () => {
       const limits = { perJob: 10, perSecond: 4 };
       expect(await store.reserveSpans(1001, 3, limits, 60_000)).toEqual({ granted: 3, quotaRoom: 10, rateRoom: 4 });

@@ -69,11 +69,6 @@ export interface GrantStore {
    */
   hitRateWindow(key: string, limit: number, windowMs: number): Promise<RateWindow>;
   /**
-   * Takes up to `wanted` units of a quota of `limit` held under `key` for `ttlMs` from its first use,
-   * atomically across replicas. Resolves with how many were granted (0 when it is used up).
-   */
-  reserveQuota(key: string, wanted: number, limit: number, ttlMs: number): Promise<number>;
-  /**
    * Takes up to `wanted` spans of job `jobId` under both its quota (kept for `quotaTtlMs` from first use) and
    * its per-second rate, atomically across replicas and in one round trip: grants min(wanted, quota room, rate
    * room) and charges both with what it granted.

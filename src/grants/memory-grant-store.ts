@@ -65,18 +65,6 @@ export class MemoryGrantStore implements GrantStore {
     return { allowed: window.count <= limit, resetInMs: window.resetsAt - now };
   }
 
-  async reserveQuota(key: string, wanted: number, limit: number, ttlMs: number): Promise<number> {
-    const now = this.now();
-    let quota = this.quotas.get(key);
-    if (quota === undefined || quota.resetsAt <= now) {
-      quota = { used: 0, resetsAt: now + ttlMs };
-      this.quotas.set(key, quota);
-    }
-    const granted = Math.max(0, Math.min(wanted, limit - quota.used));
-    quota.used += granted;
-    return granted;
-  }
-
   async reserveSpans(jobId: number, wanted: number, limits: JobSpanLimits, quotaTtlMs: number): Promise<SpanReservation> {
     const now = this.now();
     const counter = (key: string, ttlMs: number) => {

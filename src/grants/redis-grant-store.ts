@@ -15,18 +15,6 @@ const JOB_SPANS_KEY = (jobId: number) => `cjt:{job:${jobId}}:spans`;
 const JOB_SPAN_RATE_KEY = (jobId: number) => `cjt:{job:${jobId}}:span-rate`;
 const JOB_TOKEN_KEY = (digest: string) => `cjt:{jobtoken:${digest}}`;
 const RATE_KEY = (key: string) => `cjt:{rate:${key}}`;
-const QUOTA_KEY = (key: string) => `cjt:{quota:${key}}`;
-
-/** Grants min(wanted, limit - used) and records it, in one atomic step shared by every replica. */
-const RESERVE_QUOTA = `
-local used = tonumber(redis.call('GET', KEYS[1]) or '0')
-local granted = math.max(0, math.min(tonumber(ARGV[1]), tonumber(ARGV[2]) - used))
-if granted > 0 then
-  redis.call('INCRBY', KEYS[1], granted)
-  if redis.call('PTTL', KEYS[1]) < 0 then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
-end
-return granted
-`;
 
 /**
  * A job's span quota and per-second rate in one atomic step: grants min(wanted, quota room, rate room) and
@@ -89,7 +77,6 @@ return ARGV[1]
 interface ScriptCommands {
   cjtHitRateWindow(key: string, windowMs: string): Promise<[number, number]>;
   cjtRevokeGrant(grantKey: string, revokedKey: string, revokedAt: string): Promise<string | null>;
-  cjtReserveQuota(key: string, wanted: string, limit: string, ttlMs: string): Promise<number>;
   cjtReserveSpans(spansKey: string, rateKey: string, wanted: string, perJob: string, perSecond: string, ttlMs: string): Promise<[number, number, number]>;
   cjtReleaseSpans(spansKey: string, spans: string): Promise<number>;
 }
@@ -103,7 +90,6 @@ export class RedisGrantStore implements GrantStore {
   ) {
     redis.defineCommand('cjtHitRateWindow', { numberOfKeys: 1, lua: HIT_RATE_WINDOW });
     redis.defineCommand('cjtRevokeGrant', { numberOfKeys: 2, lua: REVOKE_GRANT });
-    redis.defineCommand('cjtReserveQuota', { numberOfKeys: 1, lua: RESERVE_QUOTA });
     redis.defineCommand('cjtReserveSpans', { numberOfKeys: 2, lua: RESERVE_SPANS });
     redis.defineCommand('cjtReleaseSpans', { numberOfKeys: 1, lua: RELEASE_SPANS });
     this.scripts = redis as unknown as ScriptCommands;
@@ -186,11 +172,6 @@ export class RedisGrantStore implements GrantStore {
   async hitRateWindow(key: string, limit: number, windowMs: number): Promise<RateWindow> {
     const [count, ttl] = await this.guard(() => this.scripts.cjtHitRateWindow(RATE_KEY(key), String(windowMs)));
     return { allowed: count <= limit, resetInMs: ttl };
-  }
-
-  async reserveQuota(key: string, wanted: number, limit: number, ttlMs: number): Promise<number> {
-    const granted = await this.guard(() => this.scripts.cjtReserveQuota(QUOTA_KEY(key), String(wanted), String(limit), String(Math.max(1, Math.round(ttlMs)))));
-    return Number(granted);
   }
 
   async reserveSpans(jobId: number, wanted: number, limits: JobSpanLimits, quotaTtlMs: number): Promise<SpanReservation> {
