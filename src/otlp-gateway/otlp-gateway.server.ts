@@ -227,19 +227,40 @@ async function handleExport(
     throw new GatewayError({ kind: 'unsupported_media_type', message: `content-encoding ${contentEncoding} is not supported; use gzip or none` });
   }
 
-  const window = await orUnavailable(() =>
+  // The runner's export window is charged in the same store round trip as the job's spans (the client
+  // pipelines commands issued in one turn of the event loop), so it is asked for now and read after
+  // enforcement. It still decides first: a runner over its rate gets 429 whatever its body holds.
+  const window = orUnavailable(() =>
     store.hitRateWindow(`gateway:runner:${grant.identity.runnerId}`, config.GATEWAY_RUNNER_RATE_LIMIT, config.GATEWAY_RUNNER_RATE_WINDOW_SECONDS * 1000),
   );
-  if (!window.allowed) throw new GatewayError({ kind: 'rate_limited', retryAfterSeconds: retryAfterForWindow(window.resetInMs) });
+  // Read below; a store failure meanwhile (during decompression) must not count as unhandled.
+  window.catch(() => undefined);
+  const windowAllows = async () => {
+    const { allowed, resetInMs } = await window;
+    if (!allowed) throw new GatewayError({ kind: 'rate_limited', retryAfterSeconds: retryAfterForWindow(resetInMs) });
+  };
 
-  const wire = (request.body as Buffer | undefined) ?? Buffer.alloc(0);
-  metrics.bytesReceived.inc({ signal }, wire.length);
-  const body = contentEncoding === 'gzip' ? await decompress(wire, config.GATEWAY_MAX_DECOMPRESSED_BYTES) : wire;
-  if (body.length > config.GATEWAY_MAX_DECOMPRESSED_BYTES) {
-    throw new GatewayError({ kind: 'too_large', message: `body over ${config.GATEWAY_MAX_DECOMPRESSED_BYTES} bytes` });
+  let enforcement: Promise<{ enforced: EnforcedExport; reservedSpans: number }>;
+  try {
+    const wire = (request.body as Buffer | undefined) ?? Buffer.alloc(0);
+    metrics.bytesReceived.inc({ signal }, wire.length);
+    const body = contentEncoding === 'gzip' ? await decompress(wire, config.GATEWAY_MAX_DECOMPRESSED_BYTES) : wire;
+    if (body.length > config.GATEWAY_MAX_DECOMPRESSED_BYTES) {
+      throw new GatewayError({ kind: 'too_large', message: `body over ${config.GATEWAY_MAX_DECOMPRESSED_BYTES} bytes` });
+    }
+    enforcement = enforce(deps, signal, encoding, body, grant);
+  } catch (error) {
+    await windowAllows();
+    throw error;
   }
-
-  const { enforced, reservedSpans } = await enforce(deps, signal, encoding, body, grant);
+  const [windowOutcome, enforcementOutcome] = await Promise.allSettled([windowAllows(), enforcement]);
+  if (windowOutcome.status === 'rejected') {
+    // Spans taken in the same round trip as a refused window were never sent on.
+    if (enforcementOutcome.status === 'fulfilled') await giveBackSpans(deps, grant.identity, enforcementOutcome.value.reservedSpans);
+    throw windowOutcome.reason;
+  }
+  if (enforcementOutcome.status === 'rejected') throw enforcementOutcome.reason;
+  const { enforced, reservedSpans } = enforcementOutcome.value;
   const ours: OtlpPartialSuccess | undefined =
     enforced.rejectedItems > 0 ? { rejectedItems: enforced.rejectedItems, errorMessage: enforced.errorMessage ?? '' } : undefined;
   if (enforced.nothingToForward) return encodeExportResponse(signal, encoding, ours);
