@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
 import { capabilityOfPath } from './job-capability';
 
@@ -45,9 +45,10 @@ export function forwardedCredential(headers: IncomingHttpHeaders): RunnerCredent
 export function credentialCacheKey(credential: RunnerCredential): string | undefined {
   switch (credential.kind) {
     case 'tokens':
-      return createHash('sha256').update('tokens\0').update(credential.jobToken).update('\0').update(credential.runnerToken).digest('base64');
+      // One-shot hashing: a third of the cost of a Hash object, on every export and auth request.
+      return hash('sha256', `tokens\0${credential.jobToken}\0${credential.runnerToken}`, 'base64');
     case 'capability':
-      return createHash('sha256').update(`capability\0${credential.jobId}\0`).update(credential.capability).digest('base64');
+      return hash('sha256', `capability\0${credential.jobId}\0${credential.capability}`, 'base64');
     case 'missing':
       return undefined;
     default: {
