@@ -14,7 +14,22 @@ export const requestScope = new AsyncLocalStorage<{ readonly requestId: string }
  */
 const REDACTED_PATHS = ['req.headers.authorization', 'req.headers["runner-token"]', 'req.headers["gitlab-ci-telemetry-api-request"]', '*.token', '*.*.token'];
 
-export function createLogger(level: string, destination?: pino.DestinationStream): Logger {
+/**
+ * Log lines are written in batches of at least this many bytes, or every LOG_FLUSH_INTERVAL_MS when fewer
+ * come: a write system call per line cost the gateway more than its own enforcement of a 100-span export.
+ */
+const LOG_BATCH_BYTES = 4096;
+const LOG_FLUSH_INTERVAL_MS = 100;
+
+/**
+ * The process's logger. Without a destination, stdout in batches: what is still buffered is written out
+ * synchronously when the process exits (pino's exit hook), so a crash or a shutdown loses no line; only
+ * SIGKILL loses at most the last LOG_FLUSH_INTERVAL_MS.
+ */
+export function createLogger(
+  level: string,
+  destination: pino.DestinationStream = pino.destination({ dest: 1, sync: false, minLength: LOG_BATCH_BYTES, periodicFlush: LOG_FLUSH_INTERVAL_MS }),
+): Logger {
   return pino(
     {
       level,
