@@ -132,4 +132,17 @@ describe('OTLP gateway in process (SPEC §6)', () => {
     expect([storeDown.statusCode, storeDown.headers['retry-after']]).toEqual([503, '1']);
     expect(storeDown.json()).toEqual({ code: 14, message: 'grant store unavailable' });
   });
+
+  it("answers a runner over its export rate 429 whatever its body, and leaves the job's span quota untouched", async () => {
+    await start({ env: { SPANS_PER_JOB: '10', GATEWAY_RUNNER_RATE_LIMIT: '1' } });
+    expect((await post(exportBody(['a', 'b']))).statusCode).toBe(200);
+
+    // The window and the spans are charged in one round trip; the refused export must not keep its spans.
+    const overRate = await post(exportBody(['c', 'd', 'e']));
+    expect([overRate.statusCode, overRate.json()]).toEqual([429, { code: 8, message: expect.any(String) }]);
+    const malformed = await post(Buffer.from('{"resourceSpans": 5}'));
+    expect(malformed.statusCode).toBe(429);
+    const left = await store.reserveSpans(identity.jobId, 1, { perJob: 10, perSecond: 1000 }, 60_000);
+    expect(left.quotaRoom).toBe(8);
+  });
 });
