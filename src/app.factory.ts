@@ -8,7 +8,7 @@ import { Secrets } from './config/secrets';
 import { AllExceptionsFilter } from './observability/all-exceptions.filter';
 import { drainUnreadBodies } from './observability/body-drain';
 import { PinoNestLogger } from './observability/logger';
-import { addRequestHooks, requestIdOf } from './observability/request-hooks';
+import { addRequestHooks, requestIdOf, rootLoggerForRequests } from './observability/request-hooks';
 
 /**
  * Builds the application: the internal API, ready to `listen` (or `inject` in tests), and, by role,
@@ -20,6 +20,7 @@ export async function createInternalApp(config: AppConfig, secrets: Secrets, log
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: config.BODY_LIMIT_BYTES,
     genReqId: requestIdOf,
+    childLoggerFactory: rootLoggerForRequests,
   });
   const app = await NestFactory.create<NestFastifyApplication>(AppModule.forRoot(config, secrets, logger), adapter, {
     logger: new PinoNestLogger(logger),

@@ -8,6 +8,15 @@ export const REQUEST_ID_HEADER = 'x-request-id';
 /** A caller's request id is kept when it is plausible, so GitLab's correlation id follows the call. */
 const ACCEPTABLE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
+/**
+ * Fastify's `childLoggerFactory` for both ports: requests log through the root logger, whose mixin adds the
+ * request id. Fastify's default makes a pino child logger per request (bindings, level and redaction set
+ * up each time) that nothing here reads.
+ */
+export function rootLoggerForRequests<L>(logger: L): L {
+  return logger;
+}
+
 /** Fastify's `genReqId` for both ports. */
 export function requestIdOf(request: IncomingMessage): string {
   const header = request.headers[REQUEST_ID_HEADER];
