@@ -1,14 +1,36 @@
 import { Counter, Histogram, Registry } from 'prom-client';
 import { DecisionCacheObserver } from '../runner-auth/decision-cache';
 
+/**
+ * One series' handle per label values, made on first use. prom-client's `inc({labels})` hashes and
+ * checks the labels on every call, and `labels()` makes a new handle each time; an export updates
+ * about six series.
+ */
+function seriesOf<T>(make: (...values: string[]) => T): (...values: string[]) => T {
+  const made = new Map<string, T>();
+  return (...values) => {
+    const key = values.join('\0');
+    let series = made.get(key);
+    if (series === undefined) made.set(key, (series = make(...values)));
+    return series;
+  };
+}
+
 /** What an operator watches on the gateway (SPEC §6, §8), in the process's one registry. */
 export class GatewayMetrics implements DecisionCacheObserver {
-  readonly requests: Counter<'signal' | 'status'>;
-  readonly items: Counter<'signal' | 'outcome'>;
-  readonly bytesReceived: Counter<'signal'>;
-  readonly bytesForwarded: Counter<'signal'>;
-  readonly upstreamSeconds: Histogram<'signal' | 'outcome'>;
+  private readonly requests: Counter<'signal' | 'status'>;
+  private readonly items: Counter<'signal' | 'outcome'>;
+  private readonly bytesReceived: Counter<'signal'>;
+  private readonly bytesForwarded: Counter<'signal'>;
+  private readonly upstreamSeconds: Histogram<'signal' | 'outcome'>;
   private readonly decisionCache: Counter<'result'>;
+  private readonly requestSeries = seriesOf((signal, status) => this.requests.labels(signal, status));
+  private readonly itemSeries = seriesOf((signal, outcome) => this.items.labels(signal, outcome));
+  private readonly receivedSeries = seriesOf((signal) => this.bytesReceived.labels(signal));
+  private readonly forwardedSeries = seriesOf((signal) => this.bytesForwarded.labels(signal));
+  private readonly upstreamSeries = seriesOf((signal, outcome) => this.upstreamSeconds.labels(signal, outcome));
+  private readonly hits = seriesOf(() => this.decisionCache.labels('hit'));
+  private readonly misses = seriesOf(() => this.decisionCache.labels('miss'));
 
   constructor(registry: Registry) {
     const registers = [registry];
@@ -51,11 +73,33 @@ export class GatewayMetrics implements DecisionCacheObserver {
     });
   }
 
+  request(signal: string, status: number): void {
+    this.requestSeries(signal, String(status)).inc();
+  }
+
+  /** Only outcomes that happened: a zero would create a series for every signal and outcome on first export. */
+  itemsOf(signal: string, outcome: string, count: number): void {
+    if (count > 0) this.itemSeries(signal, outcome).inc(count);
+  }
+
+  received(signal: string, bytes: number): void {
+    this.receivedSeries(signal).inc(bytes);
+  }
+
+  forwarded(signal: string, bytes: number): void {
+    this.forwardedSeries(signal).inc(bytes);
+  }
+
+  /** `outcome`: the collector's HTTP status, or why there was none. */
+  upstreamAnswered(signal: string, outcome: string, seconds: number): void {
+    this.upstreamSeries(signal, outcome).observe(seconds);
+  }
+
   hit(): void {
-    this.decisionCache.inc({ result: 'hit' });
+    this.hits().inc();
   }
 
   miss(): void {
-    this.decisionCache.inc({ result: 'miss' });
+    this.misses().inc();
   }
 }

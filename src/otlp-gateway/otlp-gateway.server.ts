@@ -5,7 +5,7 @@ import type { Logger } from 'pino';
 import { AppConfig } from '../config/app-config';
 import { GrantStore, StoreUnavailableError } from '../grants/grant';
 import { drainAfterAnswer, drainUnreadBodies } from '../observability/body-drain';
-import { addRequestHooks, REQUEST_ID_HEADER, requestIdOf } from '../observability/request-hooks';
+import { addRequestHooks, REQUEST_ID_HEADER, requestIdOf, rootLoggerForRequests } from '../observability/request-hooks';
 import { OUTAGE_RETRY_AFTER_SECONDS, retryAfterForWindow, upstreamRetryAfter } from '../observability/retry-after';
 import { DecisionSpan, startDecisionSpan } from '../observability/tracing';
 import { headerCredential, RunnerCredential } from '../runner-auth/runner-credential';
@@ -94,6 +94,7 @@ export function buildGatewayServer(deps: GatewayDependencies): FastifyInstance {
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: config.GATEWAY_MAX_WIRE_BYTES,
     genReqId: requestIdOf,
+    childLoggerFactory: rootLoggerForRequests,
     // Fastify answers a URL it cannot decode with JSON of its own; OTLP clients get a Status. That answer
     // is sent outside any route, where neither the onRequest hooks (request id, SPEC §8) nor the onSend
     // drain run, so both are done here.
@@ -167,7 +168,7 @@ export function buildGatewayServer(deps: GatewayDependencies): FastifyInstance {
       }
     };
     const countRequest = (request: FastifyRequest, reply: FastifyReply, done: () => void) => {
-      metrics.requests.inc({ signal, status: String(reply.statusCode) });
+      metrics.request(signal, reply.statusCode);
       request.exportSpan?.end(
         request.exportFailure ?? 'exported',
         () => ({
@@ -243,7 +244,7 @@ async function handleExport(
   let enforcement: Promise<{ enforced: EnforcedExport; reservedSpans: number }>;
   try {
     const wire = (request.body as Buffer | undefined) ?? Buffer.alloc(0);
-    metrics.bytesReceived.inc({ signal }, wire.length);
+    metrics.received(signal, wire.length);
     const body = contentEncoding === 'gzip' ? await decompress(wire, config.GATEWAY_MAX_DECOMPRESSED_BYTES) : wire;
     if (body.length > config.GATEWAY_MAX_DECOMPRESSED_BYTES) {
       throw new GatewayError({ kind: 'too_large', message: `body over ${config.GATEWAY_MAX_DECOMPRESSED_BYTES} bytes` });
@@ -374,31 +375,30 @@ async function enforce(
   }
   const rejected = enforced.rejections;
   if (rejected !== undefined) {
-    // Only outcomes that happened: a zero would create a series for every signal and outcome on first export.
-    const count = (outcome: string, items: number) => items > 0 && metrics.items.inc({ signal, outcome }, items);
-    count('rejected_foreign_trace', rejected.foreignTrace);
-    count('rejected_span_limits', rejected.overLimits);
-    count('rejected_quota', rejected.overQuota);
-    count('rejected_rate', rejected.overRate);
+    metrics.itemsOf(signal, 'rejected_foreign_trace', rejected.foreignTrace);
+    metrics.itemsOf(signal, 'rejected_span_limits', rejected.overLimits);
+    metrics.itemsOf(signal, 'rejected_quota', rejected.overQuota);
+    metrics.itemsOf(signal, 'rejected_rate', rejected.overRate);
   }
-  metrics.items.inc({ signal, outcome: 'accepted' }, enforced.forwardedItems);
+  metrics.itemsOf(signal, 'accepted', enforced.forwardedItems);
   return { enforced, reservedSpans };
 }
 
 /** 2xx only when the collector answered 2xx; its partial success is returned for merging. */
 async function forward(deps: GatewayDependencies, signal: OtlpSignal, encoding: OtlpEncoding, body: Buffer): Promise<OtlpPartialSuccess | undefined> {
   const { upstream, metrics } = deps;
-  const stopTimer = metrics.upstreamSeconds.startTimer({ signal });
+  const started = performance.now();
+  const stopTimer = (outcome: string) => metrics.upstreamAnswered(signal, outcome, (performance.now() - started) / 1000);
   let answer;
   try {
     answer = await upstream.send(`/v1/${signal}`, CONTENT_TYPES[encoding], body);
   } catch (error) {
     if (!(error instanceof UpstreamFailure)) throw error;
-    stopTimer({ outcome: error.kind });
+    stopTimer(error.kind);
     throw new GatewayError({ kind: error.kind === 'timeout' ? 'upstream_timeout' : 'upstream_unreachable' });
   }
-  stopTimer({ outcome: String(answer.status) });
-  metrics.bytesForwarded.inc({ signal }, body.length);
+  stopTimer(String(answer.status));
+  metrics.forwarded(signal, body.length);
   const retryAfterSeconds = upstreamRetryAfter(answer.retryAfter);
   if (answer.status >= 400 && answer.status < 500) {
     // The collector's own Status goes on as it came when the client can read it (same encoding).
