@@ -6,6 +6,8 @@
  *            rate window and span quota in redis, trace binding and identity stamping, forwarding),
  *   nginx    through nginx with the repository's deploy/nginx/ci-job-telemetry-auth.conf (auth_request to
  *            the same service's auth endpoint with a caller key on every export, proxy to the same sink),
+ *   proxy    through the least a Node.js gateway can be (otlp-gateway.proxy.ts: Fastify and our upstream
+ *            client, forwarding and nothing else, its own process): what bounds any gateway on this runtime,
  * plus a gzip variant of the export for direct and gateway.
  *
  * Run from the repository root (needs redis-server and nginx; the service is the BUILT one, dist/main.js,
@@ -13,7 +15,7 @@
  *
  *   npm run -s build && npx tsc -p bench/otlp-gateway.tsconfig.json && node node_modules/.cache/otlp-gateway-bench/bench/otlp-gateway.bench.js
  *
- * Options: --targets direct,gateway,nginx  --variants protobuf,gzip  --rounds 3  --round-seconds 5
+ * Options: --targets direct,gateway,nginx,proxy  --variants protobuf,gzip  --rounds 3  --round-seconds 5
  *          --warmup-seconds 2  --connections 16  --spans 100  --attributes 10
  *          --cpu-prof (profiles the service, prints its busiest functions and keeps the .cpuprofile)
  *          experiments: --store memory (no redis: what the store's round trips cost)
@@ -56,14 +58,14 @@ import { repositoryRoot } from './lib/bench-env';
 import { describeExport, otlpTypes, traceExport } from './otlp-gateway.payload';
 import type { SinkStats } from './otlp-gateway.sink';
 
-type Target = 'direct' | 'gateway' | 'nginx';
+type Target = 'direct' | 'gateway' | 'nginx' | 'proxy';
 type Variant = 'protobuf' | 'gzip';
-type Component = 'generator' | 'service' | 'sink' | 'redis' | 'nginx';
+type Component = 'generator' | 'service' | 'sink' | 'redis' | 'nginx' | 'proxy';
 /** The service's kernel time apart: syscalls, and on loopback the receiving side's TCP work too. */
 type Measured = Component | 'serviceSystem';
-const COMPONENTS: readonly Component[] = ['generator', 'service', 'sink', 'redis', 'nginx'];
-const ALL_TARGETS: readonly Target[] = ['direct', 'gateway', 'nginx'];
-/** nginx only sees the wire bytes, so its gzip figure would say nothing new. */
+const COMPONENTS: readonly Component[] = ['generator', 'service', 'sink', 'redis', 'nginx', 'proxy'];
+const ALL_TARGETS: readonly Target[] = ['direct', 'gateway', 'nginx', 'proxy'];
+/** nginx and the bare proxy only see the wire bytes, so their gzip figures would say nothing new. */
 const GZIP_TARGETS: readonly Target[] = ['direct', 'gateway'];
 const JOB_ID = 7_300_001;
 const EXPORT_PATH = '/v1/traces';
@@ -141,22 +143,27 @@ async function stopChild(child: ChildProcess, signal: NodeJS.Signals, graceMs: n
   clearTimeout(killer);
 }
 
-async function startSink(script: string): Promise<Sink> {
+/** A bench server script as its own process (so its CPU is counted apart), ready once it reports its port. */
+async function startChildServer(script: string, env: Record<string, string>): Promise<{ origin: string; pid: number; stop(): Promise<void> }> {
   let stderr = '';
-  const child = spawn(process.execPath, [script], { env: { PATH: process.env.PATH }, stdio: ['ignore', 'ignore', 'pipe', 'ipc'] });
+  const child = spawn(process.execPath, [script], { env: { PATH: process.env.PATH, ...env }, stdio: ['ignore', 'ignore', 'pipe', 'ipc'] });
   child.stderr?.on('data', (chunk: Buffer) => (stderr = (stderr + chunk.toString()).slice(-4000)));
   const port = await new Promise<number>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`sink did not start: ${stderr}`)), 10_000);
+    const timer = setTimeout(() => reject(new Error(`${script} did not start: ${stderr}`)), 10_000);
     child.once('message', (message: { type: string; port: number }) => {
       clearTimeout(timer);
       resolve(message.port);
     });
-    child.once('exit', (code) => reject(new Error(`sink exited (${code}): ${stderr}`)));
+    child.once('exit', (code) => reject(new Error(`${script} exited (${code}): ${stderr}`)));
   });
-  const origin = `http://127.0.0.1:${port}`;
+  return { origin: `http://127.0.0.1:${port}`, pid: child.pid!, stop: () => stopChild(child, 'SIGTERM', 5000) };
+}
+
+async function startSink(script: string): Promise<Sink> {
+  const { origin, pid, stop } = await startChildServer(script, {});
   return {
     origin,
-    pid: child.pid!,
+    pid,
     stats: async () => (await (await fetch(`${origin}/-/stats`)).json()) as SinkStats,
     last: async () => {
       const response = await fetch(`${origin}/-/last`);
@@ -166,7 +173,7 @@ async function startSink(script: string): Promise<Sink> {
         body: Buffer.from(await response.arrayBuffer()),
       };
     },
-    stop: () => stopChild(child, 'SIGTERM', 5000),
+    stop,
   };
 }
 
@@ -276,6 +283,7 @@ async function main(): Promise<void> {
   let sink: Sink | undefined;
   let service: Service | undefined;
   let nginx: NginxServer | undefined;
+  let proxy: { origin: string; pid: number; stop(): Promise<void> } | undefined;
   const reports: Record<Variant, Partial<Record<Target, RunStats[]>>> = { protobuf: {}, gzip: {} };
   let payloadBytes = 0;
   let gzipBytes = 0;
@@ -336,6 +344,10 @@ async function main(): Promise<void> {
         rmSync(prefix, { recursive: true, force: true });
       });
     }
+    if (options.targets.includes('proxy')) {
+      proxy = await startChildServer(join(__dirname, 'otlp-gateway.proxy.js'), { OTLP_UPSTREAM_URL: sink.origin });
+      stops.push(() => proxy!.stop());
+    }
     const prefix = nginx === undefined ? undefined : nginxPrefix(nginx.port);
     const nginxMaster = prefix === undefined ? undefined : Number(readFileSync(join(prefix, 'nginx.pid'), 'utf8').trim());
     const redisProcess = redisPid();
@@ -364,7 +376,7 @@ async function main(): Promise<void> {
       'runner-token': RUNNER_TOKEN,
       ...(variant === 'gzip' ? { 'content-encoding': 'gzip' } : {}),
     });
-    const origins: Record<Target, string> = { direct: sink.origin, gateway: service.gatewayUrl, nginx: nginx?.url ?? '' };
+    const origins: Record<Target, string> = { direct: sink.origin, gateway: service.gatewayUrl, nginx: nginx?.url ?? '', proxy: proxy?.origin ?? '' };
 
     console.log(
       'OTLP gateway: protobuf trace exports direct to a sink vs through the gateway vs through nginx auth_request (ratios are the result; absolute numbers are noise)',
@@ -407,7 +419,7 @@ async function main(): Promise<void> {
       }
     }
     // Auth really is in the path of both: no tokens, no export.
-    for (const target of options.targets.filter((t): t is Exclude<Target, 'direct'> => t !== 'direct')) {
+    for (const target of options.targets.filter((t) => t === 'gateway' || t === 'nginx')) {
       const refused = await fetch(origins[target] + EXPORT_PATH, { method: 'POST', headers: { 'content-type': 'application/x-protobuf' }, body: payload });
       await refused.arrayBuffer();
       if (refused.status !== 401) throw new Error(`${target}: an export without tokens answered ${refused.status}, not 401`);
@@ -424,6 +436,7 @@ async function main(): Promise<void> {
         sink: procCpuMicros(sink!.pid),
         redis: redisProcess === undefined ? Number.NaN : procCpuMicros(redisProcess),
         nginx: nginxCpu,
+        proxy: proxy === undefined ? Number.NaN : procCpuMicros(proxy.pid),
       };
     };
 
@@ -562,6 +575,7 @@ function printReport(reports: Record<Variant, Partial<Record<Target, RunStats[]>
     'sink',
     'redis',
     'nginx',
+    'proxy',
     'gen',
     'total',
     'gen CPU',
@@ -591,6 +605,7 @@ function printReport(reports: Record<Variant, Partial<Record<Target, RunStats[]>
         fixed(cpu('sink'), 0),
         fixed(cpu('redis'), 0),
         target === 'nginx' ? fixed(cpu('nginx'), 0) : '-',
+        target === 'proxy' ? fixed(cpu('proxy'), 0) : '-',
         fixed(cpu('generator'), 0),
         fixed(total, 0),
         `${fixed(
@@ -619,7 +634,9 @@ function printReport(reports: Record<Variant, Partial<Record<Target, RunStats[]>
       const perRound = ra.map((run, i) => fixed(ratio(run.reqPerSec, rb[i]?.reqPerSec ?? Number.NaN), 2)).join(' ');
       return `${a}/${b} ${fixed(throughput, 2)} (per round ${perRound})`;
     };
-    const pairs = [pair('gateway', 'direct'), pair('nginx', 'direct'), pair('gateway', 'nginx')].filter((text) => text !== undefined);
+    const pairs = [pair('gateway', 'direct'), pair('nginx', 'direct'), pair('gateway', 'nginx'), pair('proxy', 'nginx'), pair('gateway', 'proxy')].filter(
+      (text) => text !== undefined,
+    );
     if (pairs.length > 0) verdicts.push(`${variant}: throughput ${pairs.join(' · ')}`);
   }
   // What gzip costs the gateway, per request, against plain protobuf in the same run.
@@ -638,6 +655,25 @@ function printReport(reports: Record<Variant, Partial<Record<Target, RunStats[]>
     const svc = (runs: RunStats[]) => median(runs.map((run) => run.cpuPerRequest.service));
     verdicts.push(
       `service CPU/request: gateway (auth cached + quota + enforce + forward) ${fixed(svc(gatewayPlain), 0)} µs vs auth endpoint behind nginx (full auth every export) ${fixed(svc(nginxRuns), 0)} µs`,
+    );
+  }
+  // Issue 12's targets, judged here and never in a test: throughput ratios of the same run, gzip as service CPU.
+  const protobufRuns = reports.protobuf;
+  const throughputOf = (target: Target) => medianOf(protobufRuns[target], (run) => run.reqPerSec);
+  const judged = (name: string, value: number, holds: (value: number) => boolean, bound: string) =>
+    Number.isNaN(value) ? undefined : `${name} ${fixed(value, 2)} (target ${bound}: ${holds(value) ? 'met' : 'MISSED'})`;
+  const svcOf = (runs: RunStats[] | undefined) => medianOf(runs, (run) => run.cpuPerRequest.service);
+  const targets = [
+    judged('gateway/nginx', ratio(throughputOf('gateway'), throughputOf('nginx')), (value) => value >= 1.5, '≥ 1.5'),
+    judged('gateway/direct', ratio(throughputOf('gateway'), throughputOf('direct')), (value) => value >= 0.25, '≥ 0.25'),
+    judged('gzip/protobuf service CPU', ratio(svcOf(reports.gzip.gateway), svcOf(reports.protobuf.gateway)), (value) => value <= 1.3, '≤ 1.3'),
+  ].filter((text) => text !== undefined);
+  if (targets.length > 0) verdicts.push(`targets: ${targets.join(' · ')}`);
+  const proxyOverNginx = ratio(throughputOf('proxy'), throughputOf('nginx'));
+  if (!Number.isNaN(proxyOverNginx)) {
+    verdicts.push(
+      `bound: a Node.js proxy that checks nothing reaches ${fixed(proxyOverNginx, 2)}× nginx auth_request; the gateway reaches ` +
+        `${fixed(ratio(throughputOf('gateway'), throughputOf('proxy')), 2)}× that proxy`,
     );
   }
   const widths = header.map((_, column) => Math.max(...rows.map((row) => row[column].length)));
