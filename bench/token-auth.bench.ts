@@ -9,26 +9,42 @@
  *
  *   npm run -s bench:token-auth            (--smoke: one 1 s round each, to check it still works; no verdict)
  *
+ * Options: --rounds 3  --round-seconds 5  --variants warm,lookup  --cpu-prof (profiles the server of each
+ *          variant, prints its busiest functions and keeps the .cpuprofile)
+ *
  * Only ratios against the baseline measured in the same process and run mean anything on this
  * shared machine: rounds alternate bare/auth and the median of each is compared, with the server's
  * CPU per request. Exits 1 if any request was not answered 2xx.
  */
 import autocannon from 'autocannon';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { parseArgs } from 'node:util';
 import { jobPayloadRequest, RUNNER_TOKEN } from '../test/fixtures/job-payload';
 import { makeSecretFiles } from '../test/helpers/internal-api';
 import { makeGitLabKeys } from '../test/helpers/job-tokens';
 import { startRedis } from '../test/helpers/redis';
 import { repositoryRoot, rollingAuthHeader } from './lib/bench-env';
 import { BARE_ROUTE, BenchServer, DECORATOR_ROUTE, serverScript, startBenchServer } from './lib/bench-server';
+import { summarizeCpuProfile } from './lib/cpu-profile-summary';
 import { median } from './lib/percentiles';
 
 const AUTH_ROUTE = '/internal/ci/telemetry/auth';
-const SMOKE = process.argv.includes('--smoke');
-const ROUNDS = SMOKE ? 1 : 3;
-const ROUND_SECONDS = SMOKE ? 1 : 5;
+const { values: args } = parseArgs({
+  options: {
+    smoke: { type: 'boolean', default: false },
+    rounds: { type: 'string' },
+    'round-seconds': { type: 'string' },
+    variants: { type: 'string', default: 'warm,lookup' },
+    'cpu-prof': { type: 'boolean', default: false },
+  },
+});
+const SMOKE = args.smoke;
+const ROUNDS = Number(args.rounds ?? (SMOKE ? 1 : 3));
+const ROUND_SECONDS = Number(args['round-seconds'] ?? (SMOKE ? 1 : 5));
+const VARIANTS = { warm: 'warm decision', lookup: 'store lookup' } as const;
+const CPU_PROF = args['cpu-prof'];
 const CONNECTIONS = 10;
 const OPAQUE_JOBS = 200;
 type Route = 'bare' | 'auth';
@@ -72,11 +88,13 @@ async function main(): Promise<void> {
   );
   const rows: string[] = [];
   try {
-    for (const variant of ['warm decision', 'store lookup'] as const) {
+    for (const variant of args.variants.split(',').map((name) => VARIANTS[name.trim() as keyof typeof VARIANTS])) {
+      if (variant === undefined) throw new Error(`--variants takes ${Object.keys(VARIANTS).join(',')}`);
       const server = await startBenchServer({
         script: serverScript(__dirname),
         cwd: root,
         logFile: join(work, `service-${variant.replace(' ', '-')}.log`),
+        nodeArgs: CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${join(work, 'profiles')}`, `--cpu-prof-name=server-${variant.replace(' ', '-')}.cpuprofile`] : [],
         env: {
           HOST: '127.0.0.1',
           INTERNAL_PORT: '0',
@@ -152,11 +170,24 @@ async function main(): Promise<void> {
       .map((l) => l.toFixed(1))
       .join(' ')}`,
   );
-  rmSync(work, { recursive: true, force: true });
+  if (CPU_PROF) printProfiles(join(work, 'profiles'), root);
+  else rmSync(work, { recursive: true, force: true });
   rmSync(secrets.dir, { recursive: true, force: true });
   if (failures.length > 0) {
     console.error(`\nFAILED:\n  ${failures.join('\n  ')}`);
     process.exitCode = 1;
+  }
+}
+
+/** Self time per function; the profile covers the whole server life (pickups and warm-up included). */
+function printProfiles(dir: string, root: string): void {
+  if (!existsSync(dir)) return;
+  for (const file of readdirSync(dir).filter((name) => name.endsWith('.cpuprofile'))) {
+    const summary = summarizeCpuProfile(join(dir, file), root, 30);
+    console.log(
+      `\nserver CPU profile ${join(dir, file)}: ${(summary.busyMs / 1000).toFixed(1)} s busy of ${(summary.totalMs / 1000).toFixed(1)} s; busiest functions (self time):`,
+    );
+    for (const entry of summary.top) console.log(`  ${(entry.share * 100).toFixed(1).padStart(5)}%  ${entry.selfMs.toFixed(0).padStart(6)} ms  ${entry.frame}`);
   }
 }
 
