@@ -93,6 +93,20 @@ function behavesAsAGrantStore(name: string, open: () => Promise<GrantStore>) {
       expect(await store.findGrantByJobTokenDigest('e'.repeat(64))).toBeNull();
     });
 
+    it('answers a job token asked about again from its grant as it is now: revoked, then gone', async () => {
+      await store.saveGrant(grant({ jobTokenDigest: 'f'.repeat(64), expiresAt: Date.now() + 400 }));
+      expect(await store.findGrantByJobTokenDigest('f'.repeat(64))).toMatchObject({ jobId: 1001 });
+      expect(await store.findGrantByJobTokenDigest('f'.repeat(64))).not.toHaveProperty('revokedAt');
+      const revokedAt = Date.now();
+      await store.revokeGrant(1001, revokedAt);
+      expect((await store.findGrantByJobTokenDigest('f'.repeat(64)))?.revokedAt).toBe(revokedAt);
+      await sleep(550);
+      expect(await store.findGrantByJobTokenDigest('f'.repeat(64))).toBeNull();
+      // Picked up again after its grant ended: found again, by the new grant.
+      await store.saveGrant(grant({ jobTokenDigest: 'f'.repeat(64), projectId: 8 }));
+      expect(await store.findGrantByJobTokenDigest('f'.repeat(64))).toMatchObject({ jobId: 1001, projectId: 8 });
+    });
+
     it('marks a grant revoked without shortening its life, and never pushes a revocation later', async () => {
       const expiresAt = Date.now() + 60_000;
       await store.saveGrant(grant({ expiresAt }));

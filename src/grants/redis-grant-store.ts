@@ -1,3 +1,4 @@
+import { LRUCache } from 'lru-cache';
 import { Grant, GrantStore, JobSpanLimits, RateWindow, SpanReservation, StoreUnavailableError } from './grant';
 import { connectRedis, pingRedis, RedisClient, RedisConnectionEvents, RedisConnectionSettings } from './redis-connection';
 
@@ -15,6 +16,8 @@ const JOB_SPANS_KEY = (jobId: number) => `cjt:{job:${jobId}}:spans`;
 const JOB_SPAN_RATE_KEY = (jobId: number) => `cjt:{job:${jobId}}:span-rate`;
 const JOB_TOKEN_KEY = (digest: string) => `cjt:{jobtoken:${digest}}`;
 const RATE_KEY = (key: string) => `cjt:{rate:${key}}`;
+/** Job-token index entries remembered per process (see findGrantByJobTokenDigest): about 1.5 MB when full. */
+const REMEMBERED_JOB_TOKENS = 10_000;
 
 /**
  * A job's span quota and per-second rate in one atomic step: grants min(wanted, quota room, rate room) and
@@ -83,6 +86,8 @@ interface ScriptCommands {
 
 export class RedisGrantStore implements GrantStore {
   private readonly scripts: ScriptCommands;
+  /** Job id per job-token digest, as read from the index, until the grant found through it ends. */
+  private readonly jobIdsByTokenDigest = new LRUCache<string, number>({ max: REMEMBERED_JOB_TOKENS });
 
   constructor(
     private readonly redis: RedisClient,
@@ -152,12 +157,28 @@ export class RedisGrantStore implements GrantStore {
     return revokedAt === null ? grant : { ...grant, revokedAt: Number(revokedAt) };
   }
 
+  /**
+   * The index is another slot than the grant, so a lookup is two round trips before the runner's rate
+   * window is hit (three on the auth endpoint's store lookup, the profile's largest share). A job token
+   * names one job for the whole life of its grant, so the index entry is remembered and a token seen
+   * again goes straight to its grant, which is read fresh every time (revocation, expiry, re-pickup).
+   * The grant's own digest decides either way; a remembered entry it no longer matches is forgotten
+   * and the index asked again.
+   */
   async findGrantByJobTokenDigest(jobTokenDigest: string): Promise<Grant | null> {
+    const rememberedJobId = this.jobIdsByTokenDigest.get(jobTokenDigest);
+    if (rememberedJobId !== undefined) {
+      const grant = await this.findGrant(rememberedJobId);
+      if (grant?.jobTokenDigest === jobTokenDigest) return grant;
+      this.jobIdsByTokenDigest.delete(jobTokenDigest);
+    }
     const jobId = await this.guard(() => this.redis.get(JOB_TOKEN_KEY(jobTokenDigest)));
     if (jobId === null) return null;
     const grant = await this.findGrant(Number(jobId));
     // A job picked up again with a new token leaves the old index entry behind until it expires.
-    return grant?.jobTokenDigest === jobTokenDigest ? grant : null;
+    if (grant?.jobTokenDigest !== jobTokenDigest) return null;
+    this.jobIdsByTokenDigest.set(jobTokenDigest, grant.jobId, { ttl: Math.max(1, grant.expiresAt - Date.now()) });
+    return grant;
   }
 
   async revokeGrant(jobId: number, revokedAt: number): Promise<Grant | null> {
