@@ -128,6 +128,21 @@ function behavesAsAGrantStore(name: string, open: () => Promise<GrantStore>) {
       expect((await store.hitRateWindow('runner:17', 3, 400)).allowed).toBe(true);
     });
 
+    it('takes back a hit on a window, never below zero, and leaves an ended window ended', async () => {
+      for (let i = 0; i < 3; i++) await store.hitRateWindow('runner:19', 3, 400);
+      await store.releaseRateWindowHit('runner:19');
+      expect((await store.hitRateWindow('runner:19', 3, 400)).allowed).toBe(true);
+      expect((await store.hitRateWindow('runner:19', 3, 400)).allowed).toBe(false);
+      for (let i = 0; i < 6; i++) await store.releaseRateWindowHit('runner:19');
+      for (let i = 0; i < 3; i++) expect((await store.hitRateWindow('runner:19', 3, 400)).allowed).toBe(true);
+      expect((await store.hitRateWindow('runner:19', 3, 400)).allowed).toBe(false);
+      await store.releaseRateWindowHit('runner:20');
+      expect((await store.hitRateWindow('runner:20', 1, 400)).allowed).toBe(true);
+      await sleep(450);
+      await store.releaseRateWindowHit('runner:19');
+      expect((await store.hitRateWindow('runner:19', 1, 400)).resetInMs).toBeGreaterThan(300);
+    });
+
     it("takes a job's spans under its quota and its per-second rate at once, saying how much room each had", async () => {
       const limits = { perJob: 10, perSecond: 4 };
       expect(await store.reserveSpans(1001, 3, limits, 60_000)).toEqual({ granted: 3, quotaRoom: 10, rateRoom: 4 });

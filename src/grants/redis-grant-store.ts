@@ -1,4 +1,3 @@
-import { LRUCache } from 'lru-cache';
 import { Grant, GrantStore, JobSpanLimits, RateWindow, SpanReservation, StoreUnavailableError } from './grant';
 import { connectRedis, pingRedis, RedisClient, RedisConnectionEvents, RedisConnectionSettings } from './redis-connection';
 
@@ -16,8 +15,6 @@ const JOB_SPANS_KEY = (jobId: number) => `cjt:{job:${jobId}}:spans`;
 const JOB_SPAN_RATE_KEY = (jobId: number) => `cjt:{job:${jobId}}:span-rate`;
 const JOB_TOKEN_KEY = (digest: string) => `cjt:{jobtoken:${digest}}`;
 const RATE_KEY = (key: string) => `cjt:{rate:${key}}`;
-/** Job-token index entries remembered per process (see findGrantByJobTokenDigest): about 1.5 MB when full. */
-const REMEMBERED_JOB_TOKENS = 10_000;
 
 /**
  * A job's span quota and per-second rate in one atomic step: grants min(wanted, quota room, rate room) and
@@ -63,6 +60,16 @@ return {count, ttl}
 `;
 
 /**
+ * Takes back one hit of a fixed window, never below zero. DECR keeps the window's TTL, and a window that
+ * has ended is not brought back.
+ */
+const RELEASE_RATE_WINDOW_HIT = `
+local count = tonumber(redis.call('GET', KEYS[1]) or '0')
+if count > 0 then redis.call('DECR', KEYS[1]) end
+return count
+`;
+
+/**
  * Records the revocation time beside the grant, living exactly as long as the grant; an earlier
  * revocation is never pushed later. A key of its own rather than a rewrite of the grant's JSON:
  * Lua's cjson would round ids above 10^14.
@@ -79,6 +86,7 @@ return ARGV[1]
 /** The store's Lua scripts as ioredis commands: sent by SHA (EVALSHA) after the first use, not as text. */
 interface ScriptCommands {
   cjtHitRateWindow(key: string, windowMs: string): Promise<[number, number]>;
+  cjtReleaseRateWindowHit(key: string): Promise<number>;
   cjtRevokeGrant(grantKey: string, revokedKey: string, revokedAt: string): Promise<string | null>;
   cjtReserveSpans(spansKey: string, rateKey: string, wanted: string, perJob: string, perSecond: string, ttlMs: string): Promise<[number, number, number]>;
   cjtReleaseSpans(spansKey: string, spans: string): Promise<number>;
@@ -86,14 +94,13 @@ interface ScriptCommands {
 
 export class RedisGrantStore implements GrantStore {
   private readonly scripts: ScriptCommands;
-  /** Job id per job-token digest, as read from the index, until the grant found through it ends. */
-  private readonly jobIdsByTokenDigest = new LRUCache<string, number>({ max: REMEMBERED_JOB_TOKENS });
 
   constructor(
     private readonly redis: RedisClient,
     private readonly durability: { readonly waitReplicas: number; readonly waitTimeoutMs: number } = { waitReplicas: 0, waitTimeoutMs: 0 },
   ) {
     redis.defineCommand('cjtHitRateWindow', { numberOfKeys: 1, lua: HIT_RATE_WINDOW });
+    redis.defineCommand('cjtReleaseRateWindowHit', { numberOfKeys: 1, lua: RELEASE_RATE_WINDOW_HIT });
     redis.defineCommand('cjtRevokeGrant', { numberOfKeys: 2, lua: REVOKE_GRANT });
     redis.defineCommand('cjtReserveSpans', { numberOfKeys: 2, lua: RESERVE_SPANS });
     redis.defineCommand('cjtReleaseSpans', { numberOfKeys: 1, lua: RELEASE_SPANS });
@@ -157,28 +164,12 @@ export class RedisGrantStore implements GrantStore {
     return revokedAt === null ? grant : { ...grant, revokedAt: Number(revokedAt) };
   }
 
-  /**
-   * The index is another slot than the grant, so a lookup is two round trips before the runner's rate
-   * window is hit (three on the auth endpoint's store lookup, the profile's largest share). A job token
-   * names one job for the whole life of its grant, so the index entry is remembered and a token seen
-   * again goes straight to its grant, which is read fresh every time (revocation, expiry, re-pickup).
-   * The grant's own digest decides either way; a remembered entry it no longer matches is forgotten
-   * and the index asked again.
-   */
   async findGrantByJobTokenDigest(jobTokenDigest: string): Promise<Grant | null> {
-    const rememberedJobId = this.jobIdsByTokenDigest.get(jobTokenDigest);
-    if (rememberedJobId !== undefined) {
-      const grant = await this.findGrant(rememberedJobId);
-      if (grant?.jobTokenDigest === jobTokenDigest) return grant;
-      this.jobIdsByTokenDigest.delete(jobTokenDigest);
-    }
     const jobId = await this.guard(() => this.redis.get(JOB_TOKEN_KEY(jobTokenDigest)));
     if (jobId === null) return null;
     const grant = await this.findGrant(Number(jobId));
     // A job picked up again with a new token leaves the old index entry behind until it expires.
-    if (grant?.jobTokenDigest !== jobTokenDigest) return null;
-    this.jobIdsByTokenDigest.set(jobTokenDigest, grant.jobId, { ttl: Math.max(1, grant.expiresAt - Date.now()) });
-    return grant;
+    return grant?.jobTokenDigest === jobTokenDigest ? grant : null;
   }
 
   async revokeGrant(jobId: number, revokedAt: number): Promise<Grant | null> {
@@ -193,6 +184,10 @@ export class RedisGrantStore implements GrantStore {
   async hitRateWindow(key: string, limit: number, windowMs: number): Promise<RateWindow> {
     const [count, ttl] = await this.guard(() => this.scripts.cjtHitRateWindow(RATE_KEY(key), String(windowMs)));
     return { allowed: count <= limit, resetInMs: ttl };
+  }
+
+  async releaseRateWindowHit(key: string): Promise<void> {
+    await this.guard(() => this.scripts.cjtReleaseRateWindowHit(RATE_KEY(key)));
   }
 
   async reserveSpans(jobId: number, wanted: number, limits: JobSpanLimits, quotaTtlMs: number): Promise<SpanReservation> {
