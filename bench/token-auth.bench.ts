@@ -3,7 +3,8 @@
  * served by the same process, with a real redis-server as the store: once with a warm decision
  * (the same token pair again, answered from the endpoint's decision cache) and once with a store
  * lookup on every request (AUTH_DECISION_CACHE_SIZE=0, and 200 jobs with distinct opaque tokens in
- * rotation, so concurrent requests do not share one lookup: token-digest index, grant, rate window).
+ * rotation, so concurrent requests do not share one lookup: the grant read with the runner's rate
+ * window, and the token-digest index before them on a token's first lookup in the process).
  *
  * Run (builds itself into node_modules/.cache; needs redis-server on PATH):
  *
