@@ -139,6 +139,21 @@ describe('RunnerAuthService (SPEC §5, §6)', () => {
       expect(await allowedTimes(service, { ...tokens, jobToken: 'glcbt-opaque-1002' }, 4)).toEqual(['allowed', 'allowed', 'allowed', 'rate_limited']);
     });
 
+    it('still answers a revoked job 403, not 503, while only the rate window cannot be hit', async () => {
+      let windowUp = true;
+      const store = new (class extends MemoryGrantStore {
+        override async hitRateWindow(key: string, limit: number, windowMs: number) {
+          if (!windowUp) throw new StoreUnavailableError('rate window node down');
+          return super.hitRateWindow(key, limit, windowMs);
+        }
+      })();
+      const service = await serviceWith({ grant: grant(), store });
+      expect(await allowedTimes(service, tokens, 1)).toEqual(['allowed']);
+      windowUp = false;
+      await store.revokeGrant(1001, Date.now() - 1);
+      expect(await service.authenticate(tokens)).toEqual({ kind: 'forbidden', reason: 'grant revoked' });
+    });
+
     it('charges the runner that picked the job up again, not the one that had it before', async () => {
       const store = new MemoryGrantStore();
       const service = await serviceWith({ grant: grant(), store });

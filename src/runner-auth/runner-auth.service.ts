@@ -145,8 +145,15 @@ export class RunnerAuthService {
   private async readGrant(jobId: number): Promise<GrantRead> {
     const runnerId = this.runnerOfJob.get(jobId);
     if (runnerId === undefined) return { grant: await this.store.findGrant(jobId) };
-    const [grant, window] = await Promise.all([this.store.findGrant(jobId), this.hitRunnerWindow(runnerId)]);
-    return { grant, early: { runnerId, window } };
+    const [grant, window] = await Promise.allSettled([this.store.findGrant(jobId), this.hitRunnerWindow(runnerId)]);
+    const early = window.status === 'fulfilled' ? { runnerId, window: window.value } : undefined;
+    if (grant.status === 'rejected') {
+      this.giveBack(early);
+      throw grant.reason;
+    }
+    // A window that could not be hit early is hit again once the grant is through, as without the memo:
+    // an outage of its node alone leaves refusals as they are.
+    return { grant: grant.value, early };
   }
 
   /** The grant whose opaque job token has this digest: straight from the job when the token was seen before. */
