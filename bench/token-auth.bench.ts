@@ -18,7 +18,7 @@
  * CPU per request. Exits 1 if any request was not answered 2xx.
  */
 import autocannon from 'autocannon';
-import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -30,6 +30,7 @@ import { repositoryRoot, rollingAuthHeader } from './lib/bench-env';
 import { BARE_ROUTE, BenchServer, DECORATOR_ROUTE, serverScript, startBenchServer } from './lib/bench-server';
 import { summarizeCpuProfile } from './lib/cpu-profile-summary';
 import { median } from './lib/percentiles';
+import { childPids, procCpuMicros } from './lib/proc-cpu';
 
 const AUTH_ROUTE = '/internal/ci/telemetry/auth';
 const { values: args } = parseArgs({
@@ -52,8 +53,19 @@ type Route = 'bare' | 'auth';
 
 const failures: string[] = [];
 
-async function measure(server: BenchServer, path: string, headers: () => Record<string, string>, body: string | undefined, seconds: number) {
+/** One load run: the server's CPU per request, and the store's and the load generator's (the rest of the 2 cores). */
+interface RunStats {
+  readonly reqPerSec: number;
+  readonly cpuMicrosPerRequest: number;
+  readonly redisCpuMicrosPerRequest: number;
+  readonly loadCpuMicrosPerRequest: number;
+}
+
+async function measure(server: BenchServer, path: string, headers: () => Record<string, string>, body: string | undefined, seconds: number): Promise<RunStats> {
+  const redis = redisPid();
   const cpuBefore = await server.cpuMicros();
+  const redisBefore = redis === undefined ? Number.NaN : procCpuMicros(redis);
+  const loadBefore = process.cpuUsage();
   const result = await autocannon({
     url: server.origin,
     connections: CONNECTIONS,
@@ -61,9 +73,28 @@ async function measure(server: BenchServer, path: string, headers: () => Record<
     timeout: 10,
     requests: [{ method: 'POST', path, setupRequest: (request) => ({ ...request, headers: headers(), body }) }],
   });
+  const load = process.cpuUsage(loadBefore);
   const cpu = (await server.cpuMicros()) - cpuBefore;
+  const redisCpu = redis === undefined ? Number.NaN : procCpuMicros(redis) - redisBefore;
   if (result.non2xx > 0 || result.errors > 0) failures.push(`${path}: ${result.non2xx} non-2xx, ${result.errors} errors`);
-  return { reqPerSec: result['2xx'] / result.duration, cpuMicrosPerRequest: cpu / Math.max(1, result['2xx'] + result.non2xx) };
+  const requests = Math.max(1, result['2xx'] + result.non2xx);
+  return {
+    reqPerSec: result['2xx'] / result.duration,
+    cpuMicrosPerRequest: cpu / requests,
+    redisCpuMicrosPerRequest: redisCpu / requests,
+    loadCpuMicrosPerRequest: (load.user + load.system) / requests,
+  };
+}
+
+/** The redis-server this bench started (test/helpers/redis spawns it as a child). */
+function redisPid(): number | undefined {
+  return childPids(process.pid).find((pid) => {
+    try {
+      return readFileSync(`/proc/${pid}/comm`, 'utf8').trim() === 'redis-server';
+    } catch {
+      return false;
+    }
+  });
 }
 
 async function cacheCounts(origin: string): Promise<{ hit: number; miss: number }> {
@@ -140,20 +171,28 @@ async function main(): Promise<void> {
             : measure(server, AUTH_ROUTE, authHeaders, undefined, seconds);
         await run('bare', 2);
         await run('auth', 2);
-        const results: Record<Route, Array<{ reqPerSec: number; cpuMicrosPerRequest: number }>> = { bare: [], auth: [] };
+        const results: Record<Route, RunStats[]> = { bare: [], auth: [] };
         for (let round = 0; round < ROUNDS; round++) {
           for (const route of (round % 2 === 0 ? ['bare', 'auth'] : ['auth', 'bare']) as Route[]) results[route].push(await run(route, ROUND_SECONDS));
         }
         const bare = median(results.bare.map((r) => r.reqPerSec));
         const auth = median(results.auth.map((r) => r.reqPerSec));
-        const bareCpu = median(results.bare.map((r) => r.cpuMicrosPerRequest));
-        const authCpu = median(results.auth.map((r) => r.cpuMicrosPerRequest));
+        const cpuOf = (route: Route, figure: keyof RunStats) => median(results[route].map((r) => r[figure]));
+        const bareCpu = cpuOf('bare', 'cpuMicrosPerRequest');
+        const authCpu = cpuOf('auth', 'cpuMicrosPerRequest');
+        const machine = (route: Route) =>
+          cpuOf(route, 'cpuMicrosPerRequest') + cpuOf(route, 'redisCpuMicrosPerRequest') + cpuOf(route, 'loadCpuMicrosPerRequest');
         const lookups = await cacheCounts(server.origin);
         rows.push(`${variant.padEnd(13)}  decision cache: ${lookups.hit - lookupsBefore.hit} hits, ${lookups.miss - lookupsBefore.miss} store lookups`);
         rows.push(
           `${variant.padEnd(13)}  bare ${bare.toFixed(0).padStart(6)} req/s  auth ${auth.toFixed(0).padStart(6)} req/s  ratio auth/bare ${(auth / bare).toFixed(2)}` +
             `  (per round ${results.auth.map((r, i) => (r.reqPerSec / results.bare[i].reqPerSec).toFixed(2)).join(' ')})` +
             `  server CPU/request ${authCpu.toFixed(0)} vs ${bareCpu.toFixed(0)} µs (×${(authCpu / bareCpu).toFixed(2)})`,
+        );
+        rows.push(
+          `${variant.padEnd(13)}  CPU/request auth vs bare: redis ${cpuOf('auth', 'redisCpuMicrosPerRequest').toFixed(0)} vs ${cpuOf('bare', 'redisCpuMicrosPerRequest').toFixed(0)} µs,` +
+            ` load generator ${cpuOf('auth', 'loadCpuMicrosPerRequest').toFixed(0)} vs ${cpuOf('bare', 'loadCpuMicrosPerRequest').toFixed(0)} µs,` +
+            ` all three ${machine('auth').toFixed(0)} vs ${machine('bare').toFixed(0)} µs (×${(machine('auth') / machine('bare')).toFixed(2)})`,
         );
       } finally {
         await server.stop();
