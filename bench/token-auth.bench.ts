@@ -3,40 +3,69 @@
  * served by the same process, with a real redis-server as the store: once with a warm decision
  * (the same token pair again, answered from the endpoint's decision cache) and once with a store
  * lookup on every request (AUTH_DECISION_CACHE_SIZE=0, and 200 jobs with distinct opaque tokens in
- * rotation, so concurrent requests do not share one lookup: token-digest index, grant, rate window).
+ * rotation, so concurrent requests do not share one lookup: the grant read with the runner's rate
+ * window, and the token-digest index before them on a token's first lookup in the process).
  *
  * Run (builds itself into node_modules/.cache; needs redis-server on PATH):
  *
  *   npm run -s bench:token-auth            (--smoke: one 1 s round each, to check it still works; no verdict)
+ *
+ * Options: --rounds 3  --round-seconds 5  --variants warm,lookup  --cpu-prof (profiles the server of each
+ *          variant, prints its busiest functions and keeps the .cpuprofile)
  *
  * Only ratios against the baseline measured in the same process and run mean anything on this
  * shared machine: rounds alternate bare/auth and the median of each is compared, with the server's
  * CPU per request. Exits 1 if any request was not answered 2xx.
  */
 import autocannon from 'autocannon';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { parseArgs } from 'node:util';
 import { jobPayloadRequest, RUNNER_TOKEN } from '../test/fixtures/job-payload';
 import { makeSecretFiles } from '../test/helpers/internal-api';
 import { makeGitLabKeys } from '../test/helpers/job-tokens';
 import { startRedis } from '../test/helpers/redis';
 import { repositoryRoot, rollingAuthHeader } from './lib/bench-env';
 import { BARE_ROUTE, BenchServer, DECORATOR_ROUTE, serverScript, startBenchServer } from './lib/bench-server';
+import { summarizeCpuProfile } from './lib/cpu-profile-summary';
 import { median } from './lib/percentiles';
+import { childPids, procCpuMicros } from './lib/proc-cpu';
 
 const AUTH_ROUTE = '/internal/ci/telemetry/auth';
-const SMOKE = process.argv.includes('--smoke');
-const ROUNDS = SMOKE ? 1 : 3;
-const ROUND_SECONDS = SMOKE ? 1 : 5;
+const { values: args } = parseArgs({
+  options: {
+    smoke: { type: 'boolean', default: false },
+    rounds: { type: 'string' },
+    'round-seconds': { type: 'string' },
+    variants: { type: 'string', default: 'warm,lookup' },
+    'cpu-prof': { type: 'boolean', default: false },
+  },
+});
+const SMOKE = args.smoke;
+const ROUNDS = Number(args.rounds ?? (SMOKE ? 1 : 3));
+const ROUND_SECONDS = Number(args['round-seconds'] ?? (SMOKE ? 1 : 5));
+const VARIANTS = { warm: 'warm decision', lookup: 'store lookup' } as const;
+const CPU_PROF = args['cpu-prof'];
 const CONNECTIONS = 10;
 const OPAQUE_JOBS = 200;
 type Route = 'bare' | 'auth';
 
 const failures: string[] = [];
 
-async function measure(server: BenchServer, path: string, headers: () => Record<string, string>, body: string | undefined, seconds: number) {
+/** One load run: the server's CPU per request, and the store's and the load generator's (the rest of the 2 cores). */
+interface RunStats {
+  readonly reqPerSec: number;
+  readonly cpuMicrosPerRequest: number;
+  readonly redisCpuMicrosPerRequest: number;
+  readonly loadCpuMicrosPerRequest: number;
+}
+
+async function measure(server: BenchServer, path: string, headers: () => Record<string, string>, body: string | undefined, seconds: number): Promise<RunStats> {
+  const redis = redisPid();
   const cpuBefore = await server.cpuMicros();
+  const redisBefore = redis === undefined ? Number.NaN : procCpuMicros(redis);
+  const loadBefore = process.cpuUsage();
   const result = await autocannon({
     url: server.origin,
     connections: CONNECTIONS,
@@ -44,9 +73,28 @@ async function measure(server: BenchServer, path: string, headers: () => Record<
     timeout: 10,
     requests: [{ method: 'POST', path, setupRequest: (request) => ({ ...request, headers: headers(), body }) }],
   });
+  const load = process.cpuUsage(loadBefore);
   const cpu = (await server.cpuMicros()) - cpuBefore;
+  const redisCpu = redis === undefined ? Number.NaN : procCpuMicros(redis) - redisBefore;
   if (result.non2xx > 0 || result.errors > 0) failures.push(`${path}: ${result.non2xx} non-2xx, ${result.errors} errors`);
-  return { reqPerSec: result['2xx'] / result.duration, cpuMicrosPerRequest: cpu / Math.max(1, result['2xx'] + result.non2xx) };
+  const requests = Math.max(1, result['2xx'] + result.non2xx);
+  return {
+    reqPerSec: result['2xx'] / result.duration,
+    cpuMicrosPerRequest: cpu / requests,
+    redisCpuMicrosPerRequest: redisCpu / requests,
+    loadCpuMicrosPerRequest: (load.user + load.system) / requests,
+  };
+}
+
+/** The redis-server this bench started (test/helpers/redis spawns it as a child). */
+function redisPid(): number | undefined {
+  return childPids(process.pid).find((pid) => {
+    try {
+      return readFileSync(`/proc/${pid}/comm`, 'utf8').trim() === 'redis-server';
+    } catch {
+      return false;
+    }
+  });
 }
 
 async function cacheCounts(origin: string): Promise<{ hit: number; miss: number }> {
@@ -72,11 +120,13 @@ async function main(): Promise<void> {
   );
   const rows: string[] = [];
   try {
-    for (const variant of ['warm decision', 'store lookup'] as const) {
+    for (const variant of args.variants.split(',').map((name) => VARIANTS[name.trim() as keyof typeof VARIANTS])) {
+      if (variant === undefined) throw new Error(`--variants takes ${Object.keys(VARIANTS).join(',')}`);
       const server = await startBenchServer({
         script: serverScript(__dirname),
         cwd: root,
         logFile: join(work, `service-${variant.replace(' ', '-')}.log`),
+        nodeArgs: CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${join(work, 'profiles')}`, `--cpu-prof-name=server-${variant.replace(' ', '-')}.cpuprofile`] : [],
         env: {
           HOST: '127.0.0.1',
           INTERNAL_PORT: '0',
@@ -121,20 +171,28 @@ async function main(): Promise<void> {
             : measure(server, AUTH_ROUTE, authHeaders, undefined, seconds);
         await run('bare', 2);
         await run('auth', 2);
-        const results: Record<Route, Array<{ reqPerSec: number; cpuMicrosPerRequest: number }>> = { bare: [], auth: [] };
+        const results: Record<Route, RunStats[]> = { bare: [], auth: [] };
         for (let round = 0; round < ROUNDS; round++) {
           for (const route of (round % 2 === 0 ? ['bare', 'auth'] : ['auth', 'bare']) as Route[]) results[route].push(await run(route, ROUND_SECONDS));
         }
         const bare = median(results.bare.map((r) => r.reqPerSec));
         const auth = median(results.auth.map((r) => r.reqPerSec));
-        const bareCpu = median(results.bare.map((r) => r.cpuMicrosPerRequest));
-        const authCpu = median(results.auth.map((r) => r.cpuMicrosPerRequest));
+        const cpuOf = (route: Route, figure: keyof RunStats) => median(results[route].map((r) => r[figure]));
+        const bareCpu = cpuOf('bare', 'cpuMicrosPerRequest');
+        const authCpu = cpuOf('auth', 'cpuMicrosPerRequest');
+        const machine = (route: Route) =>
+          cpuOf(route, 'cpuMicrosPerRequest') + cpuOf(route, 'redisCpuMicrosPerRequest') + cpuOf(route, 'loadCpuMicrosPerRequest');
         const lookups = await cacheCounts(server.origin);
         rows.push(`${variant.padEnd(13)}  decision cache: ${lookups.hit - lookupsBefore.hit} hits, ${lookups.miss - lookupsBefore.miss} store lookups`);
         rows.push(
           `${variant.padEnd(13)}  bare ${bare.toFixed(0).padStart(6)} req/s  auth ${auth.toFixed(0).padStart(6)} req/s  ratio auth/bare ${(auth / bare).toFixed(2)}` +
             `  (per round ${results.auth.map((r, i) => (r.reqPerSec / results.bare[i].reqPerSec).toFixed(2)).join(' ')})` +
             `  server CPU/request ${authCpu.toFixed(0)} vs ${bareCpu.toFixed(0)} µs (×${(authCpu / bareCpu).toFixed(2)})`,
+        );
+        rows.push(
+          `${variant.padEnd(13)}  CPU/request auth vs bare: redis ${cpuOf('auth', 'redisCpuMicrosPerRequest').toFixed(0)} vs ${cpuOf('bare', 'redisCpuMicrosPerRequest').toFixed(0)} µs,` +
+            ` load generator ${cpuOf('auth', 'loadCpuMicrosPerRequest').toFixed(0)} vs ${cpuOf('bare', 'loadCpuMicrosPerRequest').toFixed(0)} µs,` +
+            ` all three ${machine('auth').toFixed(0)} vs ${machine('bare').toFixed(0)} µs (×${(machine('auth') / machine('bare')).toFixed(2)})`,
         );
       } finally {
         await server.stop();
@@ -152,11 +210,24 @@ async function main(): Promise<void> {
       .map((l) => l.toFixed(1))
       .join(' ')}`,
   );
-  rmSync(work, { recursive: true, force: true });
+  if (CPU_PROF) printProfiles(join(work, 'profiles'), root);
+  else rmSync(work, { recursive: true, force: true });
   rmSync(secrets.dir, { recursive: true, force: true });
   if (failures.length > 0) {
     console.error(`\nFAILED:\n  ${failures.join('\n  ')}`);
     process.exitCode = 1;
+  }
+}
+
+/** Self time per function; the profile covers the whole server life (pickups and warm-up included). */
+function printProfiles(dir: string, root: string): void {
+  if (!existsSync(dir)) return;
+  for (const file of readdirSync(dir).filter((name) => name.endsWith('.cpuprofile'))) {
+    const summary = summarizeCpuProfile(join(dir, file), root, 30);
+    console.log(
+      `\nserver CPU profile ${join(dir, file)}: ${(summary.busyMs / 1000).toFixed(1)} s busy of ${(summary.totalMs / 1000).toFixed(1)} s; busiest functions (self time):`,
+    );
+    for (const entry of summary.top) console.log(`  ${(entry.share * 100).toFixed(1).padStart(5)}%  ${entry.selfMs.toFixed(0).padStart(6)} ms  ${entry.frame}`);
   }
 }
 

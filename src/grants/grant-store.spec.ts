@@ -93,6 +93,20 @@ function behavesAsAGrantStore(name: string, open: () => Promise<GrantStore>) {
       expect(await store.findGrantByJobTokenDigest('e'.repeat(64))).toBeNull();
     });
 
+    it('answers a job token asked about again from its grant as it is now: revoked, then gone', async () => {
+      await store.saveGrant(grant({ jobTokenDigest: 'f'.repeat(64), expiresAt: Date.now() + 400 }));
+      expect(await store.findGrantByJobTokenDigest('f'.repeat(64))).toMatchObject({ jobId: 1001 });
+      expect(await store.findGrantByJobTokenDigest('f'.repeat(64))).not.toHaveProperty('revokedAt');
+      const revokedAt = Date.now();
+      await store.revokeGrant(1001, revokedAt);
+      expect((await store.findGrantByJobTokenDigest('f'.repeat(64)))?.revokedAt).toBe(revokedAt);
+      await sleep(550);
+      expect(await store.findGrantByJobTokenDigest('f'.repeat(64))).toBeNull();
+      // Picked up again after its grant ended: found again, by the new grant.
+      await store.saveGrant(grant({ jobTokenDigest: 'f'.repeat(64), projectId: 8 }));
+      expect(await store.findGrantByJobTokenDigest('f'.repeat(64))).toMatchObject({ jobId: 1001, projectId: 8 });
+    });
+
     it('marks a grant revoked without shortening its life, and never pushes a revocation later', async () => {
       const expiresAt = Date.now() + 60_000;
       await store.saveGrant(grant({ expiresAt }));
@@ -112,6 +126,21 @@ function behavesAsAGrantStore(name: string, open: () => Promise<GrantStore>) {
       expect((await store.hitRateWindow('runner:18', 3, 400)).allowed).toBe(true);
       await sleep(450);
       expect((await store.hitRateWindow('runner:17', 3, 400)).allowed).toBe(true);
+    });
+
+    it('takes back a hit on a window, never below zero, and leaves an ended window ended', async () => {
+      for (let i = 0; i < 3; i++) await store.hitRateWindow('runner:19', 3, 400);
+      await store.releaseRateWindowHit('runner:19');
+      expect((await store.hitRateWindow('runner:19', 3, 400)).allowed).toBe(true);
+      expect((await store.hitRateWindow('runner:19', 3, 400)).allowed).toBe(false);
+      for (let i = 0; i < 6; i++) await store.releaseRateWindowHit('runner:19');
+      for (let i = 0; i < 3; i++) expect((await store.hitRateWindow('runner:19', 3, 400)).allowed).toBe(true);
+      expect((await store.hitRateWindow('runner:19', 3, 400)).allowed).toBe(false);
+      await store.releaseRateWindowHit('runner:20');
+      expect((await store.hitRateWindow('runner:20', 1, 400)).allowed).toBe(true);
+      await sleep(450);
+      await store.releaseRateWindowHit('runner:19');
+      expect((await store.hitRateWindow('runner:19', 1, 400)).resetInMs).toBeGreaterThan(300);
     });
 
     it("takes a job's spans under its quota and its per-second rate at once, saying how much room each had", async () => {

@@ -69,6 +69,11 @@ export interface GrantStore {
    */
   hitRateWindow(key: string, limit: number, windowMs: number): Promise<RateWindow>;
   /**
+   * Takes back one hit on `key`'s current window, never below zero; a window that has ended stays
+   * ended. For a hit made before it was known to be due (the auth lookup's, sent with the grant read).
+   */
+  releaseRateWindowHit(key: string): Promise<void>;
+  /**
    * Takes up to `wanted` spans of job `jobId` under both its quota (kept for `quotaTtlMs` from first use) and
    * its per-second rate, atomically across replicas and in one round trip: grants min(wanted, quota room, rate
    * room) and charges both with what it granted.

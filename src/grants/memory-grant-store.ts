@@ -65,6 +65,12 @@ export class MemoryGrantStore implements GrantStore {
     return { allowed: window.count <= limit, resetInMs: window.resetsAt - now };
   }
 
+  async releaseRateWindowHit(key: string): Promise<void> {
+    const window = this.windows.get(key);
+    if (window === undefined || window.resetsAt <= this.now()) return;
+    window.count = Math.max(0, window.count - 1);
+  }
+
   async reserveSpans(jobId: number, wanted: number, limits: JobSpanLimits, quotaTtlMs: number): Promise<SpanReservation> {
     const now = this.now();
     const counter = (key: string, ttlMs: number) => {

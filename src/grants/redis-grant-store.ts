@@ -60,6 +60,16 @@ return {count, ttl}
 `;
 
 /**
+ * Takes back one hit of a fixed window, never below zero. DECR keeps the window's TTL, and a window that
+ * has ended is not brought back.
+ */
+const RELEASE_RATE_WINDOW_HIT = `
+local count = tonumber(redis.call('GET', KEYS[1]) or '0')
+if count > 0 then redis.call('DECR', KEYS[1]) end
+return count
+`;
+
+/**
  * Records the revocation time beside the grant, living exactly as long as the grant; an earlier
  * revocation is never pushed later. A key of its own rather than a rewrite of the grant's JSON:
  * Lua's cjson would round ids above 10^14.
@@ -76,6 +86,7 @@ return ARGV[1]
 /** The store's Lua scripts as ioredis commands: sent by SHA (EVALSHA) after the first use, not as text. */
 interface ScriptCommands {
   cjtHitRateWindow(key: string, windowMs: string): Promise<[number, number]>;
+  cjtReleaseRateWindowHit(key: string): Promise<number>;
   cjtRevokeGrant(grantKey: string, revokedKey: string, revokedAt: string): Promise<string | null>;
   cjtReserveSpans(spansKey: string, rateKey: string, wanted: string, perJob: string, perSecond: string, ttlMs: string): Promise<[number, number, number]>;
   cjtReleaseSpans(spansKey: string, spans: string): Promise<number>;
@@ -89,6 +100,7 @@ export class RedisGrantStore implements GrantStore {
     private readonly durability: { readonly waitReplicas: number; readonly waitTimeoutMs: number } = { waitReplicas: 0, waitTimeoutMs: 0 },
   ) {
     redis.defineCommand('cjtHitRateWindow', { numberOfKeys: 1, lua: HIT_RATE_WINDOW });
+    redis.defineCommand('cjtReleaseRateWindowHit', { numberOfKeys: 1, lua: RELEASE_RATE_WINDOW_HIT });
     redis.defineCommand('cjtRevokeGrant', { numberOfKeys: 2, lua: REVOKE_GRANT });
     redis.defineCommand('cjtReserveSpans', { numberOfKeys: 2, lua: RESERVE_SPANS });
     redis.defineCommand('cjtReleaseSpans', { numberOfKeys: 1, lua: RELEASE_SPANS });
@@ -172,6 +184,10 @@ export class RedisGrantStore implements GrantStore {
   async hitRateWindow(key: string, limit: number, windowMs: number): Promise<RateWindow> {
     const [count, ttl] = await this.guard(() => this.scripts.cjtHitRateWindow(RATE_KEY(key), String(windowMs)));
     return { allowed: count <= limit, resetInMs: ttl };
+  }
+
+  async releaseRateWindowHit(key: string): Promise<void> {
+    await this.guard(() => this.scripts.cjtReleaseRateWindowHit(RATE_KEY(key)));
   }
 
   async reserveSpans(jobId: number, wanted: number, limits: JobSpanLimits, quotaTtlMs: number): Promise<SpanReservation> {

@@ -111,4 +111,59 @@ describe('RunnerAuthService (SPEC §5, §6)', () => {
     for (let attempt = 0; attempt <= config.RUNNER_RATE_LIMIT; attempt++) outcome = await service.authenticate(tokens);
     expect(outcome).toMatchObject({ kind: 'rate_limited', retryAfterSeconds: expect.any(Number) });
   });
+
+  describe("the runner's rate window, hit together with the grant read once the job's runner is known", () => {
+    const allowedTimes = async (service: RunnerAuthService, credential: RunnerCredential, times: number) => {
+      const kinds = [];
+      for (let attempt = 0; attempt < times; attempt++) kinds.push((await service.authenticate(credential)).kind);
+      return kinds;
+    };
+
+    it('never charges a refusal to the runner, however often the job was allowed before', async () => {
+      const store = new MemoryGrantStore();
+      const service = await serviceWith({ grant: grant(), store });
+      expect(await allowedTimes(service, tokens, 1)).toEqual(['allowed']);
+      expect(await allowedTimes(service, { ...tokens, runnerToken: 'glrt-runner-18' }, 10)).toEqual(Array(10).fill('unauthenticated'));
+      // The other 4 of the runner's 5 are still there, and no more.
+      expect(await allowedTimes(service, tokens, 5)).toEqual(['allowed', 'allowed', 'allowed', 'allowed', 'rate_limited']);
+    });
+
+    it('never charges the lookups of a revoked job', async () => {
+      const store = new MemoryGrantStore();
+      const service = await serviceWith({ grant: grant(), store });
+      const capability = mintCapability(secrets.capabilityKeys[0], 1001);
+      expect(await allowedTimes(service, { kind: 'capability', jobId: 1001, capability }, 2)).toEqual(['allowed', 'allowed']);
+      await store.revokeGrant(1001, Date.now() - 1);
+      expect(await allowedTimes(service, { kind: 'capability', jobId: 1001, capability }, 5)).toEqual(Array(5).fill('forbidden'));
+      await store.saveGrant(grant({ jobId: 1002, jobTokenDigest: tokenDigest(secrets.tokenDigestKey, 'glcbt-opaque-1002') }));
+      expect(await allowedTimes(service, { ...tokens, jobToken: 'glcbt-opaque-1002' }, 4)).toEqual(['allowed', 'allowed', 'allowed', 'rate_limited']);
+    });
+
+    it('still answers a revoked job 403, not 503, while only the rate window cannot be hit', async () => {
+      let windowUp = true;
+      const store = new (class extends MemoryGrantStore {
+        override async hitRateWindow(key: string, limit: number, windowMs: number) {
+          if (!windowUp) throw new StoreUnavailableError('rate window node down');
+          return super.hitRateWindow(key, limit, windowMs);
+        }
+      })();
+      const service = await serviceWith({ grant: grant(), store });
+      expect(await allowedTimes(service, tokens, 1)).toEqual(['allowed']);
+      windowUp = false;
+      await store.revokeGrant(1001, Date.now() - 1);
+      expect(await service.authenticate(tokens)).toEqual({ kind: 'forbidden', reason: 'grant revoked' });
+    });
+
+    it('charges the runner that picked the job up again, not the one that had it before', async () => {
+      const store = new MemoryGrantStore();
+      const service = await serviceWith({ grant: grant(), store });
+      expect(await allowedTimes(service, tokens, 1)).toEqual(['allowed']);
+      await store.saveGrant(grant({ runnerId: 18, runnerTokenDigest: tokenDigest(secrets.tokenDigestKey, 'glrt-runner-18') }));
+      expect(await allowedTimes(service, { ...tokens, runnerToken: 'glrt-runner-18' }, 1)).toEqual(['allowed']);
+      expect(await allowedTimes(service, tokens, 1)).toEqual(['unauthenticated']);
+      // Runner 17 was charged once, for its own decision; runner 18 once, for its own.
+      for (const runner of ['runner:17', 'runner:18']) expect((await store.hitRateWindow(runner, 2, 60_000)).allowed).toBe(true);
+      for (const runner of ['runner:17', 'runner:18']) expect((await store.hitRateWindow(runner, 2, 60_000)).allowed).toBe(false);
+    });
+  });
 });

@@ -9,6 +9,7 @@ import { RunnerAuthModule } from '../runner-auth/runner-auth.module';
 import { RunnerAuthService } from '../runner-auth/runner-auth.service';
 import { AUTH_DECISIONS } from './token-auth.constants';
 import { TokenAuthController } from './token-auth.controller';
+import { TokenAuthRoute } from './token-auth.route';
 
 /** The auth endpoint and grant revocation (SPEC §5): the HTTP edge of the runner auth decision. */
 @Module({
@@ -31,6 +32,7 @@ import { TokenAuthController } from './token-auth.controller';
         });
       },
     },
+    TokenAuthRoute,
   ],
 })
 export class TokenAuthModule {}

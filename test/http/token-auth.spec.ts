@@ -343,6 +343,10 @@ describe('POST /internal/ci/telemetry/auth (SPEC §5)', () => {
         jobPayloadRequest(),
       );
       expect(pickupWithKey.status).toBe(401);
+      // A gateway's key cannot end a job's grant either.
+      const revokeWithKey = await request(service, 'DELETE', '/internal/ci/telemetry/grants/3601', { 'ci-telemetry-caller-key': callerKey });
+      expect(revokeWithKey.status).toBe(401);
+      expect(revokeWithKey.body.error).toContain('gitlab-ci-telemetry-api-request');
     });
   });
 

@@ -1,0 +1,93 @@
+import { Inject, Injectable, Logger as NestLogger, OnModuleInit } from '@nestjs/common';
+import { HttpAdapterHost } from '@nestjs/core';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { Logger } from 'pino';
+import { CallerKeys } from '../internal-api/caller-keys';
+import { internalApiCallerRefusal } from '../internal-api/internal-api-caller';
+import { CALLER_KEYS, INTERNAL_API_VERIFIER } from '../internal-api/internal-api.constants';
+import { InternalApiTokenVerifier } from '../internal-api/internal-api-token';
+import { sendError } from '../observability/http-error';
+import { APP_LOGGER } from '../observability/logger';
+import { AuthOutcome, identityBodyOf } from '../runner-auth/auth-outcome';
+import { DecisionCache } from '../runner-auth/decision-cache';
+import { forwardedCredential } from '../runner-auth/runner-credential';
+import { AUTH_DECISIONS } from './token-auth.constants';
+
+export const AUTH_PATH = '/internal/ci/telemetry/auth';
+
+/**
+ * `POST /internal/ci/telemetry/auth` (SPEC §5) as a plain Fastify route: nginx `auth_request` calls it
+ * on every export, so Nest's per-request machinery (router proxy, guard, reflector, parameter
+ * resolution) is not worth its CPU here (measured with bench/token-auth.bench.ts --cpu-prof). DI
+ * still wires it; errors keep the internal API's one shape through sendError.
+ */
+@Injectable()
+export class TokenAuthRoute implements OnModuleInit {
+  private readonly nestLogger = new NestLogger(TokenAuthRoute.name);
+
+  constructor(
+    private readonly adapterHost: HttpAdapterHost,
+    @Inject(INTERNAL_API_VERIFIER) private readonly verifier: InternalApiTokenVerifier,
+    @Inject(CALLER_KEYS) private readonly callerKeys: CallerKeys,
+    @Inject(AUTH_DECISIONS) private readonly decisions: DecisionCache,
+    @Inject(APP_LOGGER) private readonly logger: Logger,
+  ) {}
+
+  onModuleInit(): void {
+    const fastify = this.adapterHost.httpAdapter.getInstance<FastifyInstance>();
+    fastify.route({
+      method: 'POST',
+      url: AUTH_PATH,
+      onRequest: (request, reply) => this.checkCaller(request, reply),
+      handler: (request, reply) => this.authenticate(request, reply),
+    });
+    this.nestLogger.log(`Mapped {${AUTH_PATH}, POST} route (plain Fastify)`);
+  }
+
+  /** The internal-API JWT, or a caller key for gateways that cannot sign one (SPEC §3). */
+  private async checkCaller(request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply | undefined> {
+    const refusal = await internalApiCallerRefusal(request.headers, this.verifier, this.callerKeys);
+    if (refusal === undefined) return undefined;
+    sendError(request, reply, 401, refusal);
+    return reply;
+  }
+
+  /**
+   * Runner credentials come as the runner sent them, so nginx can pass its request's headers through;
+   * a capability URL comes as the export's path in `X-Original-URI`.
+   */
+  private async authenticate(request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
+    const { decision, ageMs } = await this.decisions.decide(forwardedCredential(request.headers));
+    // Every refusal, reused or not, with its reason (the request id comes with every line): an
+    // operator must be able to tell why a runner is refused without ever seeing its tokens (SPEC §5).
+    if (decision.kind !== 'allowed') this.logger.info({ refusal: decision.kind, reason: decision.reason }, 'auth refused');
+    sendAuthOutcome(request, reply, decision, ageMs);
+    return reply;
+  }
+}
+
+/** `ageMs`: how long ago the decision was made, so a reused one promises only what is left of its max-age. */
+function sendAuthOutcome(request: FastifyRequest, reply: FastifyReply, outcome: AuthOutcome, ageMs: number): void {
+  // Only a positive decision may be reused; a refusal must be asked again (the gateway caps its own).
+  if (outcome.kind !== 'allowed') void reply.header('cache-control', 'no-store');
+  switch (outcome.kind) {
+    case 'allowed':
+      void reply
+        .header('cache-control', `private, max-age=${Math.max(0, outcome.maxAgeSeconds - Math.ceil(ageMs / 1000))}`)
+        .status(200)
+        .send(identityBodyOf(outcome.identity));
+      return;
+    case 'unauthenticated':
+      return sendError(request, reply, 401, outcome.reason);
+    case 'forbidden':
+      return sendError(request, reply, 403, outcome.reason);
+    case 'rate_limited':
+      return sendError(request, reply, 429, 'runner rate limit exceeded', { retryAfterSeconds: outcome.retryAfterSeconds });
+    case 'unavailable':
+      return sendError(request, reply, 503, outcome.reason, { retryAfterSeconds: outcome.retryAfterSeconds });
+    default: {
+      const unreachable: never = outcome;
+      throw new Error(`unhandled auth outcome ${JSON.stringify(unreachable)}`);
+    }
+  }
+}
