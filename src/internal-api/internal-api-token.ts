@@ -1,4 +1,4 @@
-import { createSecretKey, KeyObject } from 'node:crypto';
+import { createSecretKey, hash, KeyObject } from 'node:crypto';
 import { jwtVerify, SignJWT } from 'jose';
 import { LRUCache } from 'lru-cache';
 
@@ -25,7 +25,8 @@ export class InternalApiTokenVerifier {
    * them. Only accepted tokens are kept: a forged one costs a full verification every time, and needs
    * the secret to get in. The JWT verification was about a sixth of the auth endpoint's CPU on a reused
    * decision (bench/token-auth.bench.ts --cpu-prof). A caller that signs per request still repeats its
-   * token within the second, since `iat` counts whole seconds.
+   * token within the second, since `iat` counts whole seconds. Keyed by the token's digest, like the
+   * decision caches: the process keeps no caller credential past the request that brought it.
    */
   private readonly verified = new LRUCache<string, VerifiedToken>({ max: VERIFIED_TOKENS });
 
@@ -54,7 +55,8 @@ export class InternalApiTokenVerifier {
   /** Resolves with the issuer; rejects for a missing, forged, expired, stale or foreign token. */
   async verify(token: string): Promise<string> {
     const nowMs = this.clock();
-    const known = this.verified.get(token);
+    const digest = hash('sha256', token, 'base64');
+    const known = this.verified.get(digest);
     if (known !== undefined) {
       if (!timely(known, Math.floor(nowMs / 1000))) throw new Error('internal API token expired or stale');
       return known.issuer;
@@ -67,7 +69,7 @@ export class InternalApiTokenVerifier {
       currentDate: new Date(nowMs),
     });
     const { iss, iat, exp, nbf } = payload as { iss: string; iat: number; exp?: number; nbf?: number };
-    this.verified.set(token, { issuer: iss, iat, exp, nbf });
+    this.verified.set(digest, { issuer: iss, iat, exp, nbf });
     return iss;
   }
 }
