@@ -13,11 +13,12 @@
 //                   JSON.parse + JSON.stringify + Buffer.from, with no enforcement at all
 // --ceiling-parts also measures each step of the ceiling alone. --only <approach> measures one approach (a
 // prefix: `json`, `protobuf wire`); --cpu-prof profiles the measured rounds and prints the busiest functions per
-// batch size (profiles kept in bench/results/profiles/).
+// batch size (profiles kept in $TMPDIR/otlp-payload-bench/).
 // Plain JavaScript so it needs no build: the TypeScript sources are transpiled on require (no type check).
 'use strict';
 
 const fs = require('node:fs');
+const os = require('node:os');
 const path = require('node:path');
 const { Session } = require('node:inspector');
 const { parseArgs } = require('node:util');
@@ -192,7 +193,7 @@ async function measure(batch) {
   }
   let profile;
   if (profiler !== undefined) {
-    const directory = path.join(__dirname, 'results', 'profiles');
+    const directory = path.join(os.tmpdir(), 'otlp-payload-bench');
     fs.mkdirSync(directory, { recursive: true });
     profile = path.join(directory, `otlp-payload-${args.only ?? 'all'}-${batch.spans}.cpuprofile`.replace(/\s+/g, '-'));
     fs.writeFileSync(profile, JSON.stringify((await post('Profiler.stop')).profile));
@@ -227,7 +228,7 @@ async function main() {
     }
     if (profile !== undefined) {
       const summary = summarizeCpuProfile(profile, path.resolve(__dirname, '..'), 15);
-      console.log(`  busiest functions (self time, ${summary.busyMs.toFixed(0)} ms busy; ${path.relative(process.cwd(), profile)}):`);
+      console.log(`  busiest functions (self time, ${summary.busyMs.toFixed(0)} ms busy; ${profile}):`);
       for (const entry of summary.top) console.log(`    ${(entry.share * 100).toFixed(1).padStart(5)}%  ${entry.frame}`);
     }
   }
