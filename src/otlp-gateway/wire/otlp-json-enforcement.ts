@@ -23,6 +23,7 @@ import {
   identityAttributes,
   itemIdentityAttributes,
 } from './otlp-identity';
+import { jsonTextBytes } from './otlp-json-size';
 import type { EnforcedExport, GatewayGrant, OtlpSignal, SpanBudget, SpanLimits } from './otlp-types';
 import { OtlpPayloadError } from './otlp-wire';
 
@@ -190,7 +191,7 @@ function spanWithinLimits(span: JsonObject, limits: SpanLimits): boolean {
       return false;
     }
   }
-  return !Number.isFinite(limits.maxBytes) || Buffer.byteLength(stringify(span)) <= limits.maxBytes;
+  return !Number.isFinite(limits.maxBytes) || measure(span) <= limits.maxBytes;
 }
 
 /**
@@ -205,7 +206,7 @@ function attributeValueBytes(value: unknown, limit: number): number {
   const bytes = anyValue.bytesValue ?? anyValue.bytes_value;
   if (typeof bytes === 'string') return Buffer.from(bytes, 'base64').length;
   const nested = anyValue.arrayValue ?? anyValue.array_value ?? anyValue.kvlistValue ?? anyValue.kvlist_value;
-  if (nested !== undefined) return Buffer.byteLength(stringify(nested));
+  if (nested !== undefined) return measure(nested);
   let scalars = 0;
   for (const scalar of Object.values(anyValue)) scalars += String(scalar).length;
   return scalars;
@@ -317,6 +318,16 @@ function stringify(value: unknown): string {
     return JSON.stringify(value);
   } catch (error) {
     // JSON.stringify recurses: a hostile nesting depth ends here rather than in a crash.
+    throw new OtlpPayloadError(`JSON body cannot be re-encoded: ${(error as Error).message}`);
+  }
+}
+
+/** What the span or value weighs as the JSON text the gateway forwards (the exact UTF-8 length of its stringify). */
+function measure(value: unknown): number {
+  try {
+    return jsonTextBytes(value);
+  } catch (error) {
+    // As stringify: a hostile nesting depth is a bad request, not a crash.
     throw new OtlpPayloadError(`JSON body cannot be re-encoded: ${(error as Error).message}`);
   }
 }
