@@ -300,13 +300,26 @@ function parseJsonObject(body: Buffer, what: string): JsonObject {
   } catch {
     throw new OtlpPayloadError('JSON body is not valid UTF-8');
   }
+  // First as if every lossy-looking token were outside strings, which spares walking the strings. A token that
+  // was in fact inside one always leaves invalid JSON (the inserted quote ends the string and a number follows
+  // it), so a parse that succeeds proves the guess; a failed one is redone exactly, with the exact error.
+  const guessed = quoteLossyNumbers(text, true);
   let parsed: unknown;
   try {
-    parsed = JSON.parse(quoteLossyNumbers(text));
+    parsed = JSON.parse(guessed);
   } catch (error) {
-    throw new OtlpPayloadError(`body is not valid JSON: ${(error as Error).message}`);
+    if (guessed === text) throw invalidJson(error);
+    try {
+      parsed = JSON.parse(quoteLossyNumbers(text));
+    } catch (exactError) {
+      throw invalidJson(exactError);
+    }
   }
   return asObject(parsed, what);
+}
+
+function invalidJson(error: unknown): OtlpPayloadError {
+  return new OtlpPayloadError(`body is not valid JSON: ${(error as Error).message}`);
 }
 
 function serialize(root: JsonObject): Buffer {
@@ -332,38 +345,53 @@ function measure(value: unknown): number {
   }
 }
 
-// A number token right after `:`, `,` or `[` (the only places a JSON value starts inside an object or array)
-// that JSON.parse could change: 16+ digits or an exponent. False positives inside strings only cost the slow
-// path below. (-0 is left alone: quoting it would break an enum field, and no OTLP field gives -0.0 meaning.)
-const LOSSY_NUMBER_HINT = /[:,[]\s*-?(?:\d{16}|\d+(?:\.\d*)?[eE])/;
+// A number token in a value position (after `:`, `,` or `[`, the only places a JSON value starts inside an
+// object or array) that JSON.parse could change: an integer beyond 2^53 has 16 digits or more, a number that
+// overflows to Infinity a 3-digit exponent or an integer part of over 200 digits. Anchored on the value position,
+// so the ids and timestamps OTel SDKs send as strings never match. Group 1 is the token, up to the match's end.
+const LOSSY_NUMBER_CANDIDATE = /[:,[][ \t\n\r]*(-?(?:\d{16}|\d+(?:\.\d+)?[eE]\+?\d{3}))/g;
 const JSON_NUMBER = /^-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?$/;
 const JSON_INTEGER = /^-?\d+$/;
 
-/** Quotes number tokens that would not survive a JSON.parse/JSON.stringify round trip. Linear time. */
-export function quoteLossyNumbers(text: string): string {
-  if (!LOSSY_NUMBER_HINT.test(text)) return text;
-  const parts: string[] = [];
-  let copied = 0;
-  let i = 0;
+/**
+ * Quotes the number tokens that would not survive a JSON.parse/JSON.stringify round trip, in linear time: a native
+ * search finds the candidates, and only a token that would change is checked for being inside a string, by
+ * walking the strings before it from where the last check stopped. With `outsideStrings` that walk is skipped:
+ * see parseJsonObject. (-0 is left alone: quoting it would break an enum field, and no OTLP field gives -0.0
+ * meaning.)
+ */
+export function quoteLossyNumbers(text: string, outsideStrings = false): string {
+  const candidates = LOSSY_NUMBER_CANDIDATE;
+  candidates.lastIndex = 0;
   const length = text.length;
-  while (i < length) {
-    const c = text.charCodeAt(i);
-    if (c === 0x22 /* " */) {
-      i = endOfString(text, i);
-    } else if (c === 0x2d /* - */ || (c >= 0x30 && c <= 0x39)) {
-      let j = i + 1;
-      while (j < length && isNumberChar(text.charCodeAt(j))) j++;
-      const token = text.slice(i, j);
-      if (isLossy(token)) {
-        parts.push(text.slice(copied, i), '"', token, '"');
-        copied = j;
+  let parts: string[] | undefined;
+  let copied = 0;
+  // Strings are walked once, in text order, and only as far as a lossy token needs: the last one walked ends
+  // at stringEnd, the next starts at nextQuote (-1: there is none; -2: not searched yet).
+  let stringEnd = 0;
+  let nextQuote = -2;
+  let match: RegExpExecArray | null;
+  while ((match = candidates.exec(text)) !== null) {
+    let end = match.index + match[0].length;
+    const start = end - match[1].length;
+    while (end < length && isNumberChar(text.charCodeAt(end))) end++;
+    candidates.lastIndex = end;
+    const token = text.slice(start, end);
+    if (!isLossy(token)) continue;
+    if (!outsideStrings) {
+      if (nextQuote === -2) nextQuote = text.indexOf('"');
+      while (nextQuote !== -1 && nextQuote < start) {
+        stringEnd = endOfString(text, nextQuote);
+        nextQuote = text.indexOf('"', stringEnd);
       }
-      i = j;
-    } else {
-      i++;
+      // The last string walked opened before the token: the token is in it unless that string ended before it.
+      if (start < stringEnd) continue;
     }
+    parts ??= [];
+    parts.push(text.slice(copied, start), '"', token, '"');
+    copied = end;
   }
-  if (copied === 0) return text;
+  if (parts === undefined) return text;
   parts.push(text.slice(copied));
   return parts.join('');
 }
