@@ -356,6 +356,21 @@ describe('enforceExport JSON specifics', () => {
     expect(spanNames(decode('traces', result.body, 'json'))).toEqual(['ok']);
   });
 
+  it('forwards traces as the exact text JSON.stringify writes, the same with the per-span limits on or off', () => {
+    const request = tracesRequest();
+    const snakeSpan = { trace_id: GRANT.traceId, name: 'snake', attributes: [{ key: 'ci.job.id', value: { intValue: 5 } }] };
+    request.resourceSpans[0].scopeSpans[0].spans.push(snakeSpan, span(GRANT.traceId, 'caf\u00e9 \u2028 "quoted"'));
+    const body = encode('traces', request, 'json');
+
+    const limited = enforceExport('traces', 'json', body, GRANT, 1000, { maxBytes: 4096, maxAttributes: 128, maxAttributeValueBytes: 2048 });
+    const unlimited = enforceExport('traces', 'json', body, GRANT, 1000);
+
+    const text = limited.body.toString('utf8');
+    expect(text).toBe(JSON.stringify(JSON.parse(text)));
+    expect(unlimited.body.toString('utf8')).toBe(text);
+    expect(spanNames(JSON.parse(text))).toEqual(['compile', 'test', 'snake', 'caf\u00e9 \u2028 "quoted"', 'upper-hex']);
+  });
+
   it('refuses a body naming the same field in both spellings', () => {
     const body = Buffer.from(JSON.stringify({ resourceSpans: [], resource_spans: [] }));
     expect(() => enforceExport('traces', 'json', body, GRANT, 1000)).toThrow(OtlpPayloadError);
