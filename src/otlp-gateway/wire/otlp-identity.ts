@@ -61,6 +61,31 @@ export const ITEM_IDENTITY_KEY_LENGTHS: ReadonlySet<number> = new Set(
   ['ci.job.id', 'ci.project.id', 'ci.pipeline.id', 'ci.runner.id'].map((key) => key.length),
 );
 
+/**
+ * What an enforcement derives from a grant (its identity attributes encoded, its trace id as bytes), derived
+ * once per grant object rather than once per export: the gateway's decision cache hands the same grant object
+ * to every export of a reused decision (issue 12). Checked against the grant's fields on every use, so a grant
+ * changed in place is derived again rather than stamped with another job's identity.
+ */
+export class PerGrant<T> {
+  private readonly derived = new WeakMap<GatewayGrant, { grant: GatewayGrant; value: T }>();
+
+  constructor(private readonly derive: (grant: GatewayGrant) => T) {}
+
+  of(grant: GatewayGrant): T {
+    const entry = this.derived.get(grant);
+    if (entry !== undefined && sameGrant(entry.grant, grant)) return entry.value;
+    const value = this.derive(grant);
+    const { jobId, projectId, pipelineId, runnerId, traceId } = grant;
+    this.derived.set(grant, { grant: { jobId, projectId, pipelineId, runnerId, traceId }, value });
+    return value;
+  }
+}
+
+function sameGrant(a: GatewayGrant, b: GatewayGrant): boolean {
+  return a.jobId === b.jobId && a.projectId === b.projectId && a.pipelineId === b.pipelineId && a.runnerId === b.runnerId && a.traceId === b.traceId;
+}
+
 export function grantTraceIdHex(grant: GatewayGrant): string {
   if (typeof grant.traceId !== 'string' || !/^[0-9a-fA-F]{32}$/.test(grant.traceId)) {
     throw new TypeError('grant.traceId must be 32 hex digits');

@@ -17,6 +17,7 @@
 import {
   IDENTITY_ATTRIBUTE_KEYS,
   IdentityAttribute,
+  PerGrant,
   SpanAdmission,
   countedResult,
   grantTraceIdHex,
@@ -91,7 +92,7 @@ interface Enforcement {
   signal: OtlpSignal;
   fields: SignalFields;
   traceIdHex: string;
-  identity: JsonObject[];
+  identity: readonly JsonObject[];
   itemIdentity: ReadonlyMap<string, JsonObject>;
   limits: SpanLimits;
   admission: SpanAdmission;
@@ -99,6 +100,13 @@ interface Enforcement {
   /** The JSON text of each kept span, by the rebuilt scope that holds it (traces). */
   spanTexts: Map<JsonObject, string[]>;
 }
+
+// Frozen: the same objects go into every export of a grant, so nothing may edit them in place.
+const jsonGrants = new PerGrant((grant) => ({
+  traceIdHex: grantTraceIdHex(grant),
+  identity: Object.freeze(identityAttributes(grant).map(jsonKeyValue)),
+  itemIdentity: new Map([...itemIdentityAttributes(grant)].map(([key, attribute]) => [key, jsonKeyValue(attribute)])) as ReadonlyMap<string, JsonObject>,
+}));
 
 export function enforceJsonExport(
   signal: OtlpSignal,
@@ -112,9 +120,7 @@ export function enforceJsonExport(
   const enforcement: Enforcement = {
     signal,
     fields,
-    traceIdHex: grantTraceIdHex(grant),
-    identity: identityAttributes(grant).map(jsonKeyValue),
-    itemIdentity: new Map([...itemIdentityAttributes(grant)].map(([key, attribute]) => [key, jsonKeyValue(attribute)])),
+    ...jsonGrants.of(grant),
     limits: spanLimits,
     admission: new SpanAdmission(spanBudget, spanLimits),
     items: 0,
@@ -289,7 +295,7 @@ function rewriteMetric(enforcement: Enforcement, metric: JsonObject): JsonObject
   return rebuilt;
 }
 
-function stampResource(resource: unknown, identity: JsonObject[], where: string): JsonObject {
+function stampResource(resource: unknown, identity: readonly JsonObject[], where: string): JsonObject {
   if (resource === undefined || resource === null) return { attributes: identity };
   const resourceObject = asObject(resource, `${where}.resource`);
   const attributes = arrayField(resourceObject, ['attributes', undefined], 'Resource');
@@ -303,7 +309,8 @@ function stampResource(resource: unknown, identity: JsonObject[], where: string)
 
 function jsonKeyValue({ key, value }: IdentityAttribute): JsonObject {
   // int64 as a decimal string: the canonical proto3 JSON form, exact for any id.
-  return { key, value: value.kind === 'int' ? { intValue: String(value.int) } : { stringValue: value.string } };
+  const anyValue = Object.freeze(value.kind === 'int' ? { intValue: String(value.int) } : { stringValue: value.string });
+  return Object.freeze({ key, value: anyValue });
 }
 
 /** Copies a member the allow-list keeps as it is, under its lowerCamelCase name (or `as`). */

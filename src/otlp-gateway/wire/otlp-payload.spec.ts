@@ -960,3 +960,22 @@ describe.each(['protobuf', 'json'] as const)('enforceExport span budget (%s)', (
     );
   });
 });
+
+describe.each(['protobuf', 'json'] as const)('enforceExport with a grant object reused across exports (%s)', (encoding) => {
+  it("stamps and filters with the grant's values as they are at each export, also after the object changed", () => {
+    const grant: GatewayGrant = { ...GRANT };
+    const body = encode('traces', tracesRequest(), encoding);
+    const enforced = () => decode('traces', enforceExport('traces', encoding, body, grant, 1000).body, encoding);
+
+    const first = enforced();
+    expect(enforced()).toEqual(first);
+
+    grant.jobId = 2002;
+    grant.traceId = FOREIGN_TRACE;
+    const changed = enforced();
+
+    expect(spanNames(changed)).toEqual(['foreign-1', 'foreign-2', 'foreign-3']);
+    expect(identityOf(changed.resourceSpans[0])).toContainEqual({ key: 'ci.job.id', value: { intValue: '2002' } });
+    expect(identityOf(changed.resourceSpans[0])).toContainEqual({ key: 'cicd.pipeline.task.run.id', value: { stringValue: '2002' } });
+  });
+});

@@ -19,6 +19,7 @@ import {
   IDENTITY_ATTRIBUTE_KEYS,
   ITEM_IDENTITY_KEY_LENGTHS,
   IdentityAttribute,
+  PerGrant,
   SpanAdmission,
   countedResult,
   grantTraceIdHex,
@@ -96,6 +97,12 @@ interface Enforcement {
 /** An item or message the gateway left as it came, or its rewritten fields. */
 type Rewrite = 'unchanged' | ChunkList;
 
+const encodedGrants = new PerGrant((grant) => ({
+  traceId: Buffer.from(grantTraceIdHex(grant), 'hex'),
+  identity: encodeIdentityAttributes(identityAttributes(grant)),
+  itemIdentity: new Map([...itemIdentityAttributes(grant)].map(([key, attribute]) => [key, encodeKeyValue(attribute)])) as ReadonlyMap<string, Buffer>,
+}));
+
 export function enforceProtobufExport(
   signal: OtlpSignal,
   body: Buffer,
@@ -103,12 +110,13 @@ export function enforceProtobufExport(
   spanBudget: number | SpanBudget,
   spanLimits: SpanLimits,
 ): EnforcedExport {
+  const { traceId, identity, itemIdentity } = encodedGrants.of(grant);
   const enforcement: Enforcement = {
     signal,
     body,
-    traceId: Buffer.from(grantTraceIdHex(grant), 'hex'),
-    identity: encodeIdentityAttributes(identityAttributes(grant)),
-    itemIdentity: new Map([...itemIdentityAttributes(grant)].map(([key, attribute]) => [key, encodeKeyValue(attribute)])),
+    traceId,
+    identity,
+    itemIdentity,
     limits: spanLimits,
     admission: new SpanAdmission(spanBudget, spanLimits),
     items: 0,
