@@ -6,7 +6,7 @@ import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '
 import * as protobuf from 'protobufjs';
 import { enforceExport } from './otlp-payload';
 import type { GatewayGrant, OtlpSignal } from './otlp-types';
-import { OtlpPayloadError } from './otlp-wire';
+import { OtlpPayloadError, lengthDelimitedHeader } from './otlp-wire';
 
 // Independent codec: protobufjs with the OTLP schema, nothing from the code under test.
 const schema = protobuf.loadSync(path.join(__dirname, 'proto', 'otlp.proto'));
@@ -977,5 +977,63 @@ describe.each(['protobuf', 'json'] as const)('enforceExport with a grant object 
     expect(spanNames(changed)).toEqual(['foreign-1', 'foreign-2', 'foreign-3']);
     expect(identityOf(changed.resourceSpans[0])).toContainEqual({ key: 'ci.job.id', value: { intValue: '2002' } });
     expect(identityOf(changed.resourceSpans[0])).toContainEqual({ key: 'cicd.pipeline.task.run.id', value: { stringValue: '2002' } });
+  });
+});
+
+describe('enforceExport protobuf span walk', () => {
+  // The gateway walks spans as encoders write them with a fast path and anything else with the general reader.
+  // A span prefixed with an unknown field whose length is written in three bytes (still valid protobuf, and
+  // kept as it is) always takes the general reader: both must reach the same verdict on every span.
+  let seed = 7;
+  const random = (n: number) => {
+    seed = (Math.imul(seed, 1103515245) + 12345) >>> 0;
+    return (seed >>> 8) % n;
+  };
+  const field = (tag: number[], ...payload: number[][]) => [...tag, ...payload.flat()];
+  const delimited = (fieldNumber: number, bytes: number[]) => [...lengthDelimitedHeader(fieldNumber, bytes.length), ...bytes];
+  const keyValue = (key: string, valueLength: number) => [...delimited(1, [...Buffer.from(key)]), ...delimited(2, delimited(1, Array(valueLength).fill(0x61)))];
+  const PIECES: Array<() => number[]> = [
+    () => delimited(1, [...Buffer.from(GRANT.traceId, 'hex')]),
+    () => delimited(1, [...Buffer.from(FOREIGN_TRACE, 'hex')]),
+    () => delimited(1, [1, 2, 3]),
+    () => field([0x08], [random(200)]), // trace_id as a varint: a malformed span
+    () => field([0x4d], [1, 2, 3, 4]), // attributes as fixed32: malformed
+    () => delimited(9, keyValue(['ci.job.id', 'ci.project.id', 'http.route', 'k'][random(4)], random(20))),
+    () => delimited(9, keyValue('db.statement', 150 + random(300))), // a two-byte length
+    () => delimited(5, [...Buffer.from('span')]),
+    () => field([0x30], [0x80 | random(128), random(128)]), // kind, two-byte varint
+    () => field([0x39], Array(8).fill(7)), // start_time_unix_nano
+    () => field([0x85, 0x01], [1, 1, 0, 0]), // flags: field 16, a two-byte tag
+    () => field([0xa3, 0x06], [0xa4, 0x06]), // an empty group, field 100
+    () => field([0xa4, 0x06]), // an end-group alone: malformed
+    () => field([0x06]), // wire type 6 on field 0: malformed
+    () => field([0x78], Array(11).fill(0xff)), // an 11-byte varint: malformed
+    () => [random(256)], // a stray byte
+  ];
+  const exportOf = (spanBytes: number[]) => Buffer.from(delimited(1, delimited(2, delimited(2, spanBytes))));
+  const verdict = (body: Buffer) => {
+    try {
+      const result = enforceExport('traces', 'protobuf', body, GRANT, 1000, { maxBytes: 1e9, maxAttributes: 3, maxAttributeValueBytes: 200 });
+      const spans = decode('traces', result.body, 'protobuf').resourceSpans?.[0]?.scopeSpans?.[0]?.spans ?? [];
+      return { forwarded: result.forwardedItems, rejections: result.rejections, attributes: spans.map((span: Json) => span.attributes) };
+    } catch (error) {
+      return { refused: error instanceof OtlpPayloadError };
+    }
+  };
+
+  it('reaches the same verdict on the fast path and the general reader over many spans, malformed ones included', () => {
+    const generalOnly = [...lengthDelimitedHeader(100, 0).subarray(0, 2), 0x80, 0x80, 0x00];
+    const outcomes = new Set<string>();
+    for (let i = 0; i < 5000; i++) {
+      const spanBytes = Array.from({ length: 1 + random(6) }, () => PIECES[random(PIECES.length)]()).flat();
+      const viaFastPath = verdict(exportOf(spanBytes));
+      expect(verdict(exportOf([...generalOnly, ...spanBytes]))).toEqual(viaFastPath);
+      outcomes.add(JSON.stringify(viaFastPath));
+    }
+    // The generator reaches refusals, forwarded spans and every rejection reason the walk decides.
+    expect([...outcomes].some((outcome) => outcome.includes('refused'))).toBe(true);
+    expect([...outcomes].some((outcome) => outcome.includes('"forwarded":1'))).toBe(true);
+    expect([...outcomes].some((outcome) => outcome.includes('"overLimits":1'))).toBe(true);
+    expect([...outcomes].some((outcome) => outcome.includes('"foreignTrace":1'))).toBe(true);
   });
 });
