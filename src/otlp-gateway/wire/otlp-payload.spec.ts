@@ -1021,6 +1021,15 @@ describe('enforceExport protobuf span walk', () => {
     }
   };
 
+  it('refuses an attribute whose key runs past it as a bad request, whatever else the span holds', () => {
+    const traceId = delimited(1, [...Buffer.from(GRANT.traceId, 'hex')]);
+    const unreadable = delimited(9, [0x0a, 0x50, 0x61, 0x62]);
+    expect(() => enforceExport('traces', 'protobuf', exportOf([...traceId, ...unreadable]), GRANT, 1000)).toThrow(OtlpPayloadError);
+    expect(() => enforceExport('traces', 'protobuf', exportOf([...traceId, ...unreadable, ...delimited(9, keyValue('ci.job.id', 1))]), GRANT, 1000)).toThrow(
+      OtlpPayloadError,
+    );
+  });
+
   it('reaches the same verdict on the fast path and the general reader over many spans, malformed ones included', () => {
     const generalOnly = [...lengthDelimitedHeader(100, 0).subarray(0, 2), 0x80, 0x80, 0x00];
     const outcomes = new Set<string>();
