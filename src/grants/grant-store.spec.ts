@@ -75,6 +75,28 @@ function behavesAsAGrantStore(name: string, open: () => Promise<GrantStore>) {
       expect(await store.findGrant(1002)).toBeNull();
     });
 
+    it('starts a new grant for a job picked up again after its first grant ended', async () => {
+      await store.saveGrant(grant({ expiresAt: Date.now() + 300 }));
+      await sleep(450);
+      const expiresAt = Date.now() + 60_000;
+      expect(await store.saveGrant(grant({ expiresAt, runnerId: 18 }))).toMatchObject({ expiresAt, runnerId: 18 });
+      expect(await store.findGrant(1001)).toMatchObject({ expiresAt, runnerId: 18 });
+    });
+
+    it('keeps ids beyond 10^14 exact when a job is decorated again', async () => {
+      const big = {
+        jobId: 2 ** 53 - 1,
+        projectId: 2 ** 53 - 3,
+        pipelineId: 123_456_789_012_345,
+        rootPipelineId: 123_456_789_012_344,
+        runnerId: 987_654_321_098_765,
+      };
+      const first = await store.saveGrant(grant(big));
+      const again = await store.saveGrant(grant({ ...big, expiresAt: first.expiresAt + 60_000 }));
+      expect(again).toEqual(first);
+      expect(await store.findGrant(big.jobId)).toEqual(first);
+    });
+
     it('never lifts a revocation when a revoked job is decorated again (SPEC §4)', async () => {
       await store.saveGrant(grant());
       const revokedAt = Date.now() + 1000;

@@ -1,3 +1,4 @@
+import { ChainableCommander, Cluster } from 'ioredis';
 import { Grant, GrantStore, JobSpanLimits, RateWindow, SpanReservation, StoreUnavailableError } from './grant';
 import { connectRedis, pingRedis, RedisClient, RedisConnectionEvents, RedisConnectionSettings } from './redis-connection';
 
@@ -83,13 +84,41 @@ redis.call('SET', KEYS[2], ARGV[1], 'PX', ttl)
 return ARGV[1]
 `;
 
+/**
+ * A pickup's grant write in one atomic step on the job's slot (SPEC §4: re-decorating keeps the expiry and
+ * never lifts a revocation). The first pickup sets the record with its expiry (PX, NX); a later one replaces
+ * the fields but keeps the first expiry, both in the JSON and as the key's own TTL (KEEPTTL); a record that
+ * has expired is never brought back, since a script runs alone. ARGV[1] is the grant's JSON up to the value
+ * of its last member, `expiresAt`: only that number is taken from the stored record, so no id goes through
+ * Lua's cjson, which would round those above 10^14 when encoding. Answers the outcome, the revocation time
+ * and the expiry kept.
+ */
+const SAVE_GRANT = `
+local revokedAt = redis.call('GET', KEYS[2])
+if tonumber(ARGV[2]) > 0 and redis.call('SET', KEYS[1], ARGV[1] .. ARGV[3] .. '}', 'PX', ARGV[2], 'NX') then return {'created', revokedAt} end
+local current = redis.call('GET', KEYS[1])
+if not current then return {'absent', revokedAt} end
+local expiresAt = string.format('%.0f', cjson.decode(current).expiresAt)
+redis.call('SET', KEYS[1], ARGV[1] .. expiresAt .. '}', 'KEEPTTL')
+return {'kept', revokedAt, expiresAt}
+`;
+
+/** What SAVE_GRANT answers: `absent` when the grant had already expired and none was stored before. */
+type SaveGrantReply = ['created' | 'absent', string | null] | ['kept', string | null, string];
+
 /** The store's Lua scripts as ioredis commands: sent by SHA (EVALSHA) after the first use, not as text. */
 interface ScriptCommands {
+  cjtSaveGrant(grantKey: string, revokedKey: string, grantJsonUpToExpiry: string, ttlMs: string, expiresAt: string): Promise<SaveGrantReply>;
   cjtHitRateWindow(key: string, windowMs: string): Promise<[number, number]>;
   cjtReleaseRateWindowHit(key: string): Promise<number>;
   cjtRevokeGrant(grantKey: string, revokedKey: string, revokedAt: string): Promise<string | null>;
   cjtReserveSpans(spansKey: string, rateKey: string, wanted: string, perJob: string, perSecond: string, ttlMs: string): Promise<[number, number, number]>;
   cjtReleaseSpans(spansKey: string, spans: string): Promise<number>;
+}
+
+/** The same script queued on a pipeline. */
+interface PipelinedScriptCommands {
+  cjtSaveGrant(grantKey: string, revokedKey: string, grantJsonUpToExpiry: string, ttlMs: string, expiresAt: string): ChainableCommander;
 }
 
 export class RedisGrantStore implements GrantStore {
@@ -99,6 +128,7 @@ export class RedisGrantStore implements GrantStore {
     private readonly redis: RedisClient,
     private readonly durability: { readonly waitReplicas: number; readonly waitTimeoutMs: number } = { waitReplicas: 0, waitTimeoutMs: 0 },
   ) {
+    redis.defineCommand('cjtSaveGrant', { numberOfKeys: 2, lua: SAVE_GRANT });
     redis.defineCommand('cjtHitRateWindow', { numberOfKeys: 1, lua: HIT_RATE_WINDOW });
     redis.defineCommand('cjtReleaseRateWindowHit', { numberOfKeys: 1, lua: RELEASE_RATE_WINDOW_HIT });
     redis.defineCommand('cjtRevokeGrant', { numberOfKeys: 2, lua: REVOKE_GRANT });
@@ -126,33 +156,37 @@ export class RedisGrantStore implements GrantStore {
 
   async saveGrant(grant: Grant): Promise<Grant> {
     const ttlMs = grant.expiresAt - Date.now();
+    const { expiresAt, ...fields } = grant;
+    const grantJsonUpToExpiry = `${JSON.stringify(fields).slice(0, -1)},"expiresAt":`;
     return this.guard(async () => {
-      const transaction = this.redis.multi();
-      // NX: only the first pickup sets the record and its expiry; the revocation key is never touched.
-      if (ttlMs > 0) transaction.set(GRANT_KEY(grant.jobId), JSON.stringify(grant), 'PX', ttlMs, 'NX');
-      transaction.get(GRANT_KEY(grant.jobId));
-      transaction.get(REVOKED_KEY(grant.jobId));
-      // The index is another slot, so not part of the transaction; a lookup checks the grant's own
-      // digest, so an index entry written without its grant (or outliving it) finds nothing.
-      const indexed =
-        grant.jobTokenDigest !== undefined && ttlMs > 0 ? this.redis.set(JOB_TOKEN_KEY(grant.jobTokenDigest), String(grant.jobId), 'PX', ttlMs) : undefined;
-      const [results] = await Promise.all([transaction.exec(), indexed]);
-      const failed = results?.find(([error]) => error !== null);
-      if (failed) throw failed[0];
-      const replies = results!.map(([, reply]) => reply);
-      const created = ttlMs > 0 && replies.shift() === 'OK';
-      const [current, revokedAt] = replies as [string | null, string | null];
-      if (current === null) return grant;
-
-      let stored = grant;
-      if (!created) {
-        // Decorated again: the new fields with the first pickup's expiry. KEEPTTL leaves the key's
-        // own expiry as it was; XX never brings back a grant that expired in between.
-        stored = { ...grant, expiresAt: (JSON.parse(current) as Grant).expiresAt };
-        await this.redis.set(GRANT_KEY(grant.jobId), JSON.stringify(stored), 'KEEPTTL', 'XX');
+      const grantKeys = [GRANT_KEY(grant.jobId), REVOKED_KEY(grant.jobId)] as const;
+      // The index is another slot, so not part of the script; a lookup checks the grant's own digest,
+      // so an index entry written without its grant (or outliving it) finds nothing.
+      const index = grant.jobTokenDigest !== undefined && ttlMs > 0 ? JOB_TOKEN_KEY(grant.jobTokenDigest) : undefined;
+      const scriptArgs = [grantJsonUpToExpiry, String(ttlMs), String(expiresAt)] as const;
+      let reply: SaveGrantReply;
+      if (index === undefined) {
+        reply = await this.scripts.cjtSaveGrant(...grantKeys, ...scriptArgs);
+      } else if (this.redis instanceof Cluster) {
+        // A cluster pipeline must stay on one node; sent in the same tick, an auto-pipelining
+        // connection still writes each node's share at once.
+        [reply] = await Promise.all([this.scripts.cjtSaveGrant(...grantKeys, ...scriptArgs), this.redis.set(index, String(grant.jobId), 'PX', ttlMs)]);
+      } else {
+        // One write to the server, one round trip.
+        const pipeline = this.redis.pipeline() as ChainableCommander & PipelinedScriptCommands;
+        const results = await pipeline
+          .cjtSaveGrant(...grantKeys, ...scriptArgs)
+          .set(index, String(grant.jobId), 'PX', ttlMs)
+          .exec();
+        const failed = results?.find(([error]) => error !== null);
+        if (results === null || failed !== undefined) throw failed?.[0] ?? new Error('grant write not answered');
+        reply = results[0][1] as SaveGrantReply;
       }
+      const [outcome, revokedAt, keptExpiresAt] = reply;
+      if (outcome === 'absent') return grant;
+      const stored = outcome === 'kept' ? { ...grant, expiresAt: Number(keptExpiresAt) } : grant;
       // On a cluster the index may sit on another primary, with replicas of its own.
-      await Promise.all([this.replicated(GRANT_KEY(grant.jobId)), indexed && this.replicated(JOB_TOKEN_KEY(grant.jobTokenDigest!))]);
+      await Promise.all([this.replicated(grantKeys[0]), index !== undefined && this.replicated(index)]);
       return revokedAt === null ? stored : { ...stored, revokedAt: Number(revokedAt) };
     });
   }
