@@ -8,7 +8,7 @@ import { createInternalApp } from '../src/app.factory';
 import { loadConfig } from '../src/config/app-config';
 import { loadSecrets } from '../src/config/secrets';
 import { createLogger } from '../src/observability/logger';
-import { BARE_ROUTE, FromServer, ToServer } from './lib/bench-server';
+import { BARE_ROUTE, ECHO_ROUTE, FromServer, ToServer } from './lib/bench-server';
 
 async function serve(): Promise<void> {
   const config = loadConfig(process.env);
@@ -19,10 +19,13 @@ async function serve(): Promise<void> {
 
   // Same instance, so the same body parser, request-id and access-log hooks; none of Nest's routing,
   // guard, pipe or interceptor machinery, and a small answer instead of the decorated payload.
-  app
-    .getHttpAdapter()
-    .getInstance()
-    .post<{ Body: { job?: { id?: unknown } } }>(BARE_ROUTE, async (request) => ({ ok: true, job_id: request.body?.job?.id ?? null }));
+  const fastify = app.getHttpAdapter().getInstance();
+  fastify.post<{ Body: { job?: { id?: unknown } } }>(BARE_ROUTE, async (request) => ({ ok: true, job_id: request.body?.job?.id ?? null }));
+  // The extra baseline: the same, answering with the payload re-serialized, in the decorator's answer shape.
+  fastify.post<{ Body: { payload?: unknown } }>(ECHO_ROUTE, async (request) => ({
+    payload: request.body?.payload ?? null,
+    telemetry: { enabled: false, reason: 'flag_disabled' },
+  }));
 
   await app.listen(config.INTERNAL_PORT, config.HOST);
   const reply = (message: FromServer) => process.send?.(message);

@@ -4,6 +4,11 @@ import { join } from 'node:path';
 
 /** The baseline: a plain Fastify route on the same instance, parsing the same JSON body. */
 export const BARE_ROUTE = '/bench/bare';
+/**
+ * An extra baseline, not the target's: the bare route that also answers the request's payload re-serialized,
+ * as the decorator must. What it costs above the bare route bounds the decorator's ratio from below.
+ */
+export const ECHO_ROUTE = '/bench/echo';
 export const DECORATOR_ROUTE = '/internal/ci/telemetry/job_payload';
 
 /** Messages between the bench and its server process (IPC). */
