@@ -1,51 +1,46 @@
-import { Readable } from 'node:stream';
-import { JsonDepthLimit, JsonTooDeepError } from './json-depth-limit';
+import { nestsDeeperThan } from './json-depth-limit';
 
-/** Feeds `text` through the limit in chunks of `chunkSize` bytes; resolves with what came out. */
-async function through(text: string, maxDepth: number, chunkSize = 1): Promise<string> {
-  const bytes = Buffer.from(text);
-  const chunks = Array.from({ length: Math.ceil(bytes.length / chunkSize) }, (_, i) => bytes.subarray(i * chunkSize, (i + 1) * chunkSize));
-  const limit = Readable.from(chunks).pipe(new JsonDepthLimit(maxDepth));
-  const out: Buffer[] = [];
-  return new Promise((resolve, reject) => {
-    limit.on('data', (chunk: Buffer) => out.push(chunk));
-    limit.on('error', reject);
-    limit.on('end', () => resolve(Buffer.concat(out).toString()));
-  });
+/** The nesting JSON.parse itself sees: the reference the scan must agree with. */
+function depthOf(value: unknown): number {
+  if (value === null || typeof value !== 'object') return 0;
+  const children = Array.isArray(value) ? value : Object.values(value as Record<string, unknown>);
+  return 1 + children.reduce<number>((deepest, child) => Math.max(deepest, depthOf(child)), 0);
 }
 
-describe('JsonDepthLimit', () => {
-  it('passes a body at the limit through unchanged, whatever the chunking', async () => {
+describe('nestsDeeperThan', () => {
+  it('lets a body at the limit through and refuses one a level deeper', () => {
     const body = JSON.stringify({ a: [{ b: ['ü', { c: 1 }] }] });
-    for (const size of [1, 3, 1024]) expect(await through(body, 5, size)).toBe(body);
+    expect(nestsDeeperThan(body, 5)).toBe(false);
+    expect(nestsDeeperThan('{"a":[{"b":[1,{"c":[]}]}]}', 5)).toBe(true);
   });
 
-  it('refuses a body one level deeper', async () => {
-    await expect(through('{"a":[{"b":[1,{"c":[]}]}]}', 5)).rejects.toBeInstanceOf(JsonTooDeepError);
+  it('does not count brackets inside strings, escaped quotes and backslashes included', () => {
+    for (const script of ['[[[{{{ \\" [[[ "[[[[', 'ends in a backslash \\', '\\\\"[[[', '"', '\\"\\\\\\"[{', '€ [ 😀 {']) {
+      const body = JSON.stringify({ script, key: [script] });
+      expect(nestsDeeperThan(body, 2)).toBe(false);
+      expect(nestsDeeperThan(body, 1)).toBe(true);
+    }
   });
 
-  it('does not count brackets inside strings, escaped quotes included, split across chunks', async () => {
-    const body = JSON.stringify({ script: '[[[{{{ \\" [[[ "[[[[' });
-    for (const size of [1, 2, 7]) expect(await through(body, 1, size)).toBe(body);
+  it('agrees with the parsed nesting on bodies with every kind of string and structure', () => {
+    const pieces = ['"a\\\\"', '"\\""', '"[{"', '"\\\\\\""', '1', 'null', '"ü€😀"'];
+    let seed = 7;
+    const random = (below: number) => (seed = (seed * 1103515245 + 12345) % 2 ** 31) % below;
+    const build = (depth: number): string => {
+      if (depth === 0 || random(3) === 0) return pieces[random(pieces.length)];
+      const members = Array.from({ length: 1 + random(3) }, () => build(depth - 1));
+      // Keys unique within their object, so the parsed value keeps every member the scan sees.
+      const key = (i: number) => `"k${i}${['', '\\\\', '\\"', '[{', 'ü'][random(5)]}"`;
+      return random(2) === 0 ? `[${members.join(',')}]` : `{${members.map((member, i) => `${key(i)}:${member}`).join(',')}}`;
+    };
+    for (let i = 0; i < 500; i++) {
+      const body = build(1 + random(8));
+      const depth = depthOf(JSON.parse(body));
+      expect([nestsDeeperThan(body, depth), nestsDeeperThan(body, depth - 1)]).toEqual([false, depth > 0]);
+    }
   });
 
-  it('reads a refused body to its end, counting every byte for the body limit', async () => {
-    const body = Buffer.from('['.repeat(1000) + ']'.repeat(1000));
-    const limit = new JsonDepthLimit(10);
-    const refused = new Promise((resolve) => limit.on('error', resolve));
-    limit.resume();
-    for (let at = 0; at < body.length; at += 100) limit.write(body.subarray(at, at + 100));
-    limit.end();
-    expect(await refused).toBeInstanceOf(JsonTooDeepError);
-    expect(limit.receivedEncodedLength).toBe(body.length);
-  });
-
-  it('stops reading a refused body once it passes the body limit', async () => {
-    const limit = new JsonDepthLimit(10, 2000);
-    const refused = new Promise((resolve) => limit.on('error', resolve));
-    limit.resume();
-    limit.write(Buffer.from('['.repeat(1000)));
-    limit.write(Buffer.alloc(1500, 0x20));
-    expect(await refused).toBeInstanceOf(JsonTooDeepError);
+  it('leaves a text that is not JSON to the parser', () => {
+    expect(nestsDeeperThan('{"unterminated: [[[[', 1)).toBe(false);
   });
 });
