@@ -1,4 +1,3 @@
-import { ChainableCommander, Cluster } from 'ioredis';
 import { Grant, GrantStore, JobSpanLimits, RateWindow, SpanReservation, StoreUnavailableError } from './grant';
 import { connectRedis, pingRedis, RedisClient, RedisConnectionEvents, RedisConnectionSettings } from './redis-connection';
 
@@ -116,11 +115,6 @@ interface ScriptCommands {
   cjtReleaseSpans(spansKey: string, spans: string): Promise<number>;
 }
 
-/** The same script queued on a pipeline. */
-interface PipelinedScriptCommands {
-  cjtSaveGrant(grantKey: string, revokedKey: string, grantJsonUpToExpiry: string, ttlMs: string, expiresAt: string): ChainableCommander;
-}
-
 export class RedisGrantStore implements GrantStore {
   private readonly scripts: ScriptCommands;
 
@@ -163,25 +157,12 @@ export class RedisGrantStore implements GrantStore {
       // The index is another slot, so not part of the script; a lookup checks the grant's own digest,
       // so an index entry written without its grant (or outliving it) finds nothing.
       const index = grant.jobTokenDigest !== undefined && ttlMs > 0 ? JOB_TOKEN_KEY(grant.jobTokenDigest) : undefined;
-      const scriptArgs = [grantJsonUpToExpiry, String(ttlMs), String(expiresAt)] as const;
-      let reply: SaveGrantReply;
-      if (index === undefined) {
-        reply = await this.scripts.cjtSaveGrant(...grantKeys, ...scriptArgs);
-      } else if (this.redis instanceof Cluster) {
-        // A cluster pipeline must stay on one node; sent in the same tick, an auto-pipelining
-        // connection still writes each node's share at once.
-        [reply] = await Promise.all([this.scripts.cjtSaveGrant(...grantKeys, ...scriptArgs), this.redis.set(index, String(grant.jobId), 'PX', ttlMs)]);
-      } else {
-        // One write to the server, one round trip.
-        const pipeline = this.redis.pipeline() as ChainableCommander & PipelinedScriptCommands;
-        const results = await pipeline
-          .cjtSaveGrant(...grantKeys, ...scriptArgs)
-          .set(index, String(grant.jobId), 'PX', ttlMs)
-          .exec();
-        const failed = results?.find(([error]) => error !== null);
-        if (results === null || failed !== undefined) throw failed?.[0] ?? new Error('grant write not answered');
-        reply = results[0][1] as SaveGrantReply;
-      }
+      // Both in the same tick: the auto-pipelining connection writes them at once, beside the
+      // other pickups' commands of that event-loop turn (one write per node on a cluster).
+      const [reply] = await Promise.all([
+        this.scripts.cjtSaveGrant(...grantKeys, grantJsonUpToExpiry, String(ttlMs), String(expiresAt)),
+        index === undefined ? undefined : this.redis.set(index, String(grant.jobId), 'PX', ttlMs),
+      ]);
       const [outcome, revokedAt, keptExpiresAt] = reply;
       if (outcome === 'absent') return grant;
       const stored = outcome === 'kept' ? { ...grant, expiresAt: Number(keptExpiresAt) } : grant;
