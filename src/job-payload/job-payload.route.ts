@@ -30,7 +30,7 @@ interface RequestBody {
  * pass over the body text checks the nesting before anything is parsed (a preParsing stream doing
  * that cost about 100 µs of CPU per pickup in stream machinery alone) and notes where the payload's
  * members stand, so that the answer writes back what it did not change as the text it came as
- * instead of serializing the whole payload again (about 50 µs for an 11 KiB payload). Both measured
+ * instead of serializing the whole payload again (30 to 50 µs for an 11 KiB payload). Both measured
  * with `--cpu-prof` on bench/job-payload.bench.ts.
  */
 @Injectable()
