@@ -11,6 +11,7 @@
  *
  * Options: --stores memory,redis  --rounds 3  --round-seconds 5  --connections 10  --rate 1000
  *          --latency-seconds 5  --warmup-seconds 2  --cpu-prof (keeps the server's .cpuprofile)
+ *          --routes bare,echo,decorator (load only these: with --cpu-prof, a profile of one route alone)
  *          --autocannon-rate (also measures latency with autocannon's overallRate, for comparison)
  *
  * The machine is shared and noisy, so only ratios against the baseline measured in the same run
@@ -58,6 +59,7 @@ const { values: args } = parseArgs({
     rate: { type: 'string', default: '1000' },
     'latency-seconds': { type: 'string', default: '5' },
     'cpu-prof': { type: 'boolean', default: false },
+    routes: { type: 'string', default: 'bare,echo,decorator' },
     'autocannon-rate': { type: 'boolean', default: false },
   },
 });
@@ -70,6 +72,7 @@ const options = {
   rate: Number(args.rate),
   latencySeconds: Number(args['latency-seconds']),
   cpuProf: args['cpu-prof'],
+  routes: ROUTES.filter((route) => args.routes.split(',').some((name) => name.trim() === route)),
   autocannonRate: args['autocannon-rate'],
 };
 
@@ -256,18 +259,19 @@ async function main(): Promise<void> {
       const decisionsBefore = await decisionCounts(server.origin);
       let decoratorOk = 0;
 
-      for (const route of ROUTES) {
+      for (const route of options.routes) {
         const warmup = await maxThroughput(server, store, route, options.warmupSeconds);
         if (route === 'decorator') decoratorOk += warmup.ok;
       }
       const routes: Record<Route, RouteReport> = { bare: { rounds: [] }, echo: { rounds: [] }, decorator: { rounds: [] } };
       for (let round = 0; round < options.rounds; round++) {
-        const order: Route[] = round % 2 === 0 ? [...ROUTES] : [...ROUTES].reverse();
+        const order: Route[] = round % 2 === 0 ? [...options.routes] : [...options.routes].reverse();
         for (const route of order) routes[route].rounds.push(await maxThroughput(server, store, route, options.roundSeconds));
       }
-      for (const route of ['bare', 'decorator'] as const) routes[route].latency = await fixedRate(server, store, route);
+      const timed = (['bare', 'decorator'] as const).filter((route) => options.routes.includes(route));
+      for (const route of timed) routes[route].latency = await fixedRate(server, store, route);
       if (options.autocannonRate) {
-        for (const route of ['bare', 'decorator'] as const) routes[route].autocannonLatency = await autocannonRate(server, store, route);
+        for (const route of timed) routes[route].autocannonLatency = await autocannonRate(server, store, route);
       }
       const decoratorRuns = [...routes.decorator.rounds, routes.decorator.latency, routes.decorator.autocannonLatency];
       decoratorOk += decoratorRuns.reduce((sum, run) => sum + (run?.ok ?? 0), 0);
@@ -322,7 +326,7 @@ function printReport(reports: StoreReport[]): void {
   const rows: string[][] = [header];
   const verdicts: string[] = [];
   for (const { store, routes, decisions, decoratorOk, logBytes } of reports) {
-    for (const route of ROUTES) {
+    for (const route of options.routes) {
       const { rounds, latency, autocannonLatency } = routes[route];
       rows.push([
         store,
@@ -359,12 +363,13 @@ function printReport(reports: StoreReport[]): void {
     const decoratorP99 = routes.decorator.latency?.p99Ms ?? Number.NaN;
     const p99Ratio = ratio(decoratorP99, routes.bare.latency?.p99Ms ?? Number.NaN);
     // Past its capacity an open-loop run measures a growing queue, not the service's latency.
-    const overloaded = (['bare', 'decorator'] as const).filter(
-      (route) => (routes[route].latency?.reqPerSec ?? 0) < 0.95 * options.rate || medianOf(route, throughput) < options.rate,
-    );
+    const overloaded = (['bare', 'decorator'] as const)
+      .filter((route) => options.routes.includes(route))
+      .filter((route) => (routes[route].latency?.reqPerSec ?? 0) < 0.95 * options.rate || medianOf(route, throughput) < options.rate);
     const target = TARGET_RATIO[store];
     verdicts.push(
-      `${store}: throughput decorator/bare ${fixed(throughputRatio, 2)} (per round ${perRound}; target ≥ ${target}: ${throughputRatio >= target ? 'met' : 'MISSED'})` +
+      `${store}: throughput decorator/bare ${fixed(throughputRatio, 2)} (per round ${perRound}; target ≥ ${target}: ` +
+        `${Number.isNaN(throughputRatio) ? 'not measured' : throughputRatio >= target ? 'met' : 'MISSED'})` +
         ` · server CPU/request ×${fixed(cpuRatio, 2)}` +
         ` · p99 decorator/bare ×${fixed(p99Ratio, 2)}, decorator p99 ${fixed(decoratorP99, 2)} ms` +
         (overloaded.length === 0
