@@ -8,7 +8,9 @@ import { createInternalApp } from '../src/app.factory';
 import { loadConfig } from '../src/config/app-config';
 import { loadSecrets } from '../src/config/secrets';
 import { createLogger } from '../src/observability/logger';
-import { BARE_ROUTE, ECHO_ROUTE, FromServer, ToServer } from './lib/bench-server';
+import { GrantStore } from '../src/grants/grant';
+import { GRANT_STORE } from '../src/grants/grants.constants';
+import { BARE_ROUTE, ECHO_ROUTE, FromServer, STORE_ROUTE, ToServer } from './lib/bench-server';
 
 async function serve(): Promise<void> {
   const config = loadConfig(process.env);
@@ -26,6 +28,9 @@ async function serve(): Promise<void> {
     payload: request.body?.payload ?? null,
     telemetry: { enabled: false, reason: 'flag_disabled' },
   }));
+
+  const store = app.get<GrantStore>(GRANT_STORE);
+  fastify.post(STORE_ROUTE, async () => ({ ok: (await store.findGrant(1)) !== null }));
 
   await app.listen(config.INTERNAL_PORT, config.HOST);
   const reply = (message: FromServer) => process.send?.(message);

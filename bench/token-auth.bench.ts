@@ -27,7 +27,7 @@ import { makeSecretFiles } from '../test/helpers/internal-api';
 import { makeGitLabKeys } from '../test/helpers/job-tokens';
 import { startRedis } from '../test/helpers/redis';
 import { repositoryRoot, rollingAuthHeader } from './lib/bench-env';
-import { BARE_ROUTE, BenchServer, DECORATOR_ROUTE, serverScript, startBenchServer } from './lib/bench-server';
+import { BARE_ROUTE, BenchServer, DECORATOR_ROUTE, serverScript, startBenchServer, STORE_ROUTE } from './lib/bench-server';
 import { summarizeCpuProfile } from './lib/cpu-profile-summary';
 import { median } from './lib/percentiles';
 import { childPids, procCpuMicros } from './lib/proc-cpu';
@@ -49,7 +49,7 @@ const VARIANTS = { warm: 'warm decision', lookup: 'store lookup' } as const;
 const CPU_PROF = args['cpu-prof'];
 const CONNECTIONS = 10;
 const OPAQUE_JOBS = 200;
-type Route = 'bare' | 'auth';
+type Route = 'bare' | 'auth' | 'store';
 
 const failures: string[] = [];
 
@@ -164,16 +164,15 @@ async function main(): Promise<void> {
         if (check.status !== 200) throw new Error(`auth answered ${check.status}: ${await check.text()}`);
         const lookupsBefore = await cacheCounts(server.origin);
 
-        const bareBody = JSON.stringify({ job: { id: 1 } });
-        const run = (route: Route, seconds: number) =>
-          route === 'bare'
-            ? measure(server, BARE_ROUTE, () => ({ 'content-type': 'application/json', ...internalApi.current() }), bareBody, seconds)
-            : measure(server, AUTH_ROUTE, authHeaders, undefined, seconds);
-        await run('bare', 2);
-        await run('auth', 2);
-        const results: Record<Route, RunStats[]> = { bare: [], auth: [] };
+        // The baseline gets a request shaped like the auth request: headers only, no body to parse.
+        // On a lookup, also a bare route that makes one store round trip: the least any lookup costs.
+        const paths: Record<Route, string> = { bare: BARE_ROUTE, auth: AUTH_ROUTE, store: STORE_ROUTE };
+        const routes: Route[] = variant === 'warm decision' ? ['bare', 'auth'] : ['bare', 'auth', 'store'];
+        const run = (route: Route, seconds: number) => measure(server, paths[route], authHeaders, undefined, seconds);
+        for (const route of routes) await run(route, 2);
+        const results: Record<Route, RunStats[]> = { bare: [], auth: [], store: [] };
         for (let round = 0; round < ROUNDS; round++) {
-          for (const route of (round % 2 === 0 ? ['bare', 'auth'] : ['auth', 'bare']) as Route[]) results[route].push(await run(route, ROUND_SECONDS));
+          for (const route of routes.map((_, i) => routes[(i + round) % routes.length])) results[route].push(await run(route, ROUND_SECONDS));
         }
         const bare = median(results.bare.map((r) => r.reqPerSec));
         const auth = median(results.auth.map((r) => r.reqPerSec));
@@ -189,6 +188,13 @@ async function main(): Promise<void> {
             `  (per round ${results.auth.map((r, i) => (r.reqPerSec / results.bare[i].reqPerSec).toFixed(2)).join(' ')})` +
             `  server CPU/request ${authCpu.toFixed(0)} vs ${bareCpu.toFixed(0)} µs (×${(authCpu / bareCpu).toFixed(2)})`,
         );
+        if (results.store.length > 0) {
+          const store = median(results.store.map((r) => r.reqPerSec));
+          rows.push(
+            `${variant.padEnd(13)}  bound: a bare route making one store round trip ${store.toFixed(0).padStart(6)} req/s, ${(store / bare).toFixed(2)}× bare` +
+              ` (server CPU/request ${cpuOf('store', 'cpuMicrosPerRequest').toFixed(0)} µs); auth reaches ${(auth / store).toFixed(2)}× that`,
+          );
+        }
         rows.push(
           `${variant.padEnd(13)}  CPU/request auth vs bare: redis ${cpuOf('auth', 'redisCpuMicrosPerRequest').toFixed(0)} vs ${cpuOf('bare', 'redisCpuMicrosPerRequest').toFixed(0)} µs,` +
             ` load generator ${cpuOf('auth', 'loadCpuMicrosPerRequest').toFixed(0)} vs ${cpuOf('bare', 'loadCpuMicrosPerRequest').toFixed(0)} µs,` +

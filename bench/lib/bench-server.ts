@@ -9,6 +9,8 @@ export const BARE_ROUTE = '/bench/bare';
  * as the decorator must. What it costs above the bare route bounds the decorator's ratio from below.
  */
 export const ECHO_ROUTE = '/bench/echo';
+/** A bare route that also makes one store round trip (a grant read, as an auth lookup does): what a lookup is bounded by. */
+export const STORE_ROUTE = '/bench/bare-store';
 export const DECORATOR_ROUTE = '/internal/ci/telemetry/job_payload';
 
 /** Messages between the bench and its server process (IPC). */
