@@ -8,12 +8,23 @@ import { CALLER_KEYS, INTERNAL_API_VERIFIER } from '../internal-api/internal-api
 import { InternalApiTokenVerifier } from '../internal-api/internal-api-token';
 import { sendError } from '../observability/http-error';
 import { APP_LOGGER } from '../observability/logger';
-import { AuthOutcome, identityBodyOf } from '../runner-auth/auth-outcome';
+import { AuthOutcome, identityBodyOf, JobIdentity } from '../runner-auth/auth-outcome';
 import { DecisionCache } from '../runner-auth/decision-cache';
 import { forwardedCredential } from '../runner-auth/runner-credential';
 import { AUTH_DECISIONS } from './token-auth.constants';
 
 export const AUTH_PATH = '/internal/ci/telemetry/auth';
+
+/**
+ * The answer's JSON per identity: a reused decision hands back the same identity object, so nginx's
+ * every export does not serialize the same six fields again.
+ */
+const identityJson = new WeakMap<JobIdentity, string>();
+function identityJsonOf(identity: JobIdentity): string {
+  let json = identityJson.get(identity);
+  if (json === undefined) identityJson.set(identity, (json = JSON.stringify(identityBodyOf(identity))));
+  return json;
+}
 
 /**
  * `POST /internal/ci/telemetry/auth` (SPEC §5) as a plain Fastify route: nginx `auth_request` calls it
@@ -75,7 +86,8 @@ function sendAuthOutcome(request: FastifyRequest, reply: FastifyReply, outcome: 
       void reply
         .header('cache-control', `private, max-age=${Math.max(0, outcome.maxAgeSeconds - Math.ceil(ageMs / 1000))}`)
         .status(200)
-        .send(identityBodyOf(outcome.identity));
+        .type('application/json; charset=utf-8')
+        .send(identityJsonOf(outcome.identity));
       return;
     case 'unauthenticated':
       return sendError(request, reply, 401, outcome.reason);
