@@ -1,5 +1,6 @@
 import { JsonTraceSerializer } from '@opentelemetry/otlp-transformer';
 import type { FastifyInstance } from 'fastify';
+import { gzipSync } from 'node:zlib';
 import pino from 'pino';
 import { Registry } from 'prom-client';
 import { loadConfig } from '../../src/config/app-config';
@@ -144,5 +145,22 @@ describe('OTLP gateway in process (SPEC §6)', () => {
     expect(malformed.statusCode).toBe(429);
     const left = await store.reserveSpans(identity.jobId, 1, { perJob: 10, perSecond: 1000 }, 60_000);
     expect(left.quotaRoom).toBe(8);
+  });
+
+  it('inflates gzip exports small and large (inline up to 1 MiB, on the thread pool beyond), and refuses one over the cap with 413', async () => {
+    await start({ env: { SPANS_PER_JOB: '10', GATEWAY_MAX_DECOMPRESSED_BYTES: String(2 * 1024 * 1024) } });
+    const gzipped = (body: Buffer) => post(gzipSync(body), { ...GOOD, 'content-encoding': 'gzip' });
+    // Whitespace is valid JSON anywhere between tokens: the same one-span export, inflating past 1 MiB.
+    const padded = (bytes: number) => Buffer.concat([Buffer.from(' '.repeat(bytes)), exportBody(['large'])]);
+
+    expect((await gzipped(exportBody(['small']))).statusCode).toBe(200);
+    expect((await gzipped(padded(1.5 * 1024 * 1024))).statusCode).toBe(200);
+    const names = collector.received.map(
+      (body) => (JSON.parse(body.toString()) as { resourceSpans: ResourceSpans[] }).resourceSpans[0].scopeSpans[0].spans[0].name,
+    );
+    expect(names).toEqual(['small', 'large']);
+
+    const overCap = await gzipped(padded(3 * 1024 * 1024));
+    expect([overCap.statusCode, overCap.json()]).toEqual([413, { code: 8, message: expect.stringContaining('once decompressed') }]);
   });
 });
