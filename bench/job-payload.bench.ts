@@ -22,7 +22,7 @@
  * are reported, never enforced.
  *
  * Production-like: the server is built by createInternalApp as src/main.ts does, LOG_LEVEL info, pino's
- * default destination (synchronous writes to stdout) with stdout redirected to a file in a temp dir,
+ * default destination (stdout, written in 4 KiB batches) with stdout redirected to a file in a temp dir,
  * so every request pays for its real access-log line. Flags come from config/flags.json (100 %
  * rollout, 100 % sampling), so every decorator request takes the full path: JWT check, validation,
  * flag evaluation, HMACs, grant write, decorated answer.
@@ -133,7 +133,7 @@ async function main(): Promise<void> {
       .join(
         ' ',
       )} at start · body ${(bodies.bytes / 1024).toFixed(1)} KiB · ${options.connections} connections · ${options.rounds}×${options.roundSeconds} s alternating rounds · ` +
-      `${options.rate} req/s × ${options.latencySeconds} s open-loop · node ${process.version} · ${cpus().length} CPUs · logs: pino sync → file`,
+      `${options.rate} req/s × ${options.latencySeconds} s open-loop · node ${process.version} · ${cpus().length} CPUs · logs: pino batched → file`,
   );
 
   const load = async (server: BenchServer, label: string, run: () => Promise<Omit<RunStats, 'serverCpuMicrosPerRequest' | 'generatorCpuShare'>>) => {

@@ -15,7 +15,7 @@ import { BARE_ROUTE, ECHO_ROUTE, FromServer, STORE_ROUTE, ToServer } from './lib
 async function serve(): Promise<void> {
   const config = loadConfig(process.env);
   const secrets = loadSecrets(config);
-  // As main.ts: pino's default destination, stdout with synchronous writes; the bench points stdout at a file.
+  // As main.ts: the logger's default destination, stdout in batches; the bench points stdout at a file.
   const logger = createLogger(config.LOG_LEVEL);
   const app = await createInternalApp(config, secrets, logger);
 

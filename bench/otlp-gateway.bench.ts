@@ -185,7 +185,7 @@ interface Service {
 }
 
 /**
- * dist/main.js as its own process, stdout (pino's synchronous writes) into a file as a container runtime
+ * dist/main.js as its own process, stdout (pino, batched writes) into a file as a container runtime
  * would take it. Stopped with SIGTERM, so its graceful shutdown runs and `--cpu-prof` gets written.
  */
 async function startBuiltService(root: string, env: Record<string, string>, logFile: string, nodeArgs: readonly string[]): Promise<Service> {
