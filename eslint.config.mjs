@@ -57,8 +57,23 @@ export default tseslint.config(
   {
     // The OTLP wire code is a leaf: no Nest, nothing from above wire/ (it is benchmarked and tested alone).
     files: ['src/otlp-gateway/wire/**/*.ts'],
+    ignores: ['src/otlp-gateway/wire/**/*.spec.ts'],
     rules: {
       'no-restricted-imports': ['error', { patterns: [{ group: ['../*', '@nestjs/*'], message: 'otlp-gateway/wire imports nothing above it' }] }],
+    },
+  },
+  {
+    // Its specs may use the shared test helpers, nothing else above wire/.
+    files: ['src/otlp-gateway/wire/**/*.spec.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            { regex: '^(\\.\\./(?!\\.\\./\\.\\./test/helpers/)|@nestjs/)', message: 'otlp-gateway/wire specs import only test helpers from above it' },
+          ],
+        },
+      ],
     },
   },
 );

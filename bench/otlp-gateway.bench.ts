@@ -51,7 +51,7 @@ import { makeGitLabKeys } from '../test/helpers/job-tokens';
 import { NginxServer, startNginx } from '../test/helpers/nginx';
 import { freePort, waitFor } from '../test/helpers/ports';
 import { RedisServer, startRedis } from '../test/helpers/redis';
-import { summarizeCpuProfile } from './lib/cpu-profile-summary';
+import { printCpuProfiles } from './lib/cpu-profile-summary';
 import { median } from './lib/percentiles';
 import { childPids, procCpuMicros, procCpuTimes } from './lib/proc-cpu';
 import { repositoryRoot } from './lib/bench-env';
@@ -526,7 +526,7 @@ async function main(): Promise<void> {
     }
     console.log(`nginx error log: ${[...kinds.entries()].map(([kind, count]) => `${count}× ${kind}`).join('; ')}`);
   }
-  if (options.cpuProf) printProfiles(join(work, 'profiles'), root);
+  if (options.cpuProf) printCpuProfiles(join(work, 'profiles'), root, 'service');
   else rmSync(work, { recursive: true, force: true });
   rmSync(secrets.dir, { recursive: true, force: true });
   rmSync(dirname(keys.jwksFile), { recursive: true, force: true });
@@ -688,17 +688,6 @@ function printReport(reports: Record<Variant, Partial<Record<Target, RunStats[]>
   console.log('');
   console.log(`export ${payloadBytes} B (gzip ${gzipBytes} B); "sink B/req" is what reached the collector per export`);
   for (const verdict of verdicts) console.log(verdict);
-}
-
-function printProfiles(dir: string, root: string): void {
-  if (!existsSync(dir)) return;
-  for (const file of readdirSync(dir).filter((name) => name.endsWith('.cpuprofile'))) {
-    const summary = summarizeCpuProfile(join(dir, file), root, 30);
-    console.log(
-      `\nservice CPU profile ${join(dir, file)}: ${(summary.busyMs / 1000).toFixed(1)} s busy of ${(summary.totalMs / 1000).toFixed(1)} s; busiest functions (self time):`,
-    );
-    for (const entry of summary.top) console.log(`  ${(entry.share * 100).toFixed(1).padStart(5)}%  ${entry.selfMs.toFixed(0).padStart(6)} ms  ${entry.frame}`);
-  }
 }
 
 main().catch((error: unknown) => {

@@ -18,7 +18,7 @@
  * CPU per request. Exits 1 if any request was not answered 2xx.
  */
 import autocannon from 'autocannon';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -28,7 +28,7 @@ import { makeGitLabKeys } from '../test/helpers/job-tokens';
 import { startRedis } from '../test/helpers/redis';
 import { repositoryRoot, rollingAuthHeader } from './lib/bench-env';
 import { BARE_ROUTE, BenchServer, DECORATOR_ROUTE, serverScript, startBenchServer, STORE_ROUTE } from './lib/bench-server';
-import { summarizeCpuProfile } from './lib/cpu-profile-summary';
+import { printCpuProfiles } from './lib/cpu-profile-summary';
 import { median } from './lib/percentiles';
 import { childPids, procCpuMicros } from './lib/proc-cpu';
 
@@ -216,24 +216,12 @@ async function main(): Promise<void> {
       .map((l) => l.toFixed(1))
       .join(' ')}`,
   );
-  if (CPU_PROF) printProfiles(join(work, 'profiles'), root);
+  if (CPU_PROF) printCpuProfiles(join(work, 'profiles'), root, 'server');
   else rmSync(work, { recursive: true, force: true });
   rmSync(secrets.dir, { recursive: true, force: true });
   if (failures.length > 0) {
     console.error(`\nFAILED:\n  ${failures.join('\n  ')}`);
     process.exitCode = 1;
-  }
-}
-
-/** Self time per function; the profile covers the whole server life (pickups and warm-up included). */
-function printProfiles(dir: string, root: string): void {
-  if (!existsSync(dir)) return;
-  for (const file of readdirSync(dir).filter((name) => name.endsWith('.cpuprofile'))) {
-    const summary = summarizeCpuProfile(join(dir, file), root, 30);
-    console.log(
-      `\nserver CPU profile ${join(dir, file)}: ${(summary.busyMs / 1000).toFixed(1)} s busy of ${(summary.totalMs / 1000).toFixed(1)} s; busiest functions (self time):`,
-    );
-    for (const entry of summary.top) console.log(`  ${(entry.share * 100).toFixed(1).padStart(5)}%  ${entry.selfMs.toFixed(0).padStart(6)} ms  ${entry.frame}`);
   }
 }
 

@@ -1,16 +1,5 @@
 import { quoteLossyNumbers } from './otlp-json-enforcement';
-
-/** Deterministic, so a failing text is the same on every run (mulberry32). */
-function randomSource(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { randomSource } from '../../../test/helpers/seeded-random';
 
 // Number tokens JSON.parse keeps (small, safe 16-digit, fractions, exponents, -0, underflow) and ones it
 // changes (integers beyond 2^53, overflow to Infinity): the first group must be left as written.

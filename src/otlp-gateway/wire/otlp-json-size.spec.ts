@@ -1,16 +1,5 @@
 import { jsonTextBytes } from './otlp-json-size';
-
-/** Deterministic, so a failing shape is the same on every run (mulberry32). */
-function randomSource(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { randomSource } from '../../../test/helpers/seeded-random';
 
 // UTF-16 units and pairs from every class JSON.stringify treats differently: plain ASCII, the two escaped
 // printable characters, short and \u00XX control escapes, DEL, two- and three-byte UTF-8, U+2028 (not escaped
