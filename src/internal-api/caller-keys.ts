@@ -1,4 +1,4 @@
-import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import { createHash, hash, randomBytes, timingSafeEqual } from 'node:crypto';
 
 /** Header a third-party gateway (nginx `auth_request`) sends instead of a signed JWT (SPEC §3). */
 export const CALLER_KEY_HEADER = 'ci-telemetry-caller-key';
@@ -22,7 +22,7 @@ export class CallerKeys {
   }
 
   accepts(key: string): boolean {
-    const presented = createHash('sha256').update(key).digest();
+    const presented = hash('sha256', key, 'buffer');
     let accepted = false;
     for (const digest of this.digests) accepted = timingSafeEqual(digest, presented) || accepted;
     return accepted;
