@@ -28,6 +28,7 @@
  * flag evaluation, HMACs, grant write, decorated answer.
  */
 import autocannon from 'autocannon';
+import { printTable } from './lib/table';
 import { existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -382,15 +383,8 @@ function printReport(reports: StoreReport[]): void {
         `log ${(logBytes / 1024 / 1024).toFixed(1)} MiB`,
     );
   }
-  const widths = header.map((_, column) => Math.max(...rows.map((row) => row[column].length)));
   console.log('');
-  for (const row of rows)
-    console.log(
-      row
-        .map((cell, column) => cell.padEnd(widths[column]))
-        .join('  ')
-        .trimEnd(),
-    );
+  printTable(rows);
   console.log('');
   for (const verdict of verdicts) console.log(verdict);
 }

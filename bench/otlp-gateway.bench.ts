@@ -37,6 +37,7 @@
  * one job can be replayed for the whole run.
  */
 import autocannon from 'autocannon';
+import { printTable } from './lib/table';
 import { ChildProcess, spawn } from 'node:child_process';
 import { chmodSync, closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
@@ -676,15 +677,8 @@ function printReport(reports: Record<Variant, Partial<Record<Target, RunStats[]>
         `${fixed(ratio(throughputOf('gateway'), throughputOf('proxy')), 2)}× that proxy`,
     );
   }
-  const widths = header.map((_, column) => Math.max(...rows.map((row) => row[column].length)));
   console.log('');
-  for (const row of rows)
-    console.log(
-      row
-        .map((cell, column) => cell.padEnd(widths[column]))
-        .join('  ')
-        .trimEnd(),
-    );
+  printTable(rows);
   console.log('');
   console.log(`export ${payloadBytes} B (gzip ${gzipBytes} B); "sink B/req" is what reached the collector per export`);
   for (const verdict of verdicts) console.log(verdict);

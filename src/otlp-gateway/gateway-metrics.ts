@@ -29,8 +29,8 @@ export class GatewayMetrics implements DecisionCacheObserver {
   private readonly receivedSeries = seriesOf((signal) => this.bytesReceived.labels(signal));
   private readonly forwardedSeries = seriesOf((signal) => this.bytesForwarded.labels(signal));
   private readonly upstreamSeries = seriesOf((signal, outcome) => this.upstreamSeconds.labels(signal, outcome));
-  private readonly hits = seriesOf(() => this.decisionCache.labels('hit'));
-  private readonly misses = seriesOf(() => this.decisionCache.labels('miss'));
+  private readonly hits: Counter.Internal;
+  private readonly misses: Counter.Internal;
 
   constructor(registry: Registry) {
     const registers = [registry];
@@ -71,6 +71,8 @@ export class GatewayMetrics implements DecisionCacheObserver {
       labelNames: ['result'],
       registers,
     });
+    this.hits = this.decisionCache.labels('hit');
+    this.misses = this.decisionCache.labels('miss');
   }
 
   request(signal: string, status: number): void {
@@ -96,10 +98,10 @@ export class GatewayMetrics implements DecisionCacheObserver {
   }
 
   hit(): void {
-    this.hits().inc();
+    this.hits.inc();
   }
 
   miss(): void {
-    this.misses().inc();
+    this.misses.inc();
   }
 }
