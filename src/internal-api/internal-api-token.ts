@@ -8,10 +8,10 @@ export const INTERNAL_API_HEADER = 'gitlab-ci-telemetry-api-request';
 export const INTERNAL_API_MAX_AGE_SECONDS = 60;
 /** Distinct tokens remembered as verified; a caller signing once per second needs about 60. */
 const VERIFIED_TOKENS = 1024;
+const INVALID_TOKEN = `invalid ${INTERNAL_API_HEADER} token`;
 
 /** The time claims of a token whose signature, issuer and claims have been verified once. */
 interface VerifiedToken {
-  readonly issuer: string;
   readonly iat: number;
   readonly exp?: number;
   readonly nbf?: number;
@@ -41,26 +41,23 @@ export class InternalApiTokenVerifier {
   /**
    * Why a request's header is refused (for the 401), or undefined when it is accepted. Which check
    * failed is not the caller's business: one answer for forged, expired, stale and foreign tokens.
+   * A token already verified is answered synchronously, without a promise: the auth endpoint asks on
+   * every export nginx forwards, and a caller repeats its token for up to a second.
    */
-  async refusal(header: string | string[] | undefined): Promise<string | undefined> {
+  refusal(header: string | string[] | undefined): string | undefined | Promise<string | undefined> {
     if (typeof header !== 'string' || header.length === 0) return `missing ${INTERNAL_API_HEADER} header`;
-    try {
-      await this.verify(header);
-      return undefined;
-    } catch {
-      return `invalid ${INTERNAL_API_HEADER} token`;
-    }
+    const nowMs = this.clock();
+    const digest = hash('sha256', header, 'base64');
+    const known = this.verified.get(digest);
+    if (known !== undefined) return timely(known, Math.floor(nowMs / 1000)) ? undefined : INVALID_TOKEN;
+    return this.verifySignature(header, digest, nowMs).then(
+      () => undefined,
+      () => INVALID_TOKEN,
+    );
   }
 
-  /** Resolves with the issuer; rejects for a missing, forged, expired, stale or foreign token. */
-  async verify(token: string): Promise<string> {
-    const nowMs = this.clock();
-    const digest = hash('sha256', token, 'base64');
-    const known = this.verified.get(digest);
-    if (known !== undefined) {
-      if (!timely(known, Math.floor(nowMs / 1000))) throw new Error('internal API token expired or stale');
-      return known.issuer;
-    }
+  /** The full check of a token not seen before; remembered once it passes. */
+  private async verifySignature(token: string, digest: string, nowMs: number): Promise<void> {
     const { payload } = await jwtVerify(token, this.key, {
       algorithms: ['HS256'],
       issuer: [...this.issuers],
@@ -68,9 +65,8 @@ export class InternalApiTokenVerifier {
       requiredClaims: ['iss', 'iat'],
       currentDate: new Date(nowMs),
     });
-    const { iss, iat, exp, nbf } = payload as { iss: string; iat: number; exp?: number; nbf?: number };
-    this.verified.set(digest, { issuer: iss, iat, exp, nbf });
-    return iss;
+    const { iat, exp, nbf } = payload as { iat: number; exp?: number; nbf?: number };
+    this.verified.set(digest, { iat, exp, nbf });
   }
 }
 

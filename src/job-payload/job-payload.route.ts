@@ -2,6 +2,7 @@ import { Inject, Injectable, Logger, OnModuleInit } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { sendError } from '../observability/http-error';
+import { callerCheckHook } from '../internal-api/internal-api-caller';
 import { INTERNAL_API_VERIFIER } from '../internal-api/internal-api.constants';
 import { INTERNAL_API_HEADER, InternalApiTokenVerifier } from '../internal-api/internal-api-token';
 import { JsonTooDeepError, MAX_JSON_DEPTH, PayloadLayout, payloadJson, scanRequestText } from './job-payload-text';
@@ -65,19 +66,11 @@ export class JobPayloadRoute implements OnModuleInit {
         method: 'POST',
         url: JOB_PAYLOAD_PATH,
         // Before the body is read: an unauthenticated caller never gets up to 8 MiB parsed.
-        onRequest: (request, reply) => this.authenticate(request, reply),
+        onRequest: callerCheckHook((headers) => this.verifier.refusal(headers[INTERNAL_API_HEADER])),
         handler: (request, reply) => this.decorate(request, reply),
       });
     });
     this.logger.log(`Mapped {${JOB_PAYLOAD_PATH}, POST} route (plain Fastify)`);
-  }
-
-  /** The internal-API JWT (SPEC §3), with the same answers as InternalApiGuard on the Nest routes. */
-  private async authenticate(request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply | undefined> {
-    const refusal = await this.verifier.refusal(request.headers[INTERNAL_API_HEADER]);
-    if (refusal === undefined) return undefined;
-    sendError(request, reply, 401, refusal);
-    return reply;
   }
 
   private async decorate(request: FastifyRequest, reply: FastifyReply): Promise<string | FastifyReply> {

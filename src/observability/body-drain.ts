@@ -23,14 +23,21 @@ export function drainUnreadBodies(app: FastifyInstance, bodyLimitBytes: number):
   });
 }
 
+/** HTTP/1.1 frames a request body only by Content-Length or Transfer-Encoding (RFC 9112 §6.3): without them there is none. */
+function announcesBody(request: IncomingMessage): boolean {
+  const length = request.headers['content-length'];
+  return request.headers['transfer-encoding'] !== undefined || (length !== undefined && length !== '0');
+}
+
 /**
  * The same, for answers Fastify sends outside any route (its `frameworkErrors`, such as a bad URL),
  * where no onSend hook runs. Call it before sending the answer.
  */
 export function drainAfterAnswer(request: IncomingMessage, bodyLimitBytes: number): void {
   // `complete`: the whole body has arrived, read or not. `readableEnded` covers requests that are not
-  // sockets at all (Fastify's inject).
-  if (request.complete || request.readableEnded || request.destroyed) return;
+  // sockets at all (Fastify's inject). A request that announces no body has none to wait for, even when
+  // it is answered before Node has marked it complete (a route answering synchronously on its headers).
+  if (request.complete || request.readableEnded || request.destroyed || !announcesBody(request)) return;
   const maxBytes = 2 * bodyLimitBytes;
   const socket = request.socket;
 

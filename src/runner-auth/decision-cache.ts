@@ -42,9 +42,14 @@ export class DecisionCache {
     this.decisions = maxEntries > 0 ? new LRUCache({ max: maxEntries, perf: clock, ttlResolution: 0 }) : undefined;
   }
 
-  async decide(credential: RunnerCredential): Promise<CachedDecision> {
+  /**
+   * A decision still fresh in the cache is returned as it is, without a promise: nginx asks for one on
+   * every export, and the gateway on every export it takes. Anything else is looked up, shared with
+   * identical lookups already under way.
+   */
+  decide(credential: RunnerCredential): CachedDecision | Promise<CachedDecision> {
     const key = credentialCacheKey(credential);
-    if (key === undefined) return { decision: await this.lookup(credential), ageMs: 0 };
+    if (key === undefined) return this.lookup(credential).then(fresh);
     const cached = this.decisions?.get(key);
     if (cached !== undefined) {
       this.observer.hit();
@@ -53,7 +58,7 @@ export class DecisionCache {
     const pending = this.inFlight.get(key);
     if (pending !== undefined) {
       this.observer.hit();
-      return { decision: await pending, ageMs: 0 };
+      return pending.then(fresh);
     }
     this.observer.miss();
     const lookup = this.lookup(credential).then((decision) => {
@@ -62,12 +67,14 @@ export class DecisionCache {
       return decision;
     });
     this.inFlight.set(key, lookup);
-    try {
-      return { decision: await lookup, ageMs: 0 };
-    } finally {
-      this.inFlight.delete(key);
-    }
+    const forget = () => this.inFlight.delete(key);
+    lookup.then(forget, forget);
+    return lookup.then(fresh);
   }
+}
+
+function fresh(decision: AuthOutcome): CachedDecision {
+  return { decision, ageMs: 0 };
 }
 
 function ttlOf(decision: AuthOutcome): number {

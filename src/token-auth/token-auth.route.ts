@@ -3,13 +3,13 @@ import { HttpAdapterHost } from '@nestjs/core';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
 import { CallerKeys } from '../internal-api/caller-keys';
-import { internalApiCallerRefusal } from '../internal-api/internal-api-caller';
+import { callerCheckHook, internalApiCallerRefusal } from '../internal-api/internal-api-caller';
 import { CALLER_KEYS, INTERNAL_API_VERIFIER } from '../internal-api/internal-api.constants';
 import { InternalApiTokenVerifier } from '../internal-api/internal-api-token';
 import { sendError } from '../observability/http-error';
 import { APP_LOGGER } from '../observability/logger';
 import { AuthOutcome, identityBodyOf, JobIdentity } from '../runner-auth/auth-outcome';
-import { DecisionCache } from '../runner-auth/decision-cache';
+import { CachedDecision, DecisionCache } from '../runner-auth/decision-cache';
 import { forwardedCredential } from '../runner-auth/runner-credential';
 import { AUTH_DECISIONS } from './token-auth.constants';
 
@@ -49,26 +49,26 @@ export class TokenAuthRoute implements OnModuleInit {
     fastify.route({
       method: 'POST',
       url: AUTH_PATH,
-      onRequest: (request, reply) => this.checkCaller(request, reply),
+      // The internal-API JWT, or a caller key for gateways that cannot sign one (SPEC §3).
+      onRequest: callerCheckHook((headers) => internalApiCallerRefusal(headers, this.verifier, this.callerKeys)),
       handler: (request, reply) => this.authenticate(request, reply),
     });
     this.nestLogger.log(`Mapped {${AUTH_PATH}, POST} route (plain Fastify)`);
   }
 
-  /** The internal-API JWT, or a caller key for gateways that cannot sign one (SPEC §3). */
-  private async checkCaller(request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply | undefined> {
-    const refusal = await internalApiCallerRefusal(request.headers, this.verifier, this.callerKeys);
-    if (refusal === undefined) return undefined;
-    sendError(request, reply, 401, refusal);
-    return reply;
-  }
-
   /**
    * Runner credentials come as the runner sent them, so nginx can pass its request's headers through;
-   * a capability URL comes as the export's path in `X-Original-URI`.
+   * a capability URL comes as the export's path in `X-Original-URI`. A reused decision is answered
+   * synchronously (undefined to Fastify: the reply is sent); a lookup through the returned promise.
    */
-  private async authenticate(request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
-    const { decision, ageMs } = await this.decisions.decide(forwardedCredential(request.headers));
+  private authenticate(request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> | undefined {
+    const decided = this.decisions.decide(forwardedCredential(request.headers));
+    if (decided instanceof Promise) return decided.then((settled) => this.answer(request, reply, settled));
+    this.answer(request, reply, decided);
+    return undefined;
+  }
+
+  private answer(request: FastifyRequest, reply: FastifyReply, { decision, ageMs }: CachedDecision): FastifyReply {
     // Every refusal, reused or not, with its reason (the request id comes with every line): an
     // operator must be able to tell why a runner is refused without ever seeing its tokens (SPEC §5).
     if (decision.kind !== 'allowed') this.logger.info({ refusal: decision.kind, reason: decision.reason }, 'auth refused');
