@@ -3,6 +3,7 @@
  * src/main.ts builds it, plus a bare Fastify route on the same instance as the baseline.
  */
 import 'reflect-metadata';
+import { hash } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import { createInternalApp } from '../src/app.factory';
 import { loadConfig } from '../src/config/app-config';
@@ -10,7 +11,9 @@ import { loadSecrets } from '../src/config/secrets';
 import { createLogger } from '../src/observability/logger';
 import { GrantStore } from '../src/grants/grant';
 import { GRANT_STORE } from '../src/grants/grants.constants';
-import { BARE_ROUTE, ECHO_ROUTE, FromServer, STORE_ROUTE, ToServer } from './lib/bench-server';
+import { INTERNAL_API_HEADER } from '../src/internal-api/internal-api-token';
+import { credentialCacheKey, forwardedCredential } from '../src/runner-auth/runner-credential';
+import { BARE_ROUTE, DIGESTS_ROUTE, ECHO_ROUTE, FromServer, STORE_ROUTE, ToServer } from './lib/bench-server';
 
 async function serve(): Promise<void> {
   const config = loadConfig(process.env);
@@ -31,6 +34,11 @@ async function serve(): Promise<void> {
 
   const store = app.get<GrantStore>(GRANT_STORE);
   fastify.post(STORE_ROUTE, async () => ({ ok: (await store.findGrant(1)) !== null }));
+
+  // The digests as the service makes them: crypto.hash of the caller's header, and the credential's cache key.
+  fastify.post(DIGESTS_ROUTE, async (request) => ({
+    ok: hash('sha256', String(request.headers[INTERNAL_API_HEADER]), 'base64') !== credentialCacheKey(forwardedCredential(request.headers)),
+  }));
 
   await app.listen(config.INTERNAL_PORT, config.HOST);
   const reply = (message: FromServer) => process.send?.(message);

@@ -4,14 +4,17 @@
  * (the same token pair again, answered from the endpoint's decision cache) and once with a store
  * lookup on every request (AUTH_DECISION_CACHE_SIZE=0, and 200 jobs with distinct opaque tokens in
  * rotation, so concurrent requests do not share one lookup: the grant read with the runner's rate
- * window, and the token-digest index before them on a token's first lookup in the process).
+ * window, and the token-digest index before them on a token's first lookup in the process). Beside
+ * each, the least its work can cost: a bare route making the two digests a reused decision needs,
+ * or one making one store round trip.
  *
  * Run (builds itself into node_modules/.cache; needs redis-server on PATH):
  *
  *   npm run -s bench:token-auth            (--smoke: one 1 s round each, to check it still works; no verdict)
  *
  * Options: --rounds 3  --round-seconds 5  --variants warm,lookup  --cpu-prof (profiles the server of each
- *          variant, prints its busiest functions and keeps the .cpuprofile)
+ *          variant, prints its busiest functions and keeps the .cpuprofile)  --pin (the server alone on
+ *          CPU 1; the load generator and redis-server on CPU 0: the server's cost on one core of its own)
  *
  * Only ratios against the baseline measured in the same process and run mean anything on this
  * shared machine: rounds alternate bare/auth and the median of each is compared, with the server's
@@ -27,7 +30,7 @@ import { makeSecretFiles } from '../test/helpers/internal-api';
 import { makeGitLabKeys } from '../test/helpers/job-tokens';
 import { startRedis } from '../test/helpers/redis';
 import { repositoryRoot, rollingAuthHeader } from './lib/bench-env';
-import { BARE_ROUTE, BenchServer, DECORATOR_ROUTE, serverScript, startBenchServer, STORE_ROUTE } from './lib/bench-server';
+import { BARE_ROUTE, BenchServer, DECORATOR_ROUTE, DIGESTS_ROUTE, pinToCpu, serverScript, startBenchServer, STORE_ROUTE } from './lib/bench-server';
 import { printCpuProfiles } from './lib/cpu-profile-summary';
 import { median } from './lib/percentiles';
 import { childPids, procCpuMicros } from './lib/proc-cpu';
@@ -40,6 +43,7 @@ const { values: args } = parseArgs({
     'round-seconds': { type: 'string' },
     variants: { type: 'string', default: 'warm,lookup' },
     'cpu-prof': { type: 'boolean', default: false },
+    pin: { type: 'boolean', default: false },
   },
 });
 const SMOKE = args.smoke;
@@ -47,9 +51,10 @@ const ROUNDS = Number(args.rounds ?? (SMOKE ? 1 : 3));
 const ROUND_SECONDS = Number(args['round-seconds'] ?? (SMOKE ? 1 : 5));
 const VARIANTS = { warm: 'warm decision', lookup: 'store lookup' } as const;
 const CPU_PROF = args['cpu-prof'];
+const PIN = args.pin;
 const CONNECTIONS = 10;
 const OPAQUE_JOBS = 200;
-type Route = 'bare' | 'auth' | 'store';
+type Route = 'bare' | 'auth' | 'store' | 'digests';
 
 const failures: string[] = [];
 
@@ -104,6 +109,7 @@ async function cacheCounts(origin: string): Promise<{ hit: number; miss: number 
 }
 
 async function main(): Promise<void> {
+  if (PIN) pinToCpu(0);
   const root = repositoryRoot(__dirname);
   const work = mkdtempSync(join(tmpdir(), 'cjt-token-auth-bench-'));
   const secrets = makeSecretFiles();
@@ -126,6 +132,7 @@ async function main(): Promise<void> {
         script: serverScript(__dirname),
         cwd: root,
         logFile: join(work, `service-${variant.replace(' ', '-')}.log`),
+        cpu: PIN ? 1 : undefined,
         nodeArgs: CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${join(work, 'profiles')}`, `--cpu-prof-name=server-${variant.replace(' ', '-')}.cpuprofile`] : [],
         env: {
           HOST: '127.0.0.1',
@@ -164,13 +171,14 @@ async function main(): Promise<void> {
         if (check.status !== 200) throw new Error(`auth answered ${check.status}: ${await check.text()}`);
         const lookupsBefore = await cacheCounts(server.origin);
 
-        // The baseline gets a request shaped like the auth request: headers only, no body to parse.
-        // On a lookup, also a bare route that makes one store round trip: the least any lookup costs.
-        const paths: Record<Route, string> = { bare: BARE_ROUTE, auth: AUTH_ROUTE, store: STORE_ROUTE };
-        const routes: Route[] = variant === 'warm decision' ? ['bare', 'auth'] : ['bare', 'auth', 'store'];
+        // The baseline gets a request shaped like the auth request: headers only, no body to parse. Beside it, the
+        // least the variant's work costs: the two digests a reused decision needs, or one store round trip for a lookup.
+        const paths: Record<Route, string> = { bare: BARE_ROUTE, auth: AUTH_ROUTE, store: STORE_ROUTE, digests: DIGESTS_ROUTE };
+        const bound: Route = variant === 'warm decision' ? 'digests' : 'store';
+        const routes: Route[] = ['bare', 'auth', bound];
         const run = (route: Route, seconds: number) => measure(server, paths[route], authHeaders, undefined, seconds);
         for (const route of routes) await run(route, 2);
-        const results: Record<Route, RunStats[]> = { bare: [], auth: [], store: [] };
+        const results: Record<Route, RunStats[]> = { bare: [], auth: [], store: [], digests: [] };
         for (let round = 0; round < ROUNDS; round++) {
           for (const route of routes.map((_, i) => routes[(i + round) % routes.length])) results[route].push(await run(route, ROUND_SECONDS));
         }
@@ -188,13 +196,12 @@ async function main(): Promise<void> {
             `  (per round ${results.auth.map((r, i) => (r.reqPerSec / results.bare[i].reqPerSec).toFixed(2)).join(' ')})` +
             `  server CPU/request ${authCpu.toFixed(0)} vs ${bareCpu.toFixed(0)} µs (×${(authCpu / bareCpu).toFixed(2)})`,
         );
-        if (results.store.length > 0) {
-          const store = median(results.store.map((r) => r.reqPerSec));
-          rows.push(
-            `${variant.padEnd(13)}  bound: a bare route making one store round trip ${store.toFixed(0).padStart(6)} req/s, ${(store / bare).toFixed(2)}× bare` +
-              ` (server CPU/request ${cpuOf('store', 'cpuMicrosPerRequest').toFixed(0)} µs); auth reaches ${(auth / store).toFixed(2)}× that`,
-          );
-        }
+        const least = median(results[bound].map((r) => r.reqPerSec));
+        const boundName = bound === 'digests' ? 'a bare route making the two digests' : 'a bare route making one store round trip';
+        rows.push(
+          `${variant.padEnd(13)}  bound: ${boundName} ${least.toFixed(0).padStart(6)} req/s, ${(least / bare).toFixed(2)}× bare` +
+            ` (server CPU/request ${cpuOf(bound, 'cpuMicrosPerRequest').toFixed(0)} µs); auth reaches ${(auth / least).toFixed(2)}× that`,
+        );
         rows.push(
           `${variant.padEnd(13)}  CPU/request auth vs bare: redis ${cpuOf('auth', 'redisCpuMicrosPerRequest').toFixed(0)} vs ${cpuOf('bare', 'redisCpuMicrosPerRequest').toFixed(0)} µs,` +
             ` load generator ${cpuOf('auth', 'loadCpuMicrosPerRequest').toFixed(0)} vs ${cpuOf('bare', 'loadCpuMicrosPerRequest').toFixed(0)} µs,` +

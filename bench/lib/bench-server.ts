@@ -1,4 +1,4 @@
-import { ChildProcess, spawn } from 'node:child_process';
+import { ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { closeSync, openSync } from 'node:fs';
 import { join } from 'node:path';
 
@@ -11,6 +11,12 @@ export const BARE_ROUTE = '/bench/bare';
 export const ECHO_ROUTE = '/bench/echo';
 /** A bare route that also makes one store round trip (a grant read, as an auth lookup does): what a lookup is bounded by. */
 export const STORE_ROUTE = '/bench/bare-store';
+/**
+ * A bare route that also makes the two digests a reused auth decision cannot skip: the caller's JWT (to find
+ * it among those already verified) and the runner credential (the decision cache's key; SPEC §4, §6: caches
+ * hold digests, never tokens). What the auth endpoint on a reused decision is bounded by.
+ */
+export const DIGESTS_ROUTE = '/bench/bare-digests';
 export const DECORATOR_ROUTE = '/internal/ci/telemetry/job_payload';
 
 /** Messages between the bench and its server process (IPC). */
@@ -31,13 +37,17 @@ export interface BenchServerOptions {
   /** The service's stdout (its pino log lines) goes here, as a container runtime would take it. */
   readonly logFile: string;
   readonly nodeArgs?: readonly string[];
+  /** The one CPU the server runs on (taskset), apart from the load generator's: see pinToCpu. */
+  readonly cpu?: number;
 }
 
 /** The internal API plus the bare route, in its own process so it does not share the load generator's event loop. */
 export async function startBenchServer(options: BenchServerOptions): Promise<BenchServer> {
   const log = openSync(options.logFile, 'a');
   let stderr = '';
-  const child: ChildProcess = spawn(process.execPath, [...(options.nodeArgs ?? []), options.script], {
+  const command = [process.execPath, ...(options.nodeArgs ?? []), options.script];
+  const pinned = options.cpu === undefined ? command : ['taskset', '--cpu-list', String(options.cpu), ...command];
+  const child: ChildProcess = spawn(pinned[0], pinned.slice(1), {
     cwd: options.cwd,
     env: { PATH: process.env.PATH, ...options.env },
     stdio: ['ignore', log, 'pipe', 'ipc'],
@@ -94,6 +104,14 @@ export async function startBenchServer(options: BenchServerOptions): Promise<Ben
       clearTimeout(killer);
     },
   };
+}
+
+/**
+ * Pins this process (all its threads) to one CPU. On this 2-core machine the load generator and the server
+ * otherwise take turns on both cores, and which of them is short of CPU changes from second to second.
+ */
+export function pinToCpu(cpu: number): void {
+  execFileSync('taskset', ['--all-tasks', '--cpu-list', '--pid', String(cpu), String(process.pid)], { stdio: 'ignore' });
 }
 
 export function serverScript(benchDir: string): string {
