@@ -229,16 +229,6 @@ function nginxPrefix(port: number): string | undefined {
   return undefined;
 }
 
-function redisPid(): number | undefined {
-  return childPids(process.pid).find((pid) => {
-    try {
-      return readFileSync(`/proc/${pid}/comm`, 'utf8').trim() === 'redis-server';
-    } catch {
-      return false;
-    }
-  });
-}
-
 // ---------------------------------------------------------------------------------------------------
 
 async function metricsText(service: Service): Promise<string> {
@@ -351,7 +341,7 @@ async function main(): Promise<void> {
     }
     const prefix = nginx === undefined ? undefined : nginxPrefix(nginx.port);
     const nginxMaster = prefix === undefined ? undefined : Number(readFileSync(join(prefix, 'nginx.pid'), 'utf8').trim());
-    const redisProcess = redisPid();
+    const redisProcess = redis?.pid;
 
     // The grant, as GitLab's job pickup makes it; the job token as GitLab signs it.
     const pickup = await fetch(`${service.url}/internal/ci/telemetry/job_payload`, {

@@ -21,7 +21,7 @@
  * CPU per request. Exits 1 if any request was not answered 2xx.
  */
 import autocannon from 'autocannon';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -33,7 +33,7 @@ import { repositoryRoot, rollingAuthHeader } from './lib/bench-env';
 import { BARE_ROUTE, BenchServer, DECORATOR_ROUTE, DIGESTS_ROUTE, pinToCpu, serverScript, startBenchServer, STORE_ROUTE } from './lib/bench-server';
 import { printCpuProfiles } from './lib/cpu-profile-summary';
 import { median } from './lib/percentiles';
-import { childPids, procCpuMicros } from './lib/proc-cpu';
+import { procCpuMicros } from './lib/proc-cpu';
 
 const AUTH_ROUTE = '/internal/ci/telemetry/auth';
 const { values: args } = parseArgs({
@@ -66,8 +66,14 @@ interface RunStats {
   readonly loadCpuMicrosPerRequest: number;
 }
 
-async function measure(server: BenchServer, path: string, headers: () => Record<string, string>, body: string | undefined, seconds: number): Promise<RunStats> {
-  const redis = redisPid();
+async function measure(
+  server: BenchServer,
+  redis: number | undefined,
+  path: string,
+  headers: () => Record<string, string>,
+  body: string | undefined,
+  seconds: number,
+): Promise<RunStats> {
   const cpuBefore = await server.cpuMicros();
   const redisBefore = redis === undefined ? Number.NaN : procCpuMicros(redis);
   const loadBefore = process.cpuUsage();
@@ -89,17 +95,6 @@ async function measure(server: BenchServer, path: string, headers: () => Record<
     redisCpuMicrosPerRequest: redisCpu / requests,
     loadCpuMicrosPerRequest: (load.user + load.system) / requests,
   };
-}
-
-/** The redis-server this bench started (test/helpers/redis spawns it as a child). */
-function redisPid(): number | undefined {
-  return childPids(process.pid).find((pid) => {
-    try {
-      return readFileSync(`/proc/${pid}/comm`, 'utf8').trim() === 'redis-server';
-    } catch {
-      return false;
-    }
-  });
 }
 
 async function cacheCounts(origin: string): Promise<{ hit: number; miss: number }> {
@@ -176,7 +171,7 @@ async function main(): Promise<void> {
         const paths: Record<Route, string> = { bare: BARE_ROUTE, auth: AUTH_ROUTE, store: STORE_ROUTE, digests: DIGESTS_ROUTE };
         const bound: Route = variant === 'warm decision' ? 'digests' : 'store';
         const routes: Route[] = ['bare', 'auth', bound];
-        const run = (route: Route, seconds: number) => measure(server, paths[route], authHeaders, undefined, seconds);
+        const run = (route: Route, seconds: number) => measure(server, redis.pid, paths[route], authHeaders, undefined, seconds);
         for (const route of routes) await run(route, 2);
         const results: Record<Route, RunStats[]> = { bare: [], auth: [], store: [], digests: [] };
         for (let round = 0; round < ROUNDS; round++) {

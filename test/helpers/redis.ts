@@ -5,6 +5,8 @@ import { freePort, waitFor } from './ports';
 export interface RedisServer {
   readonly url: string;
   readonly port: number;
+  /** The running redis-server's pid (benches read its CPU from /proc); undefined while stopped. */
+  readonly pid: number | undefined;
   stop(): Promise<void>;
   /** Starts it again on the same port (data is not kept: it runs without persistence). */
   start(): Promise<void>;
@@ -70,5 +72,14 @@ export async function startRedis(): Promise<RedisServer> {
     });
 
   await start();
-  return { url: `redis://127.0.0.1:${port}`, port, start, stop, flush };
+  return {
+    url: `redis://127.0.0.1:${port}`,
+    port,
+    get pid() {
+      return child?.pid;
+    },
+    start,
+    stop,
+    flush,
+  };
 }
