@@ -11,7 +11,7 @@
  *
  * Options: --stores memory,redis  --rounds 3  --round-seconds 5  --connections 10  --rate 1000
  *          --latency-seconds 5  --warmup-seconds 2  --cpu-prof (keeps the server's .cpuprofile)
- *          --routes bare,echo,decorator (load only these: with --cpu-prof, a profile of one route alone)
+ *          --routes bare,echo,echo-store,decorator (load only these: with --cpu-prof, a profile of one route alone)
  *          --autocannon-rate (also measures latency with autocannon's overallRate, for comparison)
  *
  * The machine is shared and noisy, so only ratios against the baseline measured in the same run
@@ -37,18 +37,23 @@ import { parseArgs } from 'node:util';
 import { makeSecretFiles } from '../test/helpers/internal-api';
 import { RedisServer, startRedis } from '../test/helpers/redis';
 import { repositoryRoot, rollingAuthHeader } from './lib/bench-env';
-import { BARE_ROUTE, BenchServer, DECORATOR_ROUTE, ECHO_ROUTE, serverScript, startBenchServer } from './lib/bench-server';
+import { BARE_ROUTE, BenchServer, DECORATOR_ROUTE, ECHO_ROUTE, ECHO_STORE_ROUTE, serverScript, startBenchServer } from './lib/bench-server';
 import { runFixedRate } from './lib/fixed-rate-load';
 import { jobPayloadBodies } from './lib/job-payload-body';
 import { median, percentile } from './lib/percentiles';
 
-type Route = 'bare' | 'echo' | 'decorator';
+type Route = 'bare' | 'echo' | 'echo-store' | 'decorator';
 type Store = 'memory' | 'redis';
-const PATHS: Record<Route, string> = { bare: BARE_ROUTE, echo: ECHO_ROUTE, decorator: DECORATOR_ROUTE };
-const ROUTES: readonly Route[] = ['bare', 'echo', 'decorator'];
+const PATHS: Record<Route, string> = { bare: BARE_ROUTE, echo: ECHO_ROUTE, 'echo-store': ECHO_STORE_ROUTE, decorator: DECORATOR_ROUTE };
+const ROUTES: readonly Route[] = ['bare', 'echo', 'echo-store', 'decorator'];
 /** Issue 12's targets: decorator throughput over the bare route's, measured side by side. */
 const TARGET_RATIO: Record<Store, number> = { memory: 0.85, redis: 0.75 };
-const ROUTE_LABELS: Record<Route, string> = { bare: 'bare', echo: 'echo (extra baseline)', decorator: 'decorator' };
+const ROUTE_LABELS: Record<Route, string> = {
+  bare: 'bare',
+  echo: 'echo (extra baseline)',
+  'echo-store': 'echo + store write (bound)',
+  decorator: 'decorator',
+};
 
 const { values: args } = parseArgs({
   options: {
@@ -60,7 +65,7 @@ const { values: args } = parseArgs({
     rate: { type: 'string', default: '1000' },
     'latency-seconds': { type: 'string', default: '5' },
     'cpu-prof': { type: 'boolean', default: false },
-    routes: { type: 'string', default: 'bare,echo,decorator' },
+    routes: { type: 'string', default: 'bare,echo,echo-store,decorator' },
     'autocannon-rate': { type: 'boolean', default: false },
   },
 });
@@ -253,7 +258,7 @@ async function main(): Promise<void> {
       if (smoke.status !== 200 || answer.telemetry?.reason !== 'enabled' || traceparents !== 1) {
         throw new Error(`${store}: smoke request answered ${smoke.status} ${JSON.stringify(answer.telemetry)} (TRACEPARENT ×${traceparents})`);
       }
-      for (const baseline of [BARE_ROUTE, ECHO_ROUTE]) {
+      for (const baseline of [BARE_ROUTE, ECHO_ROUTE, ECHO_STORE_ROUTE]) {
         const answered = await fetch(server.origin + baseline, { method: 'POST', headers: jsonHeaders(), body: nextBody() });
         if (answered.status !== 200) throw new Error(`${store}: ${baseline} answered ${answered.status}: ${await answered.text()}`);
       }
@@ -264,12 +269,13 @@ async function main(): Promise<void> {
         const warmup = await maxThroughput(server, store, route, options.warmupSeconds);
         if (route === 'decorator') decoratorOk += warmup.ok;
       }
-      const routes: Record<Route, RouteReport> = { bare: { rounds: [] }, echo: { rounds: [] }, decorator: { rounds: [] } };
+      const routes: Record<Route, RouteReport> = { bare: { rounds: [] }, echo: { rounds: [] }, 'echo-store': { rounds: [] }, decorator: { rounds: [] } };
       for (let round = 0; round < options.rounds; round++) {
         const order: Route[] = round % 2 === 0 ? [...options.routes] : [...options.routes].reverse();
         for (const route of order) routes[route].rounds.push(await maxThroughput(server, store, route, options.roundSeconds));
       }
-      const timed = (['bare', 'decorator'] as const).filter((route) => options.routes.includes(route));
+      // --latency-seconds 0: throughput only, no open-loop run.
+      const timed = (['bare', 'decorator'] as const).filter((route) => options.routes.includes(route) && options.latencySeconds > 0);
       for (const route of timed) routes[route].latency = await fixedRate(server, store, route);
       if (options.autocannonRate) {
         for (const route of timed) routes[route].autocannonLatency = await autocannonRate(server, store, route);
@@ -373,12 +379,15 @@ function printReport(reports: StoreReport[]): void {
         `${Number.isNaN(throughputRatio) ? 'not measured' : throughputRatio >= target ? 'met' : 'MISSED'})` +
         ` · server CPU/request ×${fixed(cpuRatio, 2)}` +
         ` · p99 decorator/bare ×${fixed(p99Ratio, 2)}, decorator p99 ${fixed(decoratorP99, 2)} ms` +
-        (overloaded.length === 0
+        (overloaded.length === 0 || options.latencySeconds === 0
           ? ''
           : ` · OVERLOADED at ${options.rate} req/s: ${overloaded.join(', ')} (max throughput below the rate: latency is queueing)`),
       `${' '.repeat(store.length)}  extra baseline, not the target: echo/bare ${fixed(ratio(medianOf('echo', throughput), medianOf('bare', throughput)), 2)}` +
         ` (CPU ×${fixed(ratio(medianOf('echo', cpu), medianOf('bare', cpu)), 2)}), decorator/echo ${fixed(ratio(medianOf('decorator', throughput), medianOf('echo', throughput)), 2)}` +
         ` (CPU ×${fixed(ratio(medianOf('decorator', cpu), medianOf('echo', cpu)), 2)}): echo answers the payload re-serialized, as the decorator must`,
+      `${' '.repeat(store.length)}  bound: echo plus the decorator's store write ${fixed(ratio(medianOf('echo-store', throughput), medianOf('bare', throughput)), 2)}× bare` +
+        ` (CPU ×${fixed(ratio(medianOf('echo-store', cpu), medianOf('bare', cpu)), 2)}); the decorator reaches ${fixed(ratio(medianOf('decorator', throughput), medianOf('echo-store', throughput)), 2)}× that` +
+        ` (CPU ×${fixed(ratio(medianOf('decorator', cpu), medianOf('echo-store', cpu)), 2)})`,
       `${' '.repeat(store.length)}  checked: ${decoratorOk} decorator answers, decisions ${JSON.stringify(decisions)}; ` +
         `log ${(logBytes / 1024 / 1024).toFixed(1)} MiB`,
     );

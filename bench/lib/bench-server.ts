@@ -9,6 +9,11 @@ export const BARE_ROUTE = '/bench/bare';
  * as the decorator must. What it costs above the bare route bounds the decorator's ratio from below.
  */
 export const ECHO_ROUTE = '/bench/echo';
+/**
+ * Echo plus the decorator's store write: the same grant write (SAVE_GRANT and the token index, in one round
+ * trip) for the request's job, with fixed digests. What the decorator with a store is bounded by.
+ */
+export const ECHO_STORE_ROUTE = '/bench/echo-store';
 /** A bare route that also makes one store round trip (a grant read, as an auth lookup does): what a lookup is bounded by. */
 export const STORE_ROUTE = '/bench/bare-store';
 /**
