@@ -8,6 +8,9 @@
  *            the same service's auth endpoint with a caller key on every export, proxy to the same sink),
  *   proxy    through the least a Node.js gateway can be (otlp-gateway.proxy.ts: Fastify and our upstream
  *            client, forwarding and nothing else, its own process): what bounds any gateway on this runtime,
+ *   floor    through the same proxy also doing what SPEC §6 makes every export do, as the gateway does it (the
+ *            runner's window and the job's span quota in one redis round trip, enforcement, forwarding the
+ *            enforced body) but no credential check, log line or metric: what bounds this gateway,
  * plus a gzip variant of the export for direct and gateway.
  *
  * Run from the repository root (needs redis-server and nginx; the service is the BUILT one, dist/main.js,
@@ -15,7 +18,7 @@
  *
  *   npm run -s build && npx tsc -p bench/otlp-gateway.tsconfig.json && node node_modules/.cache/otlp-gateway-bench/bench/otlp-gateway.bench.js
  *
- * Options: --targets direct,gateway,nginx,proxy  --variants protobuf,gzip  --rounds 3  --round-seconds 5
+ * Options: --targets direct,gateway,nginx,proxy,floor  --variants protobuf,gzip  --rounds 3  --round-seconds 5
  *          --warmup-seconds 2  --connections 16  --spans 100  --attributes 10
  *          --cpu-prof (profiles the service, prints its busiest functions and keeps the .cpuprofile)
  *          experiments: --store memory (no redis: what the store's round trips cost)
@@ -59,13 +62,13 @@ import { repositoryRoot } from './lib/bench-env';
 import { describeExport, otlpTypes, traceExport } from './otlp-gateway.payload';
 import type { SinkStats } from './otlp-gateway.sink';
 
-type Target = 'direct' | 'gateway' | 'nginx' | 'proxy';
+type Target = 'direct' | 'gateway' | 'nginx' | 'proxy' | 'floor';
 type Variant = 'protobuf' | 'gzip';
-type Component = 'generator' | 'service' | 'sink' | 'redis' | 'nginx' | 'proxy';
+type Component = 'generator' | 'service' | 'sink' | 'redis' | 'nginx' | 'proxy' | 'floor';
 /** The service's kernel time apart: syscalls, and on loopback the receiving side's TCP work too. */
 type Measured = Component | 'serviceSystem';
-const COMPONENTS: readonly Component[] = ['generator', 'service', 'sink', 'redis', 'nginx', 'proxy'];
-const ALL_TARGETS: readonly Target[] = ['direct', 'gateway', 'nginx', 'proxy'];
+const COMPONENTS: readonly Component[] = ['generator', 'service', 'sink', 'redis', 'nginx', 'proxy', 'floor'];
+const ALL_TARGETS: readonly Target[] = ['direct', 'gateway', 'nginx', 'proxy', 'floor'];
 /** nginx and the bare proxy only see the wire bytes, so their gzip figures would say nothing new. */
 const GZIP_TARGETS: readonly Target[] = ['direct', 'gateway'];
 const JOB_ID = 7_300_001;
@@ -102,6 +105,8 @@ const options = {
 };
 if (options.store !== 'redis' && options.store !== 'memory') throw new Error(`unknown store ${options.store}`);
 for (const target of options.targets) if (!ALL_TARGETS.includes(target)) throw new Error(`unknown target ${target}`);
+// The floor charges its quota in redis, as the gateway does; with --store memory there is no redis to charge.
+if (options.store === 'memory') options.targets = options.targets.filter((target) => target !== 'floor');
 for (const variant of options.variants) if (variant !== 'protobuf' && variant !== 'gzip') throw new Error(`unknown variant ${variant}`);
 
 const targetsOf = (variant: Variant) => options.targets.filter((target) => variant === 'protobuf' || GZIP_TARGETS.includes(target));
@@ -275,6 +280,7 @@ async function main(): Promise<void> {
   let service: Service | undefined;
   let nginx: NginxServer | undefined;
   let proxy: { origin: string; pid: number; stop(): Promise<void> } | undefined;
+  let floor: { origin: string; pid: number; stop(): Promise<void> } | undefined;
   const reports: Record<Variant, Partial<Record<Target, RunStats[]>>> = { protobuf: {}, gzip: {} };
   let payloadBytes = 0;
   let gzipBytes = 0;
@@ -344,16 +350,27 @@ async function main(): Promise<void> {
     const redisProcess = redis?.pid;
 
     // The grant, as GitLab's job pickup makes it; the job token as GitLab signs it.
+    const pickupRequest = jobPayloadRequest({ job: { id: JOB_ID } });
     const pickup = await fetch(`${service.url}/internal/ci/telemetry/job_payload`, {
       method: 'POST',
       headers: { 'content-type': 'application/json', ...(await internalApiHeaders(secrets.internalApiSecret)) },
-      body: JSON.stringify(jobPayloadRequest({ job: { id: JOB_ID } })),
+      body: JSON.stringify(pickupRequest),
     });
     const decorated = (await pickup.json()) as { telemetry?: { reason?: string; trace_id?: string } };
     if (pickup.status !== 200 || decorated.telemetry?.trace_id === undefined) {
       throw new Error(`job_payload answered ${pickup.status} ${JSON.stringify(decorated.telemetry)}`);
     }
     const traceId = decorated.telemetry.trace_id;
+    if (options.targets.includes('floor')) {
+      const { job, runner } = pickupRequest;
+      const identity = { jobId: job.id, projectId: job.project_id, pipelineId: job.pipeline_id, runnerId: runner.id, traceId };
+      floor = await startChildServer(join(__dirname, 'otlp-gateway.proxy.js'), {
+        OTLP_UPSTREAM_URL: sink.origin,
+        REDIS_URL: redis!.url,
+        FLOOR_IDENTITY: JSON.stringify(identity),
+      });
+      stops.push(() => floor!.stop());
+    }
     const jobToken = await keys.sign(JOB_ID, { expiresIn: 3600 });
 
     const payload = traceExport(types, { traceId, spans: options.spans, attributesPerSpan: options.attributes });
@@ -367,7 +384,13 @@ async function main(): Promise<void> {
       'runner-token': RUNNER_TOKEN,
       ...(variant === 'gzip' ? { 'content-encoding': 'gzip' } : {}),
     });
-    const origins: Record<Target, string> = { direct: sink.origin, gateway: service.gatewayUrl, nginx: nginx?.url ?? '', proxy: proxy?.origin ?? '' };
+    const origins: Record<Target, string> = {
+      direct: sink.origin,
+      gateway: service.gatewayUrl,
+      nginx: nginx?.url ?? '',
+      proxy: proxy?.origin ?? '',
+      floor: floor?.origin ?? '',
+    };
 
     console.log(
       'OTLP gateway: protobuf trace exports direct to a sink vs through the gateway vs through nginx auth_request (ratios are the result; absolute numbers are noise)',
@@ -388,7 +411,8 @@ async function main(): Promise<void> {
         const answer = Buffer.from(await response.arrayBuffer());
         if (response.status !== 200) throw new Error(`${target} ${variant}: smoke export answered ${response.status}: ${answer.toString('utf8', 0, 300)}`);
         const received = await sink.last();
-        if (target === 'gateway') {
+        // The floor enforces as the gateway does, so the sink must get the same.
+        if (target === 'gateway' || target === 'floor') {
           const partial = types.response.toObject(types.response.decode(answer)) as { partialSuccess?: unknown };
           if (partial.partialSuccess !== undefined) throw new Error(`gateway ${variant}: partial success ${JSON.stringify(partial.partialSuccess)}`);
           const forwarded = describeExport(types, received.body);
@@ -428,6 +452,7 @@ async function main(): Promise<void> {
         redis: redisProcess === undefined ? Number.NaN : procCpuMicros(redisProcess),
         nginx: nginxCpu,
         proxy: proxy === undefined ? Number.NaN : procCpuMicros(proxy.pid),
+        floor: floor === undefined ? Number.NaN : procCpuMicros(floor.pid),
       };
     };
 
@@ -596,7 +621,7 @@ function printReport(reports: Record<Variant, Partial<Record<Target, RunStats[]>
         fixed(cpu('sink'), 0),
         fixed(cpu('redis'), 0),
         target === 'nginx' ? fixed(cpu('nginx'), 0) : '-',
-        target === 'proxy' ? fixed(cpu('proxy'), 0) : '-',
+        target === 'proxy' || target === 'floor' ? fixed(cpu(target), 0) : '-',
         fixed(cpu('generator'), 0),
         fixed(total, 0),
         `${fixed(
@@ -625,9 +650,15 @@ function printReport(reports: Record<Variant, Partial<Record<Target, RunStats[]>
       const perRound = ra.map((run, i) => fixed(ratio(run.reqPerSec, rb[i]?.reqPerSec ?? Number.NaN), 2)).join(' ');
       return `${a}/${b} ${fixed(throughput, 2)} (per round ${perRound})`;
     };
-    const pairs = [pair('gateway', 'direct'), pair('nginx', 'direct'), pair('gateway', 'nginx'), pair('proxy', 'nginx'), pair('gateway', 'proxy')].filter(
-      (text) => text !== undefined,
-    );
+    const pairs = [
+      pair('gateway', 'direct'),
+      pair('nginx', 'direct'),
+      pair('gateway', 'nginx'),
+      pair('proxy', 'nginx'),
+      pair('floor', 'nginx'),
+      pair('gateway', 'proxy'),
+      pair('gateway', 'floor'),
+    ].filter((text) => text !== undefined);
     if (pairs.length > 0) verdicts.push(`${variant}: throughput ${pairs.join(' · ')}`);
   }
   // What gzip costs the gateway, per request, against plain protobuf in the same run.
@@ -665,6 +696,15 @@ function printReport(reports: Record<Variant, Partial<Record<Target, RunStats[]>
     verdicts.push(
       `bound: a Node.js proxy that checks nothing reaches ${fixed(proxyOverNginx, 2)}× nginx auth_request; the gateway reaches ` +
         `${fixed(ratio(throughputOf('gateway'), throughputOf('proxy')), 2)}× that proxy`,
+    );
+  }
+  const floorOverNginx = ratio(throughputOf('floor'), throughputOf('nginx'));
+  const floorOverDirect = ratio(throughputOf('floor'), throughputOf('direct'));
+  if (!Number.isNaN(floorOverNginx) || !Number.isNaN(floorOverDirect)) {
+    verdicts.push(
+      `bound: a proxy doing only what every export must (quota and window in one store round trip, enforcement, forwarding) reaches ` +
+        `${fixed(floorOverNginx, 2)}× nginx auth_request and ${fixed(floorOverDirect, 2)}× direct; the gateway (which also authenticates, logs and counts) ` +
+        `reaches ${fixed(ratio(throughputOf('gateway'), throughputOf('floor')), 2)}× that`,
     );
   }
   console.log('');

@@ -1,23 +1,59 @@
 /**
- * Proxy side of otlp-gateway.bench.ts (not run by hand): the least a Node.js OTLP gateway can do, built
- * from the same parts as ours (Fastify with the body kept as bytes, OtlpUpstream's pooled undici client)
- * and nothing else: no credential, no store, no enforcement, no log line, no metric. It forwards each export
- * to the sink and answers what the sink answered. Its cost per export bounds what any gateway on this
- * runtime can reach against nginx, whatever it checks.
+ * Proxy side of otlp-gateway.bench.ts (not run by hand), in two forms, each its own process:
+ *
+ *   proxy  the least a Node.js OTLP gateway can do, built from the same parts as ours (Fastify with the body
+ *          kept as bytes, OtlpUpstream's pooled undici client) and nothing else: no credential, no store, no
+ *          enforcement, no log line, no metric. It forwards each export to the sink and answers what the sink
+ *          answered. Its cost per export bounds what any gateway on this runtime can reach against nginx,
+ *          whatever it checks.
+ *   floor  (FLOOR_IDENTITY set) the same plus the work SPEC §6 makes every export do, done the way the gateway
+ *          does it: the runner's export window and the job's span quota charged in one store round trip
+ *          (RedisGrantStore on REDIS_URL), the body enforced against the job's identity, and the enforced body
+ *          forwarded. Still no credential check, log line or metric. What bounds our gateway, which does that
+ *          and also authenticates, logs and counts.
  */
 import fastify from 'fastify';
 import type { AddressInfo } from 'node:net';
+import { GrantStore } from '../src/grants/grant';
+import { RedisGrantStore } from '../src/grants/redis-grant-store';
 import { OtlpUpstream } from '../src/otlp-gateway/otlp-upstream';
+import { enforceExport } from '../src/otlp-gateway/wire/otlp-payload';
+import type { GatewayGrant } from '../src/otlp-gateway/wire/otlp-types';
+
+const UNLIMITED = 2_000_000_000;
+
+/** The floor's per-export work; undefined for the plain proxy. */
+async function floorWork(): Promise<((body: Buffer) => Promise<Buffer>) | undefined> {
+  const identityJson = process.env.FLOOR_IDENTITY;
+  if (identityJson === undefined) return undefined;
+  const identity = JSON.parse(identityJson) as GatewayGrant;
+  const redisUrl = process.env.REDIS_URL;
+  if (redisUrl === undefined) throw new Error('REDIS_URL is required with FLOOR_IDENTITY');
+  const store: GrantStore = await RedisGrantStore.open({ topology: { mode: 'single', url: redisUrl }, commandTimeoutMs: 2000 });
+  return async (body) => {
+    // Asked in the same turn, so the connection's auto-pipelining sends both in one write, as the gateway's.
+    const window = store.hitRateWindow(`floor:runner:${identity.runnerId}`, UNLIMITED, 1000);
+    const enforced = enforceExport('traces', 'protobuf', body, identity, UNLIMITED);
+    const [, reservation] = await Promise.all([
+      window,
+      store.reserveSpans(identity.jobId, enforced.forwardedItems, { perJob: UNLIMITED, perSecond: UNLIMITED }, 3_600_000),
+    ]);
+    if (reservation.granted < enforced.forwardedItems) throw new Error(`floor: ${reservation.granted} of ${enforced.forwardedItems} spans granted`);
+    return enforced.body;
+  };
+}
 
 async function serve(): Promise<void> {
   const upstreamUrl = process.env.OTLP_UPSTREAM_URL;
   if (upstreamUrl === undefined) throw new Error('OTLP_UPSTREAM_URL is required');
   const upstream = new OtlpUpstream(upstreamUrl, {}, 10_000);
+  const work = await floorWork();
   const app = fastify({ bodyLimit: 64 * 1024 * 1024 });
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, body, done) => done(null, body));
   app.post('/v1/traces', async (request, reply) => {
-    const answer = await upstream.send('/v1/traces', String(request.headers['content-type']), request.body as Buffer);
+    const body = work === undefined ? (request.body as Buffer) : await work(request.body as Buffer);
+    const answer = await upstream.send('/v1/traces', String(request.headers['content-type']), body);
     void reply.status(answer.status).header('content-type', answer.contentType ?? 'application/x-protobuf');
     return answer.body;
   });
