@@ -21,7 +21,7 @@ benches=(
   "otlp-payload|node bench/otlp-payload.bench.js|node bench/otlp-payload.bench.js 1 64"
   "self-tracing|node bench/self-tracing.bench.js|node bench/self-tracing.bench.js 1 2000"
   "job-payload|npm run -s bench:job-payload|npm run -s bench:job-payload -- --rounds 1 --round-seconds 1 --warmup-seconds 0 --latency-seconds 1 --rate 100"
-  "token-auth|npm run -s bench:token-auth|npm run -s bench:token-auth -- --smoke"
+  "token-auth|npm run -s bench:token-auth -- --pin|npm run -s bench:token-auth -- --smoke"
   "otlp-gateway|npm run -s bench:otlp-gateway|npx tsc -p bench/otlp-gateway.tsconfig.json && node node_modules/.cache/otlp-gateway-bench/bench/otlp-gateway.bench.js --rounds 1 --round-seconds 1 --warmup-seconds 0"
   "store-durability|npm run -s bench:store-durability|npm run -s bench:store-durability -- --smoke"
 )
