@@ -6,7 +6,7 @@
  * rotation, so concurrent requests do not share one lookup: the grant read with the runner's rate
  * window, and the token-digest index before them on a token's first lookup in the process). Beside
  * each, the least its work can cost: a bare route making the two digests a reused decision needs,
- * or one making one store round trip.
+ * or one making the store round trip a lookup needs (the grant read and the runner's window hit, sent together).
  *
  * Run (builds itself into node_modules/.cache; needs redis-server on PATH):
  *
@@ -195,7 +195,7 @@ async function main(): Promise<void> {
             `  server CPU/request ${authCpu.toFixed(0)} vs ${bareCpu.toFixed(0)} µs (×${(authCpu / bareCpu).toFixed(2)})`,
         );
         const least = median(results[bound].map((r) => r.reqPerSec));
-        const boundName = bound === 'digests' ? 'a bare route making the two digests' : 'a bare route making one store round trip';
+        const boundName = bound === 'digests' ? 'a bare route making the two digests' : 'a bare route making the grant read and window hit of a lookup';
         rows.push(
           `${variant.padEnd(13)}  bound: ${boundName} ${least.toFixed(0).padStart(6)} req/s, ${(least / bare).toFixed(2)}× bare` +
             ` (server CPU/request ${cpuOf(bound, 'cpuMicrosPerRequest').toFixed(0)} µs); auth reaches ${(auth / least).toFixed(2)}× that`,

@@ -14,7 +14,10 @@ export const ECHO_ROUTE = '/bench/echo';
  * trip) for the request's job, with fixed digests. What the decorator with a store is bounded by.
  */
 export const ECHO_STORE_ROUTE = '/bench/echo-store';
-/** A bare route that also makes one store round trip (a grant read, as an auth lookup does): what a lookup is bounded by. */
+/**
+ * A bare route that also makes the store round trip an auth lookup cannot skip: the grant read and the hit on the
+ * runner's rate window (SPEC §5), sent together. What a lookup is bounded by.
+ */
 export const STORE_ROUTE = '/bench/bare-store';
 /**
  * A bare route that also makes the two digests a reused auth decision cannot skip: the caller's JWT (to find
