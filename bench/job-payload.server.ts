@@ -13,6 +13,7 @@ import { GrantStore } from '../src/grants/grant';
 import { GRANT_STORE } from '../src/grants/grants.constants';
 import { INTERNAL_API_HEADER } from '../src/internal-api/internal-api-token';
 import { credentialCacheKey, forwardedCredential } from '../src/runner-auth/runner-credential';
+import { testGrant } from '../test/helpers/grants';
 import { BARE_ROUTE, DIGESTS_ROUTE, ECHO_ROUTE, ECHO_STORE_ROUTE, FromServer, STORE_ROUTE, ToServer } from './lib/bench-server';
 
 async function serve(): Promise<void> {
@@ -38,24 +39,21 @@ async function serve(): Promise<void> {
     return { ok: grant !== null };
   });
   // Echo plus a grant as the decorator writes it, for the request's job; the digests are fixed (making them is the decorator's own work).
-  const digest = hash('sha256', 'bench', 'base64url');
   fastify.post<{ Body: { payload?: unknown; job?: { id?: number; project_id?: number; pipeline_id?: number; timeout?: number } } }>(
     ECHO_STORE_ROUTE,
     async (request) => {
       const job = request.body?.job ?? {};
       const jobId = Number(job.id);
-      await store.saveGrant({
-        jobId,
-        projectId: Number(job.project_id),
-        pipelineId: Number(job.pipeline_id),
-        rootPipelineId: Number(job.pipeline_id),
-        runnerId: 1,
-        traceId: '0af7651916cd43dd8448eb211c80319c',
-        spanParentId: 'b7ad6b7169203331',
-        runnerTokenDigest: digest,
-        jobTokenDigest: `${digest}${jobId}`,
-        expiresAt: Date.now() + (Number(job.timeout ?? 3600) + 3600) * 1000,
-      });
+      await store.saveGrant(
+        testGrant({
+          jobId,
+          projectId: Number(job.project_id),
+          pipelineId: Number(job.pipeline_id),
+          rootPipelineId: Number(job.pipeline_id),
+          jobTokenDigest: String(jobId).padStart(64, '0'),
+          expiresAt: Date.now() + (Number(job.timeout ?? 3600) + 3600) * 1000,
+        }),
+      );
       return { payload: request.body?.payload ?? null, telemetry: { enabled: false, reason: 'flag_disabled' } };
     },
   );

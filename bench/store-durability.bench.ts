@@ -12,6 +12,7 @@
  */
 import { Grant } from '../src/grants/grant';
 import { RedisGrantStore } from '../src/grants/redis-grant-store';
+import { testGrant } from '../test/helpers/grants';
 import { RedisDeployment, startRedisCluster, startSentinelRedis } from '../test/helpers/redis-topologies';
 import { median } from './lib/percentiles';
 
@@ -21,18 +22,7 @@ const CONCURRENT_WRITES = SMOKE ? 200 : 4000;
 const CONCURRENCY = 32;
 const ROUNDS = SMOKE ? 1 : 2;
 
-const grant = (jobId: number): Grant => ({
-  jobId,
-  projectId: 7,
-  pipelineId: 500,
-  rootPipelineId: 500,
-  runnerId: 17,
-  traceId: '0af7651916cd43dd8448eb211c80319c',
-  spanParentId: 'b7ad6b7169203331',
-  runnerTokenDigest: 'a'.repeat(64),
-  jobTokenDigest: String(jobId).padStart(64, '0'),
-  expiresAt: Date.now() + 600_000,
-});
+const grant = (jobId: number): Grant => testGrant({ jobId, jobTokenDigest: String(jobId).padStart(64, '0'), expiresAt: Date.now() + 600_000 });
 
 async function round(deployment: RedisDeployment, waitReplicas: number) {
   const store = await RedisGrantStore.open({ ...deployment.settings(500), waitReplicas });

@@ -1,23 +1,12 @@
 import Redis from 'ioredis';
+import { testGrant } from '../../test/helpers/grants';
 import { RedisServer, startRedis } from '../../test/helpers/redis';
 import { RedisDeployment, SentinelDeployment, startRedisCluster, startSentinelRedis, startSingleRedis } from '../../test/helpers/redis-topologies';
-import { Grant, GrantStore, StoreUnavailableError } from './grant';
+import { GrantStore, StoreUnavailableError } from './grant';
 import { MemoryGrantStore } from './memory-grant-store';
 import { RedisGrantStore } from './redis-grant-store';
 
-const grant = (overrides: Partial<Grant> = {}): Grant => ({
-  jobId: 1001,
-  projectId: 7,
-  pipelineId: 500,
-  rootPipelineId: 500,
-  runnerId: 17,
-  traceId: '0af7651916cd43dd8448eb211c80319c',
-  spanParentId: 'b7ad6b7169203331',
-  runnerTokenDigest: 'a'.repeat(64),
-  jobTokenDigest: 'b'.repeat(64),
-  expiresAt: Date.now() + 60_000,
-  ...overrides,
-});
+const grant = testGrant;
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
