@@ -3,7 +3,8 @@
  * JSON route served by the same process, with the in-memory grant store and with a real redis-server.
  * An extra baseline, labelled as such and not the target's, answers the payload re-serialized
  * (`echo`): the decorator must send the whole payload back, the bare route does not, so echo/bare
- * shows how much of the gap is the answer alone.
+ * shows how much of the gap is the answer alone. A third route, echo plus the decorator's grant write through
+ * the service's own store (`echo-store`), is what the decorator cannot do better than: its bound.
  *
  * Run (builds itself, incrementally, into node_modules/.cache; needs redis-server on PATH):
  *

@@ -170,7 +170,7 @@ async function main(): Promise<void> {
         const lookupsBefore = await cacheCounts(server.origin);
 
         // The baseline gets a request shaped like the auth request: headers only, no body to parse. Beside it, the
-        // least the variant's work costs: the two digests a reused decision needs, or one store round trip for a lookup.
+        // least the variant's work costs: the two digests a reused decision needs, or a lookup's grant read and window hit.
         const paths: Record<Route, string> = { bare: BARE_ROUTE, auth: AUTH_ROUTE, store: STORE_ROUTE, digests: DIGESTS_ROUTE };
         const bound: Route = variant === 'warm decision' ? 'digests' : 'store';
         const routes: Route[] = ['bare', 'auth', bound];
