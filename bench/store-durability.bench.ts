@@ -25,7 +25,8 @@ const ROUNDS = SMOKE ? 1 : 2;
 const grant = (jobId: number): Grant => testGrant({ jobId, jobTokenDigest: String(jobId).padStart(64, '0'), expiresAt: Date.now() + 600_000 });
 
 async function round(deployment: RedisDeployment, waitReplicas: number) {
-  const store = await RedisGrantStore.open({ ...deployment.settings(500), waitReplicas });
+  // Up to 20 s for the cluster to be ready, not the service's 2 s: a write before that measures nothing.
+  const store = await RedisGrantStore.open({ ...deployment.settings(500), waitReplicas }, undefined, 20_000);
   try {
     for (let i = 0; i < 200; i++) await store.saveGrant(grant(900_000 + i));
     const milliseconds: number[] = [];

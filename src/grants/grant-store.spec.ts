@@ -10,6 +10,14 @@ const grant = testGrant;
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
+/**
+ * How long a test's store may take to become ready. `open` goes on without Redis after its default 2 s, as the
+ * service must; a TLS cluster of six nodes, with other suites busy on both cores, took longer than that in CI,
+ * and the test's first command then met "Cluster isn't ready". The suite is about a ready store, so it waits.
+ */
+const READY_WAIT_MS = 20_000;
+const openReady = (settings: Parameters<typeof RedisGrantStore.open>[0]) => RedisGrantStore.open(settings, undefined, READY_WAIT_MS);
+
 /** One behaviour, every store (SPEC §7): whatever passes here holds for each deployment. */
 function behavesAsAGrantStore(name: string, open: () => Promise<GrantStore>) {
   describe(`${name} grant store`, () => {
@@ -213,13 +221,13 @@ const singleServer = (url: string) => ({ topology: { mode: 'single' as const, ur
 
 behavesAsAGrantStore('Redis', async () => {
   await redis.flush();
-  return RedisGrantStore.open(singleServer(redis.url));
+  return openReady(singleServer(redis.url));
 });
 
 describe('Redis grant store key layout', () => {
   it("keeps a job's span counters in one hash slot, so the script runs on Redis Cluster", async () => {
     await redis.flush();
-    const store = await RedisGrantStore.open(singleServer(redis.url));
+    const store = await openReady(singleServer(redis.url));
     try {
       await store.reserveSpans(4242, 1, { perJob: 10, perSecond: 10 }, 60_000);
       const client = new Redis(redis.url);
@@ -249,7 +257,7 @@ function onDeployment<D extends RedisDeployment>(name: string, start: () => Prom
     // path, one pipeline to the slot's primary, is exercised in each mode that has replicas.
     behavesAsAGrantStore(`Redis (${name})`, async () => {
       await deployment.flush();
-      return RedisGrantStore.open({ ...deployment.settings(500), waitReplicas });
+      return openReady({ ...deployment.settings(500), waitReplicas });
     });
 
     it('is refused without its credentials, reported as unavailable', async () => {
@@ -274,7 +282,7 @@ onDeployment(
   (deployment) => {
     it('with REDIS_WAIT_REPLICAS, counts a grant write as done only once the replica has it', async () => {
       const sentinel: SentinelDeployment = deployment();
-      const store = await RedisGrantStore.open({ ...sentinel.settings(300), waitReplicas: 1 });
+      const store = await openReady({ ...sentinel.settings(300), waitReplicas: 1 });
       const primary = await sentinel.primaryPort();
       const replica = sentinel.nodes.find((node) => node.port !== primary)!;
       try {
@@ -298,7 +306,7 @@ onDeployment('Cluster: 3 primaries, 3 replicas, TLS and ACL user', () => startRe
 
 describe('Redis grant store when Redis is gone', () => {
   it('fails at once with StoreUnavailableError instead of queueing, and recovers when Redis is back', async () => {
-    const store = await RedisGrantStore.open(singleServer(redis.url));
+    const store = await openReady(singleServer(redis.url));
     try {
       await store.ping();
       await redis.stop();
