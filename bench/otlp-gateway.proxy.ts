@@ -16,7 +16,7 @@ import fastify from 'fastify';
 import type { AddressInfo } from 'node:net';
 import { GrantStore } from '../src/grants/grant';
 import { RedisGrantStore } from '../src/grants/redis-grant-store';
-import { OtlpUpstream } from '../src/otlp-gateway/otlp-upstream';
+import { OtlpUpstream } from '../src/collector/otlp-upstream';
 import { enforceExport } from '../src/otlp-gateway/wire/otlp-payload';
 import type { GatewayGrant } from '../src/otlp-gateway/wire/otlp-types';
 

@@ -7,6 +7,7 @@ import { startSelfTracing } from './observability/self-tracing';
 import { SHUTDOWN_GRACE_MS } from './observability/shutdown';
 import { GatewayServer } from './otlp-gateway/otlp-gateway.module';
 import { jwksFileProblem } from './runner-auth/job-token-verifier';
+import { webhookSecretsProblem } from './pipeline-spans/webhook-secrets';
 
 async function bootstrap(): Promise<void> {
   let config;
@@ -17,6 +18,9 @@ async function bootstrap(): Promise<void> {
     // Only processes that verify job tokens read the keys (ROLE=gateway asks AUTH_URL instead).
     const keysProblem = config.ROLE !== 'gateway' && config.JOB_TOKEN_JWKS_FILE !== undefined ? jwksFileProblem(config.JOB_TOKEN_JWKS_FILE) : undefined;
     if (keysProblem !== undefined) throw new ConfigError([keysProblem]);
+    const webhookProblem =
+      config.ROLE !== 'gateway' && config.GITLAB_WEBHOOK_SECRET_FILE !== undefined ? webhookSecretsProblem(config.GITLAB_WEBHOOK_SECRET_FILE) : undefined;
+    if (webhookProblem !== undefined) throw new ConfigError([webhookProblem]);
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error;
     for (const problem of error.problems) process.stderr.write(`invalid configuration: ${problem}\n`);

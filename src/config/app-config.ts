@@ -333,6 +333,44 @@ export class EnvironmentVariables {
   @IsBoolean()
   GATEWAY_PER_PROCESS_QUOTAS = false;
 
+  // ── Control-plane spans (SPEC §10) ──
+
+  /**
+   * Secrets GitLab's webhooks send as `X-Gitlab-Token`, one per line (two during a rotation). Unset: no
+   * webhook is accepted, and a job span is closed from its runner's `job_execution` span instead.
+   */
+  @IsOptional()
+  @IsString()
+  @MinLength(1)
+  GITLAB_WEBHOOK_SECRET_FILE?: string;
+
+  /** `service.name` of the pipeline, job and queue-wait spans; never `runner`, which is GitLab Runner's. */
+  @IsString()
+  @MinLength(1)
+  @Matches(/^(?!runner$)/, { message: 'must not be runner: that is the name GitLab Runner exports under' })
+  PIPELINE_SPANS_SERVICE_NAME = 'gitlab-ci';
+
+  /**
+   * Spans the outbox holds while the collector cannot take them (a few per job). A full outbox refuses new
+   * spans (counted, logged, readiness says degraded) and never delays a pickup.
+   */
+  @Transform(toInt)
+  @IsInt()
+  @Min(1)
+  OUTBOX_MAX_SPANS = 100_000;
+
+  /** How long a span id is remembered, so a webhook redelivered later never emits a second copy. */
+  @Transform(toInt)
+  @IsInt()
+  @Min(60)
+  OUTBOX_DEDUP_SECONDS = 3 * 24 * 3600;
+
+  /** Longest wait between two delivery attempts of the outbox while the collector is down. */
+  @Transform(toInt)
+  @IsInt()
+  @Min(1)
+  OUTBOX_MAX_BACKOFF_SECONDS = 30;
+
   // ── Store (SPEC §7) ──
 
   /** One Redis server (SPEC §7); `rediss://` for TLS. Exclusive with REDIS_SENTINELS and REDIS_CLUSTER_NODES. */

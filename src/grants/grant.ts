@@ -1,3 +1,5 @@
+import { TracedWorkStore } from './traced-work';
+
 /**
  * A telemetry grant (SPEC §4 "Grant"): what the decorator knew at job pickup, kept until the job
  * could no longer be exporting. Raw tokens are never part of it, only their HMAC digests.
@@ -47,7 +49,7 @@ export interface SpanReservation {
   readonly rateRoom: number;
 }
 
-export interface GrantStore {
+export interface GrantStore extends TracedWorkStore {
   /**
    * Stores the grant of `grant.jobId`; it disappears at its expiry. A job decorated again gets its
    * fields replaced but keeps the expiry and any revocation its grant already has (SPEC §4): a

@@ -1,4 +1,10 @@
 import { Grant, GrantStore, JobSpanLimits, RateWindow, SpanReservation } from './grant';
+import { ClaimedSpan, EnqueueOutcome, OutboxDepth, OutboxLimits, OutboxSpan, TracedJob, TracedPipeline } from './traced-work';
+
+interface Expiring<T> {
+  readonly value: T;
+  readonly expiresAt: number;
+}
 
 /** Single-process store: the embedded default when no Redis is configured (SPEC §7). */
 export class MemoryGrantStore implements GrantStore {
@@ -6,6 +12,12 @@ export class MemoryGrantStore implements GrantStore {
   private readonly jobIdsByTokenDigest = new Map<string, number>();
   private readonly windows = new Map<string, { count: number; resetsAt: number }>();
   private readonly quotas = new Map<string, { used: number; resetsAt: number }>();
+  private readonly tracedJobs = new Map<number, Expiring<TracedJob>>();
+  private readonly tracedPipelines = new Map<number, Expiring<TracedPipeline>>();
+  /** Span ids ever enqueued, until they are forgotten. */
+  private readonly rememberedSpans = new Map<string, number>();
+  /** Waiting spans by id, with the time each is next due. */
+  private readonly outbox = new Map<string, { span: OutboxSpan; dueAt: number; attempts: number }>();
   private readonly sweeper: NodeJS.Timeout;
 
   constructor(
@@ -97,6 +109,79 @@ export class MemoryGrantStore implements GrantStore {
     quota.used = Math.max(0, quota.used - spans);
   }
 
+  async recordTracedJob(job: TracedJob, ttlMs: number): Promise<void> {
+    const expiresAt = this.now() + ttlMs;
+    this.tracedJobs.set(job.jobId, { value: { ...job }, expiresAt });
+    const pipeline = (pipelineId: number): TracedPipeline => ({
+      pipelineId,
+      rootPipelineId: job.rootPipelineId,
+      projectId: job.projectId,
+      traceId: job.traceId,
+      ...(job.tracestate === undefined ? {} : { tracestate: job.tracestate }),
+    });
+    for (const pipelineId of new Set([job.pipelineId, job.rootPipelineId])) {
+      const kept = this.tracedPipelines.get(pipelineId);
+      this.tracedPipelines.set(pipelineId, { value: pipeline(pipelineId), expiresAt: Math.max(expiresAt, kept?.expiresAt ?? 0) });
+    }
+  }
+
+  async findTracedJob(jobId: number): Promise<TracedJob | null> {
+    return this.live(this.tracedJobs, jobId);
+  }
+
+  async findTracedPipeline(pipelineId: number): Promise<TracedPipeline | null> {
+    return this.live(this.tracedPipelines, pipelineId);
+  }
+
+  async enqueueSpans(spans: readonly OutboxSpan[], limits: OutboxLimits): Promise<EnqueueOutcome> {
+    const now = this.now();
+    let queued = 0;
+    let duplicates = 0;
+    let refused = 0;
+    for (const span of spans) {
+      if ((this.rememberedSpans.get(span.spanId) ?? 0) > now) duplicates++;
+      else if (this.outbox.size >= limits.maxSpans) refused++;
+      else {
+        this.rememberedSpans.set(span.spanId, now + limits.rememberMs);
+        this.outbox.set(span.spanId, { span, dueAt: now, attempts: 0 });
+        queued++;
+      }
+    }
+    return { queued, duplicates, refused };
+  }
+
+  async claimSpans(max: number, leaseMs: number): Promise<ClaimedSpan[]> {
+    const now = this.now();
+    const claimed: ClaimedSpan[] = [];
+    for (const entry of this.outbox.values()) {
+      if (claimed.length >= max) break;
+      if (entry.dueAt > now) continue;
+      entry.dueAt = now + leaseMs;
+      claimed.push({ ...entry.span, attempts: entry.attempts });
+    }
+    return claimed;
+  }
+
+  async acknowledgeSpans(spanIds: readonly string[]): Promise<void> {
+    for (const spanId of spanIds) this.outbox.delete(spanId);
+  }
+
+  async retrySpans(spanIds: readonly string[], delayMs: number): Promise<void> {
+    const dueAt = this.now() + delayMs;
+    for (const spanId of spanIds) {
+      const entry = this.outbox.get(spanId);
+      if (entry === undefined) continue;
+      entry.dueAt = dueAt;
+      entry.attempts++;
+    }
+  }
+
+  async outboxDepth(): Promise<OutboxDepth> {
+    let oldest: number | undefined;
+    for (const { span } of this.outbox.values()) oldest = Math.min(oldest ?? Infinity, span.enqueuedAt);
+    return { spans: this.outbox.size, ...(oldest === undefined ? {} : { oldestEnqueuedAt: oldest }) };
+  }
+
   async ping(): Promise<void> {}
 
   async close(): Promise<void> {
@@ -105,6 +190,20 @@ export class MemoryGrantStore implements GrantStore {
     this.jobIdsByTokenDigest.clear();
     this.windows.clear();
     this.quotas.clear();
+    this.tracedJobs.clear();
+    this.tracedPipelines.clear();
+    this.rememberedSpans.clear();
+    this.outbox.clear();
+  }
+
+  private live<K, T>(entries: Map<K, Expiring<T>>, key: K): T | null {
+    const entry = entries.get(key);
+    if (entry === undefined) return null;
+    if (entry.expiresAt <= this.now()) {
+      entries.delete(key);
+      return null;
+    }
+    return { ...entry.value };
   }
 
   private sweep(): void {
@@ -116,5 +215,9 @@ export class MemoryGrantStore implements GrantStore {
     }
     for (const [key, window] of this.windows) if (window.resetsAt <= now) this.windows.delete(key);
     for (const [key, quota] of this.quotas) if (quota.resetsAt <= now) this.quotas.delete(key);
+    for (const entries of [this.tracedJobs, this.tracedPipelines] as Array<Map<number, Expiring<unknown>>>) {
+      for (const [key, entry] of entries) if (entry.expiresAt <= now) entries.delete(key);
+    }
+    for (const [spanId, forgetAt] of this.rememberedSpans) if (forgetAt <= now && !this.outbox.has(spanId)) this.rememberedSpans.delete(spanId);
   }
 }

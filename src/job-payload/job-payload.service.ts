@@ -10,6 +10,7 @@ import { tokenDigest } from '../grants/token-digest';
 import { MetricsService } from '../observability/metrics.service';
 import { withTimeout } from '../observability/with-timeout';
 import { startDecisionSpan } from '../observability/tracing';
+import { PipelineSpansService } from '../pipeline-spans/pipeline-spans.service';
 import { capabilityPath, mintCapability } from '../runner-auth/job-capability';
 import { gitlabTraceContextOf, spanIdFor, TraceContext, traceContextOf, traceIdFor } from '../trace-context/trace-context';
 import { JobPayload, JobPayloadRequest } from './job-payload-request';
@@ -78,6 +79,7 @@ export class JobPayloadService {
     @Inject(GRANT_STORE) private readonly store: GrantStore,
     private readonly flags: FlagsService,
     private readonly metrics: MetricsService,
+    private readonly pipelineSpans: PipelineSpansService,
   ) {
     this.hostedRunnerTypes = new Set(config.HOSTED_RUNNER_TYPES);
     this.hostedRunnerIds = new Set(config.HOSTED_RUNNER_IDS);
@@ -144,6 +146,22 @@ export class JobPayloadService {
     // for the gateway without a stored grant would only collect 403s, so it is not enabled at all.
     const stored = await this.saveGrant(grant);
     if (stored === undefined && !hosted) return off('degraded');
+    // Not awaited: the pipeline and queue-wait spans (SPEC §10) never delay a pickup.
+    void this.pipelineSpans.recordPickup(
+      {
+        jobId: job.id,
+        pipelineId: job.pipeline_id,
+        rootPipelineId: job.root_pipeline_id,
+        projectId: job.project_id,
+        runnerId: runner.id,
+        runnerType: runner.runner_type,
+        traceId: context.traceId,
+        ...(context.tracestate === undefined ? {} : { tracestate: context.tracestate }),
+        ...queuedAtOf(job.queued_at),
+        pickedUpAt: Date.now(),
+      },
+      (stored ?? grant).expiresAt,
+    );
 
     // The capability base URL goes to programs inside the job whenever the gateway can honour it.
     const capabilityBase =
@@ -195,6 +213,12 @@ export class JobPayloadService {
       return undefined;
     }
   }
+}
+
+/** `queued_at` as epoch milliseconds, when the pickup gave a readable one. */
+function queuedAtOf(queuedAt: string | undefined): { queuedAt?: number } {
+  const epoch = queuedAt === undefined ? NaN : Date.parse(queuedAt);
+  return Number.isNaN(epoch) ? {} : { queuedAt: epoch };
 }
 
 function withoutTrailingSlash(url: string): string {

@@ -15,11 +15,11 @@ export class HealthController {
     return { status: 'ok' };
   }
 
-  /** 503 until every registered check passes: store, flag definitions, collector (SPEC §8). */
+  /** 503 until every registered check passes: store, flag definitions, collector (SPEC §8); `degraded` is reported, not failing. */
   @Get('-/readiness')
   async readiness(@Res() reply: FastifyReply): Promise<void> {
     const checks = await this.readinessChecks.run();
-    const ready = Object.values(checks).every((status) => status === 'ok');
+    const ready = Object.values(checks).every((status) => status !== 'failing');
     void reply.status(ready ? 200 : 503).send({ status: ready ? 'ok' : 'failing', checks });
   }
 

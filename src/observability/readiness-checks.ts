@@ -3,6 +3,9 @@ import { withTimeout } from './with-timeout';
 
 const CHECK_TIMEOUT_MS = 1000;
 
+type CheckResult = boolean | 'degraded';
+export type CheckStatus = 'ok' | 'degraded' | 'failing';
+
 /**
  * What `GET /-/readiness` asks (SPEC §8). Each feature registers its own check (store, flags,
  * upstream), so health needs no knowledge of their internals and a gateway-only process asks
@@ -10,15 +13,16 @@ const CHECK_TIMEOUT_MS = 1000;
  */
 @Injectable()
 export class ReadinessChecks {
-  private readonly checks = new Map<string, () => Promise<boolean> | boolean>();
+  private readonly checks = new Map<string, () => Promise<CheckResult> | CheckResult>();
 
-  register(name: string, check: () => Promise<boolean> | boolean): void {
+  /** `degraded`: reported, but the process stays ready (a full outbox must not stop job pickups). */
+  register(name: string, check: () => Promise<CheckResult> | CheckResult): void {
     this.checks.set(name, check);
   }
 
-  async run(): Promise<Record<string, 'ok' | 'failing'>> {
+  async run(): Promise<Record<string, CheckStatus>> {
     const names = [...this.checks.keys()];
     const results = await Promise.all(names.map((name) => withTimeout(this.checks.get(name)!, CHECK_TIMEOUT_MS).catch(() => false)));
-    return Object.fromEntries(names.map((name, i) => [name, results[i] ? 'ok' : 'failing']));
+    return Object.fromEntries(names.map((name, i) => [name, results[i] === 'degraded' ? 'degraded' : results[i] ? 'ok' : 'failing']));
   }
 }

@@ -1,2 +1,1 @@
 export const GATEWAY_AUTHENTICATOR = Symbol('GATEWAY_AUTHENTICATOR');
-export const OTLP_UPSTREAM = Symbol('OTLP_UPSTREAM');

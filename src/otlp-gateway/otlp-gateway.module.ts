@@ -17,9 +17,13 @@ import { RunnerAuthService } from '../runner-auth/runner-auth.service';
 import { RunnerCredential } from '../runner-auth/runner-credential';
 import { GatewayAuthenticator, RemoteAuthenticator } from './gateway-auth';
 import { GatewayMetrics } from './gateway-metrics';
-import { GATEWAY_AUTHENTICATOR, OTLP_UPSTREAM } from './otlp-gateway.constants';
+import { GATEWAY_AUTHENTICATOR } from './otlp-gateway.constants';
 import { buildGatewayServer } from './otlp-gateway.server';
-import { OtlpUpstream, parseHeaderList } from './otlp-upstream';
+import { CollectorModule } from '../collector/collector.module';
+import { PipelineSpansModule } from '../pipeline-spans/pipeline-spans.module';
+import { PipelineSpansService } from '../pipeline-spans/pipeline-spans.service';
+import { OTLP_UPSTREAM } from '../collector/collector.constants';
+import { OtlpUpstream } from '../collector/otlp-upstream';
 
 /** The gateway's own Fastify server, listening on GATEWAY_PORT; main.ts starts it, Nest closes it. */
 @Injectable()
@@ -34,10 +38,11 @@ export class GatewayServer implements OnModuleDestroy {
     @Inject(OTLP_UPSTREAM) private readonly upstream: OtlpUpstream,
     metricsService: MetricsService,
     readiness: ReadinessChecks,
+    pipelineSpans: PipelineSpansService,
   ) {
     const metrics = new GatewayMetrics(metricsService.registry);
     const decisions = new DecisionCache((credential: RunnerCredential) => authenticator.authenticate(credential), config.GATEWAY_DECISION_CACHE_SIZE, metrics);
-    this.instance = buildGatewayServer({ config, logger, decisions, store, upstream, metrics });
+    this.instance = buildGatewayServer({ config, logger, decisions, store, upstream, metrics, pipelineSpans });
     // Only a gateway-only process is unready without its collector: in ROLE=all the same readiness
     // gates job pickup, which must not leave rotation because the collector is down (exports get a
     // retryable 502/503 meanwhile).
@@ -48,10 +53,10 @@ export class GatewayServer implements OnModuleDestroy {
     return this.instance.listen({ port, host });
   }
 
-  /** Stops accepting, lets in-flight exports finish (Fastify's close), then drops the upstream and control-process pools. */
+  /** Stops accepting, lets in-flight exports finish (Fastify's close), then drops the control-process pool (the collector's is CollectorModule's). */
   async onModuleDestroy(): Promise<void> {
     await this.instance.close();
-    await Promise.all([this.upstream.close(), this.authenticator.close?.()]);
+    await this.authenticator.close?.();
   }
 }
 
@@ -86,17 +91,9 @@ export class OtlpGatewayModule {
     return {
       module: OtlpGatewayModule,
       // A ROLE=gateway process loads no auth decision of its own: it asks AUTH_URL.
-      imports: role === 'gateway' ? [GrantsModule] : [GrantsModule, RunnerAuthModule],
-      providers: [
-        authenticator,
-        {
-          provide: OTLP_UPSTREAM,
-          inject: [APP_CONFIG],
-          useFactory: (config: AppConfig) =>
-            new OtlpUpstream(config.OTLP_UPSTREAM_URL, parseHeaderList(config.OTLP_UPSTREAM_HEADERS), config.OTLP_UPSTREAM_TIMEOUT_MS),
-        },
-        GatewayServer,
-      ],
+      imports:
+        role === 'gateway' ? [GrantsModule, CollectorModule, PipelineSpansModule] : [GrantsModule, CollectorModule, PipelineSpansModule, RunnerAuthModule],
+      providers: [authenticator, GatewayServer],
       exports: [GatewayServer],
     };
   }

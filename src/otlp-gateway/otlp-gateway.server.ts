@@ -16,8 +16,10 @@ import { GatewayFailure, otlpErrorAnswer } from './otlp-errors';
 import { enforceExport } from './wire/otlp-payload';
 import { EnforcedExport, GatewayGrant, OtlpEncoding, OtlpSignal } from './wire/otlp-types';
 import { decodeExportResponse, encodeExportResponse, encodeRpcStatus, mergePartialSuccess, OtlpPartialSuccess } from './wire/otlp-response';
-import { OtlpUpstream, UpstreamFailure } from './otlp-upstream';
+import { OtlpUpstream, UpstreamFailure } from '../collector/otlp-upstream';
 import { OtlpPayloadError } from './wire/otlp-wire';
+import { jobExecutionEnds } from './wire/job-execution-end';
+import type { PipelineSpansService } from '../pipeline-spans/pipeline-spans.service';
 
 const inflate = promisify(gunzip);
 
@@ -54,6 +56,8 @@ export interface GatewayDependencies {
   /** Only `send` is used here: the module owns the pool's life, and tests pass a fake collector. */
   readonly upstream: Pick<OtlpUpstream, 'send'>;
   readonly metrics: GatewayMetrics;
+  /** Told of the runner's `job_execution` ends, which close job spans when no webhook will (SPEC §10). */
+  readonly pipelineSpans?: Pick<PipelineSpansService, 'jobSpanToCloseFromRunner' | 'closeJobFromRunner'>;
 }
 
 function encodingOf(contentType: string | undefined): OtlpEncoding | undefined {
@@ -276,7 +280,15 @@ async function handleExport(
   }
   // Spans the collector itself rejected were not accepted either.
   await giveBackSpans(deps, grant.identity, Math.min(reservedSpans, theirs?.rejectedItems ?? 0));
+  if (signal === 'traces') reportJobEnds(deps, encoding, enforced.body, grant.identity.jobId);
   return encodeExportResponse(signal, encoding, mergePartialSuccess(ours, theirs));
+}
+
+/** The runner's `job_execution` ends in what was forwarded, when they are what closes the job span (not awaited). */
+function reportJobEnds(deps: GatewayDependencies, encoding: OtlpEncoding, body: Buffer, jobId: number): void {
+  const jobSpanId = deps.pipelineSpans?.jobSpanToCloseFromRunner(jobId);
+  if (jobSpanId === undefined) return;
+  for (const end of jobExecutionEnds(encoding, body, jobSpanId)) void deps.pipelineSpans!.closeJobFromRunner(jobId, end);
 }
 
 /**

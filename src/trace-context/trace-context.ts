@@ -131,3 +131,24 @@ export function gitlabTraceContextOf(rootPipelineId: number, jobId: number, samp
     sampled: isGitlabPipelineSampled(rootPipelineId, samplingPercent),
   };
 }
+
+/**
+ * The span id of a pipeline's own span (SPEC §10): a keyed MAC of the pipeline id under a derivation of
+ * its own, so it never equals a trace id or a job's span id and any holder of the key recomputes it.
+ */
+export function pipelineSpanIdFor(traceKey: Buffer, pipelineId: number): string {
+  return nonZeroDigest(traceKey, `pipeline-span:${pipelineId}`, 8);
+}
+
+/** The span id of a job's queue wait, a child of the job span. */
+export function queueSpanIdFor(traceKey: Buffer, jobId: number): string {
+  return nonZeroDigest(traceKey, `queue:${jobId}`, 8);
+}
+
+/**
+ * The parent GitLab Rails names for its own job spans in the `gitlab` scheme and never emits itself
+ * (`Gitlab::Ci::TraceContext`): the first 16 hex digits of SHA-256 of `pipeline:<root pipeline id>`.
+ */
+export function gitlabPipelineSpanIdFor(rootPipelineId: number): string {
+  return createHash('sha256').update(`pipeline:${rootPipelineId}`).digest('hex').slice(0, 16);
+}

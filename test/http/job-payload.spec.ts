@@ -344,9 +344,15 @@ describe('POST /internal/ci/telemetry/job_payload', () => {
         const stored = (await client.get('cjt:{job:1001}:grant'))!;
         expect(JSON.parse(stored).traceId).toBe(body.telemetry.trace_id);
         expect(await client.pttl('cjt:{job:1001}:grant')).toBeGreaterThan(3600_000);
-        // Every key and value the decorator wrote: digests only, never a raw token.
+        // Every key and value the decorator wrote (the grant, the traced job, the outbox's queue-wait span): digests only, never a raw token.
         const keys = await client.keys('*');
-        const everything = keys.join('\n') + (await Promise.all(keys.map((key) => client.get(key)))).join('\n');
+        const valueOf = async (key: string) => {
+          const type = await client.type(key);
+          if (type === 'hash') return JSON.stringify(await client.hgetall(key));
+          if (type === 'zset') return (await client.zrange(key, 0, -1)).join(',');
+          return client.get(key);
+        };
+        const everything = keys.join('\n') + (await Promise.all(keys.map(valueOf))).join('\n');
         for (const token of [RUNNER_TOKEN, JOB_TOKEN]) expect(everything).not.toContain(token);
       } finally {
         client.disconnect();

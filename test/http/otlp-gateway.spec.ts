@@ -8,7 +8,7 @@ import { StoreUnavailableError } from '../../src/grants/grant';
 import { MemoryGrantStore } from '../../src/grants/memory-grant-store';
 import { GatewayMetrics } from '../../src/otlp-gateway/gateway-metrics';
 import { buildGatewayServer } from '../../src/otlp-gateway/otlp-gateway.server';
-import { UpstreamAnswer, UpstreamFailure } from '../../src/otlp-gateway/otlp-upstream';
+import { UpstreamAnswer, UpstreamFailure } from '../../src/collector/otlp-upstream';
 import { AuthOutcome, JobIdentity } from '../../src/runner-auth/auth-outcome';
 import { DecisionCache } from '../../src/runner-auth/decision-cache';
 import { RunnerCredential } from '../../src/runner-auth/runner-credential';

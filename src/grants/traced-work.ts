@@ -1,0 +1,90 @@
+/**
+ * What the store keeps for the control-plane spans (SPEC §10): which jobs and pipelines the decorator
+ * enabled, and the outbox of spans still to be delivered to the collector. Owned here, beside the
+ * grant, because the same store (memory, Redis single, Sentinel or Cluster) keeps both.
+ */
+
+/** A job the decorator enabled, as known at its pickup. */
+export interface TracedJob {
+  readonly jobId: number;
+  readonly pipelineId: number;
+  readonly rootPipelineId: number;
+  readonly projectId: number;
+  readonly runnerId: number;
+  readonly runnerType: string;
+  readonly traceId: string;
+  /** The pipeline's `ot=th` tracestate, when sampling is below 100 %. */
+  readonly tracestate?: string;
+  /** Epoch milliseconds GitLab queued the job, when the pickup said. */
+  readonly queuedAt?: number;
+  /** Epoch milliseconds of the pickup. */
+  readonly pickedUpAt: number;
+}
+
+/** A pipeline with at least one enabled job, or the root of one. */
+export interface TracedPipeline {
+  readonly pipelineId: number;
+  readonly rootPipelineId: number;
+  readonly projectId: number;
+  readonly traceId: string;
+  readonly tracestate?: string;
+}
+
+/** One span waiting for the collector: its id (the key that makes it unique) and its OTLP/JSON `ResourceSpans`. */
+export interface OutboxSpan {
+  readonly spanId: string;
+  /** OTLP/JSON text of one `ResourceSpans` holding this one span. */
+  readonly resourceSpans: string;
+  /** Epoch milliseconds it entered the outbox. */
+  readonly enqueuedAt: number;
+}
+
+/** An outbox span handed to one deliverer, which must acknowledge it or put it back. */
+export interface ClaimedSpan extends OutboxSpan {
+  /** Deliveries tried before this one. */
+  readonly attempts: number;
+}
+
+export interface OutboxLimits {
+  /** Spans the outbox holds at most; beyond, new spans are refused (and counted), never blocking. */
+  readonly maxSpans: number;
+  /** How long a span id is remembered after it was enqueued, so a later copy is recognised. */
+  readonly rememberMs: number;
+}
+
+export interface EnqueueOutcome {
+  readonly queued: number;
+  /** Spans already enqueued (or delivered) once: dropped, as SPEC §10 wants each span once. */
+  readonly duplicates: number;
+  /** Spans refused because the outbox was full. */
+  readonly refused: number;
+}
+
+export interface OutboxDepth {
+  readonly spans: number;
+  /** Epoch milliseconds the oldest waiting span entered the outbox. */
+  readonly oldestEnqueuedAt?: number;
+}
+
+/** The store's part of SPEC §10. Implemented by every grant store. */
+export interface TracedWorkStore {
+  /**
+   * Remembers a traced job, its pipeline and its root pipeline for `ttlMs` (as long as its grant can
+   * live); a pipeline's memory is only ever lengthened by a later job's pickup.
+   */
+  recordTracedJob(job: TracedJob, ttlMs: number): Promise<void>;
+  findTracedJob(jobId: number): Promise<TracedJob | null>;
+  findTracedPipeline(pipelineId: number): Promise<TracedPipeline | null>;
+  /** Adds spans whose id was never enqueued before, while the outbox has room, in one atomic step. */
+  enqueueSpans(spans: readonly OutboxSpan[], limits: OutboxLimits): Promise<EnqueueOutcome>;
+  /**
+   * Hands out up to `max` spans that are due, each to one caller only: a claimed span is due again
+   * after `leaseMs` unless acknowledged or put back, so a deliverer that dies loses nothing.
+   */
+  claimSpans(max: number, leaseMs: number): Promise<ClaimedSpan[]>;
+  /** Delivered: the spans leave the outbox (their ids stay remembered). */
+  acknowledgeSpans(spanIds: readonly string[]): Promise<void>;
+  /** Not delivered: due again after `delayMs`, one more attempt counted. */
+  retrySpans(spanIds: readonly string[], delayMs: number): Promise<void>;
+  outboxDepth(): Promise<OutboxDepth>;
+}

@@ -1,0 +1,191 @@
+import type { JobEnd, PipelineEnd } from './pipeline-span-model';
+
+/**
+ * GitLab's `Pipeline Hook` and `Job Hook` payloads as SPEC §10 needs them, read exactly as GitLab sends
+ * them (its webhook events documentation and published examples): timestamps as `2016-08-12 15:23:28 UTC`
+ * or ISO 8601, `null` start and finish times, fractional durations, `runner: null`, `source_pipeline` on
+ * child pipelines, and `object_attributes.root_pipeline_id` from newer GitLab versions.
+ */
+
+/** Statuses after which a job or pipeline does not change again (a retry is a new job). */
+const FINISHED = new Set(['success', 'failed', 'canceled', 'skipped']);
+
+export interface FinishedJob extends JobEnd {
+  readonly jobId: number;
+  readonly pipelineId: number;
+}
+
+export interface PipelineEvent {
+  readonly kind: 'pipeline';
+  readonly pipelineId: number;
+  readonly projectId: number;
+  readonly rootPipelineId?: number;
+  /** The trigger job and pipeline of a child pipeline. */
+  readonly source?: { readonly pipelineId: number; readonly jobId?: number; readonly projectId?: number };
+  /** Set once the pipeline has finished. */
+  readonly end?: PipelineEnd;
+  /** Jobs of the pipeline that have finished, as its `builds` list says. */
+  readonly finishedJobs: FinishedJob[];
+}
+
+export interface JobEvent {
+  readonly kind: 'job';
+  readonly job?: FinishedJob;
+  readonly jobId: number;
+}
+
+export type WebhookEvent = PipelineEvent | JobEvent;
+
+export class WebhookPayloadError extends Error {}
+
+type Json = Record<string, unknown>;
+
+const isObject = (value: unknown): value is Json => typeof value === 'object' && value !== null && !Array.isArray(value);
+
+function id(value: unknown, where: string): number {
+  if (typeof value === 'number' && Number.isSafeInteger(value) && value > 0) return value;
+  if (typeof value === 'string' && /^\d{1,15}$/.test(value) && Number(value) > 0) return Number(value);
+  throw new WebhookPayloadError(`${where} must be a positive integer id`);
+}
+
+const optionalId = (value: unknown, where: string) => (value === undefined || value === null ? undefined : id(value, where));
+const text = (value: unknown) => (typeof value === 'string' && value.length > 0 ? value : undefined);
+
+const GITLAB_TIME = /^(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2}(?:\.\d+)?)\s*(UTC|Z|[+-]\d{2}:?\d{2})?$/i;
+
+/**
+ * A GitLab timestamp as epoch milliseconds: `2016-08-12 15:23:28 UTC`, `2021-04-28 21:50:00 +0200`,
+ * `2021-02-23T02:41:37.886Z`; a zone-less one is UTC, as GitLab's are. `null` or absent: undefined.
+ */
+export function parseGitlabTime(value: unknown, where: string): number | undefined {
+  if (value === null || value === undefined) return undefined;
+  const match = typeof value === 'string' ? GITLAB_TIME.exec(value.trim()) : null;
+  if (match === null) throw new WebhookPayloadError(`${where} is not a GitLab timestamp (got ${JSON.stringify(value)})`);
+  const [, date, time, zone = 'Z'] = match;
+  const offset = /^(utc|z)$/i.test(zone) ? 'Z' : zone.length === 5 ? `${zone.slice(0, 3)}:${zone.slice(3)}` : zone;
+  const epoch = Date.parse(`${date}T${time}${offset}`);
+  if (Number.isNaN(epoch)) throw new WebhookPayloadError(`${where} is not a valid time (got ${JSON.stringify(value)})`);
+  return epoch;
+}
+
+/** Seconds as GitLab sends them (`17.0`, `1095.588715`, `null`). */
+function seconds(value: unknown): number | undefined {
+  return typeof value === 'number' && Number.isFinite(value) && value >= 0 ? value : undefined;
+}
+
+/**
+ * When a job that GitLab reports finished ended: its finish time, else its start plus its duration,
+ * else (canceled before it ran) `fallback`.
+ */
+function endOf(finishedAt: number | undefined, startedAt: number | undefined, duration: number | undefined, fallback: number): number {
+  if (finishedAt !== undefined) return finishedAt;
+  if (startedAt !== undefined && duration !== undefined) return startedAt + duration * 1000;
+  return fallback;
+}
+
+function runnerOf(runner: unknown): Pick<JobEnd, 'runnerId' | 'runnerType' | 'runnerDescription'> {
+  if (!isObject(runner)) return {};
+  return {
+    runnerId: optionalId(runner.id, 'runner.id'),
+    runnerType: text(runner.runner_type),
+    runnerDescription: text(runner.description),
+  };
+}
+
+/** One entry of a Pipeline Hook's `builds`, when it has finished. */
+function finishedBuild(build: unknown, pipelineId: number, projectUrl: string | undefined, receivedAt: number): FinishedJob | undefined {
+  if (!isObject(build) || typeof build.status !== 'string' || !FINISHED.has(build.status)) return undefined;
+  const jobId = id(build.id, 'builds[].id');
+  const startedAt = parseGitlabTime(build.started_at, 'builds[].started_at');
+  return {
+    jobId,
+    pipelineId,
+    status: build.status,
+    failureReason: text(build.failure_reason),
+    startedAt,
+    finishedAt: endOf(parseGitlabTime(build.finished_at, 'builds[].finished_at'), startedAt, seconds(build.duration), receivedAt),
+    name: text(build.name),
+    stage: text(build.stage),
+    jobUrl: projectUrl === undefined ? undefined : `${projectUrl}/-/jobs/${jobId}`,
+    ...runnerOf(build.runner),
+  };
+}
+
+/** What failed in a failed pipeline, from its failed jobs: `test-build: script_failure`. */
+function pipelineFailure(builds: unknown[]): string | undefined {
+  const failed = builds.filter((build): build is Json => isObject(build) && build.status === 'failed' && build.allow_failure !== true);
+  if (failed.length === 0) return undefined;
+  return failed.map((build) => `${text(build.name) ?? `job ${String(build.id)}`}: ${text(build.failure_reason) ?? 'failed'}`).join(', ');
+}
+
+function sourcePipeline(source: unknown): PipelineEvent['source'] {
+  if (!isObject(source) || source.pipeline_id === undefined || source.pipeline_id === null) return undefined;
+  return {
+    pipelineId: id(source.pipeline_id, 'source_pipeline.pipeline_id'),
+    jobId: optionalId(source.job_id, 'source_pipeline.job_id'),
+    projectId: isObject(source.project) ? optionalId(source.project.id, 'source_pipeline.project.id') : undefined,
+  };
+}
+
+export function parsePipelineHook(body: unknown, receivedAt: number): PipelineEvent {
+  if (!isObject(body) || !isObject(body.object_attributes)) throw new WebhookPayloadError('a Pipeline Hook has object_attributes');
+  const attributes = body.object_attributes;
+  const project = isObject(body.project) ? body.project : {};
+  const pipelineId = id(attributes.id, 'object_attributes.id');
+  const projectUrl = text(project.web_url);
+  const builds = Array.isArray(body.builds) ? body.builds : [];
+  const status = text(attributes.status) ?? '';
+  let end: PipelineEnd | undefined;
+  if (FINISHED.has(status)) {
+    const createdAt = parseGitlabTime(attributes.created_at, 'object_attributes.created_at') ?? receivedAt;
+    end = {
+      status,
+      failureReason: status === 'failed' ? (pipelineFailure(builds) ?? text(attributes.detailed_status) ?? 'failed') : undefined,
+      createdAt,
+      finishedAt: endOf(parseGitlabTime(attributes.finished_at, 'object_attributes.finished_at'), createdAt, undefined, receivedAt),
+      name: text(attributes.name),
+      source: text(attributes.source),
+      ref: text(attributes.ref),
+      tag: attributes.tag === true,
+      sha: text(attributes.sha),
+      url: text(attributes.url),
+      projectUrl,
+      projectPath: text(project.path_with_namespace),
+    };
+  }
+  return {
+    kind: 'pipeline',
+    pipelineId,
+    projectId: id(project.id ?? attributes.project_id, 'project.id'),
+    rootPipelineId: optionalId(attributes.root_pipeline_id, 'object_attributes.root_pipeline_id'),
+    source: sourcePipeline(body.source_pipeline),
+    end,
+    finishedJobs: builds.map((build) => finishedBuild(build, pipelineId, projectUrl, receivedAt)).filter((job): job is FinishedJob => job !== undefined),
+  };
+}
+
+export function parseJobHook(body: unknown, receivedAt: number): JobEvent {
+  if (!isObject(body)) throw new WebhookPayloadError('a Job Hook is a JSON object');
+  const jobId = id(body.build_id, 'build_id');
+  const status = text(body.build_status) ?? '';
+  if (!FINISHED.has(status)) return { kind: 'job', jobId };
+  const project = isObject(body.project) ? body.project : {};
+  const projectUrl = text(project.web_url);
+  const startedAt = parseGitlabTime(body.build_started_at, 'build_started_at');
+  return {
+    kind: 'job',
+    jobId,
+    job: {
+      jobId,
+      pipelineId: id(body.pipeline_id, 'pipeline_id'),
+      status,
+      failureReason: status === 'failed' ? text(body.build_failure_reason) : undefined,
+      startedAt,
+      finishedAt: endOf(parseGitlabTime(body.build_finished_at, 'build_finished_at'), startedAt, seconds(body.build_duration), receivedAt),
+      name: text(body.build_name),
+      stage: text(body.build_stage),
+      jobUrl: projectUrl === undefined ? undefined : `${projectUrl}/-/jobs/${jobId}`,
+      ...runnerOf(body.runner),
+    },
+  };
+}

@@ -1,0 +1,33 @@
+import { Inject, Module } from '@nestjs/common';
+import { AppConfig } from '../config/app-config';
+import { APP_CONFIG } from '../config/config.constants';
+import { CollectorModule } from '../collector/collector.module';
+import { GrantsModule } from '../grants/grants.module';
+import { ReadinessChecks } from '../observability/readiness-checks';
+import { GitlabWebhookRoute } from './gitlab-webhook.route';
+import { PipelineSpansMetrics } from './pipeline-spans.metrics';
+import { PipelineSpansService } from './pipeline-spans.service';
+import { SpanOutboxDeliverer } from './span-outbox-deliverer';
+
+/**
+ * The control-plane spans (SPEC §10): what the decorator and the gateway tell it through
+ * PipelineSpansService, and the outbox's delivery to the collector, in every role that has a store.
+ */
+@Module({
+  imports: [GrantsModule, CollectorModule],
+  providers: [PipelineSpansMetrics, SpanOutboxDeliverer, PipelineSpansService],
+  exports: [PipelineSpansService, PipelineSpansMetrics],
+})
+export class PipelineSpansModule {
+  constructor(@Inject(APP_CONFIG) config: AppConfig, metrics: PipelineSpansMetrics, readiness: ReadinessChecks) {
+    // A full outbox refuses new spans but must not take the replica out of rotation: pickups would fail.
+    readiness.register('outbox', () => (metrics.lastDepth().spans >= config.OUTBOX_MAX_SPANS ? 'degraded' : true));
+  }
+}
+
+/** GitLab's webhooks on the internal port of a control process (ROLE=all or control). */
+@Module({
+  imports: [PipelineSpansModule],
+  providers: [GitlabWebhookRoute],
+})
+export class GitlabWebhookModule {}

@@ -1,0 +1,192 @@
+import { Inject, Injectable, Logger } from '@nestjs/common';
+import { AppConfig } from '../config/app-config';
+import { APP_CONFIG, SECRETS } from '../config/config.constants';
+import { Secrets } from '../config/secrets';
+import { GrantStore } from '../grants/grant';
+import { GRANT_STORE } from '../grants/grants.constants';
+import { EnqueueOutcome, OutboxSpan, TracedJob, TracedPipeline } from '../grants/traced-work';
+import { withTimeout } from '../observability/with-timeout';
+import { gitlabPipelineSpanIdFor, gitlabTraceIdFor, pipelineSpanIdFor, queueSpanIdFor, spanIdFor } from '../trace-context/trace-context';
+import { FinishedJob, PipelineEvent, WebhookEvent } from './gitlab-webhook';
+import { PipelineSpansMetrics } from './pipeline-spans.metrics';
+import { bridgeSpan, ControlPlaneSpan, jobSpan, JobEnd, pipelineSpan, queueWaitSpan } from './pipeline-span-model';
+import { SpanOutboxDeliverer } from './span-outbox-deliverer';
+
+/** A traced job's records outlive a pickup at least this long (a job with a tiny timeout still finishes). */
+const MIN_MEMORY_MS = 60_000;
+
+const NOTHING: EnqueueOutcome = { queued: 0, duplicates: 0, refused: 0 };
+
+/**
+ * SPEC §10: which spans the control plane emits, and when. Facts come from the pickup (the decorator),
+ * GitLab's webhooks, and, without webhooks, the runner's `job_execution` span seen by the gateway; spans
+ * go to the store's outbox, from which {@link SpanOutboxDeliverer} sends them to the collector. Each span
+ * has a fixed id, so whichever source tells of it first emits it and the outbox drops any later copy.
+ */
+@Injectable()
+export class PipelineSpansService {
+  private readonly logger = new Logger(PipelineSpansService.name);
+  private readonly serviceName: string;
+  private readonly limits: { maxSpans: number; rememberMs: number };
+
+  constructor(
+    @Inject(APP_CONFIG) private readonly config: AppConfig,
+    @Inject(SECRETS) private readonly secrets: Secrets,
+    @Inject(GRANT_STORE) private readonly store: GrantStore,
+    private readonly deliverer: SpanOutboxDeliverer,
+    private readonly metrics: PipelineSpansMetrics,
+  ) {
+    this.serviceName = config.PIPELINE_SPANS_SERVICE_NAME;
+    this.limits = { maxSpans: config.OUTBOX_MAX_SPANS, rememberMs: config.OUTBOX_DEDUP_SECONDS * 1000 };
+  }
+
+  /** Whether GitLab's webhooks close job spans; otherwise the gateway does, from the runner's span. */
+  get webhooksConfigured(): boolean {
+    return this.config.GITLAB_WEBHOOK_SECRET_FILE !== undefined;
+  }
+
+  /**
+   * At an enabled pickup: remembers the job and its pipelines for as long as its grant can live, and
+   * emits its queue wait. Never throws and is not awaited by the pickup: a slow or failing store costs
+   * the pickup nothing (SPEC §4), it only loses these spans, and says so.
+   */
+  async recordPickup(job: TracedJob, grantExpiresAt: number): Promise<void> {
+    const ttlMs = Math.max(MIN_MEMORY_MS, grantExpiresAt - job.pickedUpAt);
+    const spans =
+      this.config.TRACE_ID_SCHEME === 'keyed' && job.queuedAt !== undefined
+        ? [
+            queueWaitSpan(
+              this.serviceName,
+              {
+                traceId: job.traceId,
+                spanId: queueSpanIdFor(this.secrets.traceKey, job.jobId),
+                parentSpanId: this.jobSpanId(job.jobId),
+                tracestate: job.tracestate,
+              },
+              { ...job, queuedAt: job.queuedAt },
+            ),
+          ]
+        : [];
+    try {
+      await withTimeout(
+        () => Promise.all([this.store.recordTracedJob(job, ttlMs), this.enqueue(spans, 'pickup')]),
+        Math.max(this.config.STORE_TIMEOUT_MS, this.config.REDIS_COMMAND_TIMEOUT_MS),
+      );
+    } catch (error) {
+      this.metrics.storeFailure('record_pickup');
+      this.logger.warn(`job ${job.jobId}: pipeline spans not recorded at pickup: ${(error as Error).message}`);
+    }
+  }
+
+  /** A GitLab webhook, already authenticated and parsed. Throws StoreUnavailableError when the store is down. */
+  async handleWebhook(event: WebhookEvent): Promise<EnqueueOutcome> {
+    if (event.kind === 'job') return event.job === undefined ? NOTHING : this.enqueue(await this.finishedJobSpans([event.job]), 'job_hook');
+    return this.enqueue(await this.pipelineEventSpans(event), 'pipeline_hook');
+  }
+
+  /**
+   * The job span id whose `job_execution` children the gateway should report, or undefined when it need
+   * not look: with webhooks GitLab's own account closes job spans, and in the `gitlab` scheme Rails does.
+   */
+  jobSpanToCloseFromRunner(jobId: number): string | undefined {
+    if (this.webhooksConfigured || this.config.TRACE_ID_SCHEME !== 'keyed') return undefined;
+    return this.jobSpanId(jobId);
+  }
+
+  /**
+   * Without webhooks, the job span is closed from what the gateway saw: the end and `ci.job.status` of the
+   * runner's `job_execution` span. Never throws: the export it came with is answered already.
+   */
+  async closeJobFromRunner(jobId: number, end: { endMs: number; status?: string }): Promise<void> {
+    try {
+      const job = await this.store.findTracedJob(jobId);
+      if (job === null) return;
+      const status = end.status ?? 'success';
+      await this.enqueue([this.jobSpanOf(job, { status, finishedAt: end.endMs, failureReason: status === 'failed' ? 'failed' : undefined })], 'runner');
+    } catch (error) {
+      this.metrics.storeFailure('close_job');
+      this.logger.warn(`job ${jobId}: job span not closed from its runner's span: ${(error as Error).message}`);
+    }
+  }
+
+  private jobSpanId(jobId: number): string {
+    return spanIdFor(this.secrets.traceKey, jobId);
+  }
+
+  private pipelineSpanId(pipelineId: number): string {
+    return pipelineSpanIdFor(this.secrets.traceKey, pipelineId);
+  }
+
+  private jobSpanOf(job: TracedJob, end: JobEnd): ControlPlaneSpan {
+    return jobSpan(
+      this.serviceName,
+      { traceId: job.traceId, spanId: this.jobSpanId(job.jobId), parentSpanId: this.pipelineSpanId(job.pipelineId), tracestate: job.tracestate },
+      job,
+      end,
+    );
+  }
+
+  /** Job spans for the finished jobs the decorator enabled; the others are not ours to tell of. */
+  private async finishedJobSpans(finished: readonly FinishedJob[]): Promise<ControlPlaneSpan[]> {
+    if (this.config.TRACE_ID_SCHEME !== 'keyed' || finished.length === 0) return [];
+    const traced = await Promise.all(finished.map((job) => this.store.findTracedJob(job.jobId)));
+    return finished.flatMap((end, i) => {
+      const job = traced[i];
+      return job === null ? [] : [this.jobSpanOf(job, end)];
+    });
+  }
+
+  private async pipelineEventSpans(event: PipelineEvent): Promise<ControlPlaneSpan[]> {
+    const pipeline = await this.store.findTracedPipeline(event.pipelineId);
+    if (pipeline === null) return [];
+    const spans = await this.finishedJobSpans(event.finishedJobs);
+    if (event.end === undefined) return spans;
+    const root = event.rootPipelineId ?? pipeline.rootPipelineId;
+    if (this.config.TRACE_ID_SCHEME === 'gitlab') {
+      // Rails emits the job spans under a pipeline parent it never emits: only the root's is ours.
+      if (event.pipelineId !== root) return spans;
+      return [pipelineSpan(this.serviceName, { traceId: gitlabTraceIdFor(root), spanId: gitlabPipelineSpanIdFor(root) }, pipeline, event.end)];
+    }
+    const place = { traceId: pipeline.traceId, spanId: this.pipelineSpanId(event.pipelineId), tracestate: pipeline.tracestate };
+    if (event.pipelineId === root) return [...spans, pipelineSpan(this.serviceName, place, pipeline, event.end)];
+    const parent = await this.childPipelineParent(event, pipeline, root);
+    const child = pipelineSpan(this.serviceName, { ...place, parentSpanId: parent.spanId }, pipeline, event.end);
+    return [...spans, ...parent.spans, child];
+  }
+
+  /**
+   * A child pipeline hangs on the trigger job that started it, when that job's pipeline is traced in the
+   * same trace; the trigger job's span is emitted from here, since GitLab sends no Job Hook for it.
+   * Otherwise (source unknown, or not traced) it hangs on the root pipeline's span.
+   */
+  private async childPipelineParent(event: PipelineEvent, pipeline: TracedPipeline, root: number): Promise<{ spanId: string; spans: ControlPlaneSpan[] }> {
+    const source = event.source;
+    const upstream = source?.jobId === undefined ? null : await this.store.findTracedPipeline(source.pipelineId);
+    if (source?.jobId === undefined || upstream === null || upstream.traceId !== pipeline.traceId) return { spanId: this.pipelineSpanId(root), spans: [] };
+    const bridge = bridgeSpan(
+      this.serviceName,
+      {
+        traceId: pipeline.traceId,
+        spanId: this.jobSpanId(source.jobId),
+        parentSpanId: this.pipelineSpanId(source.pipelineId),
+        tracestate: pipeline.tracestate,
+      },
+      { jobId: source.jobId, pipelineId: source.pipelineId, projectId: source.projectId ?? upstream.projectId, downstreamPipelineId: event.pipelineId },
+      event.end!,
+    );
+    return { spanId: bridge.spanId, spans: [bridge] };
+  }
+
+  private async enqueue(spans: readonly ControlPlaneSpan[], source: string): Promise<EnqueueOutcome> {
+    if (spans.length === 0) return NOTHING;
+    const enqueuedAt = Date.now();
+    const entries: OutboxSpan[] = spans.map((span) => ({ spanId: span.spanId, resourceSpans: JSON.stringify(span.resourceSpans), enqueuedAt }));
+    const outcome = await this.store.enqueueSpans(entries, this.limits);
+    this.metrics.enqueued(source, outcome);
+    if (outcome.refused > 0) {
+      this.logger.error(`outbox full (OUTBOX_MAX_SPANS=${this.limits.maxSpans}): ${outcome.refused} ${source} span(s) refused; is the collector reachable?`);
+    }
+    if (outcome.queued > 0) this.deliverer.kick();
+    return outcome;
+  }
+}

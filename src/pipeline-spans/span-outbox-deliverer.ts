@@ -1,0 +1,177 @@
+import { Inject, Injectable, Logger, OnApplicationBootstrap, OnModuleDestroy } from '@nestjs/common';
+import { OTLP_UPSTREAM } from '../collector/collector.constants';
+import { OtlpUpstream, UpstreamFailure } from '../collector/otlp-upstream';
+import { AppConfig } from '../config/app-config';
+import { APP_CONFIG } from '../config/config.constants';
+import { GrantStore } from '../grants/grant';
+import { GRANT_STORE } from '../grants/grants.constants';
+import { ClaimedSpan } from '../grants/traced-work';
+import { PipelineSpansMetrics } from './pipeline-spans.metrics';
+
+/** Spans sent to the collector in one export at most. */
+const BATCH_SPANS = 500;
+/** How often an idle deliverer looks at the outbox (spans enqueued by this process wake it at once). */
+const IDLE_POLL_MS = 1000;
+const FIRST_BACKOFF_MS = 500;
+/** A collector's Retry-After is honoured up to this. */
+const MAX_RETRY_AFTER_MS = 300_000;
+
+/** What became of one delivery: accepted, to be tried again (after at least `delayMs`), or refused for good. */
+type Delivery = { kind: 'accepted'; rejected: number } | { kind: 'retry'; reason: string; delayMs?: number } | { kind: 'refused'; status: number };
+
+/**
+ * Sends the outbox to the collector (SPEC §10): claims due spans (each to one replica, for a lease, so a
+ * replica that dies mid-send loses nothing: the lease runs out and another sends them), exports them as
+ * one OTLP/JSON request through the collector client, and acknowledges them only once the collector
+ * answered 2xx. Failures back off exponentially per span, up to OUTBOX_MAX_BACKOFF_SECONDS, or the
+ * collector's Retry-After. A span is sent twice only if this process stops between the collector's 2xx
+ * and the acknowledgement, a window of one store round trip.
+ */
+@Injectable()
+export class SpanOutboxDeliverer implements OnApplicationBootstrap, OnModuleDestroy {
+  private readonly logger = new Logger(SpanOutboxDeliverer.name);
+  private readonly leaseMs: number;
+  private readonly maxBackoffMs: number;
+  private running: Promise<void> | undefined;
+  private stopped = false;
+  private wake: (() => void) | undefined;
+  private kicked = false;
+  private failing: string | undefined;
+
+  constructor(
+    @Inject(APP_CONFIG) config: AppConfig,
+    @Inject(GRANT_STORE) private readonly store: GrantStore,
+    @Inject(OTLP_UPSTREAM) private readonly upstream: Pick<OtlpUpstream, 'send'>,
+    private readonly metrics: PipelineSpansMetrics,
+  ) {
+    // Longer than one send can take, so a lease never runs out under a send still in flight.
+    this.leaseMs = config.OTLP_UPSTREAM_TIMEOUT_MS * 2 + 5000;
+    this.maxBackoffMs = config.OUTBOX_MAX_BACKOFF_SECONDS * 1000;
+  }
+
+  onApplicationBootstrap(): void {
+    this.running = this.loop();
+  }
+
+  /** Finishes the delivery in flight (bounded by the collector timeout), then stops. */
+  async onModuleDestroy(): Promise<void> {
+    this.stopped = true;
+    this.wake?.();
+    await this.running;
+  }
+
+  /** Spans were just enqueued here: deliver now rather than at the next poll. */
+  kick(): void {
+    this.kicked = true;
+    this.wake?.();
+  }
+
+  private async loop(): Promise<void> {
+    while (!this.stopped) {
+      let delivered = false;
+      try {
+        delivered = await this.deliverOnce();
+        this.recovered('store');
+      } catch (error) {
+        this.failed('store', `outbox: the store cannot be read: ${(error as Error).message}`);
+      }
+      if (!delivered) await this.idle();
+    }
+  }
+
+  /** One claim and one export; true when there was something to send (so look again at once). */
+  private async deliverOnce(): Promise<boolean> {
+    const claimed = await this.store.claimSpans(BATCH_SPANS, this.leaseMs);
+    this.metrics.outboxDepth(await this.store.outboxDepth());
+    if (claimed.length === 0) return false;
+    const delivery = await this.send(claimed);
+    const ids = claimed.map((span) => span.spanId);
+    switch (delivery.kind) {
+      case 'accepted':
+        await this.store.acknowledgeSpans(ids);
+        this.metrics.deliveredSpans(claimed.map((span) => span.enqueuedAt));
+        this.recovered('collector');
+        if (delivery.rejected > 0)
+          this.logger.warn(`the collector rejected ${delivery.rejected} of ${ids.length} pipeline spans (partial success); not retried`);
+        return true;
+      case 'refused':
+        // A 4xx the collector will answer again to the same spans: retrying cannot help, and would hold them forever.
+        await this.store.acknowledgeSpans(ids);
+        this.metrics.deliveryFailed(String(delivery.status));
+        this.logger.error(`the collector refused ${ids.length} pipeline spans with ${delivery.status}; dropped`);
+        return true;
+      case 'retry': {
+        const attempts = Math.max(...claimed.map((span) => span.attempts));
+        const backoff = Math.min(this.maxBackoffMs, FIRST_BACKOFF_MS * 2 ** Math.min(attempts, 20)) * (0.8 + Math.random() * 0.4);
+        const delayMs = Math.min(MAX_RETRY_AFTER_MS, Math.max(backoff, delivery.delayMs ?? 0));
+        await this.store.retrySpans(ids, delayMs);
+        this.metrics.deliveryFailed(delivery.reason);
+        this.failed('collector', `outbox: ${ids.length} pipeline spans not delivered (${delivery.reason}); next attempt in ${Math.round(delayMs)} ms`);
+        return false;
+      }
+      default: {
+        const unreachable: never = delivery;
+        throw new Error(`unhandled delivery ${JSON.stringify(unreachable)}`);
+      }
+    }
+  }
+
+  private async send(spans: readonly ClaimedSpan[]): Promise<Delivery> {
+    const body = Buffer.from(`{"resourceSpans":[${spans.map((span) => span.resourceSpans).join(',')}]}`);
+    try {
+      const answer = await this.upstream.send('/v1/traces', 'application/json', body);
+      if (answer.status >= 200 && answer.status < 300) return { kind: 'accepted', rejected: rejectedSpans(answer.body) };
+      const retryAfter = Number(answer.retryAfter);
+      const delayMs = Number.isFinite(retryAfter) && retryAfter >= 0 ? retryAfter * 1000 : undefined;
+      // OTLP/HTTP's retryable answers; every other 4xx is permanent.
+      if (answer.status === 429 || answer.status === 408 || answer.status >= 500) return { kind: 'retry', reason: String(answer.status), delayMs };
+      return { kind: 'refused', status: answer.status };
+    } catch (error) {
+      if (error instanceof UpstreamFailure) return { kind: 'retry', reason: error.kind };
+      throw error;
+    }
+  }
+
+  private idle(): Promise<void> {
+    if (this.kicked || this.stopped) {
+      this.kicked = false;
+      return Promise.resolve();
+    }
+    return new Promise((resolve) => {
+      const timer = setTimeout(done, IDLE_POLL_MS);
+      function done() {
+        clearTimeout(timer);
+        resolve();
+      }
+      this.wake = () => {
+        this.wake = undefined;
+        this.kicked = false;
+        done();
+      };
+    });
+  }
+
+  /** One warning when delivery starts failing, one line when it works again: not one per attempt. */
+  private failed(what: string, message: string): void {
+    if (this.failing === what) return;
+    this.failing = what;
+    this.logger.warn(message);
+  }
+
+  private recovered(what: string): void {
+    if (this.failing !== what) return;
+    this.failing = undefined;
+    this.logger.log(`outbox: ${what} reachable again, delivering`);
+  }
+}
+
+/** `partialSuccess.rejectedSpans` of an OTLP/JSON export response; 0 when absent or unreadable. */
+function rejectedSpans(body: Buffer): number {
+  if (body.length === 0) return 0;
+  try {
+    const parsed = JSON.parse(body.toString('utf8')) as { partialSuccess?: { rejectedSpans?: string | number } };
+    return Number(parsed.partialSuccess?.rejectedSpans ?? 0) || 0;
+  } catch {
+    return 0;
+  }
+}
