@@ -6,11 +6,20 @@ import { freePort, waitFor } from './ports';
 
 const NGINX = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((path) => existsSync(path));
 
+/**
+ * The log files of a started nginx, under its prefix's logs/: `error` the main error log at nginx's default
+ * level (`error_log logs/error.log;`, as Debian's nginx.conf has it), `access` the http-level access log in
+ * nginx's default `combined` format (`access_log logs/access.log;`, as Debian's), and `example` the file
+ * given to the template as ACCESS_LOG.
+ */
+export const NGINX_LOGS = { error: 'error.log', access: 'access.log', example: 'example.access.log' } as const;
+export type NginxLog = keyof typeof NGINX_LOGS;
+
 export interface NginxServer {
   readonly url: string;
   readonly port: number;
-  /** What nginx wrote to its access and error logs so far. */
-  logs(): string;
+  /** What nginx wrote to one of its logs so far ('' while the file does not exist). */
+  log(name: NginxLog): string;
   stop(): Promise<void>;
 }
 
@@ -24,14 +33,20 @@ export function documentedEnvsubst(template: string): { readonly command: string
 /**
  * Real nginx (Debian's package) on a free port, with a configuration template from the repository,
  * filled exactly as its header tells operators to: envsubst with the variable list it documents,
- * given `variables` (plus LISTEN_PORT) in its environment.
+ * given `variables` (plus LISTEN_PORT, ACCESS_LOG and CAPABILITY_HOP, a second free loopback port,
+ * unless given) in its environment. The main configuration around it logs as Debian's does.
  */
 export async function startNginx(templatePath: string, variables: Record<string, string>): Promise<NginxServer> {
   if (NGINX === undefined) throw new Error('nginx is not installed: run `npm test` (it installs it) or `apt-get install -y nginx-light`');
   const prefix = mkdtempSync(join(tmpdir(), 'cjt-nginx-'));
   for (const dir of ['logs', 'tmp']) mkdirSync(join(prefix, dir));
   const port = await freePort();
-  const values: Record<string, string> = { LISTEN_PORT: String(port), ACCESS_LOG: join(prefix, 'logs', 'access.log'), ...variables };
+  const values: Record<string, string> = {
+    LISTEN_PORT: String(port),
+    ACCESS_LOG: join(prefix, 'logs', NGINX_LOGS.example),
+    CAPABILITY_HOP: `127.0.0.1:${await freePort()}`,
+    ...variables,
+  };
   const template = readFileSync(templatePath, 'utf8');
   const { variables: listed } = documentedEnvsubst(template);
   const envsubst = spawnSync('envsubst', [listed.map((name) => `\${${name}}`).join(' ')], {
@@ -48,10 +63,10 @@ export async function startNginx(templatePath: string, variables: Record<string,
     join(prefix, 'nginx.conf'),
     `worker_processes 1;
 pid ${prefix}/nginx.pid;
-error_log ${prefix}/logs/error.log warn;
+error_log ${prefix}/logs/${NGINX_LOGS.error};
 events { worker_connections 256; }
 http {
-  access_log ${prefix}/logs/access.log;
+  access_log ${prefix}/logs/${NGINX_LOGS.access};
   client_body_temp_path ${prefix}/tmp/body;
   proxy_temp_path ${prefix}/tmp/proxy;
   fastcgi_temp_path ${prefix}/tmp/fastcgi;
@@ -70,11 +85,14 @@ ${site}
     await fetch(url, { method: 'HEAD' });
     return true;
   });
+  const log = (name: NginxLog) => {
+    const file = join(prefix, 'logs', NGINX_LOGS[name]);
+    return existsSync(file) ? readFileSync(file, 'utf8') : '';
+  };
   return {
     url,
     port,
-    logs: () =>
-      ['access.log', 'error.log'].map((name) => (existsSync(join(prefix, 'logs', name)) ? readFileSync(join(prefix, 'logs', name), 'utf8') : '')).join('\n'),
+    log,
     stop: async () => {
       if (child.exitCode !== null) return;
       await new Promise<void>((resolve) => {
