@@ -4,6 +4,7 @@ import { RedisServer, startRedis } from '../../test/helpers/redis';
 import { RedisDeployment, SentinelDeployment, startRedisCluster, startSentinelRedis, startSingleRedis } from '../../test/helpers/redis-topologies';
 import { GrantStore, StoreUnavailableError } from './grant';
 import { MemoryGrantStore } from './memory-grant-store';
+import { OutboxSpan, TracedJob } from './traced-work';
 import { RedisGrantStore } from './redis-grant-store';
 
 const grant = testGrant;
@@ -208,6 +209,83 @@ function behavesAsAGrantStore(name: string, open: () => Promise<GrantStore>) {
 
     it('answers a ping', async () => {
       await expect(store.ping()).resolves.toBeUndefined();
+    });
+
+    // ── SPEC §10: traced work and the span outbox ──
+
+    const tracedJob = (overrides: Partial<TracedJob> = {}): TracedJob => ({
+      jobId: 5001,
+      pipelineId: 501,
+      rootPipelineId: 500,
+      projectId: 7,
+      runnerId: 17,
+      runnerType: 'group_type',
+      traceId: 'a'.repeat(32),
+      tracestate: 'ot=th:c',
+      queuedAt: 1_700_000_000_000,
+      pickedUpAt: 1_700_000_012_000,
+      ...overrides,
+    });
+    const outboxSpan = (spanId: string): OutboxSpan => ({ spanId, resourceSpans: `{"span":"${spanId}"}`, enqueuedAt: Date.now() });
+    const limits = { maxSpans: 3, rememberMs: 60_000 };
+
+    it('remembers a traced job, its pipeline and its root pipeline, and forgets them at the end', async () => {
+      await store.recordTracedJob(tracedJob(), 300);
+      expect(await store.findTracedJob(5001)).toEqual(tracedJob());
+      const pipeline = { rootPipelineId: 500, projectId: 7, traceId: 'a'.repeat(32), tracestate: 'ot=th:c' };
+      expect(await store.findTracedPipeline(501)).toEqual({ pipelineId: 501, ...pipeline });
+      expect(await store.findTracedPipeline(500)).toEqual({ pipelineId: 500, ...pipeline });
+      expect(await store.findTracedPipeline(502)).toBeNull();
+      await sleep(450);
+      expect(await store.findTracedJob(5001)).toBeNull();
+      expect(await store.findTracedPipeline(500)).toBeNull();
+    });
+
+    it('keeps a pipeline as long as its longest-lived job, whatever order the pickups come in', async () => {
+      await store.recordTracedJob(tracedJob({ jobId: 5001 }), 60_000);
+      await store.recordTracedJob(tracedJob({ jobId: 5002 }), 300);
+      await sleep(450);
+      expect(await store.findTracedJob(5002)).toBeNull();
+      expect(await store.findTracedPipeline(501)).not.toBeNull();
+    });
+
+    it('enqueues each span id once, refuses what does not fit, and says which was which', async () => {
+      expect(await store.enqueueSpans([outboxSpan('01'), outboxSpan('02'), outboxSpan('01')], limits)).toEqual({ queued: 2, duplicates: 1, refused: 0 });
+      expect(await store.enqueueSpans([outboxSpan('02'), outboxSpan('03'), outboxSpan('04')], limits)).toEqual({ queued: 1, duplicates: 1, refused: 1 });
+      expect((await store.outboxDepth()).spans).toBe(3);
+      // Refused is not remembered: once there is room, the same span is taken.
+      const claimed = await store.claimSpans(10, 60_000);
+      await store.acknowledgeSpans(claimed.map((span) => span.spanId));
+      expect(await store.enqueueSpans([outboxSpan('04'), outboxSpan('01')], limits)).toEqual({ queued: 1, duplicates: 1, refused: 0 });
+    });
+
+    it('hands each due span to one claimer only until its lease runs out, and forgets it once acknowledged', async () => {
+      await store.enqueueSpans([outboxSpan('0a'), outboxSpan('0b')], limits);
+      const first = await store.claimSpans(10, 300);
+      expect(first.map((span) => [span.spanId, span.resourceSpans, span.attempts])).toEqual([
+        ['0a', '{"span":"0a"}', 0],
+        ['0b', '{"span":"0b"}', 0],
+      ]);
+      expect(await store.claimSpans(10, 300)).toEqual([]);
+      await store.acknowledgeSpans(['0a']);
+      await sleep(400);
+      // The claimer of 0b died: its lease ran out and the span is due again.
+      expect((await store.claimSpans(10, 300)).map((span) => span.spanId)).toEqual(['0b']);
+      expect(await store.outboxDepth()).toEqual({ spans: 1, oldestEnqueuedAt: expect.any(Number) });
+    });
+
+    it('puts a span whose delivery failed back for later, counting the attempt', async () => {
+      await store.enqueueSpans([outboxSpan('0c')], limits);
+      const [claimed] = await store.claimSpans(10, 60_000);
+      await store.retrySpans([claimed.spanId], 200);
+      expect(await store.claimSpans(10, 60_000)).toEqual([]);
+      await sleep(300);
+      expect((await store.claimSpans(10, 60_000)).map((span) => [span.spanId, span.attempts])).toEqual([['0c', 1]]);
+      // Acknowledged meanwhile by another replica: a late retry does not bring it back.
+      await store.acknowledgeSpans(['0c']);
+      await store.retrySpans(['0c'], 0);
+      expect(await store.claimSpans(10, 60_000)).toEqual([]);
+      expect(await store.outboxDepth()).toEqual({ spans: 0 });
     });
   });
 }

@@ -288,7 +288,12 @@ async function handleExport(
 function reportJobEnds(deps: GatewayDependencies, encoding: OtlpEncoding, body: Buffer, jobId: number): void {
   const jobSpanId = deps.pipelineSpans?.jobSpanToCloseFromRunner(jobId);
   if (jobSpanId === undefined) return;
-  for (const end of jobExecutionEnds(encoding, body, jobSpanId)) void deps.pipelineSpans!.closeJobFromRunner(jobId, end);
+  try {
+    for (const end of jobExecutionEnds(encoding, body, jobSpanId)) void deps.pipelineSpans!.closeJobFromRunner(jobId, end);
+  } catch (error) {
+    // The collector has the export: its answer must not turn into a failure for what is only a side look.
+    deps.logger.warn({ err: error, jobId }, "could not read the runner's job_execution end");
+  }
 }
 
 /**

@@ -23,6 +23,12 @@ export interface ReceivedSpan {
   readonly spanId: string;
   readonly parentSpanId: string;
   readonly name: string;
+  readonly traceState: string;
+  readonly startNanos: bigint;
+  readonly endNanos: bigint;
+  /** OTLP Status.code: 0 unset, 1 ok, 2 error. */
+  readonly statusCode: number;
+  readonly statusMessage: string;
   /** The span's own attributes (int values as numbers, strings as strings, so their types show). */
   readonly attributes: Record<string, AttributeValue>;
   /** Every occurrence of each span attribute key, to catch appended duplicates. */
@@ -67,6 +73,12 @@ function anyValue(value: Decoded | undefined): AttributeValue {
   return typeof found === 'string' && /^-?\d+$/.test(found) && camel('int_value') !== undefined ? Number(found) : (found as AttributeValue);
 }
 
+/** protobufjs decodes the enum as its name or number; OTLP/JSON writes the number. */
+function statusCode(code: unknown): number {
+  if (typeof code === 'number') return code;
+  return ({ STATUS_CODE_UNSET: 0, STATUS_CODE_OK: 1, STATUS_CODE_ERROR: 2 } as Record<string, number>)[String(code)] ?? 0;
+}
+
 function attributes(list: Decoded[] | undefined): { map: Record<string, AttributeValue>; keys: string[] } {
   const map: Record<string, AttributeValue> = {};
   const keys: string[] = [];
@@ -99,6 +111,11 @@ function summarize(signal: ReceivedExport['signal'], contentType: string, header
           spanId: hex(span.spanId ?? span.span_id).toLowerCase(),
           parentSpanId: hex(span.parentSpanId ?? span.parent_span_id).toLowerCase(),
           name: span.name as string,
+          traceState: String(span.traceState ?? span.trace_state ?? ''),
+          startNanos: BigInt(String(span.startTimeUnixNano ?? span.start_time_unix_nano ?? 0)),
+          endNanos: BigInt(String(span.endTimeUnixNano ?? span.end_time_unix_nano ?? 0)),
+          statusCode: statusCode((span.status as Decoded | undefined)?.code),
+          statusMessage: String((span.status as Decoded | undefined)?.message ?? ''),
           attributes: own.map,
           attributeKeys: own.keys,
           resource: map,

@@ -92,9 +92,10 @@ function readSpan(span: WireReader): { name?: string; parentSpanId?: string; end
       endMs = Number(span.buf.readBigUInt64LE(span.pos) / 1_000_000n);
       span.pos += 8;
     } else if (span.fieldNumber === 9 && span.wireType === WIRE_LENGTH_DELIMITED) {
-      const attribute = keyValue(new WireReader(span.buf, span.pos, span.readLengthDelimitedEnd()));
+      const end = span.readLengthDelimitedEnd();
+      const attribute = keyValue(new WireReader(span.buf, span.pos, end));
       if (attribute.key === STATUS_KEY) status = attribute.value;
-      span.pos = attribute.end;
+      span.pos = end;
     } else if (span.fieldNumber === 15 && span.wireType === WIRE_LENGTH_DELIMITED) {
       const end = span.readLengthDelimitedEnd();
       const statusReader = new WireReader(span.buf, span.pos, end);
@@ -110,7 +111,7 @@ function readSpan(span: WireReader): { name?: string; parentSpanId?: string; end
 }
 
 /** A KeyValue's key, and its value when it is a string (AnyValue field 1). */
-function keyValue(reader: WireReader): { key?: string; value?: string; end: number } {
+function keyValue(reader: WireReader): { key?: string; value?: string } {
   let key: string | undefined;
   let value: string | undefined;
   while (!reader.atEnd()) {
@@ -133,5 +134,5 @@ function keyValue(reader: WireReader): { key?: string; value?: string; end: numb
       reader.pos = end;
     } else reader.skipValue();
   }
-  return { key, value, end: reader.end };
+  return { key, value };
 }

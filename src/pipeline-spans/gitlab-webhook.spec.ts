@@ -1,0 +1,100 @@
+import { jobHook, pipelineHook, WebhookPipeline } from '../../test/fixtures/gitlab-webhooks';
+import { parseGitlabTime, parseJobHook, parsePipelineHook, WebhookPayloadError } from './gitlab-webhook';
+
+const RECEIVED = Date.UTC(2026, 10, 25, 12, 0, 0);
+const at = (iso: string) => new Date(iso);
+
+const pipeline: WebhookPipeline = {
+  id: 31,
+  projectId: 1,
+  status: 'failed',
+  createdAt: at('2016-08-12T15:23:28Z'),
+  finishedAt: at('2016-08-12T15:26:29Z'),
+  source: { pipelineId: 30, jobId: 3401 },
+  jobs: [
+    { id: 380, name: 'production', stage: 'deploy', status: 'skipped', createdAt: at('2016-08-12T15:23:28Z') },
+    {
+      id: 378,
+      name: 'test-build',
+      stage: 'test',
+      status: 'failed',
+      createdAt: at('2016-08-12T15:23:28Z'),
+      startedAt: at('2016-08-12T15:26:12Z'),
+      finishedAt: at('2016-08-12T15:26:29Z'),
+      queuedSeconds: 196.5,
+      failureReason: 'script_failure',
+      runner: { id: 380987, runnerType: 'instance_type', description: 'shared-runners-manager-6.gitlab.com' },
+    },
+    { id: 379, name: 'staging', stage: 'deploy', status: 'created', createdAt: at('2016-08-12T15:23:28Z') },
+  ],
+};
+
+describe('GitLab webhook payloads, as GitLab sends them (SPEC §10)', () => {
+  it.each([
+    ['2016-08-12 15:23:28 UTC', Date.UTC(2016, 7, 12, 15, 23, 28)],
+    ['2021-02-23T02:41:37.886Z', Date.UTC(2021, 1, 23, 2, 41, 37, 886)],
+    ['2021-04-28 21:50:00 +0200', Date.UTC(2021, 3, 28, 19, 50, 0)],
+    ['2016-08-12T17:23:21+02:00', Date.UTC(2016, 7, 12, 15, 23, 21)],
+  ])('reads the timestamp %s', (text, epoch) => {
+    expect(parseGitlabTime(text, 'x')).toBe(epoch);
+  });
+
+  it('reads null as not happened, and refuses what is not a time', () => {
+    expect(parseGitlabTime(null, 'finished_at')).toBeUndefined();
+    expect(() => parseGitlabTime('yesterday', 'finished_at')).toThrow(new WebhookPayloadError('finished_at is not a GitLab timestamp (got "yesterday")'));
+  });
+
+  it('reads a finished child pipeline: its end, its trigger job, what failed, and only the jobs that finished', () => {
+    const event = parsePipelineHook(pipelineHook(pipeline), RECEIVED);
+    expect(event).toMatchObject({
+      pipelineId: 31,
+      projectId: 1,
+      source: { pipelineId: 30, jobId: 3401, projectId: 1 },
+      end: {
+        status: 'failed',
+        failureReason: 'test-build: script_failure',
+        createdAt: Date.UTC(2016, 7, 12, 15, 23, 28),
+        finishedAt: Date.UTC(2016, 7, 12, 15, 26, 29),
+        ref: 'master',
+        tag: false,
+      },
+    });
+    expect(event.rootPipelineId).toBeUndefined();
+    expect(event.finishedJobs.map((job) => [job.jobId, job.status, job.runnerId])).toEqual([
+      [380, 'skipped', undefined],
+      [378, 'failed', 380987],
+    ]);
+    // A job that never ran: null times, `runner: null`; its end is when GitLab told.
+    expect(event.finishedJobs[0].finishedAt).toBe(RECEIVED);
+  });
+
+  it('uses root_pipeline_id when a newer GitLab sends it, and has no end while the pipeline runs', () => {
+    const event = parsePipelineHook(pipelineHook({ ...pipeline, status: 'running', finishedAt: undefined, rootPipelineId: 30 }), RECEIVED);
+    expect(event.rootPipelineId).toBe(30);
+    expect(event.end).toBeUndefined();
+  });
+
+  it("reads a Job Hook's end with a fractional duration, and nothing for a job still running", () => {
+    const [, failed] = pipeline.jobs;
+    expect(parseJobHook(jobHook(pipeline, failed), RECEIVED).job).toMatchObject({
+      jobId: 378,
+      pipelineId: 31,
+      status: 'failed',
+      failureReason: 'script_failure',
+      finishedAt: Date.UTC(2016, 7, 12, 15, 26, 29),
+      runnerType: 'instance_type',
+    });
+    const running = parseJobHook(jobHook(pipeline, { ...failed, status: 'running', finishedAt: undefined }), RECEIVED);
+    expect(running).toEqual({ kind: 'job', jobId: 378 });
+  });
+
+  it('ends a canceled job without a finish time at its start plus its duration', () => {
+    const body = { ...jobHook(pipeline, pipeline.jobs[1]), build_status: 'canceled', build_finished_at: null, build_duration: 2.5 };
+    expect(parseJobHook(body, RECEIVED).job?.finishedAt).toBe(Date.UTC(2016, 7, 12, 15, 26, 14, 500));
+  });
+
+  it('refuses a payload without the ids it needs, naming the member', () => {
+    expect(() => parsePipelineHook({ object_kind: 'pipeline' }, RECEIVED)).toThrow('a Pipeline Hook has object_attributes');
+    expect(() => parseJobHook({ build_id: 'abc' }, RECEIVED)).toThrow('build_id must be a positive integer id');
+  });
+});
