@@ -12,17 +12,51 @@ export function formatDuration(nanos: bigint): string {
   return `${minutes}m ${(seconds - minutes * 60).toFixed(1).padStart(4, '0')}s`;
 }
 
+/** A duration to the second (`12s`, `1m 05s`): for spans that end at a real moment, such as a pickup. */
+export function formatSeconds(nanos: bigint): string {
+  const seconds = Math.round(Number(nanos / 1_000_000n) / 1000);
+  if (seconds < 60) return `${seconds}s`;
+  return `${Math.floor(seconds / 60)}m ${String(seconds % 60).padStart(2, '0')}s`;
+}
+
+const words = (value: unknown) => (value === undefined ? [] : [String(value)]);
+
+/**
+ * What a person needs to tell the rows apart: the pipeline and its status, each job's id, name and status
+ * (the control plane's spans, SPEC §10), the runner that ran the job, and the stages by name.
+ */
 function label(span: CollectedSpan): string {
-  if (span.name !== 'job_execution') return span.name;
-  const job = span.attributes['ci.job.id'] ?? span.resource['ci.job.id'];
-  const status = span.attributes['ci.job.status'];
-  return `job_execution  job ${job}${status === undefined ? '' : ` ${status}`}`;
+  const attribute = (key: string) => span.attributes[key] ?? span.resource[key];
+  switch (span.name) {
+    case 'pipeline':
+      return ['pipeline', ...words(attribute('ci.pipeline.id')), ...words(attribute('ci.pipeline.status'))].join(' ');
+    case 'job':
+      return ['job', ...words(attribute('ci.job.id')), ...words(attribute('cicd.pipeline.task.name')), ...words(attribute('ci.job.status'))].join(' ');
+    case 'job_execution':
+      return `job_execution  ${['runner', ...words(attribute('ci.runner.id')), ...words(attribute('ci.runner.executor'))].join(' ')}`;
+    default:
+      return span.name;
+  }
 }
 
 /**
+ * How long a span took, as printed. A `queue_wait` ends at the pickup, the real moment the decorator ran,
+ * a few milliseconds after the demo's fixed timeline says: it is printed to the second, so the output is the
+ * same on every run.
+ */
+function duration(span: CollectedSpan): string {
+  const nanos = span.endNanos - span.startNanos;
+  return span.name === 'queue_wait' ? formatSeconds(nanos) : formatDuration(nanos);
+}
+
+const byStart = (a: CollectedSpan, b: CollectedSpan) =>
+  a.startNanos < b.startNanos ? -1 : a.startNanos > b.startNanos ? 1 : label(a).localeCompare(label(b)) || a.spanId.localeCompare(b.spanId);
+
+/**
  * One trace as a terminal waterfall: every span on its own line under its parent, ordered by start
- * time, with a bar placed on the trace's timeline and its duration. Spans whose parent is not in the
- * trace (a runner's job_execution hangs off the job span GitLab may emit later) start the tree.
+ * time, with a bar placed on the trace's timeline and its duration. A span whose parent is not in the
+ * trace (a runner's job_execution before its job span was emitted) starts a tree of its own, and says so:
+ * a connected trace has one root, its pipeline.
  */
 export function renderWaterfall(spans: readonly CollectedSpan[]): string[] {
   if (spans.length === 0) return [];
@@ -35,12 +69,13 @@ export function renderWaterfall(spans: readonly CollectedSpan[]): string[] {
     const parent = ids.has(span.parentSpanId) ? span.parentSpanId : '';
     children.set(parent, [...(children.get(parent) ?? []), span]);
   }
-  for (const list of children.values()) list.sort((a, b) => (a.startNanos < b.startNanos ? -1 : a.startNanos > b.startNanos ? 1 : 0));
+  for (const list of children.values()) list.sort(byStart);
 
   const rows: Array<{ text: string; span: CollectedSpan }> = [];
   const walk = (parent: string, depth: number) => {
     for (const span of children.get(parent) ?? []) {
-      rows.push({ text: `${'  '.repeat(depth)}${label(span)}`, span });
+      const orphan = depth === 0 && span.parentSpanId !== '' ? `  (orphan: parent ${span.parentSpanId} not received)` : '';
+      rows.push({ text: `${'  '.repeat(depth)}${label(span)}${orphan}`, span });
       walk(span.spanId, depth + 1);
     }
   };
@@ -52,6 +87,6 @@ export function renderWaterfall(spans: readonly CollectedSpan[]): string[] {
     const to = Math.max(from + 1, Number(((span.endNanos - start) * BigInt(BAR_WIDTH)) / total));
     const bar = ' '.repeat(from) + '█'.repeat(Math.min(to, BAR_WIDTH) - from);
     const error = span.statusCode === 2 ? '  error' : '';
-    return `${text.padEnd(labelWidth)}|${bar.padEnd(BAR_WIDTH)}| ${formatDuration(span.endNanos - span.startNanos).padStart(9)}${error}`;
+    return `${text.padEnd(labelWidth)}|${bar.padEnd(BAR_WIDTH)}| ${duration(span).padStart(9)}${error}`;
   });
 }

@@ -21,54 +21,109 @@ describe('npm run demo (README "See a pipeline become a trace")', () => {
     }));
   }, 120_000);
 
-  it('prints the three-job pipeline as one trace, each job with its build stages and durations', () => {
-    const header = /pipeline 500 of project 7: trace ([0-9a-f]{32}), 3 jobs, 24 spans, 3m 39\.0s/.exec(stdout);
+  it('picks the three jobs up into one trace, each after its queue wait, and closes them with GitLab webhooks', () => {
+    const header = /pipeline 500 of project 7: trace ([0-9a-f]{32}), 3 jobs, 31 spans, 2m 13\.0s/.exec(stdout);
     expect(header).not.toBeNull();
     // Every job was picked up into that one trace and exported to its own capability URL.
-    for (const job of [1001, 1002, 1003]) {
-      expect(stdout).toContain(`job ${job} (`);
+    for (const [job, name, waited] of [
+      [1001, 'build', 14],
+      [1002, 'test', 12],
+      [1003, 'lint', 9],
+    ]) {
       expect(stdout).toMatch(
-        new RegExp(`job ${job} \\(\\w+\\) picked up: trace ${header![1]}, .*export to http://127\\.0\\.0\\.1:\\d+/jobs/${job}/…/v1/traces`),
+        new RegExp(
+          `job ${job} \\(${name}\\) picked up after ${waited}s in the queue: trace ${header![1]}, parent span [0-9a-f]{16}, export to http://127\\.0\\.0\\.1:\\d+/jobs/${job}/…/v1/traces`,
+        ),
       );
     }
+    // One span per Job Hook; the Pipeline Hook adds the pipeline's, its jobs' spans being sent already.
+    expect(stdout).toContain(
+      [
+        'GitLab Job Hook for job 1003 (lint) success: accepted, 1 span queued',
+        'GitLab Job Hook for job 1001 (build) success: accepted, 1 span queued',
+        'GitLab Job Hook for job 1002 (test) success: accepted, 1 span queued',
+        'GitLab Pipeline Hook for pipeline 500 success: accepted, 1 span queued, 3 duplicates dropped',
+      ].join('\n'),
+    );
+  });
 
+  it('prints one connected waterfall: the pipeline, each job under it with its queue wait and its runner job, and the durations', () => {
     const waterfall = stdout.split('\n').filter((line) => /\|[ █]{40}\|/.test(line));
     const rows = waterfall.map((line) => {
-      const [, label, bar, duration] = /^(.*?)\s*\|([ █]{40})\| +(\S+(?: \S+)?)$/.exec(line)!;
-      return { label, bar, duration };
+      const [, indent, label, bar, duration] = /^( *)(.*?)\s*\|([ █]{40})\| +(\S+(?: \S+)?)$/.exec(line)!;
+      return { depth: indent.length / 2, label, bar, duration, from: bar.indexOf('█'), to: bar.lastIndexOf('█') + 1 };
     });
-    expect(rows.map((row) => [row.label, row.duration])).toEqual([
-      ['job_execution  job 1001 success', '1m 10.0s'],
-      ['  prepare_executor', '4.0s'],
-      ['  get_sources', '3.0s'],
-      ['  restore_cache', '6.0s'],
-      ['  step_script', '48.0s'],
-      ['  after_script', '1.0s'],
-      ['  archive_cache', '5.0s'],
-      ['  upload_artifacts', '3.0s'],
-      ['job_execution  job 1002 success', '1m 55.0s'],
-      ['  prepare_executor', '4.0s'],
-      ['  get_sources', '2.0s'],
-      ['  restore_cache', '7.0s'],
-      ['  step_script', '1m 35.0s'],
-      ['  after_script', '1.0s'],
-      ['  archive_cache', '2.0s'],
-      ['  upload_artifacts', '4.0s'],
-      ['job_execution  job 1003 success', '30.0s'],
-      ['  prepare_executor', '3.0s'],
-      ['  get_sources', '2.0s'],
-      ['  restore_cache', '1.0s'],
-      ['  step_script', '21.0s'],
-      ['  after_script', '1.0s'],
-      ['  archive_cache', '1.0s'],
-      ['  upload_artifacts', '1.0s'],
+    const stages = (durations: string[]) =>
+      ['prepare_executor', 'get_sources', 'restore_cache', 'step_script', 'after_script', 'archive_cache', 'upload_artifacts'].map((stage, i) => [
+        3,
+        stage,
+        durations[i],
+      ]);
+    expect(rows.map((row) => [row.depth, row.label, row.duration])).toEqual([
+      [0, 'pipeline 500 success', '2m 13.0s'],
+      [1, 'job 1001 build success', '1m 26.0s'],
+      [2, 'queue_wait', '14s'],
+      [2, 'job_execution  runner 17 shell', '1m 10.0s'],
+      ...stages(['4.0s', '3.0s', '6.0s', '48.0s', '1.0s', '5.0s', '3.0s']),
+      [1, 'job 1002 test success', '2m 09.0s'],
+      [2, 'queue_wait', '12s'],
+      [2, 'job_execution  runner 17 shell', '1m 55.0s'],
+      ...stages(['4.0s', '2.0s', '7.0s', '1m 35.0s', '1.0s', '2.0s', '4.0s']),
+      [1, 'job 1003 lint success', '41.0s'],
+      [2, 'queue_wait', '9s'],
+      [2, 'job_execution  runner 17 shell', '30.0s'],
+      ...stages(['3.0s', '2.0s', '1.0s', '21.0s', '1.0s', '1.0s', '1.0s']),
     ]);
-    // A waterfall: each job's bar starts where the previous one ended, the first at the left edge.
-    const jobBars = rows.filter((row) => row.label.startsWith('job_execution')).map((row) => row.bar);
-    const starts = jobBars.map((bar) => bar.indexOf('█'));
-    expect(starts[0]).toBe(0);
-    expect(starts[1]).toBeGreaterThan(starts[0]);
-    expect(starts[2]).toBeGreaterThan(starts[1]);
-    expect(jobBars[2].trimEnd().length).toBe(40);
+    // One root, the pipeline: no span was printed as an orphan (its parent not received).
+    expect(rows.filter((row) => row.depth === 0).map((row) => row.label)).toEqual(['pipeline 500 success']);
+    expect(stdout).not.toContain('orphan');
+
+    // The bars: the pipeline spans the trace; each job starts at its queue wait, which ends where its
+    // runner's job_execution begins, and ends after it; the stages follow each other inside job_execution.
+    expect(rows[0].bar).toBe('█'.repeat(40));
+    for (const at of [1, 11, 21]) {
+      const [job, queueWait, execution] = rows.slice(at, at + 3);
+      expect(queueWait.from).toBe(job.from);
+      expect(queueWait.to).toBe(execution.from);
+      expect(job.to).toBeGreaterThanOrEqual(execution.to);
+      const stageRows = rows.slice(at + 3, at + 10);
+      expect(stageRows[0].from).toBe(execution.from);
+      for (let i = 1; i < stageRows.length; i++) expect(stageRows[i].from).toBeGreaterThanOrEqual(stageRows[i - 1].to - 1);
+    }
+
+    // And exactly as the README shows it.
+    expect(waterfall).toEqual([
+      'pipeline 500 success                |████████████████████████████████████████|  2m 13.0s',
+      '  job 1001 build success            |██████████████████████████              |  1m 26.0s',
+      '    queue_wait                      |████                                    |       14s',
+      '    job_execution  runner 17 shell  |    █████████████████████               |  1m 10.0s',
+      '      prepare_executor              |    ██                                  |      4.0s',
+      '      get_sources                   |      █                                 |      3.0s',
+      '      restore_cache                 |      ██                                |      6.0s',
+      '      step_script                   |        ███████████████                 |     48.0s',
+      '      after_script                  |                       █                |      1.0s',
+      '      archive_cache                 |                       █                |      5.0s',
+      '      upload_artifacts              |                        █               |      3.0s',
+      '  job 1002 test success             |███████████████████████████████████████ |  2m 09.0s',
+      '    queue_wait                      |████                                    |       12s',
+      '    job_execution  runner 17 shell  |    ███████████████████████████████████ |  1m 55.0s',
+      '      prepare_executor              |    ██                                  |      4.0s',
+      '      get_sources                   |      █                                 |      2.0s',
+      '      restore_cache                 |      ██                                |      7.0s',
+      '      step_script                   |        █████████████████████████████   |  1m 35.0s',
+      '      after_script                  |                                     █  |      1.0s',
+      '      archive_cache                 |                                     █  |      2.0s',
+      '      upload_artifacts              |                                      █ |      4.0s',
+      '  job 1003 lint success             | █████████████                          |     41.0s',
+      '    queue_wait                      | ███                                    |        9s',
+      '    job_execution  runner 17 shell  |    █████████                           |     30.0s',
+      '      prepare_executor              |    █                                   |      3.0s',
+      '      get_sources                   |     █                                  |      2.0s',
+      '      restore_cache                 |      █                                 |      1.0s',
+      '      step_script                   |      ██████                            |     21.0s',
+      '      after_script                  |            █                           |      1.0s',
+      '      archive_cache                 |             █                          |      1.0s',
+      '      upload_artifacts              |             █                          |      1.0s',
+    ]);
   });
 });
