@@ -24,6 +24,7 @@ benches=(
   "token-auth|npm run -s bench:token-auth -- --pin|npm run -s bench:token-auth -- --smoke"
   "otlp-gateway|npm run -s bench:otlp-gateway|npx tsc -p bench/otlp-gateway.tsconfig.json && node node_modules/.cache/otlp-gateway-bench/bench/otlp-gateway.bench.js --rounds 1 --round-seconds 1 --warmup-seconds 0"
   "store-durability|npm run -s bench:store-durability|npm run -s bench:store-durability -- --smoke"
+  "pipeline-spans|npm run -s bench:pipeline-spans|npm run -s bench:pipeline-spans -- --smoke"
 )
 
 describe_machine() {

@@ -2,6 +2,7 @@ import { createServer, IncomingMessage, Server, ServerResponse } from 'node:http
 import { Socket } from 'node:net';
 import { join } from 'node:path';
 import * as protobuf from 'protobufjs';
+import { repoRoot } from '../../demo/repo-root';
 import { freePort } from './ports';
 
 /**
@@ -9,7 +10,8 @@ import { freePort } from './ports';
  * OTLP schema, or JSON) and answers as the test says. No Collector binary can be fetched here;
  * what this proves is what reached the collector, byte for byte decoded independently of the gateway.
  */
-const root = protobuf.loadSync(join(__dirname, '..', '..', 'src', 'otlp-gateway', 'wire', 'proto', 'otlp.proto'));
+// From the clone's root, so the helper also runs from a bench's build output.
+const root = protobuf.loadSync(join(repoRoot(), 'src', 'otlp-gateway', 'wire', 'proto', 'otlp.proto'));
 const REQUEST_TYPES = {
   traces: root.lookupType('otlp.ExportTraceServiceRequest'),
   metrics: root.lookupType('otlp.ExportMetricsServiceRequest'),
@@ -47,6 +49,8 @@ export interface ReceivedExport {
   readonly spans: ReceivedSpan[];
   /** The export exactly as it arrived (what a Collector would decode). */
   readonly body: Buffer;
+  /** Epoch milliseconds it arrived. */
+  readonly receivedAt: number;
 }
 
 /** A status alone answers with a google.rpc.Status; `retryAfter` adds the collector's own Retry-After. */
@@ -124,7 +128,7 @@ function summarize(signal: ReceivedExport['signal'], contentType: string, header
       }
     }
   }
-  return { signal, contentType, headers, resources, spans, body };
+  return { signal, contentType, headers, resources, spans, body, receivedAt: Date.now() };
 }
 
 export async function startOtlpSink(): Promise<OtlpSink> {

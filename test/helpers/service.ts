@@ -7,10 +7,12 @@ import { createInternalApp } from '../../src/app.factory';
 import { AppConfig, loadConfig } from '../../src/config/app-config';
 import { loadSecrets, Secrets } from '../../src/config/secrets';
 import { createLogger } from '../../src/observability/logger';
+import { repoRoot } from '../../demo/repo-root';
 import { makeSecretFiles, SecretFiles } from './internal-api';
 import { freePort, waitFor } from './ports';
 
-const ROOT = join(__dirname, '..', '..');
+// From the clone's root, so the helper also runs from a bench's build output.
+const ROOT = repoRoot();
 const FLAGS_FILE = join(ROOT, 'config', 'flags.json');
 
 /** Collects every log line the service writes, so tests can assert on what an operator would read. */
