@@ -180,7 +180,7 @@ describe('docker-compose.yml, validated by docker-compose itself (no engine need
     // A shared store across replicas, a real Unleash, and no secret generated inside a container.
     expect(environment()).toMatchObject({ REDIS_URL: expect.any(String), UNLEASH_URL: expect.any(String), UNLEASH_API_TOKEN: expect.any(String) });
     const mounted = (service().secrets ?? []).map((secret) => secret.target ?? `/run/secrets/${secret.source}`);
-    for (const variable of ['INTERNAL_API_SECRET_FILE', 'TRACE_KEY_FILE', 'CAPABILITY_KEY_FILE']) {
+    for (const variable of ['INTERNAL_API_SECRET_FILE', 'TRACE_KEY_FILE', 'CAPABILITY_KEY_FILE', 'GITLAB_WEBHOOK_SECRET_FILE']) {
       expect({ variable, file: environment()[variable] }).toEqual({ variable, file: expect.any(String) });
       expect(mounted).toContain(environment()[variable]);
     }
@@ -195,6 +195,8 @@ describe('docker-compose.yml, validated by docker-compose itself (no engine need
     // Runners reach the gateway at the URL the decorator hands out; GitLab reaches the internal port.
     expect(String(published(SERVICE, config.GATEWAY_PORT))).toBe(url('GATEWAY_PUBLIC_URL').port);
     expect(published(SERVICE, config.INTERNAL_PORT)).toBeDefined();
+    // Hosted runners reach the Collector's OIDC-checked receiver at the URL they are handed.
+    expect(String(published('otel-collector', 4319))).toBe(url('COLLECTOR_PUBLIC_URL').port);
     expect([url('REDIS_URL').hostname, url('REDIS_URL').port]).toEqual(['redis', '6379']);
     expect([url('UNLEASH_URL').hostname, url('UNLEASH_URL').port, url('UNLEASH_URL').pathname]).toEqual(['unleash', '4242', '/api/']);
     expect(compose.services.unleash.environment!.INIT_CLIENT_API_TOKENS).toBe(environment().UNLEASH_API_TOKEN);
