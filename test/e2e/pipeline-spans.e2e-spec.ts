@@ -374,9 +374,10 @@ describe('control-plane spans across a collector outage and a restart (SPEC §10
     await waitFor('a failed delivery', async () => ((await metric(service, 'ci_job_telemetry_outbox_delivery_failures_total')) > 0 ? true : undefined));
     expect(await metric(service, 'ci_job_telemetry_outbox_spans')).toBe(3);
 
-    // The service restarts (same keys, same store) before the collector comes back.
+    // The service restarts (same keys, same store) before the collector comes back, and a second replica
+    // joins it: both deliver the one outbox.
     await service.stop();
-    service = await startService({
+    const sameWorld = {
       REDIS_URL: redis.url,
       OTLP_UPSTREAM_URL: sink.url,
       GITLAB_WEBHOOK_SECRET_FILE: secret.file,
@@ -384,16 +385,61 @@ describe('control-plane spans across a collector outage and a restart (SPEC §10
       INTERNAL_API_SECRET_FILE: service.secrets.internalApiSecretFile,
       TRACE_KEY_FILE: service.secrets.traceKeyFile,
       CAPABILITY_KEY_FILE: service.secrets.capabilityKeyFile,
-    });
-    // A redelivery to the new process is still recognised.
-    expect((await deliver('Pipeline Hook', pipelineHook(pipeline), 'p')).body).toMatchObject({ queued: 0, duplicates: 3 });
-    await sink.start();
-    await outboxDrained(service);
+    };
+    service = await startService(sameWorld);
+    const replica = await startService(sameWorld);
+    try {
+      // A redelivery to either process is still recognised.
+      expect((await deliver('Pipeline Hook', pipelineHook(pipeline), 'p')).body).toMatchObject({ queued: 0, duplicates: 3 });
+      expect((await deliverWebhook(replica.url, 'Job Hook', jobHook(pipeline, webhookJobs[0]), { token: secret.secret })).body).toMatchObject({
+        queued: 0,
+        duplicates: 1,
+      });
+      await sink.start();
+      await outboxDrained(service);
+      await outboxDrained(replica);
+    } finally {
+      await replica.stop();
+    }
 
     const spans = spansOf(sink, traceId);
     expect(traceShape(spans)).toEqual({ roots: [expect.stringMatching(/^pipeline /)], orphans: [], duplicates: [] });
     expect(spans).toHaveLength(2 * (1 + BUILD_STAGES.length) + 1 + 2 * 2);
   }, 90_000);
+});
+
+describe('a full outbox (SPEC §10)', () => {
+  it('refuses new spans and says so in the answer, the metric, readiness and the log, and never stops a pickup', async () => {
+    const secret = makeWebhookSecret();
+    // Nothing listens there: every span stays in the outbox.
+    const service = await startService({ OTLP_UPSTREAM_URL: 'http://127.0.0.1:9', GITLAB_WEBHOOK_SECRET_FILE: secret.file, OUTBOX_MAX_SPANS: '2' });
+    try {
+      const jobs = [];
+      for (const jobId of [980_001, 980_002, 980_003]) {
+        const { decorated, picked } = await pickUp(service, { jobId, pipelineId: 98_000, rootPipelineId: 98_000, waitedSeconds: 2 });
+        expect(decorated.telemetry).toMatchObject({ enabled: true });
+        jobs.push(picked);
+      }
+      const webhookJob = finished(jobs[0], 'build', 'build', 'success');
+      const pipeline: WebhookPipeline = { id: 98_000, projectId: PROJECT, status: 'running', createdAt: jobs[0].queuedAt, jobs: [] };
+      expect((await deliverWebhook(service.url, 'Job Hook', jobHook(pipeline, webhookJob), { token: secret.secret })).body).toEqual({
+        status: 'accepted',
+        queued: 0,
+        duplicates: 0,
+        refused: 1,
+      });
+      await waitFor('readiness to say the outbox is full', async () => {
+        const response = await fetch(`${service.url}/-/readiness`);
+        const body = (await response.json()) as { checks: Record<string, string> };
+        return response.status === 200 && body.checks.outbox === 'degraded' ? true : undefined;
+      });
+      expect(await metric(service, 'ci_job_telemetry_pipeline_spans_total{source="pickup",outcome="refused"}')).toBe(1);
+      expect(await metric(service, 'ci_job_telemetry_pipeline_spans_total{source="job_hook",outcome="refused"}')).toBe(1);
+      expect(service.output()).toContain('outbox full (OUTBOX_MAX_SPANS=2)');
+    } finally {
+      await service.stop();
+    }
+  }, 60_000);
 });
 
 describe('control-plane spans without webhooks, and in the gitlab scheme', () => {
