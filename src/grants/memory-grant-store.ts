@@ -1,5 +1,5 @@
 import { Grant, GrantStore, JobSpanLimits, RateWindow, SpanReservation } from './grant';
-import { ClaimedSpan, EnqueueOutcome, OutboxDepth, OutboxLimits, OutboxSpan, TracedJob, TracedPipeline } from './traced-work';
+import { ClaimedSpan, EnqueueOutcome, OutboxDepth, OutboxLimits, OutboxSpan, TracedJob, TracedPipeline, tracedPipelineOf } from './traced-work';
 
 interface Expiring<T> {
   readonly value: T;
@@ -112,16 +112,9 @@ export class MemoryGrantStore implements GrantStore {
   async recordTracedJob(job: TracedJob, ttlMs: number): Promise<void> {
     const expiresAt = this.now() + ttlMs;
     this.tracedJobs.set(job.jobId, { value: { ...job }, expiresAt });
-    const pipeline = (pipelineId: number): TracedPipeline => ({
-      pipelineId,
-      rootPipelineId: job.rootPipelineId,
-      projectId: job.projectId,
-      traceId: job.traceId,
-      ...(job.tracestate === undefined ? {} : { tracestate: job.tracestate }),
-    });
     for (const pipelineId of new Set([job.pipelineId, job.rootPipelineId])) {
       const kept = this.tracedPipelines.get(pipelineId);
-      this.tracedPipelines.set(pipelineId, { value: pipeline(pipelineId), expiresAt: Math.max(expiresAt, kept?.expiresAt ?? 0) });
+      this.tracedPipelines.set(pipelineId, { value: tracedPipelineOf(job, pipelineId), expiresAt: Math.max(expiresAt, kept?.expiresAt ?? 0) });
     }
   }
 

@@ -1,5 +1,5 @@
 import { Grant, GrantStore, JobSpanLimits, RateWindow, SpanReservation, StoreUnavailableError } from './grant';
-import { ClaimedSpan, EnqueueOutcome, OutboxDepth, OutboxLimits, OutboxSpan, TracedJob, TracedPipeline } from './traced-work';
+import { ClaimedSpan, EnqueueOutcome, OutboxDepth, OutboxLimits, OutboxSpan, TracedJob, TracedPipeline, tracedPipelineOf } from './traced-work';
 import { connectRedis, pingRedis, RedisClient, RedisConnectionEvents, RedisConnectionSettings } from './redis-connection';
 
 /*
@@ -329,19 +329,12 @@ export class RedisGrantStore implements GrantStore {
 
   async recordTracedJob(job: TracedJob, ttlMs: number): Promise<void> {
     const ttl = String(Math.max(1, Math.round(ttlMs)));
-    const pipeline = (pipelineId: number): TracedPipeline => ({
-      pipelineId,
-      rootPipelineId: job.rootPipelineId,
-      projectId: job.projectId,
-      traceId: job.traceId,
-      ...(job.tracestate === undefined ? {} : { tracestate: job.tracestate }),
-    });
     // All in one tick: the auto-pipelining connection sends them with the pickup's grant write.
     await this.guard(() =>
       Promise.all([
         this.redis.set(TRACED_JOB_KEY(job.jobId), JSON.stringify(job), 'PX', ttl),
         ...[...new Set([job.pipelineId, job.rootPipelineId])].map((id) =>
-          this.scripts.cjtSetLonger(TRACED_PIPELINE_KEY(id), JSON.stringify(pipeline(id)), ttl),
+          this.scripts.cjtSetLonger(TRACED_PIPELINE_KEY(id), JSON.stringify(tracedPipelineOf(job, id)), ttl),
         ),
       ]),
     );

@@ -30,6 +30,17 @@ export interface TracedPipeline {
   readonly tracestate?: string;
 }
 
+/** What a traced job's pickup tells of one of its pipelines (its own, or its root). */
+export function tracedPipelineOf(job: TracedJob, pipelineId: number): TracedPipeline {
+  return {
+    pipelineId,
+    rootPipelineId: job.rootPipelineId,
+    projectId: job.projectId,
+    traceId: job.traceId,
+    ...(job.tracestate === undefined ? {} : { tracestate: job.tracestate }),
+  };
+}
+
 /** One span waiting for the collector: its id (the key that makes it unique) and its OTLP/JSON `ResourceSpans`. */
 export interface OutboxSpan {
   readonly spanId: string;

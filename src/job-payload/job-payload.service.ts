@@ -161,6 +161,7 @@ export class JobPayloadService {
         pickedUpAt: Date.now(),
       },
       (stored ?? grant).expiresAt,
+      context.spanParentId,
     );
 
     // The capability base URL goes to programs inside the job whenever the gateway can honour it.

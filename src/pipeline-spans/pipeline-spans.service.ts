@@ -48,9 +48,10 @@ export class PipelineSpansService {
   /**
    * At an enabled pickup: remembers the job and its pipelines for as long as its grant can live, and
    * emits its queue wait. Never throws and is not awaited by the pickup: a slow or failing store costs
-   * the pickup nothing (SPEC §4), it only loses these spans, and says so.
+   * the pickup nothing (SPEC §4), it only loses these spans, and says so. `jobSpanId` is the job's
+   * `span_parent_id`, which the decorator has derived already.
    */
-  async recordPickup(job: TracedJob, grantExpiresAt: number): Promise<void> {
+  async recordPickup(job: TracedJob, grantExpiresAt: number, jobSpanId: string): Promise<void> {
     const ttlMs = Math.max(MIN_MEMORY_MS, grantExpiresAt - job.pickedUpAt);
     const spans =
       this.config.TRACE_ID_SCHEME === 'keyed' && job.queuedAt !== undefined
@@ -60,7 +61,7 @@ export class PipelineSpansService {
               {
                 traceId: job.traceId,
                 spanId: queueSpanIdFor(this.secrets.traceKey, job.jobId),
-                parentSpanId: this.jobSpanId(job.jobId),
+                parentSpanId: jobSpanId,
                 tracestate: job.tracestate,
               },
               { ...job, queuedAt: job.queuedAt },
