@@ -2,8 +2,10 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { BUILD_STAGES, BuildStage, exportJobAsRunner } from '../../demo/stock-runner';
 import { pickUpPipelineJob, PickedUpJob } from '../helpers/ci-pipeline';
-import { ClickHouse, startClickHouse } from '../helpers/clickhouse';
+import { ClickHouse, ClickHouseRow, startClickHouse } from '../helpers/clickhouse';
 import { dateTime64, insertOtelTraces, OtelTracesRow, otelTracesRows } from '../helpers/clickhouse-exporter';
+import { PipelinesRun, runPipelines } from '../helpers/clickhouse-pipelines';
+import { makeWebhookSecret, WebhookSecret } from '../helpers/gitlab-webhooks';
 import { OtlpSink, startOtlpSink } from '../helpers/otlp-sink';
 import { waitFor } from '../helpers/ports';
 import { ServiceProcess, startService } from '../helpers/service';
@@ -39,6 +41,58 @@ const EXPORTER_COLUMNS: Array<[string, string]> = [
   ['Links.TraceState', 'Array(String)'],
   ['Links.Attributes', 'Array(Map(LowCardinality(String), String))'],
 ];
+
+/** The view's columns, as a new install creates them and an upgraded one ends up with. */
+const VIEW_COLUMNS: Array<[string, string]> = [
+  ['start', 'DateTime64(9)'],
+  ['trace_id', 'String'],
+  ['span_id', 'String'],
+  ['parent_span_id', 'String'],
+  ['project_id', 'UInt64'],
+  ['pipeline_id', 'UInt64'],
+  ['job_id', 'UInt64'],
+  ['runner_id', 'UInt64'],
+  ['runner_type', 'LowCardinality(String)'],
+  ['service_name', 'LowCardinality(String)'],
+  ['span_name', 'LowCardinality(String)'],
+  ['job_name', 'LowCardinality(String)'],
+  ['status_code', 'LowCardinality(String)'],
+  ['status_message', 'String'],
+  ['job_status', 'LowCardinality(String)'],
+  ['pipeline_status', 'LowCardinality(String)'],
+  ['duration_ns', 'UInt64'],
+];
+
+/**
+ * The table and view as installs made before issue 19 have them (this file's earlier version, comments
+ * left out): no runner_type, job_name, status_message or pipeline_status, and only spans with a job id.
+ */
+const SCHEMA_BEFORE_ISSUE_19 = `
+CREATE TABLE IF NOT EXISTS otel.ci_job_telemetry_traces
+(
+    start DateTime64(9) CODEC(Delta, ZSTD(1)), trace_id String CODEC(ZSTD(1)), span_id String CODEC(ZSTD(1)),
+    parent_span_id String CODEC(ZSTD(1)), project_id UInt64, pipeline_id UInt64, job_id UInt64, runner_id UInt64,
+    service_name LowCardinality(String), span_name LowCardinality(String), status_code LowCardinality(String),
+    job_status LowCardinality(String), duration_ns UInt64,
+    INDEX idx_trace_id trace_id TYPE bloom_filter(0.001) GRANULARITY 1
+)
+ENGINE = MergeTree PARTITION BY toDate(start) ORDER BY (project_id, pipeline_id, job_id, start)
+TTL toDateTime(start) + INTERVAL 90 DAY SETTINGS ttl_only_drop_parts = 1;
+CREATE MATERIALIZED VIEW IF NOT EXISTS otel.ci_job_telemetry_traces_mv TO otel.ci_job_telemetry_traces AS
+SELECT
+    Timestamp AS start, TraceId AS trace_id, SpanId AS span_id, ParentSpanId AS parent_span_id,
+    toUInt64OrZero(if(ResourceAttributes['ci.project.id'] != '', ResourceAttributes['ci.project.id'], SpanAttributes['ci.project.id'])) AS project_id,
+    toUInt64OrZero(if(ResourceAttributes['ci.pipeline.id'] != '', ResourceAttributes['ci.pipeline.id'], SpanAttributes['ci.pipeline.id'])) AS pipeline_id,
+    toUInt64OrZero(if(ResourceAttributes['ci.job.id'] != '', ResourceAttributes['ci.job.id'], SpanAttributes['ci.job.id'])) AS job_id,
+    toUInt64OrZero(if(ResourceAttributes['ci.runner.id'] != '', ResourceAttributes['ci.runner.id'], SpanAttributes['ci.runner.id'])) AS runner_id,
+    ServiceName AS service_name, SpanName AS span_name,
+    multiIf(StatusCode IN ('Error', 'STATUS_CODE_ERROR'), 'Error', StatusCode IN ('Ok', 'STATUS_CODE_OK'), 'Ok', 'Unset') AS status_code,
+    SpanAttributes['ci.job.status'] AS job_status, Duration AS duration_ns
+FROM otel.otel_traces
+WHERE job_id > 0 AND project_id > 0 AND TraceId != '';`;
+
+/** otel.otel_traces alone: the part of the schema before the view's table. */
+const OTEL_TRACES_ONLY = SCHEMA.slice(0, SCHEMA.indexOf('CREATE TABLE IF NOT EXISTS otel.ci_job_telemetry_traces'));
 
 const stageSeconds = (scriptSeconds: number): Record<BuildStage, number> => ({
   prepare_executor: 3,
@@ -107,9 +161,15 @@ describe('ci_job_telemetry_traces on a real ClickHouse engine (SPEC §9)', () =>
       });
     }
     const expectedSpans = jobs.length * (1 + BUILD_STAGES.length);
-    await waitFor('the runner spans at the sink', async () => (sink.spans().length >= expectedSpans ? true : undefined));
+    const runnerSpans = () => sink.spans().filter((span) => span.resource['service.name'] === 'runner');
+    await waitFor('the runner spans at the sink', async () => (runnerSpans().length >= expectedSpans ? true : undefined));
 
-    const exported = sink.exports.filter((received) => received.signal === 'traces').flatMap((received) => otelTracesRows(received.body));
+    // The runner's spans only: the control plane's own (queue_wait here, with the fixture's queued_at) are
+    // the next test's, with GitLab's webhooks.
+    const exported = sink.exports
+      .filter((received) => received.signal === 'traces')
+      .flatMap((received) => otelTracesRows(received.body, received.contentType))
+      .filter((row) => row.ServiceName === 'runner');
     expect(exported).toHaveLength(expectedSpans);
     const outside = [
       outsideCiRow(exported[0], 'checkout', {}),
@@ -160,5 +220,224 @@ describe('ci_job_telemetry_traces on a real ClickHouse engine (SPEC §9)', () =>
         stageStart += stages_[stage] * 1000;
       }
     }
+  });
+});
+
+describe("ci_job_telemetry_traces holds the control plane's spans too: pipeline, job, queue_wait (issue 19)", () => {
+  let clickhouse: ClickHouse;
+  let sink: OtlpSink;
+  let secret: WebhookSecret;
+  let service: ServiceProcess;
+  let run: PipelinesRun;
+  let rows: ClickHouseRow[];
+  // Pipeline Hooks write whole seconds.
+  const createdAt = new Date(Math.floor(Date.now() / 1000) * 1000 - 120_000);
+  const finishedAt = new Date(createdAt.getTime() + 420_000);
+
+  beforeAll(async () => {
+    [clickhouse, sink] = await Promise.all([startClickHouse(), startOtlpSink()]);
+    secret = makeWebhookSecret();
+    service = await startService({ OTLP_UPSTREAM_URL: sink.url, GITLAB_WEBHOOK_SECRET_FILE: secret.file });
+    await clickhouse.query(SCHEMA);
+    run = await runPipelines(service, sink, secret, [
+      {
+        pipelineId: 610,
+        projectId: 7,
+        status: 'failed',
+        createdAt,
+        finishedAt,
+        jobs: [
+          { jobId: 3101, name: 'compile', runnerId: 17, runnerType: 'instance_type', queuedSeconds: 12, scriptSeconds: 30, status: 'success' },
+          { jobId: 3102, name: 'rspec', runnerId: 18, runnerType: 'group_type', queuedSeconds: 45, scriptSeconds: 60, status: 'failed' },
+        ],
+      },
+    ]);
+    const outside = [
+      outsideCiRow(run.rows[0], 'checkout', {}),
+      // A pipeline id without a project id is no CI span either.
+      { ...outsideCiRow(run.rows[0], 'batch', { 'ci.pipeline.id': '610' }), SpanId: 'c0ffeec0ffeec0ff' },
+    ];
+    await insertOtelTraces(clickhouse, [...run.rows, ...outside]);
+    rows = await clickhouse.query('SELECT * REPLACE (toString(start) AS start) FROM otel.ci_job_telemetry_traces ORDER BY start, job_id, span_name');
+  }, 90_000);
+  afterAll(async () => {
+    await service?.stop();
+    await sink?.stop();
+    await clickhouse?.stop();
+  });
+
+  it('has the columns of issue 19: runner_type, job_name, status_message, pipeline_status', async () => {
+    const columns = await clickhouse.query('DESCRIBE TABLE otel.ci_job_telemetry_traces');
+    expect(columns.map((column) => [column.name, column.type])).toEqual(VIEW_COLUMNS);
+  });
+
+  it('holds one row per span of the pipeline, runner and control plane alike, and nothing from outside CI', () => {
+    const byName = (name: string) => rows.filter((row) => row.span_name === name);
+    expect(byName('pipeline')).toHaveLength(1);
+    expect(byName('job')).toHaveLength(2);
+    expect(byName('queue_wait')).toHaveLength(2);
+    expect(byName('job_execution')).toHaveLength(2);
+    expect(rows).toHaveLength(1 + 2 + 2 + 2 * (1 + BUILD_STAGES.length));
+    expect(rows.filter((row) => row.service_name === 'checkout' || row.service_name === 'batch')).toEqual([]);
+  });
+
+  it('keeps the pipeline span, with no job id: project, pipeline, GitLab status, what failed, created to finished', () => {
+    const [pipeline] = rows.filter((row) => row.span_name === 'pipeline');
+    expect(pipeline).toEqual({
+      start: dateTime64(BigInt(createdAt.getTime()) * 1_000_000n),
+      trace_id: run.jobs[0].picked.tracing.trace_id,
+      span_id: expect.stringMatching(/^[0-9a-f]{16}$/),
+      parent_span_id: '',
+      project_id: 7,
+      pipeline_id: 610,
+      job_id: 0,
+      runner_id: 0,
+      runner_type: '',
+      service_name: 'gitlab-ci',
+      span_name: 'pipeline',
+      job_name: '',
+      status_code: 'Error',
+      status_message: 'rspec: script_failure',
+      job_status: '',
+      pipeline_status: 'failed',
+      duration_ns: 420 * 1_000_000_000,
+    });
+  });
+
+  it("keeps each job's span and its queue wait, with the runner type that picked it up, the wait as the duration", () => {
+    const [pipeline] = rows.filter((row) => row.span_name === 'pipeline');
+    for (const job of run.jobs) {
+      const jobRow = rows.find((row) => row.span_name === 'job' && row.job_id === job.planned.jobId)!;
+      const failed = job.planned.status === 'failed';
+      expect(jobRow).toMatchObject({
+        start: dateTime64(BigInt(job.queuedAt.getTime()) * 1_000_000n),
+        trace_id: pipeline.trace_id,
+        // The span the runner's job_execution names as its parent.
+        span_id: job.picked.tracing.span_parent_id,
+        parent_span_id: pipeline.span_id,
+        project_id: 7,
+        pipeline_id: 610,
+        runner_id: job.planned.runnerId,
+        runner_type: job.planned.runnerType,
+        service_name: 'gitlab-ci',
+        job_name: job.planned.name,
+        status_code: failed ? 'Error' : 'Unset',
+        status_message: failed ? 'script_failure' : '',
+        job_status: job.planned.status,
+        pipeline_status: '',
+        duration_ns: (job.finishedAt.getTime() - job.queuedAt.getTime()) * 1_000_000,
+      });
+
+      const queue = rows.find((row) => row.span_name === 'queue_wait' && row.job_id === job.planned.jobId)!;
+      expect(queue).toMatchObject({
+        start: dateTime64(BigInt(job.queuedAt.getTime()) * 1_000_000n),
+        trace_id: pipeline.trace_id,
+        parent_span_id: jobRow.span_id,
+        project_id: 7,
+        pipeline_id: 610,
+        runner_id: job.planned.runnerId,
+        runner_type: job.planned.runnerType,
+        service_name: 'gitlab-ci',
+        status_code: 'Unset',
+        job_status: '',
+      });
+      // From queued_at to the pickup, which happened while the test's request was in flight.
+      const [pickedFrom, pickedTo] = job.pickedUpBetween.map((at) => (at - job.queuedAt.getTime()) * 1_000_000);
+      expect(queue.duration_ns).toBeGreaterThanOrEqual(job.planned.queuedSeconds * 1_000_000_000);
+      expect(queue.duration_ns).toBeGreaterThanOrEqual(pickedFrom);
+      expect(queue.duration_ns).toBeLessThanOrEqual(pickedTo);
+
+      // The runner's spans are as they were before issue 19: no runner type, no job name of their own.
+      const execution = rows.find((row) => row.span_name === 'job_execution' && row.job_id === job.planned.jobId)!;
+      expect(execution).toMatchObject({
+        parent_span_id: jobRow.span_id,
+        runner_id: job.planned.runnerId,
+        runner_type: '',
+        service_name: 'runner',
+        job_name: '',
+        job_status: job.planned.status,
+        status_code: failed ? 'Error' : 'Unset',
+      });
+    }
+  });
+
+  it('holds whole trees: every parent is a span of the same trace, and the pipeline is the only root', () => {
+    const ids = new Set(rows.map((row) => row.span_id));
+    expect(rows.filter((row) => row.parent_span_id === '').map((row) => row.span_name)).toEqual(['pipeline']);
+    expect(rows.filter((row) => row.parent_span_id !== '' && !ids.has(row.parent_span_id))).toEqual([]);
+    expect(new Set(rows.map((row) => row.trace_id)).size).toBe(1);
+  });
+});
+
+describe('01-ci-job-telemetry.sql upgrades an install made before issue 19, and runs again harmlessly', () => {
+  let clickhouse: ClickHouse;
+  const span = (spanId: string, name: string, resource: Record<string, string>, attributes: Record<string, string> = {}): OtelTracesRow => ({
+    Timestamp: dateTime64(BigInt(Date.parse('2026-11-21T10:00:00Z')) * 1_000_000n),
+    TraceId: 'a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1',
+    SpanId: spanId,
+    ParentSpanId: '',
+    TraceState: '',
+    SpanName: name,
+    SpanKind: 'Internal',
+    ServiceName: resource['service.name'],
+    ResourceAttributes: resource,
+    ScopeName: '',
+    ScopeVersion: '',
+    SpanAttributes: attributes,
+    Duration: '5000000000',
+    StatusCode: 'Unset',
+    StatusMessage: '',
+    'Events.Timestamp': [],
+    'Events.Name': [],
+    'Events.Attributes': [],
+    'Links.TraceId': [],
+    'Links.SpanId': [],
+    'Links.TraceState': [],
+    'Links.Attributes': [],
+  });
+  const job = { 'ci.project.id': '7', 'ci.pipeline.id': '610', 'ci.job.id': '3101', 'ci.runner.id': '17' };
+
+  beforeAll(async () => {
+    clickhouse = await startClickHouse();
+  }, 60_000);
+  afterAll(async () => {
+    await clickhouse?.stop();
+  });
+
+  it('adds the new columns where a new install has them, keeps the rows, and replaces the view', async () => {
+    await clickhouse.query(OTEL_TRACES_ONLY + SCHEMA_BEFORE_ISSUE_19);
+    await insertOtelTraces(clickhouse, [
+      span('0000000000000001', 'job_execution', { 'service.name': 'runner', ...job }),
+      // Dropped by the old view: no job id.
+      span('0000000000000002', 'pipeline', { 'service.name': 'gitlab-ci', 'ci.project.id': '7', 'ci.pipeline.id': '610' }),
+    ]);
+    expect(await clickhouse.query('SELECT span_name FROM otel.ci_job_telemetry_traces')).toEqual([{ span_name: 'job_execution' }]);
+
+    await clickhouse.query(SCHEMA);
+    const columns = await clickhouse.query('DESCRIBE TABLE otel.ci_job_telemetry_traces');
+    expect(columns.map((column) => [column.name, column.type])).toEqual(VIEW_COLUMNS);
+    expect(await clickhouse.query("SELECT engine FROM system.tables WHERE database = 'otel' AND name = 'ci_job_telemetry_traces_mv'")).toEqual([
+      { engine: 'MaterializedView' },
+    ]);
+
+    await insertOtelTraces(clickhouse, [
+      span('0000000000000003', 'pipeline', { 'service.name': 'gitlab-ci', 'ci.project.id': '7', 'ci.pipeline.id': '611' }, { 'ci.pipeline.status': 'success' }),
+      span('0000000000000004', 'queue_wait', { 'service.name': 'gitlab-ci', ...job, 'ci.job.id': '3111' }, { 'ci.runner.type': 'instance_type' }),
+    ]);
+    // Run again, on an install that is current: nothing changes, and the view copies each span once.
+    await clickhouse.query(SCHEMA);
+    await insertOtelTraces(clickhouse, [
+      span('0000000000000005', 'queue_wait', { 'service.name': 'gitlab-ci', ...job, 'ci.job.id': '3112', 'ci.runner.type': 'group_type' }),
+    ]);
+    expect(
+      await clickhouse.query('SELECT span_id, span_name, pipeline_id, job_id, runner_type, pipeline_status FROM otel.ci_job_telemetry_traces ORDER BY span_id'),
+    ).toEqual([
+      // Written before the upgrade: the new columns read ''.
+      { span_id: '0000000000000001', span_name: 'job_execution', pipeline_id: 610, job_id: 3101, runner_type: '', pipeline_status: '' },
+      { span_id: '0000000000000003', span_name: 'pipeline', pipeline_id: 611, job_id: 0, runner_type: '', pipeline_status: 'success' },
+      { span_id: '0000000000000004', span_name: 'queue_wait', pipeline_id: 610, job_id: 3111, runner_type: 'instance_type', pipeline_status: '' },
+      // ci.runner.type from the resource when the span has none.
+      { span_id: '0000000000000005', span_name: 'queue_wait', pipeline_id: 610, job_id: 3112, runner_type: 'group_type', pipeline_status: '' },
+    ]);
   });
 });

@@ -4,6 +4,8 @@ import { BUILD_STAGES, BuildStage } from '../../demo/stock-runner';
 import { pickUpPipelineJob } from '../helpers/ci-pipeline';
 import { ClickHouse, startClickHouse } from '../helpers/clickhouse';
 import { dateTime64, insertOtelTraces, OtelTracesRow } from '../helpers/clickhouse-exporter';
+import { PipelinesRun, runPipelines } from '../helpers/clickhouse-pipelines';
+import { makeWebhookSecret, WebhookSecret } from '../helpers/gitlab-webhooks';
 import { expandGrafanaQuery, GrafanaQueryContext } from '../helpers/grafana-query';
 import { OtlpSink, startOtlpSink } from '../helpers/otlp-sink';
 import { ServiceProcess, startService } from '../helpers/service';
@@ -268,6 +270,196 @@ describe('Grafana dashboard queries on a real ClickHouse engine (deploy/grafana)
       { time: '2026-11-21 10:00:00', status: 'failed', jobs: 1 },
       { time: '2026-11-21 10:00:00', status: 'success', jobs: 2 },
       { time: '2026-11-21 11:00:00', status: 'success', jobs: 1 },
+    ]);
+  });
+});
+
+/** `YYYY-MM-DD HH:MM:SS`, as ClickHouse writes a DateTime in UTC. */
+const dateTime = (epochMs: number) => new Date(epochMs).toISOString().slice(0, 19).replace('T', ' ');
+
+describe("Queue wait and pipeline duration panels on the control plane's spans (issue 19)", () => {
+  let clickhouse: ClickHouse;
+  let sink: OtlpSink;
+  let secret: WebhookSecret;
+  let service: ServiceProcess;
+  let run: PipelinesRun;
+  // Three projects' pipelines created in the same second (Pipeline Hooks write whole seconds), two minutes
+  // before their jobs are picked up, so that every job was queued after its pipeline was created.
+  const created = Math.floor(Date.now() / 1000) * 1000 - 120_000;
+  const at = (seconds: number) => new Date(created + seconds * 1000);
+  let context: GrafanaQueryContext;
+  const runPanel = (title: string, variables: Record<string, string[]> = {}) =>
+    clickhouse.query(expandGrafanaQuery(panel(title).targets[0].rawSql!, { ...context, variables: { ...context.variables, ...variables } }));
+
+  /**
+   * The p50 or p95 a panel shows for a queue wait: what the test made that job wait, plus the time its
+   * pickup request took at most, rounded as the panel rounds (one decimal).
+   */
+  const waited = (jobId: number) => {
+    const job = run.jobs.find((candidate) => candidate.planned.jobId === jobId)!;
+    const least = job.planned.queuedSeconds;
+    const most = Math.ceil((job.pickedUpBetween[1] - job.queuedAt.getTime()) / 100) / 10;
+    return {
+      asymmetricMatch: (seconds: unknown) => typeof seconds === 'number' && seconds >= least && seconds <= most,
+      toAsymmetricMatcher: () => `between ${least} and ${most} (job ${jobId})`,
+    };
+  };
+
+  beforeAll(async () => {
+    [clickhouse, sink] = await Promise.all([startClickHouse(), startOtlpSink()]);
+    secret = makeWebhookSecret();
+    service = await startService({ OTLP_UPSTREAM_URL: sink.url, GITLAB_WEBHOOK_SECRET_FILE: secret.file });
+    await clickhouse.query(SCHEMA);
+    run = await runPipelines(service, sink, secret, [
+      {
+        pipelineId: 700,
+        projectId: 7,
+        status: 'success',
+        createdAt: at(0),
+        finishedAt: at(300),
+        jobs: [
+          { jobId: 7001, name: 'compile', runnerId: 21, runnerType: 'instance_type', queuedSeconds: 10, scriptSeconds: 20, status: 'success' },
+          { jobId: 7002, name: 'lint', runnerId: 22, runnerType: 'group_type', queuedSeconds: 40, scriptSeconds: 10, status: 'success' },
+          { jobId: 7003, name: 'rspec', runnerId: 21, runnerType: 'instance_type', queuedSeconds: 90, scriptSeconds: 30, status: 'success' },
+        ],
+      },
+      {
+        pipelineId: 800,
+        projectId: 42,
+        status: 'failed',
+        createdAt: at(0),
+        finishedAt: at(480),
+        jobs: [
+          { jobId: 8001, name: 'compile', runnerId: 23, runnerType: 'project_type', queuedSeconds: 30, scriptSeconds: 20, status: 'success' },
+          { jobId: 8002, name: 'rspec', runnerId: 21, runnerType: 'instance_type', queuedSeconds: 20, scriptSeconds: 30, status: 'failed' },
+          { jobId: 8003, name: 'lint', runnerId: 22, runnerType: 'group_type', queuedSeconds: 60, scriptSeconds: 10, status: 'success' },
+        ],
+      },
+      {
+        pipelineId: 900,
+        projectId: 99,
+        status: 'success',
+        createdAt: at(0),
+        finishedAt: at(180),
+        jobs: [
+          { jobId: 9001, name: 'compile', runnerId: 24, runnerType: 'project_type', queuedSeconds: 5, scriptSeconds: 10, status: 'success' },
+          { jobId: 9002, name: 'rspec', runnerId: 24, runnerType: 'project_type', queuedSeconds: 15, scriptSeconds: 10, status: 'success' },
+          { jobId: 9003, name: 'lint', runnerId: 22, runnerType: 'group_type', queuedSeconds: 50, scriptSeconds: 10, status: 'success' },
+        ],
+      },
+    ]);
+    await insertOtelTraces(clickhouse, run.rows);
+    const traceOf = (pipelineId: number) => run.jobs.find((job) => job.pipeline.pipelineId === pipelineId)!.picked.tracing.trace_id;
+    context = {
+      from: new Date(created - 3_600_000),
+      to: new Date(created + 3_600_000),
+      intervalSeconds: 3600,
+      variables: { project: ['7', '42', '99'], trace_id: [traceOf(800)] },
+    };
+  }, 120_000);
+  afterAll(async () => {
+    await service?.stop();
+    await sink?.stop();
+    await clickhouse?.stop();
+  });
+
+  it('runs every ClickHouse query of the dashboard on these spans', async () => {
+    const queries = dashboard.panels
+      .flatMap((candidate) => candidate.targets)
+      .filter((target) => target.datasource.type === CLICKHOUSE_TYPE)
+      .map((target) => target.rawSql!);
+    for (const sql of queries) await expect(clickhouse.query(expandGrafanaQuery(sql, context))).resolves.toBeInstanceOf(Array);
+  });
+
+  it('Queue wait by project: p50 and p95 of what the jobs waited for a runner, the longest p95 first', async () => {
+    expect(await runPanel('Queue wait p50/p95 by project')).toEqual([
+      // 10, 40, 90 s
+      { project: 7, jobs: 3, p50_seconds: waited(7002), p95_seconds: waited(7003) },
+      // 20, 30, 60 s
+      { project: 42, jobs: 3, p50_seconds: waited(8001), p95_seconds: waited(8003) },
+      // 5, 15, 50 s
+      { project: 99, jobs: 3, p50_seconds: waited(9002), p95_seconds: waited(9003) },
+    ]);
+  });
+
+  it('Queue wait by runner type: the same waits by the type of the runner that picked the job up, for the chosen projects', async () => {
+    expect(await runPanel('Queue wait p50/p95 by runner type')).toEqual([
+      // 10, 90, 20 s
+      { runner_type: 'instance_type', jobs: 3, p50_seconds: waited(8002), p95_seconds: waited(7003) },
+      // 40, 60, 50 s
+      { runner_type: 'group_type', jobs: 3, p50_seconds: waited(9003), p95_seconds: waited(8003) },
+      // 30, 5, 15 s
+      { runner_type: 'project_type', jobs: 3, p50_seconds: waited(9002), p95_seconds: waited(8001) },
+    ]);
+    expect(await runPanel('Queue wait p50/p95 by runner type', { project: ['42'] })).toEqual([
+      { runner_type: 'group_type', jobs: 1, p50_seconds: waited(8003), p95_seconds: waited(8003) },
+      { runner_type: 'project_type', jobs: 1, p50_seconds: waited(8001), p95_seconds: waited(8001) },
+      { runner_type: 'instance_type', jobs: 1, p50_seconds: waited(8002), p95_seconds: waited(8002) },
+    ]);
+  });
+
+  it('Pipeline duration over time: p50 and p95 from creation to finish of the root pipelines', async () => {
+    // 300, 480 and 180 s, all created in the same bucket.
+    expect(await runPanel('Pipeline duration p50/p95 over time')).toEqual([
+      { time: dateTime(Math.floor(created / 3_600_000) * 3_600_000), p50_seconds: 300, p95_seconds: 480 },
+    ]);
+    expect(await runPanel('Pipeline duration p50/p95 over time', { project: ['99'] })).toEqual([
+      { time: dateTime(Math.floor(created / 3_600_000) * 3_600_000), p50_seconds: 180, p95_seconds: 180 },
+    ]);
+  });
+
+  it('Slowest pipelines: the longest first, with GitLab status, what failed, and the trace to open', async () => {
+    const traceOf = (pipelineId: number) => run.jobs.find((job) => job.pipeline.pipelineId === pipelineId)!.picked.tracing.trace_id;
+    expect(await runPanel('Slowest pipelines')).toEqual([
+      {
+        project: 42,
+        pipeline: 800,
+        status: 'failed',
+        duration_seconds: 480,
+        created: dateTime(created),
+        failure: 'rspec: script_failure',
+        trace_id: traceOf(800),
+      },
+      { project: 7, pipeline: 700, status: 'success', duration_seconds: 300, created: dateTime(created), failure: '', trace_id: traceOf(700) },
+      { project: 99, pipeline: 900, status: 'success', duration_seconds: 180, created: dateTime(created), failure: '', trace_id: traceOf(900) },
+    ]);
+  });
+
+  it("Pipeline trace: one tree, the pipeline at its root, each job's span over its queue wait and its runner's spans", async () => {
+    const rows = await runPanel('Pipeline trace');
+    expect(rows).toHaveLength(1 + 3 * (1 + 1 + 1 + BUILD_STAGES.length));
+    const roots = rows.filter((row) => row.parentSpanID === '');
+    expect(roots.map((row) => row.operationName)).toEqual(['pipeline 800']);
+    const ids = new Set(rows.map((row) => row.spanID));
+    expect(rows.filter((row) => row.parentSpanID !== '' && !ids.has(row.parentSpanID))).toEqual([]);
+    expect(roots[0].tags).toEqual([
+      { key: 'ci.pipeline.status', value: 'failed' },
+      { key: 'otel.status_code', value: 'Error' },
+      { key: 'otel.status_description', value: 'rspec: script_failure' },
+    ]);
+    expect(roots[0].serviceTags).toEqual([
+      { key: 'ci.project.id', value: '42' },
+      { key: 'ci.pipeline.id', value: '800' },
+    ]);
+
+    const rspec = rows.find((row) => row.operationName === 'rspec')!;
+    expect(rspec.parentSpanID).toBe(roots[0].spanID);
+    expect(rspec.tags).toEqual([
+      { key: 'ci.job.status', value: 'failed' },
+      { key: 'ci.runner.type', value: 'instance_type' },
+      { key: 'otel.status_code', value: 'Error' },
+      { key: 'otel.status_description', value: 'script_failure' },
+    ]);
+    const children = rows.filter((row) => row.parentSpanID === rspec.spanID).map((row) => row.operationName);
+    expect(children.sort()).toEqual(['job 8002', 'queue_wait']);
+  });
+
+  it('leaves the runner-only panels as they were: no control-plane span among stages or job statuses', async () => {
+    const stagesRows = await runPanel('Stage durations p50/p95 by project and stage');
+    expect(new Set(stagesRows.map((row) => row.stage))).toEqual(new Set(BUILD_STAGES));
+    expect(await runPanel('Jobs by status')).toEqual([
+      { status: 'success', jobs: 8 },
+      { status: 'failed', jobs: 1 },
     ]);
   });
 });

@@ -12,15 +12,24 @@ export interface PickedUpJob {
 
 /**
  * One job of a pipeline picked up (project, pipeline and runner as given; its own job token), with
- * the payload variables a runner reads its span attributes from.
+ * the payload variables a runner reads its span attributes from. `queuedAt` is the job request's
+ * `queued_at` (the fixture's fixed time otherwise), `runnerType` the runner's `runner_type`
+ * (`project_type` otherwise), `rootPipelineId` the job's root pipeline (its own pipeline otherwise).
  */
 export async function pickUpPipelineJob(
   service: ServiceProcess,
-  job: { jobId: number; projectId: number; pipelineId: number; runnerId?: number },
+  job: { jobId: number; projectId: number; pipelineId: number; runnerId?: number; runnerType?: string; queuedAt?: Date; rootPipelineId?: number },
 ): Promise<PickedUpJob> {
   const request = jobPayloadRequest({
-    runner: { id: job.runnerId ?? 17 },
-    job: { id: job.jobId, project_id: job.projectId, pipeline_id: job.pipelineId, root_pipeline_id: job.pipelineId, token: jobToken(job.jobId) },
+    runner: { id: job.runnerId ?? 17, ...(job.runnerType === undefined ? {} : { runner_type: job.runnerType }) },
+    job: {
+      id: job.jobId,
+      project_id: job.projectId,
+      pipeline_id: job.pipelineId,
+      root_pipeline_id: job.rootPipelineId ?? job.pipelineId,
+      token: jobToken(job.jobId),
+      ...(job.queuedAt === undefined ? {} : { queued_at: job.queuedAt.toISOString() }),
+    },
   });
   (request.payload.variables as unknown[]).push(
     { key: 'CI_PIPELINE_ID', value: String(job.pipelineId), public: true },

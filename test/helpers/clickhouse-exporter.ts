@@ -11,6 +11,8 @@ import type { ClickHouse } from './clickhouse';
  *  - SpanKind and StatusCode are the pdata enum names (`Internal`, `Ok`, `Error`, `Unset`);
  *  - ServiceName is the resource's `service.name`; attribute values are stored as text (an int as
  *    its decimal digits, a bool as true/false, arrays and maps as JSON).
+ * The Collector's OTLP/HTTP receiver takes protobuf (what runners send) and JSON (what the service sends
+ * its own control-plane spans as); both decode to the same pdata, hence to the same rows.
  */
 export interface OtelTracesRow {
   Timestamp: string;
@@ -51,7 +53,9 @@ function asText(value: Decoded | undefined): string {
   if (value.intValue !== undefined) return String(value.intValue);
   if (value.boolValue !== undefined) return String(value.boolValue);
   if (value.doubleValue !== undefined) return String(value.doubleValue);
-  if (value.bytesValue !== undefined) return Buffer.from(value.bytesValue as Uint8Array).toString('base64');
+  // OTLP/JSON writes bytes as base64 already; protobufjs hands them over as bytes.
+  if (value.bytesValue !== undefined)
+    return typeof value.bytesValue === 'string' ? value.bytesValue : Buffer.from(value.bytesValue as Uint8Array).toString('base64');
   return JSON.stringify(value.arrayValue ?? value.kvlistValue ?? null);
 }
 
@@ -61,10 +65,35 @@ function textMap(list: unknown): Record<string, string> {
   return map;
 }
 
-const hexId = (bytes: unknown) => {
-  const hex = Buffer.from((bytes as Uint8Array | undefined) ?? []).toString('hex');
+/** An id as the exporter writes it: lowercase hex, '' when absent or all zero. OTLP/JSON writes ids as hex already. */
+const hexId = (id: unknown) => {
+  const hex = typeof id === 'string' ? id.toLowerCase() : Buffer.from((id as Uint8Array | undefined) ?? []).toString('hex');
   return /^0*$/.test(hex) ? '' : hex;
 };
+
+/** Enums as protobufjs decodes them (numbers) or as a JSON writer may name them (`SPAN_KIND_SERVER`, `STATUS_CODE_ERROR`). */
+function enumName(value: unknown, names: readonly string[], prefix: string): string {
+  if (typeof value === 'string' && value.startsWith(prefix)) {
+    const name = value.slice(prefix.length).toLowerCase();
+    return names.find((candidate) => candidate.toLowerCase() === name) ?? '';
+  }
+  return names[Number(value ?? 0)] ?? '';
+}
+
+/** Unix nanoseconds as protobufjs (a string, with longs: String) or OTLP/JSON (a decimal string, or a number) gives them. */
+const nanos = (value: unknown) => BigInt((value as string | number | undefined) ?? 0);
+
+function isJson(body: Uint8Array, contentType: string | undefined): boolean {
+  if (contentType !== undefined && contentType !== '') return contentType.split(';')[0].trim().toLowerCase() === 'application/json';
+  // Without a content type: a protobuf ExportTraceServiceRequest starts with field 1 (0x0a), a JSON one with '{'.
+  const first = Buffer.from(body.buffer, body.byteOffset, body.byteLength).toString('utf8').trimStart()[0];
+  return first === '{';
+}
+
+function decodeTraces(body: Uint8Array, contentType: string | undefined): Decoded {
+  if (isJson(body, contentType)) return JSON.parse(Buffer.from(body.buffer, body.byteOffset, body.byteLength).toString('utf8')) as Decoded;
+  return ExportTraceServiceRequest.toObject(ExportTraceServiceRequest.decode(body), { longs: String, defaults: false }) as Decoded;
+}
 
 /** Unix nanoseconds as ClickHouse reads a DateTime64(9) in UTC. */
 export function dateTime64(nanos: bigint | string): string {
@@ -74,17 +103,21 @@ export function dateTime64(nanos: bigint | string): string {
   return `${new Date(Number(seconds) * 1000).toISOString().slice(0, 19).replace('T', ' ')}.${fraction}`;
 }
 
-/** The exporter's rows for one OTLP/HTTP protobuf trace export. */
-export function otelTracesRows(body: Uint8Array): OtelTracesRow[] {
-  const request = ExportTraceServiceRequest.toObject(ExportTraceServiceRequest.decode(body), { longs: String, defaults: false }) as Decoded;
+/**
+ * The exporter's rows for one OTLP/HTTP trace export: protobuf, or JSON (`application/json`: hex ids,
+ * decimal-string times, `intValue` strings) as the service sends its control-plane spans. The content
+ * type decides; without one, the body's first byte does.
+ */
+export function otelTracesRows(body: Uint8Array, contentType?: string): OtelTracesRow[] {
+  const request = decodeTraces(body, contentType);
   const rows: OtelTracesRow[] = [];
   for (const resourceSpans of (request.resourceSpans ?? []) as Decoded[]) {
     const resource = textMap((resourceSpans.resource as Decoded | undefined)?.attributes);
     for (const scopeSpans of (resourceSpans.scopeSpans ?? []) as Decoded[]) {
       const scope = (scopeSpans.scope ?? {}) as Decoded;
       for (const span of (scopeSpans.spans ?? []) as Decoded[]) {
-        const start = BigInt((span.startTimeUnixNano as string | undefined) ?? 0);
-        const end = BigInt((span.endTimeUnixNano as string | undefined) ?? 0);
+        const start = nanos(span.startTimeUnixNano);
+        const end = nanos(span.endTimeUnixNano);
         const status = (span.status ?? {}) as Decoded;
         const events = (span.events ?? []) as Decoded[];
         const links = (span.links ?? []) as Decoded[];
@@ -95,16 +128,16 @@ export function otelTracesRows(body: Uint8Array): OtelTracesRow[] {
           ParentSpanId: hexId(span.parentSpanId),
           TraceState: (span.traceState as string | undefined) ?? '',
           SpanName: span.name as string,
-          SpanKind: SPAN_KINDS[Number(span.kind ?? 0)] ?? '',
+          SpanKind: enumName(span.kind, SPAN_KINDS, 'SPAN_KIND_'),
           ServiceName: resource['service.name'] ?? '',
           ResourceAttributes: resource,
           ScopeName: (scope.name as string | undefined) ?? '',
           ScopeVersion: (scope.version as string | undefined) ?? '',
           SpanAttributes: textMap(span.attributes),
           Duration: (end - start).toString(),
-          StatusCode: STATUS_CODES[Number(status.code ?? 0)] ?? '',
+          StatusCode: enumName(status.code, STATUS_CODES, 'STATUS_CODE_'),
           StatusMessage: (status.message as string | undefined) ?? '',
-          'Events.Timestamp': events.map((event) => dateTime64((event.timeUnixNano as string | undefined) ?? '0')),
+          'Events.Timestamp': events.map((event) => dateTime64(nanos(event.timeUnixNano))),
           'Events.Name': events.map((event) => event.name as string),
           'Events.Attributes': events.map((event) => textMap(event.attributes)),
           'Links.TraceId': links.map((link) => hexId(link.traceId)),

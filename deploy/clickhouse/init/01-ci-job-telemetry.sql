@@ -1,6 +1,8 @@
 -- ClickHouse schema of the CI Job Telemetry stack, run once by the ClickHouse image on an empty data
 -- directory (docker-compose.yml mounts this folder at /docker-entrypoint-initdb.d) and by the tests on
--- an embedded engine (test/e2e/stack-clickhouse.e2e-spec.ts).
+-- an embedded engine (test/e2e/stack-clickhouse.e2e-spec.ts). It can be run again on an existing
+-- install, and that is how one is upgraded (see the ALTER TABLE below):
+--   clickhouse-client --user otel --password "$CLICKHOUSE_PASSWORD" --multiquery < 01-ci-job-telemetry.sql
 
 CREATE DATABASE IF NOT EXISTS otel;
 
@@ -48,23 +50,30 @@ ORDER BY (ServiceName, SpanName, toDateTime(Timestamp))
 TTL toDateTime(Timestamp) + INTERVAL 30 DAY
 SETTINGS ttl_only_drop_parts = 1;
 
--- One row per CI span: what every dashboard query reads. Identity columns are numbers so that
--- panels filter and group by them cheaply; a span without a job id is not a CI span and is not here.
+-- One row per CI span: what every dashboard query reads. Identity columns are numbers so that panels
+-- filter and group by them cheaply. A CI span is one with a project id and a job id (the runner's spans,
+-- whatever a job exports through the gateway, and the control plane's job, queue_wait and bridge spans)
+-- or, with no job id, a pipeline id: the control plane's pipeline spans, whose job_id is 0. A span
+-- without a project id is not from CI and is not here.
 CREATE TABLE IF NOT EXISTS otel.ci_job_telemetry_traces
 (
-    start          DateTime64(9) CODEC(Delta, ZSTD(1)),
-    trace_id       String CODEC(ZSTD(1)),
-    span_id        String CODEC(ZSTD(1)),
-    parent_span_id String CODEC(ZSTD(1)),
-    project_id     UInt64,
-    pipeline_id    UInt64,
-    job_id         UInt64,
-    runner_id      UInt64,
-    service_name   LowCardinality(String),
-    span_name      LowCardinality(String),
-    status_code    LowCardinality(String),
-    job_status     LowCardinality(String),
-    duration_ns    UInt64,
+    start           DateTime64(9) CODEC(Delta, ZSTD(1)),
+    trace_id        String CODEC(ZSTD(1)),
+    span_id         String CODEC(ZSTD(1)),
+    parent_span_id  String CODEC(ZSTD(1)),
+    project_id      UInt64,
+    pipeline_id     UInt64,
+    job_id          UInt64,
+    runner_id       UInt64,
+    runner_type     LowCardinality(String),
+    service_name    LowCardinality(String),
+    span_name       LowCardinality(String),
+    job_name        LowCardinality(String),
+    status_code     LowCardinality(String),
+    status_message  String CODEC(ZSTD(1)),
+    job_status      LowCardinality(String),
+    pipeline_status LowCardinality(String),
+    duration_ns     UInt64,
     INDEX idx_trace_id trace_id TYPE bloom_filter(0.001) GRANULARITY 1
 )
 ENGINE = MergeTree
@@ -73,13 +82,35 @@ ORDER BY (project_id, pipeline_id, job_id, start)
 TTL toDateTime(start) + INTERVAL 90 DAY
 SETTINGS ttl_only_drop_parts = 1;
 
+-- Issue 19 added runner_type, job_name, status_message and pipeline_status (the control plane's spans:
+-- queue wait by runner type, job names in the waterfall, pipeline results). A table created before has
+-- none of them, and CREATE TABLE IF NOT EXISTS above leaves it as it is: these add them, in the places a
+-- new table has them (a metadata change; rows already there read ''). On a table that has them they do
+-- nothing.
+ALTER TABLE otel.ci_job_telemetry_traces
+    ADD COLUMN IF NOT EXISTS runner_type LowCardinality(String) AFTER runner_id,
+    ADD COLUMN IF NOT EXISTS job_name LowCardinality(String) AFTER span_name,
+    ADD COLUMN IF NOT EXISTS status_message String CODEC(ZSTD(1)) AFTER status_code,
+    ADD COLUMN IF NOT EXISTS pipeline_status LowCardinality(String) AFTER job_status;
+
 -- Identity is read from the resource first: the gateway overwrites the resource's ci.* attributes with
 -- the grant's values on every span it forwards, including the runner's stage spans and whatever a
 -- program inside the job exports, which carry no ci.* span attributes. GitLab Runner itself writes
 -- its identity as span attributes of job_execution (ci.job.id, ci.project.id, ci.runner.id as
 -- integers, ci.pipeline.id as a string; the exporter stores every value as text), which is all a span
--- has when a hosted runner exports straight to the Collector.
-CREATE MATERIALIZED VIEW IF NOT EXISTS otel.ci_job_telemetry_traces_mv TO otel.ci_job_telemetry_traces AS
+-- has when a hosted runner exports straight to the Collector. The control plane's spans (service.name
+-- gitlab-ci by default) carry their identity both ways; a pipeline span has no ci.job.id and no
+-- ci.runner.id. runner_type is the span's ci.runner.type (job and queue_wait spans: instance_type,
+-- group_type or project_type), else the resource's.
+--
+-- Dropped and created again rather than CREATE ... IF NOT EXISTS, so that running this file on an
+-- existing install replaces an older definition (the one before issue 19 dropped every span without a
+-- job id, pipeline spans included). Spans inserted between the two statements are not copied; spans
+-- inserted before the upgrade are not copied again either: the view only sees new inserts.
+-- (Not CREATE OR REPLACE MATERIALIZED VIEW: releases before ClickHouse PR #100539, 25.8 among them,
+-- read that as an ordinary view, which copies nothing.)
+DROP VIEW IF EXISTS otel.ci_job_telemetry_traces_mv;
+CREATE MATERIALIZED VIEW otel.ci_job_telemetry_traces_mv TO otel.ci_job_telemetry_traces AS
 SELECT
     Timestamp AS start,
     TraceId AS trace_id,
@@ -89,11 +120,18 @@ SELECT
     toUInt64OrZero(if(ResourceAttributes['ci.pipeline.id'] != '', ResourceAttributes['ci.pipeline.id'], SpanAttributes['ci.pipeline.id'])) AS pipeline_id,
     toUInt64OrZero(if(ResourceAttributes['ci.job.id'] != '', ResourceAttributes['ci.job.id'], SpanAttributes['ci.job.id'])) AS job_id,
     toUInt64OrZero(if(ResourceAttributes['ci.runner.id'] != '', ResourceAttributes['ci.runner.id'], SpanAttributes['ci.runner.id'])) AS runner_id,
+    if(SpanAttributes['ci.runner.type'] != '', SpanAttributes['ci.runner.type'], ResourceAttributes['ci.runner.type']) AS runner_type,
     ServiceName AS service_name,
     SpanName AS span_name,
+    -- The job's name on the control plane's job spans (cicd.pipeline.task.name).
+    SpanAttributes['cicd.pipeline.task.name'] AS job_name,
     -- The exporter writes Ok/Error/Unset; releases before 0.120 wrote STATUS_CODE_OK and so on.
     multiIf(StatusCode IN ('Error', 'STATUS_CODE_ERROR'), 'Error', StatusCode IN ('Ok', 'STATUS_CODE_OK'), 'Ok', 'Unset') AS status_code,
+    -- What failed: a job span's failure reason, a pipeline span's `job name: failure reason` list.
+    StatusMessage AS status_message,
     SpanAttributes['ci.job.status'] AS job_status,
+    -- GitLab's status of a pipeline span: success, failed, canceled, skipped.
+    SpanAttributes['ci.pipeline.status'] AS pipeline_status,
     Duration AS duration_ns
 FROM otel.otel_traces
-WHERE job_id > 0 AND project_id > 0 AND TraceId != '';
+WHERE project_id > 0 AND (job_id > 0 OR pipeline_id > 0) AND TraceId != '';
