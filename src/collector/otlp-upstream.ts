@@ -8,6 +8,13 @@ export interface UpstreamAnswer {
   readonly body: Buffer;
 }
 
+/** What the gateway and the pipeline spans send through: the collector at OTLP_UPSTREAM_URL, or the embedded one. */
+export interface CollectorClient {
+  send(path: string, contentType: string, body: Buffer): Promise<UpstreamAnswer>;
+  reachable(): Promise<boolean>;
+  close(): Promise<void>;
+}
+
 /** The collector could not give an answer at all: no connection, or no answer in time. */
 export class UpstreamFailure extends Error {
   constructor(
@@ -32,7 +39,7 @@ export function parseHeaderList(list: string | undefined): Record<string, string
  * Pooled keep-alive connections to the collector (SPEC §6). Requests are built from scratch, so
  * nothing the runner sent (its tokens above all) reaches the collector but the payload itself.
  */
-export class OtlpUpstream {
+export class OtlpUpstream implements CollectorClient {
   private readonly pool: Pool;
   private readonly basePath: string;
 

@@ -38,13 +38,23 @@ describe('loadConfig', () => {
   });
 
   it('refuses ROLE=gateway without a shared store in one line, unless per-process quotas are intended', () => {
-    const gateway = { ROLE: 'gateway', AUTH_URL: 'http://control:8080/internal/ci/telemetry/auth' };
+    const gateway = { ROLE: 'gateway', AUTH_URL: 'http://control:8080/internal/ci/telemetry/auth', OTLP_UPSTREAM_URL: 'http://otel-collector:4318' };
     const problems = problemsOf(gateway);
     expect(problems).toHaveLength(1);
     expect(problems[0]).toMatch(/^REDIS_URL: required with ROLE=gateway.*GATEWAY_PER_PROCESS_QUOTAS=true/);
     expect(problemsOf({ ...gateway, REDIS_URL: 'redis://redis:6379' })).toEqual([]);
     expect(problemsOf({ ...gateway, GATEWAY_PER_PROCESS_QUOTAS: 'true' })).toEqual([]);
     expect(problemsOf({ REDIS_URL: '' })).toEqual([]);
+  });
+
+  it('keeps exports in the embedded collector unless OTLP_UPSTREAM_URL is set, and refuses that for ROLE=gateway in one line', () => {
+    const defaults = loadConfig({});
+    expect(defaults.OTLP_UPSTREAM_URL).toBeUndefined();
+    expect(defaults.DATA_DIR).toBe('.data');
+    expect(defaults.LOCAL_COLLECTOR_MAX_BYTES).toBe(64 * 1024 * 1024);
+    expect(problemsOf({ LOCAL_COLLECTOR_MAX_BYTES: '100' })[0]).toMatch(/^LOCAL_COLLECTOR_MAX_BYTES: /);
+    const gateway = { ROLE: 'gateway', AUTH_URL: 'http://control:8080/internal/ci/telemetry/auth', REDIS_URL: 'redis://redis:6379' };
+    expect(problemsOf(gateway)).toEqual(['OTLP_UPSTREAM_URL: required with ROLE=gateway (an edge gateway keeps no exports on its own disk)']);
   });
 
   it('does not read "false" as true', () => {
@@ -65,7 +75,7 @@ describe('loadConfig', () => {
     expect(problemsOf({ REDIS_SENTINELS: 'sentinel-0:26379' })[0]).toMatch(/^REDIS_SENTINEL_MASTER: required/);
     expect(problemsOf({ REDIS_CLUSTER_NODES: 'redis-0' })[0]).toMatch(/^REDIS_CLUSTER_NODES: each entry must be host:port/);
     // A gateway replica shares quotas through any of the three.
-    const gateway = { ROLE: 'gateway', AUTH_URL: 'http://control:8080/internal/ci/telemetry/auth' };
+    const gateway = { ROLE: 'gateway', AUTH_URL: 'http://control:8080/internal/ci/telemetry/auth', OTLP_UPSTREAM_URL: 'http://otel-collector:4318' };
     expect(problemsOf({ ...gateway, REDIS_CLUSTER_NODES: 'redis-0:6379' })).toEqual([]);
     expect(problemsOf({ ...gateway, REDIS_SENTINELS: 'sentinel-0:26379', REDIS_SENTINEL_MASTER: 'cjt' })).toEqual([]);
     expect(problemsOf(gateway)[0]).toMatch(/^REDIS_URL: required with ROLE=gateway/);

@@ -243,9 +243,24 @@ export class EnvironmentVariables {
 
   // ── OTLP gateway (SPEC §6) ──
 
-  /** The OpenTelemetry Collector's OTLP/HTTP base URL the gateway forwards to (SPEC §6). */
+  /**
+   * The OpenTelemetry Collector's OTLP/HTTP base URL the gateway forwards to (SPEC §6). Unset: the embedded
+   * collector keeps every export under DATA_DIR (issue 20), so `npm start` works with no other server.
+   */
+  @IsOptional()
   @IsUrl(URL_OPTIONS)
-  OTLP_UPSTREAM_URL = 'http://localhost:4319';
+  OTLP_UPSTREAM_URL?: string;
+
+  /** Where the embedded collector writes `otlp/<signal>.jsonl`; relative to the working directory, like `.secrets/`. */
+  @IsString()
+  @MinLength(1)
+  DATA_DIR = '.data';
+
+  /** Size at which the embedded collector starts a new file per signal, keeping one previous file (`.jsonl.1`). */
+  @Transform(toInt)
+  @IsInt()
+  @Min(1024)
+  LOCAL_COLLECTOR_MAX_BYTES = 64 * 1024 * 1024;
 
   /** Extra headers for the collector, `name=value` pairs separated by commas (upstream credentials). */
   @IsOptional()
@@ -508,6 +523,9 @@ export function loadConfig(env: NodeJS.ProcessEnv | Record<string, string | unde
   const problems = errors.map(describe);
   if (config.ROLE === 'gateway' && config.AUTH_URL === undefined) {
     problems.push('AUTH_URL: required with ROLE=gateway (the control process auth endpoint)');
+  }
+  if (config.ROLE === 'gateway' && config.OTLP_UPSTREAM_URL === undefined) {
+    problems.push('OTLP_UPSTREAM_URL: required with ROLE=gateway (an edge gateway keeps no exports on its own disk)');
   }
   if (config.ROLE === 'gateway' && storeMode(config) === 'memory' && !config.GATEWAY_PER_PROCESS_QUOTAS) {
     problems.push(

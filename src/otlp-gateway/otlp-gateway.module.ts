@@ -23,7 +23,7 @@ import { CollectorModule } from '../collector/collector.module';
 import { PipelineSpansModule } from '../pipeline-spans/pipeline-spans.module';
 import { PipelineSpansService } from '../pipeline-spans/pipeline-spans.service';
 import { OTLP_UPSTREAM } from '../collector/collector.constants';
-import { OtlpUpstream } from '../collector/otlp-upstream';
+import type { CollectorClient } from '../collector/otlp-upstream';
 
 /** The gateway's own Fastify server, listening on GATEWAY_PORT; main.ts starts it, Nest closes it. */
 @Injectable()
@@ -35,7 +35,7 @@ export class GatewayServer implements OnModuleDestroy {
     @Inject(APP_LOGGER) logger: Logger,
     @Inject(GRANT_STORE) store: GrantStore,
     @Inject(GATEWAY_AUTHENTICATOR) private readonly authenticator: GatewayAuthenticator,
-    @Inject(OTLP_UPSTREAM) private readonly upstream: OtlpUpstream,
+    @Inject(OTLP_UPSTREAM) private readonly upstream: CollectorClient,
     metricsService: MetricsService,
     readiness: ReadinessChecks,
     pipelineSpans: PipelineSpansService,

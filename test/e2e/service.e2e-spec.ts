@@ -135,11 +135,11 @@ describe('the built service as a process', () => {
     });
 
     it('refuses ROLE=gateway without a shared store in one line, and starts when per-process quotas are intended', async () => {
-      const gateway = { ROLE: 'gateway', AUTH_URL: 'http://127.0.0.1:1/internal/ci/telemetry/auth' };
+      const gateway = { ROLE: 'gateway', AUTH_URL: 'http://127.0.0.1:1/internal/ci/telemetry/auth', OTLP_UPSTREAM_URL: 'http://127.0.0.1:1' };
       const refused = await runServiceToExit(gateway);
       expect(refused.code).not.toBe(0);
       expect(refused.stderr.trim().split('\n')).toEqual([expect.stringMatching(/^invalid configuration: REDIS_URL: required with ROLE=gateway/)]);
-      service = await startService({ ...gateway, GATEWAY_PER_PROCESS_QUOTAS: 'true', OTLP_UPSTREAM_URL: 'http://127.0.0.1:1' }, { waitReady: false });
+      service = await startService({ ...gateway, GATEWAY_PER_PROCESS_QUOTAS: 'true' }, { waitReady: false });
       const url = service.url;
       await waitFor('the internal port', async () => ((await fetch(`${url}/-/liveness`)).status === 200 ? true : undefined));
     });

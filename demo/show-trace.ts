@@ -1,0 +1,58 @@
+import { existsSync, readFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { ConfigError, loadConfig } from '../src/config/app-config';
+import { CollectedSpan, decodeJsonTraceExport } from './local-collector';
+import { formatDuration, renderWaterfall } from './waterfall';
+
+/** The spans of the embedded collector's trace file, oldest first: the previous file (`.1`), then the current one. */
+export function readTraceFile(path: string): CollectedSpan[] {
+  const spans: CollectedSpan[] = [];
+  for (const file of [`${path}.1`, path]) {
+    if (!existsSync(file)) continue;
+    for (const line of readFileSync(file, 'utf8').split('\n')) {
+      if (line.trim().length > 0) spans.push(...decodeJsonTraceExport(Buffer.from(line)));
+    }
+  }
+  return spans;
+}
+
+function spanDuration(spans: readonly CollectedSpan[]): bigint {
+  const start = spans.reduce((min, span) => (span.startNanos < min ? span.startNanos : min), spans[0].startNanos);
+  const end = spans.reduce((max, span) => (span.endNanos > max ? span.endNanos : max), spans[0].endNanos);
+  return end - start;
+}
+
+/**
+ * `npm run -s trace [trace id]`: one trace the embedded collector kept (the one written last when no id is
+ * given) as the demo's waterfall. Asked for a trace it does not hold, it lists those it does.
+ */
+function main(): number {
+  let dataDir: string;
+  try {
+    dataDir = loadConfig(process.env).DATA_DIR;
+  } catch (error) {
+    if (!(error instanceof ConfigError)) throw error;
+    for (const problem of error.problems) process.stderr.write(`invalid configuration: ${problem}\n`);
+    return 78;
+  }
+  const path = resolve(dataDir, 'otlp', 'traces.jsonl');
+  const spans = readTraceFile(path);
+  if (spans.length === 0) {
+    process.stderr.write(`no spans in ${path} yet: start the service with no OTLP_UPSTREAM_URL and let a runner export a job\n`);
+    return 1;
+  }
+  const traces = new Map<string, CollectedSpan[]>();
+  for (const span of spans) traces.set(span.traceId, [...(traces.get(span.traceId) ?? []), span]);
+  const wanted = (process.argv[2] ?? spans[spans.length - 1].traceId).toLowerCase();
+  const trace = traces.get(wanted);
+  if (trace === undefined) {
+    process.stderr.write(`no trace ${wanted} in ${path}; it holds:\n`);
+    for (const [traceId, list] of traces) process.stderr.write(`  ${traceId}  ${list.length} spans, ${formatDuration(spanDuration(list))}\n`);
+    return 1;
+  }
+  process.stdout.write(`trace ${wanted}: ${trace.length} spans, ${formatDuration(spanDuration(trace))} (${join(dataDir, 'otlp', 'traces.jsonl')})\n`);
+  for (const row of renderWaterfall(trace)) process.stdout.write(`${row}\n`);
+  return 0;
+}
+
+process.exitCode = main();

@@ -1,0 +1,107 @@
+import { join } from 'node:path';
+import * as protobuf from 'protobufjs';
+import { JsonLinesFile } from './json-lines-file';
+import type { CollectorClient, UpstreamAnswer } from './otlp-upstream';
+
+const SIGNALS = ['traces', 'metrics', 'logs'] as const;
+type Signal = (typeof SIGNALS)[number];
+
+const REQUEST_TYPES: Record<Signal, string> = {
+  traces: 'otlp.ExportTraceServiceRequest',
+  metrics: 'otlp.ExportMetricsServiceRequest',
+  logs: 'otlp.ExportLogsServiceRequest',
+};
+
+/** The OTLP/JSON mapping writes these bytes fields as hex, every other one as base64. */
+const HEX_ID_FIELDS = new Set(['traceId', 'spanId', 'parentSpanId']);
+
+// Beside the compiled file in dist/ too: the build copies the .proto next to the wire code.
+const PROTO = join(__dirname, '..', 'otlp-gateway', 'wire', 'proto', 'otlp.proto');
+
+let requestTypes: Record<Signal, protobuf.Type> | undefined;
+
+function requestType(signal: Signal): protobuf.Type {
+  if (requestTypes === undefined) {
+    const root = protobuf.loadSync(PROTO);
+    requestTypes = {
+      traces: root.lookupType(REQUEST_TYPES.traces),
+      metrics: root.lookupType(REQUEST_TYPES.metrics),
+      logs: root.lookupType(REQUEST_TYPES.logs),
+    };
+  }
+  return requestTypes[signal];
+}
+
+/**
+ * One export request as an OTLP/JSON line, the encoding of the Collector's file exporter: camelCase names,
+ * trace and span ids in hex, 64-bit integers as decimal strings, enums as numbers.
+ */
+export function otlpJsonLine(signal: Signal, contentType: string, body: Buffer): string {
+  if (contentType === 'application/json') {
+    // A newline can only be whitespace in valid JSON (strings escape theirs), so this keeps the export exact.
+    const line = body.toString('utf8').replace(/[\r\n]/g, ' ');
+    JSON.parse(line);
+    return line;
+  }
+  const type = requestType(signal);
+  const request = type.toObject(type.decode(body), { longs: String, enums: Number, bytes: String, defaults: false });
+  return JSON.stringify(request, (key, value: unknown) =>
+    HEX_ID_FIELDS.has(key) && typeof value === 'string' ? Buffer.from(value, 'base64').toString('hex') : value,
+  );
+}
+
+const answer = (status: number, contentType: string | undefined, body: string | Buffer = Buffer.alloc(0)): UpstreamAnswer => ({
+  status,
+  contentType,
+  retryAfter: undefined,
+  body: typeof body === 'string' ? Buffer.from(body) : body,
+});
+
+/**
+ * The embedded default collector (issue 20): with no OTLP_UPSTREAM_URL, what the gateway and the pipeline
+ * spans send is kept under `<directory>/<signal>.jsonl`, one export request a line, as the Collector's file
+ * exporter writes them, so `npm start` works on its own and `npm run -s trace` can show what arrived. Answers
+ * as a collector's OTLP/HTTP receiver does: 200 with an empty response in the request's encoding once the
+ * line is on disk, 400 for a body it cannot decode, 503 when the disk write fails (so the client retries:
+ * nothing accepted is lost silently).
+ */
+export class LocalCollector implements CollectorClient {
+  private readonly files: Record<Signal, JsonLinesFile>;
+
+  constructor(
+    readonly directory: string,
+    readonly maxBytesPerFile: number,
+  ) {
+    const file = (signal: Signal) => new JsonLinesFile(join(directory, `${signal}.jsonl`), maxBytesPerFile);
+    this.files = { traces: file('traces'), metrics: file('metrics'), logs: file('logs') };
+  }
+
+  async send(path: string, contentType: string, body: Buffer): Promise<UpstreamAnswer> {
+    const signal = SIGNALS.find((name) => path === `/v1/${name}`);
+    if (signal === undefined) return answer(404, 'text/plain', `${path} is not an OTLP/HTTP path`);
+    const mediaType = contentType.split(';')[0].trim().toLowerCase();
+    if (mediaType !== 'application/json' && mediaType !== 'application/x-protobuf') return answer(415, 'text/plain', `${mediaType} is not supported`);
+    let line: string;
+    try {
+      line = otlpJsonLine(signal, mediaType, body);
+    } catch (error) {
+      return answer(400, 'text/plain', `cannot decode the ${mediaType} body: ${(error as Error).message}`);
+    }
+    try {
+      await this.files[signal].append(line);
+    } catch (error) {
+      return answer(503, 'text/plain', `cannot write ${this.files[signal].path}: ${(error as Error).message}`);
+    }
+    // An empty Export*ServiceResponse: no bytes in protobuf, `{}` in JSON.
+    return answer(200, mediaType, mediaType === 'application/json' ? '{}' : Buffer.alloc(0));
+  }
+
+  /** Always there: it is this process. */
+  async reachable(): Promise<boolean> {
+    return true;
+  }
+
+  async close(): Promise<void> {
+    await Promise.all(SIGNALS.map((signal) => this.files[signal].close()));
+  }
+}
