@@ -56,7 +56,7 @@ describe('the embedded default collector (no OTLP_UPSTREAM_URL)', () => {
     await run(process.execPath, [join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(ROOT, 'demo', 'tsconfig.json')], { cwd: ROOT });
     cwd = realpathSync(mkdtempSync(join(tmpdir(), 'cjt-local-collector-')));
     service = await startService({ LOCAL_COLLECTOR_MAX_BYTES: String(MAX_BYTES) }, { cwd });
-    job = await pickUpPipelineJob(service, { jobId: 2001, projectId: 7, pipelineId: 600 });
+    job = await pickUpPipelineJob(service, { jobId: 2001, projectId: 7, pipelineId: 600, queuedAt: new Date(Date.now() - 75_000) });
     await exportJobAsRunner(job.tracing, {
       jobId: job.jobId,
       projectId: 7,
@@ -65,7 +65,7 @@ describe('the embedded default collector (no OTLP_UPSTREAM_URL)', () => {
       pipelineSource: 'push',
       executor: 'shell',
       status: 'success',
-      startedAt: new Date(Date.now() - 60_000),
+      startedAt: new Date(),
       stageSeconds: { prepare_executor: 2, get_sources: 3, restore_cache: 1, step_script: 30, after_script: 1, archive_cache: 1, upload_artifacts: 2 },
     });
   }, 120_000);
