@@ -16,6 +16,8 @@ COPY package.json ./
 COPY config ./config
 # The job-payload request is validated against the OpenAPI document at start (src/job-payload).
 COPY openapi/openapi.yaml ./openapi/openapi.yaml
+# Without OTLP_UPSTREAM_URL the service keeps exports under DATA_DIR (default .data): the one place it writes.
+RUN mkdir -p /app/.data && chown node:node /app/.data
 USER node
 EXPOSE 8080 4318
 CMD ["node", "dist/main.js"]
