@@ -5,10 +5,14 @@ import tseslint from 'typescript-eslint';
 
 /**
  * One direction of dependencies (STYLE.md "Layout"): features → shared capabilities (runner-auth,
- * internal-api, grants, flags) → config, observability. Each folder lists what it may not import.
+ * internal-api, grants, flags, collector, pipeline-spans) → config, observability. Each folder lists what it
+ * may not import.
  */
 const FEATURES = ['job-payload', 'token-auth', 'otlp-gateway'];
-const SHARED = ['runner-auth', 'internal-api', 'grants', 'flags'];
+// pipeline-spans is shared: the decorator and the gateway tell it what they saw (its webhook route is its own edge).
+const SHARED = ['runner-auth', 'internal-api', 'grants', 'flags', 'collector', 'pipeline-spans'];
+/** The shared capabilities each shared capability may use. */
+const SHARED_USES = { 'runner-auth': ['grants'], 'pipeline-spans': ['grants', 'collector'] };
 const BASE = ['config', 'observability', 'trace-context'];
 
 const folders = (names) => names.flatMap((name) => [`../${name}`, `../${name}/*`, `../../${name}/*`]);
@@ -43,8 +47,8 @@ export default tseslint.config(
   ...SHARED.map((shared) =>
     layer(
       shared,
-      [...FEATURES, ...SHARED.filter((other) => other !== shared && !(shared === 'runner-auth' && other === 'grants'))],
-      'shared capabilities import only config, observability and grants',
+      [...FEATURES, ...SHARED.filter((other) => other !== shared && !(SHARED_USES[shared] ?? []).includes(other))],
+      'shared capabilities import only config, observability and the shared capabilities SHARED_USES allows',
     ),
   ),
   ...BASE.map((base) =>

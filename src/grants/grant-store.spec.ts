@@ -2,7 +2,7 @@ import Redis from 'ioredis';
 import { testGrant } from '../../test/helpers/grants';
 import { RedisServer, startRedis } from '../../test/helpers/redis';
 import { RedisDeployment, SentinelDeployment, startRedisCluster, startSentinelRedis, startSingleRedis } from '../../test/helpers/redis-topologies';
-import { GrantStore, StoreUnavailableError } from './grant';
+import { GrantStore, SpanLeaseRequest, StoreUnavailableError } from './grant';
 import { MemoryGrantStore } from './memory-grant-store';
 import { OutboxSpan, TracedJob } from './traced-work';
 import { RedisGrantStore } from './redis-grant-store';
@@ -209,6 +209,74 @@ function behavesAsAGrantStore(name: string, open: () => Promise<GrantStore>) {
 
     it('answers a ping', async () => {
       await expect(store.ping()).resolves.toBeUndefined();
+    });
+
+    // ── Issue 21: blocks and leases, spent locally by one replica ──
+
+    it('hands out blocks of a window that never add up to more than its limit, and takes unspent hits back', async () => {
+      expect(await store.takeWindowBlock('runner:30', 4, 10, 60_000)).toEqual({ granted: 4, resetInMs: expect.any(Number) });
+      expect((await store.takeWindowBlock('runner:30', 4, 10, 60_000)).granted).toBe(4);
+      expect((await store.takeWindowBlock('runner:30', 4, 10, 60_000)).granted).toBe(2);
+      expect((await store.takeWindowBlock('runner:30', 4, 10, 60_000)).granted).toBe(0);
+      await store.returnWindowBlock('runner:30', 3);
+      expect((await store.takeWindowBlock('runner:30', 4, 10, 60_000)).granted).toBe(3);
+      // The block and the per-hit window count the same hits.
+      expect((await store.hitRateWindow('runner:30', 10, 60_000)).allowed).toBe(false);
+    });
+
+    it('starts a window over when it ends, blocks included', async () => {
+      const block = await store.takeWindowBlock('runner:31', 5, 5, 300);
+      expect(block.granted).toBe(5);
+      expect(block.resetInMs).toBeLessThanOrEqual(300);
+      await sleep(400);
+      expect((await store.takeWindowBlock('runner:31', 5, 5, 300)).granted).toBe(5);
+    });
+
+    const spanLease = (leaseId: string, overrides: Partial<SpanLeaseRequest> = {}): SpanLeaseRequest => ({
+      leaseId,
+      spent: 0,
+      quotaWanted: 40,
+      rateWanted: 40,
+      limits: { perJob: 100, perSecond: 1000 },
+      quotaTtlMs: 60_000,
+      leaseMs: 60_000,
+      ...overrides,
+    });
+
+    it("leases a job's quota to replicas so that their leases never exceed it", async () => {
+      expect(await store.leaseSpans(1001, spanLease('a'))).toEqual({ quotaGranted: 40, rateGranted: 40, rateResetInMs: expect.any(Number) });
+      expect((await store.leaseSpans(1001, spanLease('b'))).quotaGranted).toBe(40);
+      expect((await store.leaseSpans(1001, spanLease('c'))).quotaGranted).toBe(20);
+      expect((await store.leaseSpans(1001, spanLease('a'))).quotaGranted).toBe(0);
+      // The quota and the lease share one counter with the reservation of the previous design.
+      expect((await store.reserveSpans(1001, 1, { perJob: 100, perSecond: 1000 }, 60_000)).granted).toBe(0);
+    });
+
+    it('takes back what a replica did not spend when it ends its lease, and keeps what it spent', async () => {
+      await store.leaseSpans(1001, spanLease('a', { quotaWanted: 100 }));
+      await store.leaseSpans(1001, spanLease('a', { spent: 30, quotaWanted: 0 }));
+      await store.returnSpanLease(1001, 'a', 70);
+      expect((await store.leaseSpans(1001, spanLease('b', { quotaWanted: 100 }))).quotaGranted).toBe(70);
+      // Ending a lease twice gives nothing back twice.
+      await store.returnSpanLease(1001, 'a', 70);
+      expect((await store.leaseSpans(1001, spanLease('c', { quotaWanted: 100 }))).quotaGranted).toBe(0);
+    });
+
+    it('takes back the unspent part of a lease that ran out (its replica died), and only that', async () => {
+      await store.leaseSpans(1001, spanLease('dead', { quotaWanted: 60, leaseMs: 200 }));
+      // It reported 10 spent, then died holding 50.
+      await store.leaseSpans(1001, spanLease('dead', { spent: 10, quotaWanted: 0, leaseMs: 200 }));
+      expect((await store.leaseSpans(1001, spanLease('alive', { quotaWanted: 100 }))).quotaGranted).toBe(40);
+      await sleep(300);
+      expect((await store.leaseSpans(1001, spanLease('alive', { quotaWanted: 100 }))).quotaGranted).toBe(50);
+    });
+
+    it("grants a lease no more of a second's rate than it has left", async () => {
+      const limits = { perJob: 10_000, perSecond: 50 };
+      expect((await store.leaseSpans(1001, spanLease('a', { limits, rateWanted: 30 }))).rateGranted).toBe(30);
+      const second = await store.leaseSpans(1001, spanLease('b', { limits, rateWanted: 30 }));
+      expect(second.rateGranted).toBe(20);
+      expect(second.rateResetInMs).toBeLessThanOrEqual(1000);
     });
 
     // ── SPEC §10: traced work and the span outbox ──

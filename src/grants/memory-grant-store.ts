@@ -1,4 +1,4 @@
-import { Grant, GrantStore, JobSpanLimits, RateWindow, SpanReservation } from './grant';
+import { Grant, GrantStore, JobSpanLimits, RateWindow, SpanLease, SpanLeaseRequest, SpanReservation, WindowBlock } from './grant';
 import { ClaimedSpan, EnqueueOutcome, OutboxDepth, OutboxLimits, OutboxSpan, TracedJob, TracedPipeline, tracedPipelineOf } from './traced-work';
 
 interface Expiring<T> {
@@ -12,6 +12,8 @@ export class MemoryGrantStore implements GrantStore {
   private readonly jobIdsByTokenDigest = new Map<string, number>();
   private readonly windows = new Map<string, { count: number; resetsAt: number }>();
   private readonly quotas = new Map<string, { used: number; resetsAt: number }>();
+  /** Each job's outstanding span leases by replica: the unspent spans and when the lease runs out. */
+  private readonly spanLeases = new Map<number, Map<string, { amount: number; expiresAt: number }>>();
   private readonly tracedJobs = new Map<number, Expiring<TracedJob>>();
   private readonly tracedPipelines = new Map<number, Expiring<TracedPipeline>>();
   /** Span ids ever enqueued, until they are forgotten. */
@@ -85,16 +87,8 @@ export class MemoryGrantStore implements GrantStore {
 
   async reserveSpans(jobId: number, wanted: number, limits: JobSpanLimits, quotaTtlMs: number): Promise<SpanReservation> {
     const now = this.now();
-    const counter = (key: string, ttlMs: number) => {
-      let current = this.quotas.get(key);
-      if (current === undefined || current.resetsAt <= now) {
-        current = { used: 0, resetsAt: now + ttlMs };
-        this.quotas.set(key, current);
-      }
-      return current;
-    };
-    const quota = counter(`job:${jobId}:spans`, quotaTtlMs);
-    const rate = counter(`job:${jobId}:span-rate`, 1000);
+    const quota = this.counter(`job:${jobId}:spans`, quotaTtlMs, now);
+    const rate = this.counter(`job:${jobId}:span-rate`, 1000, now);
     const quotaRoom = Math.max(0, limits.perJob - quota.used);
     const rateRoom = Math.max(0, limits.perSecond - rate.used);
     const granted = Math.max(0, Math.min(wanted, quotaRoom, rateRoom));
@@ -107,6 +101,55 @@ export class MemoryGrantStore implements GrantStore {
     const quota = this.quotas.get(`job:${jobId}:spans`);
     if (quota === undefined || quota.resetsAt <= this.now()) return;
     quota.used = Math.max(0, quota.used - spans);
+  }
+
+  async takeWindowBlock(key: string, wanted: number, limit: number, windowMs: number): Promise<WindowBlock> {
+    const now = this.now();
+    let window = this.windows.get(key);
+    if (window === undefined || window.resetsAt <= now) {
+      window = { count: 0, resetsAt: now + windowMs };
+      this.windows.set(key, window);
+    }
+    const granted = Math.max(0, Math.min(wanted, limit - window.count));
+    window.count += granted;
+    return { granted, resetInMs: window.resetsAt - now };
+  }
+
+  async returnWindowBlock(key: string, count: number): Promise<void> {
+    const window = this.windows.get(key);
+    if (window === undefined || window.resetsAt <= this.now()) return;
+    window.count = Math.max(0, window.count - count);
+  }
+
+  async leaseSpans(jobId: number, request: SpanLeaseRequest): Promise<SpanLease> {
+    const now = this.now();
+    const quota = this.counter(`job:${jobId}:spans`, request.quotaTtlMs, now);
+    const rate = this.counter(`job:${jobId}:span-rate`, 1000, now);
+    const leases = this.spanLeases.get(jobId) ?? new Map<string, { amount: number; expiresAt: number }>();
+    this.spanLeases.set(jobId, leases);
+    for (const [leaseId, lease] of leases) {
+      if (lease.expiresAt > now) continue;
+      quota.used = Math.max(0, quota.used - lease.amount);
+      leases.delete(leaseId);
+    }
+    const own = Math.max(0, (leases.get(request.leaseId)?.amount ?? 0) - request.spent);
+    const quotaGranted = Math.max(0, Math.min(request.quotaWanted, request.limits.perJob - quota.used));
+    quota.used += quotaGranted;
+    if (own + quotaGranted > 0) leases.set(request.leaseId, { amount: own + quotaGranted, expiresAt: now + request.leaseMs });
+    else leases.delete(request.leaseId);
+    const rateGranted = Math.max(0, Math.min(request.rateWanted, request.limits.perSecond - rate.used));
+    rate.used += rateGranted;
+    return { quotaGranted, rateGranted, rateResetInMs: rate.resetsAt - now };
+  }
+
+  async returnSpanLease(jobId: number, leaseId: string, unspent: number): Promise<void> {
+    const leases = this.spanLeases.get(jobId);
+    const lease = leases?.get(leaseId);
+    if (lease === undefined) return;
+    leases!.delete(leaseId);
+    const quota = this.quotas.get(`job:${jobId}:spans`);
+    if (quota === undefined || quota.resetsAt <= this.now()) return;
+    quota.used = Math.max(0, quota.used - Math.min(unspent, lease.amount));
   }
 
   async recordTracedJob(job: TracedJob, ttlMs: number): Promise<void> {
@@ -183,10 +226,21 @@ export class MemoryGrantStore implements GrantStore {
     this.jobIdsByTokenDigest.clear();
     this.windows.clear();
     this.quotas.clear();
+    this.spanLeases.clear();
     this.tracedJobs.clear();
     this.tracedPipelines.clear();
     this.rememberedSpans.clear();
     this.outbox.clear();
+  }
+
+  /** A quota or rate counter, started anew once its time is up. */
+  private counter(key: string, ttlMs: number, now: number): { used: number; resetsAt: number } {
+    let current = this.quotas.get(key);
+    if (current === undefined || current.resetsAt <= now) {
+      current = { used: 0, resetsAt: now + ttlMs };
+      this.quotas.set(key, current);
+    }
+    return current;
   }
 
   private live<K, T>(entries: Map<K, Expiring<T>>, key: K): T | null {
@@ -208,6 +262,7 @@ export class MemoryGrantStore implements GrantStore {
     }
     for (const [key, window] of this.windows) if (window.resetsAt <= now) this.windows.delete(key);
     for (const [key, quota] of this.quotas) if (quota.resetsAt <= now) this.quotas.delete(key);
+    for (const [jobId, leases] of this.spanLeases) if (!this.quotas.has(`job:${jobId}:spans`) || leases.size === 0) this.spanLeases.delete(jobId);
     for (const entries of [this.tracedJobs, this.tracedPipelines] as Array<Map<number, Expiring<unknown>>>) {
       for (const [key, entry] of entries) if (entry.expiresAt <= now) entries.delete(key);
     }

@@ -1,4 +1,4 @@
-import { Grant, GrantStore, JobSpanLimits, RateWindow, SpanReservation, StoreUnavailableError } from './grant';
+import { Grant, GrantStore, JobSpanLimits, RateWindow, SpanLease, SpanLeaseRequest, SpanReservation, StoreUnavailableError, WindowBlock } from './grant';
 import { ClaimedSpan, EnqueueOutcome, OutboxDepth, OutboxLimits, OutboxSpan, TracedJob, TracedPipeline, tracedPipelineOf } from './traced-work';
 import { connectRedis, pingRedis, RedisClient, RedisConnectionEvents, RedisConnectionSettings } from './redis-connection';
 
@@ -14,6 +14,7 @@ const GRANT_KEY = (jobId: number) => `cjt:{job:${jobId}}:grant`;
 const REVOKED_KEY = (jobId: number) => `cjt:{job:${jobId}}:revoked`;
 const JOB_SPANS_KEY = (jobId: number) => `cjt:{job:${jobId}}:spans`;
 const JOB_SPAN_RATE_KEY = (jobId: number) => `cjt:{job:${jobId}}:span-rate`;
+const JOB_SPAN_LEASES_KEY = (jobId: number) => `cjt:{job:${jobId}}:span-leases`;
 const JOB_TOKEN_KEY = (digest: string) => `cjt:{jobtoken:${digest}}`;
 const RATE_KEY = (key: string) => `cjt:{rate:${key}}`;
 /*
@@ -152,6 +153,86 @@ return {count, ttl}
 `;
 
 /**
+ * A block of a fixed window: grants min(ARGV[1], limit - count), charges it, starts the window on its first
+ * charge; answers the grant and the window's time left.
+ */
+const TAKE_WINDOW_BLOCK = `
+local count = tonumber(redis.call('GET', KEYS[1]) or '0')
+local granted = math.max(0, math.min(tonumber(ARGV[1]), tonumber(ARGV[2]) - count))
+if granted > 0 then redis.call('INCRBY', KEYS[1], granted) end
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl < 0 and granted > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[3]); ttl = tonumber(ARGV[3]) end
+if ttl < 0 then ttl = tonumber(ARGV[3]) end
+return {granted, ttl}
+`;
+
+/** Gives back ARGV[1] hits of a window, never below zero; DECRBY keeps its TTL, an ended window stays ended. */
+const RETURN_WINDOW_BLOCK = `
+local count = tonumber(redis.call('GET', KEYS[1]) or '0')
+local back = math.min(count, tonumber(ARGV[1]))
+if back > 0 then redis.call('DECRBY', KEYS[1], back) end
+return back
+`;
+
+/**
+ * One replica's lease on a job's spans. KEYS: quota, rate, leases (hash: replica -> "unspent:expiresAt").
+ * ARGV: now, leaseId, spent, quotaWanted, rateWanted, perJob, perSecond, quotaTtlMs, leaseMs.
+ * Leases that ran out (their replica stopped calling: it died) are taken back from the quota first; this
+ * replica's own lease is settled (what it spent stays charged) and grows by what it is granted.
+ */
+const LEASE_SPANS = `
+local now = tonumber(ARGV[1])
+local used = tonumber(redis.call('GET', KEYS[1]) or '0')
+local own = 0
+local leases = redis.call('HGETALL', KEYS[3])
+for i = 1, #leases, 2 do
+  local amount, expiresAt = string.match(leases[i + 1], '^(%d+):(%d+)$')
+  if tonumber(expiresAt) <= now then
+    used = math.max(0, used - tonumber(amount))
+    redis.call('HDEL', KEYS[3], leases[i])
+  elseif leases[i] == ARGV[2] then
+    own = tonumber(amount)
+  end
+end
+own = math.max(0, own - tonumber(ARGV[3]))
+local quotaGranted = math.max(0, math.min(tonumber(ARGV[4]), tonumber(ARGV[6]) - used))
+used = used + quotaGranted
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('SET', KEYS[1], used, 'KEEPTTL')
+elseif used > 0 then
+  redis.call('SET', KEYS[1], used, 'PX', ARGV[8])
+end
+own = own + quotaGranted
+if own > 0 then
+  redis.call('HSET', KEYS[3], ARGV[2], own .. ':' .. (now + tonumber(ARGV[9])))
+  if redis.call('PTTL', KEYS[3]) < 0 then redis.call('PEXPIRE', KEYS[3], ARGV[8]) end
+else
+  redis.call('HDEL', KEYS[3], ARGV[2])
+end
+local sent = tonumber(redis.call('GET', KEYS[2]) or '0')
+local rateGranted = math.max(0, math.min(tonumber(ARGV[5]), tonumber(ARGV[7]) - sent))
+if rateGranted > 0 then
+  redis.call('INCRBY', KEYS[2], rateGranted)
+  if redis.call('PTTL', KEYS[2]) < 0 then redis.call('PEXPIRE', KEYS[2], 1000) end
+end
+local rateTtl = redis.call('PTTL', KEYS[2])
+if rateTtl < 0 then rateTtl = 1000 end
+return {quotaGranted, rateGranted, rateTtl}
+`;
+
+/** Ends a replica's lease: gives back min(ARGV[2], its unspent) of the quota, never below zero, keeping the TTL. */
+const RETURN_SPAN_LEASE = `
+local lease = redis.call('HGET', KEYS[2], ARGV[1])
+if not lease then return 0 end
+redis.call('HDEL', KEYS[2], ARGV[1])
+local amount = tonumber(string.match(lease, '^(%d+):'))
+local used = tonumber(redis.call('GET', KEYS[1]) or '0')
+local back = math.min(used, amount, tonumber(ARGV[2]))
+if back > 0 then redis.call('DECRBY', KEYS[1], back) end
+return back
+`;
+
+/**
  * Takes back one hit of a fixed window, never below zero. DECR keeps the window's TTL, and a window that
  * has ended is not brought back.
  */
@@ -206,6 +287,10 @@ interface ScriptCommands {
   cjtReserveSpans(spansKey: string, rateKey: string, wanted: string, perJob: string, perSecond: string, ttlMs: string): Promise<[number, number, number]>;
   cjtReleaseSpans(spansKey: string, spans: string): Promise<number>;
   cjtSetLonger(key: string, value: string, ttlMs: string): Promise<number>;
+  cjtTakeWindowBlock(key: string, wanted: string, limit: string, windowMs: string): Promise<[number, number]>;
+  cjtReturnWindowBlock(key: string, count: string): Promise<number>;
+  cjtLeaseSpans(quotaKey: string, rateKey: string, leasesKey: string, ...args: string[]): Promise<[number, number, number]>;
+  cjtReturnSpanLease(quotaKey: string, leasesKey: string, leaseId: string, unspent: string): Promise<number>;
   cjtEnqueueSpans(numberOfKeys: number, ...keysAndArgs: string[]): Promise<[number, number, number]>;
   cjtClaimSpans(due: string, enqueued: string, spans: string, attempts: string, now: string, max: string, leaseMs: string): Promise<string[]>;
   cjtAcknowledgeSpans(due: string, enqueued: string, spans: string, attempts: string, ...spanIds: string[]): Promise<number>;
@@ -226,6 +311,10 @@ export class RedisGrantStore implements GrantStore {
     redis.defineCommand('cjtReserveSpans', { numberOfKeys: 2, lua: RESERVE_SPANS });
     redis.defineCommand('cjtReleaseSpans', { numberOfKeys: 1, lua: RELEASE_SPANS });
     redis.defineCommand('cjtSetLonger', { numberOfKeys: 1, lua: SET_LONGER });
+    redis.defineCommand('cjtTakeWindowBlock', { numberOfKeys: 1, lua: TAKE_WINDOW_BLOCK });
+    redis.defineCommand('cjtReturnWindowBlock', { numberOfKeys: 1, lua: RETURN_WINDOW_BLOCK });
+    redis.defineCommand('cjtLeaseSpans', { numberOfKeys: 3, lua: LEASE_SPANS });
+    redis.defineCommand('cjtReturnSpanLease', { numberOfKeys: 2, lua: RETURN_SPAN_LEASE });
     // The number of keys varies with the spans enqueued: given first on each call.
     redis.defineCommand('cjtEnqueueSpans', { lua: ENQUEUE_SPANS });
     redis.defineCommand('cjtClaimSpans', { numberOfKeys: 4, lua: CLAIM_SPANS });
@@ -320,6 +409,40 @@ export class RedisGrantStore implements GrantStore {
       ),
     );
     return { granted: Number(granted), quotaRoom: Number(quotaRoom), rateRoom: Number(rateRoom) };
+  }
+
+  async takeWindowBlock(key: string, wanted: number, limit: number, windowMs: number): Promise<WindowBlock> {
+    const [granted, ttl] = await this.guard(() => this.scripts.cjtTakeWindowBlock(RATE_KEY(key), String(wanted), String(limit), String(windowMs)));
+    return { granted: Number(granted), resetInMs: Number(ttl) };
+  }
+
+  async returnWindowBlock(key: string, count: number): Promise<void> {
+    if (count <= 0) return;
+    await this.guard(() => this.scripts.cjtReturnWindowBlock(RATE_KEY(key), String(count)));
+  }
+
+  async leaseSpans(jobId: number, request: SpanLeaseRequest): Promise<SpanLease> {
+    const [quotaGranted, rateGranted, rateTtl] = await this.guard(() =>
+      this.scripts.cjtLeaseSpans(
+        JOB_SPANS_KEY(jobId),
+        JOB_SPAN_RATE_KEY(jobId),
+        JOB_SPAN_LEASES_KEY(jobId),
+        String(Date.now()),
+        request.leaseId,
+        String(Math.round(request.spent)),
+        String(request.quotaWanted),
+        String(request.rateWanted),
+        String(request.limits.perJob),
+        String(request.limits.perSecond),
+        String(Math.max(1, Math.round(request.quotaTtlMs))),
+        String(Math.max(1, Math.round(request.leaseMs))),
+      ),
+    );
+    return { quotaGranted: Number(quotaGranted), rateGranted: Number(rateGranted), rateResetInMs: Number(rateTtl) };
+  }
+
+  async returnSpanLease(jobId: number, leaseId: string, unspent: number): Promise<void> {
+    await this.guard(() => this.scripts.cjtReturnSpanLease(JOB_SPANS_KEY(jobId), JOB_SPAN_LEASES_KEY(jobId), leaseId, String(Math.max(0, unspent))));
   }
 
   async releaseSpans(jobId: number, spans: number): Promise<void> {
