@@ -85,11 +85,15 @@ async function main(): Promise<void> {
 
     for (let jobId = 100_000; jobId < 100_000 + 2 * JOBS; jobId++) await pickUp(jobId);
     // Warm-up: the queue waits enqueued at pickup reach the collector first.
-    await waitFor('the queue waits', async () => (sink.spans().filter((span) => span.name === 'queue_wait').length >= 2 * JOBS ? true : undefined), 60_000);
+    await waitFor(
+      'the queue waits',
+      async () => (sink.controlPlaneSpans().filter((span) => span.name === 'queue_wait').length >= 2 * JOBS ? true : undefined),
+      60_000,
+    );
 
     const up = await run(100_000);
     const jobSpans = () =>
-      sink.exports.flatMap((received) => received.spans.filter((span) => span.name === 'job').map((span) => ({ span, at: received.receivedAt })));
+      sink.controlPlaneExports.flatMap((received) => received.spans.filter((span) => span.name === 'job').map((span) => ({ span, at: received.receivedAt })));
     await waitFor('every job span', async () => (jobSpans().length >= JOBS ? true : undefined), 60_000);
     const delay = jobSpans().map(({ span, at }) => at - up.answeredAt.get(String(span.attributes['ci.job.id']))!);
 

@@ -125,7 +125,7 @@ async function deliverWebhook(...args: Parameters<typeof deliver>): Promise<Deli
   return answer;
 }
 
-const spansOf = (sink: OtlpSink, traceId: string) => sink.spans().filter((span) => span.traceId === traceId);
+const spansOf = (sink: OtlpSink, traceId: string) => sink.allSpans().filter((span) => span.traceId === traceId);
 const named = (spans: ReceivedSpan[], name: string, jobId?: number) =>
   spans.filter((span) => span.name === name && (jobId === undefined || span.attributes['ci.job.id'] === jobId));
 
@@ -294,7 +294,7 @@ describe('control-plane spans: a whole, connected pipeline trace (SPEC §10)', (
     ];
     for (const answer of answers) expect(answer).toMatchObject({ status: 200, body: { status: 'accepted', queued: 0 } });
     await outboxDrained(service);
-    const untraced = sink.spans().filter((span) => ['92000', '93000'].includes(String(span.attributes['ci.pipeline.id'])));
+    const untraced = sink.allSpans().filter((span) => ['92000', '93000'].includes(String(span.attributes['ci.pipeline.id'])));
     expect(untraced).toEqual([]);
   });
 

@@ -101,7 +101,9 @@ describe('a stock GitLab Runner exports through the gateway (SPEC §4, §6)', ()
     expect(result.code).toBe(ExportResultCode.SUCCESS);
 
     const [received] = sink.spans().slice(before);
-    process.stderr.write(`stock-runner: the collector received ${JSON.stringify({ ...received, resourceKeys: undefined, attributeKeys: undefined })}\n`);
+    process.stderr.write(
+      `stock-runner: the collector received ${JSON.stringify({ ...received, resourceKeys: undefined, attributeKeys: undefined }, (_key, value: unknown) => (typeof value === 'bigint' ? String(value) : value))}\n`,
+    );
     expect(received).toMatchObject({ name: 'job_execution', traceId: telemetry.trace_id, parentSpanId: telemetry.span_parent_id });
     expect(received.resource).toMatchObject({
       'service.name': 'runner',

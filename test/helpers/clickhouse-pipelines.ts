@@ -156,7 +156,7 @@ export async function runPipelines(
     pipeline: pipelines.length,
   };
   const counts = () => {
-    const spans = sink.spans();
+    const spans = sink.allSpans();
     return {
       runner: spans.filter((span) => span.resource['service.name'] === 'runner').length,
       job: spans.filter((span) => span.name === 'job').length,
@@ -172,6 +172,9 @@ export async function runPipelines(
     },
     20_000,
   );
-  const rows = sink.exports.filter((received) => received.signal === 'traces').flatMap((received) => otelTracesRows(received.body, received.contentType));
+  const rows = sink
+    .allExports()
+    .filter((received) => received.signal === 'traces')
+    .flatMap((received) => otelTracesRows(received.body, received.contentType));
   return { jobs, rows };
 }

@@ -51,15 +51,28 @@ export interface ReceivedExport {
   readonly body: Buffer;
   /** Epoch milliseconds it arrived. */
   readonly receivedAt: number;
+  /** Sent by the control plane's outbox rather than forwarded by the gateway. */
+  readonly fromControlPlane: boolean;
 }
 
 /** A status alone answers with a google.rpc.Status; `retryAfter` adds the collector's own Retry-After. */
 export type SinkAnswer = 'ok' | 'hang' | number | { status: number; retryAfter: string } | { rejectedSpans: number; errorMessage: string };
 
+/** The scope of the control plane's own spans (src/pipeline-spans/pipeline-span-model.ts). */
+const CONTROL_PLANE_SCOPE = 'ci-job-telemetry/pipeline-spans';
+
 export interface OtlpSink {
   readonly url: string;
+  /** What the gateway forwarded: runners' and jobs' exports. */
   readonly exports: ReceivedExport[];
+  /** What the control plane's outbox delivered: pipeline, job, queue-wait and bridge spans (SPEC §10). */
+  readonly controlPlaneExports: ReceivedExport[];
+  /** The spans the gateway forwarded. */
   spans(): ReceivedSpan[];
+  controlPlaneSpans(): ReceivedSpan[];
+  /** Everything that reached the collector, as a trace viewer sees it. */
+  allSpans(): ReceivedSpan[];
+  allExports(): ReceivedExport[];
   answerWith(answer: SinkAnswer): void;
   /** Answers the next requests with these, one each, then goes back to the `answerWith` answer. */
   answerNext(...answers: SinkAnswer[]): void;
@@ -104,10 +117,12 @@ function summarize(signal: ReceivedExport['signal'], contentType: string, header
   const top = (request.resourceSpans ?? request.resource_spans ?? request.resourceMetrics ?? request.resourceLogs ?? []) as Decoded[];
   const resources: Array<Record<string, AttributeValue>> = [];
   const spans: ReceivedSpan[] = [];
+  const scopes: string[] = [];
   for (const resourceEntry of top) {
     const { map, keys } = attributes((resourceEntry.resource as Decoded | undefined)?.attributes as Decoded[] | undefined);
     resources.push(map);
     for (const scope of (resourceEntry.scopeSpans ?? resourceEntry.scope_spans ?? []) as Decoded[]) {
+      scopes.push(String((scope.scope as Decoded | undefined)?.name ?? ''));
       for (const span of (scope.spans ?? []) as Decoded[]) {
         const own = attributes(span.attributes as Decoded[] | undefined);
         spans.push({
@@ -128,12 +143,22 @@ function summarize(signal: ReceivedExport['signal'], contentType: string, header
       }
     }
   }
-  return { signal, contentType, headers, resources, spans, body, receivedAt: Date.now() };
+  return {
+    signal,
+    contentType,
+    headers,
+    resources,
+    spans,
+    body,
+    receivedAt: Date.now(),
+    fromControlPlane: scopes.length > 0 && scopes.every((name) => name === CONTROL_PLANE_SCOPE),
+  };
 }
 
 export async function startOtlpSink(): Promise<OtlpSink> {
   const port = await freePort();
   const exports: ReceivedExport[] = [];
+  const controlPlaneExports: ReceivedExport[] = [];
   let standing: SinkAnswer = 'ok';
   const queued: SinkAnswer[] = [];
   let server: Server | undefined;
@@ -148,9 +173,12 @@ export async function startOtlpSink(): Promise<OtlpSink> {
         response.writeHead(404).end();
         return;
       }
-      const answer = queued.shift() ?? standing;
-      if (answer === 'hang') return;
       const contentType = request.headers['content-type'] ?? '';
+      const received = summarize(signal, contentType, request.headers, Buffer.concat(chunks));
+      // The answers a test scripts are for the gateway's forwarding; the control plane's own deliveries
+      // (queue waits at pickup, job spans) are accepted beside them without taking one.
+      const answer = received.fromControlPlane ? 'ok' : (queued.shift() ?? standing);
+      if (answer === 'hang') return;
       if (typeof answer === 'number' || (typeof answer === 'object' && 'status' in answer)) {
         const httpStatus = typeof answer === 'number' ? answer : answer.status;
         // As a collector does: a google.rpc.Status in the request's encoding.
@@ -161,7 +189,7 @@ export async function startOtlpSink(): Promise<OtlpSink> {
         response.writeHead(httpStatus, { 'content-type': contentType, ...headers }).end(body);
         return;
       }
-      exports.push(summarize(signal, contentType, request.headers, Buffer.concat(chunks)));
+      (received.fromControlPlane ? controlPlaneExports : exports).push(received);
       const partial = typeof answer === 'object' ? answer : undefined;
       if (contentType.startsWith('application/json')) {
         const body = partial ? { partialSuccess: { rejectedSpans: String(partial.rejectedSpans), errorMessage: partial.errorMessage } } : {};
@@ -197,7 +225,11 @@ export async function startOtlpSink(): Promise<OtlpSink> {
   return {
     url: `http://127.0.0.1:${port}`,
     exports,
+    controlPlaneExports,
     spans: () => exports.flatMap((received) => received.spans),
+    controlPlaneSpans: () => controlPlaneExports.flatMap((received) => received.spans),
+    allSpans: () => [...exports, ...controlPlaneExports].flatMap((received) => received.spans),
+    allExports: () => [...exports, ...controlPlaneExports].sort((a, b) => a.receivedAt - b.receivedAt),
     answerWith: (next) => {
       standing = next;
       queued.length = 0;
