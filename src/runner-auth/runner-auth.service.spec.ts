@@ -142,9 +142,9 @@ describe('RunnerAuthService (SPEC §5, §6)', () => {
     it('still answers a revoked job 403, not 503, while only the rate window cannot be hit', async () => {
       let windowUp = true;
       const store = new (class extends MemoryGrantStore {
-        override async hitRateWindow(key: string, limit: number, windowMs: number) {
+        override async takeWindowBlock(key: string, wanted: number, limit: number, windowMs: number) {
           if (!windowUp) throw new StoreUnavailableError('rate window node down');
-          return super.hitRateWindow(key, limit, windowMs);
+          return super.takeWindowBlock(key, wanted, limit, windowMs);
         }
       })();
       const service = await serviceWith({ grant: grant(), store });
@@ -161,9 +161,11 @@ describe('RunnerAuthService (SPEC §5, §6)', () => {
       await store.saveGrant(grant({ runnerId: 18, runnerTokenDigest: tokenDigest(secrets.tokenDigestKey, 'glrt-runner-18') }));
       expect(await allowedTimes(service, { ...tokens, runnerToken: 'glrt-runner-18' }, 1)).toEqual(['allowed']);
       expect(await allowedTimes(service, tokens, 1)).toEqual(['unauthenticated']);
-      // Runner 17 was charged once, for its own decision; runner 18 once, for its own.
-      for (const runner of ['runner:17', 'runner:18']) expect((await store.hitRateWindow(runner, 2, 60_000)).allowed).toBe(true);
-      for (const runner of ['runner:17', 'runner:18']) expect((await store.hitRateWindow(runner, 2, 60_000)).allowed).toBe(false);
+      // Runner 18 was charged once, for its own decision: 4 of its 5 are left.
+      expect(await allowedTimes(service, { ...tokens, runnerToken: 'glrt-runner-18' }, 5)).toEqual([...Array(4).fill('allowed'), 'rate_limited']);
+      // Runner 17 once too, for its decision before the job moved: 4 left for a job it holds.
+      await store.saveGrant(grant({ jobId: 1003, jobTokenDigest: tokenDigest(secrets.tokenDigestKey, 'glcbt-opaque-1003') }));
+      expect(await allowedTimes(service, { ...tokens, jobToken: 'glcbt-opaque-1003' }, 5)).toEqual([...Array(4).fill('allowed'), 'rate_limited']);
     });
   });
 });
