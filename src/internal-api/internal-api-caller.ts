@@ -1,23 +1,35 @@
 import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction, onRequestHookHandler } from 'fastify';
 import type { IncomingHttpHeaders } from 'node:http';
+import type { Logger } from 'pino';
 import { sendError } from '../observability/http-error';
 import { CALLER_KEY_HEADER, CallerKeys } from './caller-keys';
-import { INTERNAL_API_HEADER, InternalApiTokenVerifier } from './internal-api-token';
+import { CallerRefusal, INTERNAL_API_HEADER, InternalApiTokenVerifier } from './internal-api-token';
 
 /**
- * Why an internal-API request's caller is refused (the 401's message), or undefined when it is
- * accepted (SPEC §3): the GitLab-signed JWT, or, on a route that passes `callerKeys`, a configured
- * caller key in its place. The Nest guard and the plain Fastify routes ask this one function, so
- * every route gives the same answers. Synchronous for a caller key and for a JWT already verified.
+ * Why an internal-API request's caller is refused (the 401's message and the log's reason), or undefined
+ * when it is accepted (SPEC §3): the GitLab-signed JWT, or, on a route that passes `callerKeys`, a
+ * configured caller key in its place. The Nest guard and the plain Fastify routes ask this one function,
+ * so every route gives the same answers. Synchronous for a caller key and for a JWT already verified.
  */
 export function internalApiCallerRefusal(
   headers: IncomingHttpHeaders,
   verifier: InternalApiTokenVerifier,
   callerKeys?: CallerKeys,
-): string | undefined | Promise<string | undefined> {
+): CallerRefusal | undefined | Promise<CallerRefusal | undefined> {
   const callerKey = headers[CALLER_KEY_HEADER];
-  if (callerKeys !== undefined && typeof callerKey === 'string') return callerKeys.accepts(callerKey) ? undefined : `invalid ${CALLER_KEY_HEADER}`;
+  if (callerKeys !== undefined && typeof callerKey === 'string') {
+    return callerKeys.accepts(callerKey) ? undefined : { error: `invalid ${CALLER_KEY_HEADER}`, reason: 'caller key not among AUTH_CALLER_KEY_DIGESTS' };
+  }
   return verifier.refusal(headers[INTERNAL_API_HEADER]);
+}
+
+/**
+ * Every internal-API 401 is logged with its reason (the request id comes with the line), never a token:
+ * a GitLab signing with another secret, or with a clock off, shows here rather than as telemetry that
+ * silently never starts.
+ */
+export function logCallerRefusal(logger: Logger, refusal: CallerRefusal): void {
+  logger.info({ refusal: 'unauthenticated', reason: refusal.reason }, 'internal API caller refused');
 }
 
 /**
@@ -25,15 +37,19 @@ export function internalApiCallerRefusal(
  * other gets the internal API's 401. Callback-style, so a check answered synchronously (a caller key,
  * a JWT already verified) costs the request no promise: nginx asks the auth endpoint on every export.
  */
-export function callerCheckHook(refusalOf: (headers: IncomingHttpHeaders) => string | undefined | Promise<string | undefined>): onRequestHookHandler {
+export function callerCheckHook(
+  refusalOf: (headers: IncomingHttpHeaders) => CallerRefusal | undefined | Promise<CallerRefusal | undefined>,
+  logger: Logger,
+): onRequestHookHandler {
   return (request, reply, done) => {
     const refusal = refusalOf(request.headers);
-    if (refusal instanceof Promise) refusal.then((settled) => admit(request, reply, done, settled), done);
-    else admit(request, reply, done, refusal);
+    if (refusal instanceof Promise) refusal.then((settled) => admit(request, reply, done, settled, logger), done);
+    else admit(request, reply, done, refusal, logger);
   };
 }
 
-function admit(request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction, refusal: string | undefined): void {
-  if (refusal === undefined) done();
-  else sendError(request, reply, 401, refusal);
+function admit(request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction, refusal: CallerRefusal | undefined, logger: Logger): void {
+  if (refusal === undefined) return done();
+  logCallerRefusal(logger, refusal);
+  sendError(request, reply, 401, refusal.error);
 }

@@ -1,7 +1,9 @@
-import { Inject, Injectable, Logger, OnModuleInit } from '@nestjs/common';
+import { Inject, Injectable, Logger as NestLogger, OnModuleInit } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { Logger } from 'pino';
 import { sendError } from '../observability/http-error';
+import { APP_LOGGER } from '../observability/logger';
 import { callerCheckHook } from '../internal-api/internal-api-caller';
 import { INTERNAL_API_VERIFIER } from '../internal-api/internal-api.constants';
 import { INTERNAL_API_HEADER, InternalApiTokenVerifier } from '../internal-api/internal-api-token';
@@ -36,12 +38,13 @@ interface RequestBody {
  */
 @Injectable()
 export class JobPayloadRoute implements OnModuleInit {
-  private readonly logger = new Logger(JobPayloadRoute.name);
+  private readonly nestLogger = new NestLogger(JobPayloadRoute.name);
 
   constructor(
     private readonly adapterHost: HttpAdapterHost,
     @Inject(INTERNAL_API_VERIFIER) private readonly verifier: InternalApiTokenVerifier,
     private readonly jobPayloads: JobPayloadService,
+    @Inject(APP_LOGGER) private readonly logger: Logger,
   ) {}
 
   onModuleInit(): void {
@@ -51,7 +54,10 @@ export class JobPayloadRoute implements OnModuleInit {
     // Prototype-poisoning checks as on every other JSON route.
     const parseJson = fastify.getDefaultJsonParser(onProtoPoisoning ?? 'error', onConstructorPoisoning ?? 'error');
     void fastify.register(async (scope) => {
-      scope.removeContentTypeParser('application/json');
+      // JSON only: Fastify's default text/plain parser would hand the handler a string, answered as a
+      // payload missing every field ("runner is required") instead of as the wrong media type.
+      scope.removeAllContentTypeParsers();
+      scope.addContentTypeParser('*', (request, _body, done) => done(new UnsupportedMediaTypeError(request.headers['content-type']), undefined));
       // The body as read against BODY_LIMIT_BYTES; a body nested beyond any job payload is a 400 here,
       // not a stack overflow later.
       scope.addContentTypeParser<string>('application/json', { parseAs: 'string' }, (request, text, done) => {
@@ -66,15 +72,19 @@ export class JobPayloadRoute implements OnModuleInit {
         method: 'POST',
         url: JOB_PAYLOAD_PATH,
         // Before the body is read: an unauthenticated caller never gets up to 8 MiB parsed.
-        onRequest: callerCheckHook((headers) => this.verifier.refusal(headers[INTERNAL_API_HEADER])),
+        onRequest: callerCheckHook((headers) => this.verifier.refusal(headers[INTERNAL_API_HEADER]), this.logger),
         handler: (request, reply) => this.decorate(request, reply),
       });
     });
-    this.logger.log(`Mapped {${JOB_PAYLOAD_PATH}, POST} route (plain Fastify)`);
+    this.nestLogger.debug(`Mapped {${JOB_PAYLOAD_PATH}, POST} route (plain Fastify)`);
   }
 
   private async decorate(request: FastifyRequest, reply: FastifyReply): Promise<string | FastifyReply> {
-    const body = request.body as RequestBody;
+    const body = request.body as RequestBody | undefined;
+    if (body === undefined) {
+      sendError(request, reply, 415, 'a JSON body is required (content-type: application/json)');
+      return reply;
+    }
     const parsed = parseJobPayloadRequest(body.json);
     if (parsed.problems !== undefined) {
       const error = `invalid request: ${parsed.problems.flatMap((problem) => problem.problems).join('; ')}`;
@@ -86,5 +96,16 @@ export class JobPayloadRoute implements OnModuleInit {
       body.payloadLayout === undefined ? JSON.stringify(payload) : payloadJson(body.text, body.payloadLayout, parsed.request.payload, payload);
     void reply.header('content-type', 'application/json; charset=utf-8');
     return `{"payload":${payloadText},"telemetry":${JSON.stringify(telemetry)}}`;
+  }
+}
+
+/** 415 through the internal API's error shape (AllExceptionsFilter reads `statusCode`), naming what was sent. */
+class UnsupportedMediaTypeError extends Error {
+  readonly statusCode = 415;
+
+  constructor(contentType: string | undefined) {
+    const sent = contentType === undefined || contentType === '' ? 'none' : contentType.slice(0, 100);
+    super(`content-type must be application/json (got ${sent})`);
+    this.name = 'UnsupportedMediaTypeError';
   }
 }

@@ -50,10 +50,10 @@ export class TokenAuthRoute implements OnModuleInit {
       method: 'POST',
       url: AUTH_PATH,
       // The internal-API JWT, or a caller key for gateways that cannot sign one (SPEC §3).
-      onRequest: callerCheckHook((headers) => internalApiCallerRefusal(headers, this.verifier, this.callerKeys)),
+      onRequest: callerCheckHook((headers) => internalApiCallerRefusal(headers, this.verifier, this.callerKeys), this.logger),
       handler: (request, reply) => this.authenticate(request, reply),
     });
-    this.nestLogger.log(`Mapped {${AUTH_PATH}, POST} route (plain Fastify)`);
+    this.nestLogger.debug(`Mapped {${AUTH_PATH}, POST} route (plain Fastify)`);
   }
 
   /**
