@@ -136,6 +136,8 @@ async function main(): Promise<void> {
           HOST: '127.0.0.1',
           INTERNAL_PORT: '0',
           GATEWAY_PORT: '0',
+          // The gateway never listens here, but a process handing out URLs needs one that is not port 0.
+          GATEWAY_PUBLIC_URL: 'http://127.0.0.1:4318',
           LOG_LEVEL: 'info',
           INTERNAL_API_SECRET_FILE: secrets.internalApiSecretFile,
           TRACE_KEY_FILE: secrets.traceKeyFile,

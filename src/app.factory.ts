@@ -7,7 +7,7 @@ import { AppConfig } from './config/app-config';
 import { Secrets } from './config/secrets';
 import { AllExceptionsFilter } from './observability/all-exceptions.filter';
 import { drainUnreadBodies } from './observability/body-drain';
-import { PinoNestLogger } from './observability/logger';
+import { frameworkLogger, PinoNestLogger } from './observability/logger';
 import { addRequestHooks, requestIdOf, rootLoggerForRequests } from './observability/request-hooks';
 
 /**
@@ -16,7 +16,7 @@ import { addRequestHooks, requestIdOf, rootLoggerForRequests } from './observabi
  */
 export async function createInternalApp(config: AppConfig, secrets: Secrets, logger: Logger): Promise<NestFastifyApplication> {
   const adapter = new FastifyAdapter({
-    loggerInstance: logger,
+    loggerInstance: frameworkLogger(logger),
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: config.BODY_LIMIT_BYTES,
     genReqId: requestIdOf,

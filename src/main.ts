@@ -1,41 +1,83 @@
 import 'reflect-metadata';
+import type { FastifyInstance } from 'fastify';
 import { createInternalApp } from './app.factory';
-import { ConfigError, loadConfig } from './config/app-config';
-import { loadSecrets } from './config/secrets';
+import { AppConfig, ConfigError, loadConfig } from './config/app-config';
+import { loadSecrets, Secrets } from './config/secrets';
 import { createLogger } from './observability/logger';
+import { ReadinessChecks } from './observability/readiness-checks';
 import { startSelfTracing } from './observability/self-tracing';
 import { SHUTDOWN_GRACE_MS } from './observability/shutdown';
 import { GatewayServer } from './otlp-gateway/otlp-gateway.module';
 import { jwksFileProblem } from './runner-auth/job-token-verifier';
 import { webhookSecretsProblem } from './pipeline-spans/webhook-secrets';
+import { listenProblem, readCommandLine, startupSummary, USAGE } from './startup';
 
-async function bootstrap(): Promise<void> {
-  let config;
-  let secrets;
+const EX_USAGE = 64;
+const EX_SOFTWARE = 70;
+const EX_CONFIG = 78;
+
+/** A start-up mistake of the user's: one line, no stack, and the exit code that says configuration. */
+function refuse(line: string, exitCode = EX_CONFIG): never {
+  process.stderr.write(`${line}\n`);
+  process.exit(exitCode);
+}
+
+function configuration(): { config: AppConfig; secrets: Secrets } {
   try {
-    config = loadConfig(process.env);
-    secrets = loadSecrets(config);
+    const config = loadConfig(process.env);
+    const secrets = loadSecrets(config);
     // Only processes that verify job tokens read the keys (ROLE=gateway asks AUTH_URL instead).
     const keysProblem = config.ROLE !== 'gateway' && config.JOB_TOKEN_JWKS_FILE !== undefined ? jwksFileProblem(config.JOB_TOKEN_JWKS_FILE) : undefined;
     if (keysProblem !== undefined) throw new ConfigError([keysProblem]);
     const webhookProblem =
       config.ROLE !== 'gateway' && config.GITLAB_WEBHOOK_SECRET_FILE !== undefined ? webhookSecretsProblem(config.GITLAB_WEBHOOK_SECRET_FILE) : undefined;
     if (webhookProblem !== undefined) throw new ConfigError([webhookProblem]);
+    return { config, secrets };
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error;
-    for (const problem of error.problems) process.stderr.write(`invalid configuration: ${problem}\n`);
-    process.exit(78); // EX_CONFIG
+    refuse(error.problems.map((problem) => `invalid configuration: ${problem}`).join('\n'));
   }
+}
+
+/** Listens, or refuses with the one line that names what to change (a port in use, a HOST that is not here). */
+async function listen(variable: 'INTERNAL_PORT' | 'GATEWAY_PORT', host: string, port: number, start: () => Promise<string>): Promise<string> {
+  try {
+    return await start();
+  } catch (error) {
+    const problem = listenProblem(error, variable, host, port);
+    if (problem === undefined) throw error;
+    refuse(`cannot start: ${problem}`);
+  }
+}
+
+async function bootstrap(): Promise<void> {
+  const commandLine = readCommandLine(process.argv.slice(2));
+  if (commandLine.kind === 'help') {
+    process.stdout.write(USAGE);
+    return;
+  }
+  if (commandLine.kind === 'unknown') {
+    refuse(
+      `unknown argument ${JSON.stringify(commandLine.argument)}: the service takes none, it is configured by environment variables (see --help)`,
+      EX_USAGE,
+    );
+  }
+  const { config, secrets } = configuration();
 
   const logger = createLogger(config.LOG_LEVEL);
   const stopSelfTracing = startSelfTracing(config.OTEL_EXPORTER_OTLP_ENDPOINT, config.OTEL_SERVICE_NAME);
   const internal = await createInternalApp(config, secrets, logger);
-  await internal.listen(config.INTERNAL_PORT, config.HOST);
-  logger.info({ url: await internal.getUrl(), role: config.ROLE }, 'internal API listening');
-  if (config.ROLE !== 'control') {
-    const url = await internal.get(GatewayServer).listen(config.GATEWAY_PORT, config.HOST);
-    logger.info({ url, upstream: config.OTLP_UPSTREAM_URL }, 'OTLP gateway listening');
-  }
+  // Fastify's own listen, not Nest's: Nest logs a failed listen's raw error itself before rejecting.
+  const internalFastify: FastifyInstance = internal.getHttpAdapter().getInstance();
+  const internalUrl = await listen('INTERNAL_PORT', config.HOST, config.INTERNAL_PORT, () =>
+    internalFastify.listen({ port: config.INTERNAL_PORT, host: config.HOST }),
+  );
+  const gatewayUrl =
+    config.ROLE === 'control'
+      ? undefined
+      : await listen('GATEWAY_PORT', config.HOST, config.GATEWAY_PORT, () => internal.get(GatewayServer).listen(config.GATEWAY_PORT, config.HOST));
+  const readiness = await internal.get(ReadinessChecks).run();
+  logger.info(startupSummary(config, { internalUrl, gatewayUrl, readiness }), 'ci-job-telemetry started');
 
   const shutdown = (signal: string) => {
     logger.info({ signal }, 'shutting down');
@@ -56,4 +98,8 @@ async function bootstrap(): Promise<void> {
   process.once('SIGINT', () => shutdown('SIGINT'));
 }
 
-void bootstrap();
+// Anything else that stops the start is the service's own fault, not the user's: its stack is worth reading.
+bootstrap().catch((error: unknown) => {
+  process.stderr.write(`cannot start: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+  process.exit(EX_SOFTWARE);
+});

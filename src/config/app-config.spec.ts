@@ -57,6 +57,42 @@ describe('loadConfig', () => {
     expect(problemsOf(gateway)).toEqual(['OTLP_UPSTREAM_URL: required with ROLE=gateway (an edge gateway keeps no exports on its own disk)']);
   });
 
+  it('hands runners a URL that follows GATEWAY_PORT unless GATEWAY_PUBLIC_URL is set', () => {
+    expect(loadConfig({}).GATEWAY_PUBLIC_URL).toBe('http://localhost:4318');
+    expect(loadConfig({ GATEWAY_PORT: '4400' }).GATEWAY_PUBLIC_URL).toBe('http://localhost:4400');
+    expect(loadConfig({ GATEWAY_PORT: '4400', GATEWAY_PUBLIC_URL: 'https://otlp.example' }).GATEWAY_PUBLIC_URL).toBe('https://otlp.example');
+  });
+
+  it('refuses, one line each, ports and addresses that cannot be right together', () => {
+    expect(problemsOf({ INTERNAL_PORT: '9000', GATEWAY_PORT: '9000' })).toEqual([
+      'GATEWAY_PORT: 9000 is INTERNAL_PORT too; ROLE=all listens on both, so give them different ports',
+    ]);
+    expect(problemsOf({ ROLE: 'control', INTERNAL_PORT: '9000', GATEWAY_PORT: '9000' })).toEqual([
+      "GATEWAY_PUBLIC_URL: http://localhost:9000 is this process's internal API (INTERNAL_PORT=9000), not the OTLP gateway runners must be handed",
+    ]);
+    expect(problemsOf({ ROLE: 'control', INTERNAL_PORT: '9000', GATEWAY_PORT: '9000', GATEWAY_PUBLIC_URL: 'https://otlp.example' })).toEqual([]);
+    expect(problemsOf({ GATEWAY_PORT: '0' })).toEqual([
+      'GATEWAY_PUBLIC_URL: required with GATEWAY_PORT=0, since runners must be handed the port the gateway actually gets',
+    ]);
+    expect(problemsOf({ INTERNAL_PORT: '0', GATEWAY_PORT: '0', GATEWAY_PUBLIC_URL: 'http://127.0.0.1:4318' })).toEqual([]);
+    expect(problemsOf({ GATEWAY_PUBLIC_URL: 'http://127.0.0.1:8080' })).toEqual([
+      "GATEWAY_PUBLIC_URL: http://127.0.0.1:8080 is this process's internal API (INTERNAL_PORT=8080), not the OTLP gateway runners must be handed",
+    ]);
+    // Another machine's loopback is not this process's.
+    expect(problemsOf({ HOST: '10.1.2.3', GATEWAY_PUBLIC_URL: 'http://127.0.0.1:8080' })).toEqual([]);
+    expect(problemsOf({ OTLP_UPSTREAM_URL: 'http://localhost:4318' })).toEqual([
+      "OTLP_UPSTREAM_URL: http://localhost:4318 is this process's own gateway (GATEWAY_PORT=4318), so exports would loop; point it at the OpenTelemetry Collector's OTLP/HTTP receiver",
+    ]);
+    expect(problemsOf({ ROLE: 'control', OTLP_UPSTREAM_URL: 'http://localhost:4318' })).toEqual([]);
+  });
+
+  it('says which schemes a URL takes, and never echoes a password back', () => {
+    expect(problemsOf({ REDIS_URL: 'http://:hunter2@redis:6379' })).toEqual([
+      'REDIS_URL: must be a redis:// or rediss:// (TLS) URL, e.g. redis://localhost:6379 (got "http://:***@redis:6379")',
+    ]);
+    expect(problemsOf({ UNLEASH_URL: 'unleash:4242' })).toEqual(['UNLEASH_URL: must be an http:// or https:// URL (got "unleash:4242")']);
+  });
+
   it('does not read "false" as true', () => {
     expect(problemsOf({ UNADVERTISED_RUNNERS_ELIGIBLE: 'nope' })).toHaveLength(1);
   });

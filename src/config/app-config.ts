@@ -41,6 +41,9 @@ const HOST_PORT = /^([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]):\d{1,5}$/;
 
 const URL_OPTIONS = { require_tld: false, require_protocol: true, protocols: ['http', 'https'] };
 
+/** class-validator's own message ("must be a URL address") does not say which schemes are wanted. */
+const IsHttpUrl = () => IsUrl(URL_OPTIONS, { message: 'must be an http:// or https:// URL' });
+
 /**
  * The environment as the service understands it, grouped by the feature that reads it. Every variable
  * has a default that lets `npm start` run with no other server (SPEC §8); production deployments
@@ -145,10 +148,15 @@ export class EnvironmentVariables {
   @Min(0)
   GRANT_GRACE_SECONDS = 900;
 
-  @IsUrl(URL_OPTIONS)
-  GATEWAY_PUBLIC_URL = 'http://localhost:4318';
+  /**
+   * The gateway's base URL as runners reach it. Unset: `http://localhost:<GATEWAY_PORT>`, right only for
+   * runners on this host; loadConfig fills it in, so it always follows GATEWAY_PORT.
+   */
+  @IsOptional()
+  @IsHttpUrl()
+  GATEWAY_PUBLIC_URL!: string;
 
-  @IsUrl(URL_OPTIONS)
+  @IsHttpUrl()
   COLLECTOR_PUBLIC_URL = 'http://localhost:4318';
 
   @Transform(toList)
@@ -175,7 +183,7 @@ export class EnvironmentVariables {
   FLAGS_FILE = 'config/flags.json';
 
   @IsOptional()
-  @IsUrl(URL_OPTIONS)
+  @IsHttpUrl()
   UNLEASH_URL?: string;
 
   @IsOptional()
@@ -200,7 +208,7 @@ export class EnvironmentVariables {
   JOB_TOKEN_JWKS_FILE?: string;
 
   @IsOptional()
-  @IsUrl(URL_OPTIONS)
+  @IsHttpUrl()
   JOB_TOKEN_JWKS_URL?: string;
 
   /** When set, JWT job tokens must carry this `iss` (the GitLab instance URL). */
@@ -248,7 +256,7 @@ export class EnvironmentVariables {
    * collector keeps every export under DATA_DIR (issue 20), so `npm start` works with no other server.
    */
   @IsOptional()
-  @IsUrl(URL_OPTIONS)
+  @IsHttpUrl()
   OTLP_UPSTREAM_URL?: string;
 
   /** Where the embedded collector writes `otlp/<signal>.jsonl`; relative to the working directory, like `.secrets/`. */
@@ -276,7 +284,7 @@ export class EnvironmentVariables {
 
   /** Control process auth endpoint for ROLE=gateway (SPEC §2), e.g. http://control:8080/internal/ci/telemetry/auth. */
   @IsOptional()
-  @IsUrl(URL_OPTIONS)
+  @IsHttpUrl()
   AUTH_URL?: string;
 
   /** Bytes on the wire per export. */
@@ -390,7 +398,10 @@ export class EnvironmentVariables {
 
   /** One Redis server (SPEC §7); `rediss://` for TLS. Exclusive with REDIS_SENTINELS and REDIS_CLUSTER_NODES. */
   @IsOptional()
-  @IsUrl({ require_tld: false, require_protocol: true, protocols: ['redis', 'rediss'] })
+  @IsUrl(
+    { require_tld: false, require_protocol: true, protocols: ['redis', 'rediss'] },
+    { message: 'must be a redis:// or rediss:// (TLS) URL, e.g. redis://localhost:6379' },
+  )
   REDIS_URL?: string;
 
   /** Sentinel addresses (`host:port`, comma separated): the store follows the primary they elect. */
@@ -474,7 +485,7 @@ export class EnvironmentVariables {
    * Unset: no SDK is registered and self-instrumentation costs next to nothing.
    */
   @IsOptional()
-  @IsUrl(URL_OPTIONS)
+  @IsHttpUrl()
   OTEL_EXPORTER_OTLP_ENDPOINT?: string;
 
   @IsString()
@@ -491,8 +502,14 @@ export class ConfigError extends Error {
   }
 }
 
+/** A password in a URL (`redis://:secret@host`) is never echoed back, even in a refusal. */
+function withoutPassword(value: unknown): unknown {
+  if (typeof value !== 'string' || !value.includes('@')) return value;
+  return value.replace(/^([A-Za-z][A-Za-z0-9+.-]*:\/\/[^/@:]*):[^/@]*@/, '$1:***@');
+}
+
 function describe(error: ValidationError): string {
-  const value = error.value === undefined ? 'unset' : JSON.stringify(error.value);
+  const value = error.value === undefined ? 'unset' : JSON.stringify(withoutPassword(error.value));
   const constraints = Object.values(error.constraints ?? {}).join('; ');
   return `${error.property}: ${constraints} (got ${value})`;
 }
@@ -501,7 +518,7 @@ function describe(error: ValidationError): string {
  * Every variable the service reads: each has a validation decorator, optional ones (no default) included,
  * so the list cannot fall behind the class.
  */
-const VARIABLE_NAMES: ReadonlySet<string> = new Set([
+export const VARIABLE_NAMES: ReadonlySet<string> = new Set([
   ...Object.keys(new EnvironmentVariables()),
   ...getMetadataStorage()
     .getTargetValidationMetadatas(EnvironmentVariables, '', true, false)
@@ -533,8 +550,60 @@ export function loadConfig(env: NodeJS.ProcessEnv | Record<string, string | unde
     );
   }
   problems.push(...storeProblems(config));
+  if (config.GATEWAY_PUBLIC_URL === undefined) config.GATEWAY_PUBLIC_URL = `http://localhost:${config.GATEWAY_PORT}`;
+  if (problems.length === 0) problems.push(...addressProblems(config, provided.GATEWAY_PUBLIC_URL !== undefined));
   if (problems.length > 0) throw new ConfigError(problems);
   return Object.freeze(config);
+}
+
+const LOOPBACK_HOSTS = new Set(['localhost', '[::1]', '::1']);
+const WILDCARD_HOSTS = new Set(['0.0.0.0', '::', '[::]']);
+const isLoopback = (host: string) => LOOPBACK_HOSTS.has(host) || /^127\.\d+\.\d+\.\d+$/.test(host);
+
+/** The port a URL names, when it names this process: a loopback host, while HOST listens there too. */
+function portOnThisHost(config: EnvironmentVariables, text: string): number | undefined {
+  if (!WILDCARD_HOSTS.has(config.HOST) && !isLoopback(config.HOST)) return undefined;
+  const url = new URL(text);
+  if (!isLoopback(url.hostname)) return undefined;
+  return Number(url.port || (url.protocol === 'https:' ? 443 : 80));
+}
+
+/**
+ * Ports and addresses that cannot be right together, each of which would start and fail later, or
+ * never visibly: a port the process would bind twice, runners handed a URL that is not the gateway,
+ * a gateway forwarding to itself.
+ */
+function addressProblems(config: EnvironmentVariables, publicUrlSet: boolean): string[] {
+  const problems: string[] = [];
+  const servesGateway = config.ROLE !== 'control';
+  const handsOutUrls = config.ROLE !== 'gateway';
+  if (servesGateway && config.GATEWAY_PORT !== 0 && config.GATEWAY_PORT === config.INTERNAL_PORT) {
+    problems.push(`GATEWAY_PORT: ${config.GATEWAY_PORT} is INTERNAL_PORT too; ROLE=${config.ROLE} listens on both, so give them different ports`);
+  }
+  if (handsOutUrls && config.GATEWAY_PORT === 0 && !publicUrlSet) {
+    problems.push('GATEWAY_PUBLIC_URL: required with GATEWAY_PORT=0, since runners must be handed the port the gateway actually gets');
+  }
+  if (
+    handsOutUrls &&
+    (publicUrlSet || !servesGateway) &&
+    config.INTERNAL_PORT !== 0 &&
+    portOnThisHost(config, config.GATEWAY_PUBLIC_URL) === config.INTERNAL_PORT
+  ) {
+    problems.push(
+      `GATEWAY_PUBLIC_URL: ${config.GATEWAY_PUBLIC_URL} is this process's internal API (INTERNAL_PORT=${config.INTERNAL_PORT}), not the OTLP gateway runners must be handed`,
+    );
+  }
+  if (
+    servesGateway &&
+    config.GATEWAY_PORT !== 0 &&
+    config.OTLP_UPSTREAM_URL !== undefined &&
+    portOnThisHost(config, config.OTLP_UPSTREAM_URL) === config.GATEWAY_PORT
+  ) {
+    problems.push(
+      `OTLP_UPSTREAM_URL: ${config.OTLP_UPSTREAM_URL} is this process's own gateway (GATEWAY_PORT=${config.GATEWAY_PORT}), so exports would loop; point it at the OpenTelemetry Collector's OTLP/HTTP receiver`,
+    );
+  }
+  return problems;
 }
 
 export type StoreMode = 'memory' | 'single' | 'sentinel' | 'cluster';

@@ -68,7 +68,13 @@ export class FileFlagRepository extends EventEmitter implements RepositoryInterf
     try {
       text = await readFile(this.path, 'utf8');
     } catch (error) {
-      this.emit(UnleashEvents.Warn, `flag file ${this.path} unreadable, keeping the last good definitions: ${(error as Error).message}`);
+      const problem = `flag file ${this.path} ${unreadable(error as NodeJS.ErrnoException)}`;
+      this.emit(
+        UnleashEvents.Warn,
+        this.loaded
+          ? `${problem}; keeping the last good definitions until it can be read`
+          : `${problem}: there are no flag definitions, so telemetry is off for every job and readiness fails; create it (the repository's config/flags.json is an example) or point FLAGS_FILE at yours, or UNLEASH_URL at an Unleash server`,
+      );
       return;
     }
     if (text === this.lastText) {
@@ -79,7 +85,13 @@ export class FileFlagRepository extends EventEmitter implements RepositoryInterf
     try {
       parsed = parseClientFeatures(text);
     } catch (error) {
-      this.emit(UnleashEvents.Warn, `flag file ${this.path} rejected, keeping the last good definitions: ${(error as Error).message}`);
+      const problem = `flag file ${this.path} rejected: ${(error as Error).message}`;
+      this.emit(
+        UnleashEvents.Warn,
+        this.loaded
+          ? `${problem}; keeping the last good definitions`
+          : `${problem}; there are no flag definitions, so telemetry is off for every job and readiness fails until it parses`,
+      );
       return;
     }
     this.lastText = text;
@@ -90,6 +102,19 @@ export class FileFlagRepository extends EventEmitter implements RepositoryInterf
       this.emit(UnleashEvents.Ready);
     }
     this.emit(UnleashEvents.Changed, parsed.features);
+  }
+}
+
+function unreadable(error: NodeJS.ErrnoException): string {
+  switch (error.code) {
+    case 'ENOENT':
+      return 'does not exist';
+    case 'EACCES':
+      return 'cannot be read (permission denied)';
+    case 'EISDIR':
+      return 'is a directory, not a file';
+    default:
+      return `cannot be read (${error.message})`;
   }
 }
 

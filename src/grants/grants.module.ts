@@ -1,4 +1,4 @@
-import { Inject, Module, OnModuleDestroy } from '@nestjs/common';
+import { Inject, Logger, Module, OnModuleDestroy } from '@nestjs/common';
 import { AppConfig, storeMode } from '../config/app-config';
 import { APP_CONFIG, SECRETS } from '../config/config.constants';
 import { Secrets } from '../config/secrets';
@@ -7,7 +7,7 @@ import { ReadinessChecks } from '../observability/readiness-checks';
 import { GrantStore } from './grant';
 import { GRANT_STORE } from './grants.constants';
 import { MemoryGrantStore } from './memory-grant-store';
-import { redisSettingsFrom } from './redis-connection';
+import { describeStore, redisSettingsFrom } from './redis-connection';
 import { RedisGrantStore } from './redis-grant-store';
 
 @Module({
@@ -19,11 +19,17 @@ import { RedisGrantStore } from './redis-grant-store';
         const settings = redisSettingsFrom(config, secrets);
         if (settings === undefined) return new MemoryGrantStore();
         const mode = storeMode(config);
+        const store = describeStore(config);
+        const logger = new Logger('GrantStore');
         metrics.storeReconnects.labels(mode).inc(0);
         metrics.storeFailovers.labels(mode).inc(0);
         return RedisGrantStore.open(settings, {
           reconnecting: () => metrics.storeReconnects.labels(mode).inc(),
           failedOver: () => metrics.storeFailovers.labels(mode).inc(),
+          // One line when it goes, one when it is back: the reconnect attempts in between say nothing new.
+          unreachable: (reason) =>
+            logger.warn(`store: ${store} is unreachable (${reason}); pickups answer degraded, exports 503, and readiness fails until it is back`),
+          reachableAgain: () => logger.log(`store: ${store} is reachable again`),
         });
       },
     },

@@ -34,10 +34,15 @@ export interface RedisConnectionSettings {
   readonly waitReplicas?: number;
 }
 
-/** What the connection reports, for metrics: a lost connection, and a primary that changed. */
+/**
+ * What the connection reports: for metrics, a lost connection and a primary that changed; for the log,
+ * when the store stops being reachable (at start included) and when it is back, once each.
+ */
 export interface RedisConnectionEvents {
   reconnecting(): void;
   failedOver(): void;
+  unreachable?(reason: string): void;
+  reachableAgain?(): void;
 }
 
 export function parseHostPort(text: string): HostPort {
@@ -69,6 +74,26 @@ export function redisSettingsFrom(config: AppConfig, secrets: Secrets): RedisCon
       };
     case 'cluster':
       return { ...common, topology: { mode: 'cluster', nodes: config.REDIS_CLUSTER_NODES!.map(parseHostPort) } };
+  }
+}
+
+/**
+ * The store as an operator names it, never with a password: `memory`, the Redis URL, the sentinels with
+ * their master name, or the cluster's seed nodes.
+ */
+export function describeStore(config: AppConfig): string {
+  switch (storeMode(config)) {
+    case 'memory':
+      return 'memory (this process only)';
+    case 'single': {
+      const url = new URL(config.REDIS_URL!);
+      url.password = '';
+      return `Redis ${url.href.replace(/\/$/, '')}`;
+    }
+    case 'sentinel':
+      return `Redis Sentinel master ${config.REDIS_SENTINEL_MASTER!} via ${config.REDIS_SENTINELS!.join(',')}`;
+    case 'cluster':
+      return `Redis Cluster ${config.REDIS_CLUSTER_NODES!.join(',')}`;
   }
 }
 
@@ -149,7 +174,42 @@ export function connectRedis(settings: RedisConnectionSettings, events?: RedisCo
   // Errors surface through the commands that fail; without a listener ioredis prints every reconnect.
   client.on('error', () => undefined);
   if (events !== undefined) watchConnection(client, events);
+  if (events?.unreachable !== undefined || events?.reachableAgain !== undefined) watchReachability(client, events);
   return client;
+}
+
+/** Node's codes for why a connection failed, in words; anything else (WRONGPASS, NOAUTH, sentinels unreachable) as Redis or ioredis said it. */
+const CONNECT_FAILURES: Readonly<Record<string, string>> = {
+  ECONNREFUSED: 'connection refused',
+  ENOTFOUND: 'host not found',
+  EAI_AGAIN: 'host not found',
+  ETIMEDOUT: 'connect timed out',
+  EHOSTUNREACH: 'host unreachable',
+  ECONNRESET: 'connection reset',
+};
+
+function watchReachability(client: RedisClient, events: RedisConnectionEvents): void {
+  let reachable: boolean | undefined;
+  let lastFailure: string | undefined;
+  const lost = (reason: string) => {
+    if (reachable === false) return;
+    reachable = false;
+    events.unreachable?.(reason);
+  };
+  // A cluster also reports errors of single nodes while it still serves every slot: only a client that is
+  // not ready counts.
+  client.on('error', (error: NodeJS.ErrnoException) => {
+    lastFailure = CONNECT_FAILURES[error.code ?? ''] ?? error.message;
+    if (client.status !== 'ready') lost(lastFailure);
+  });
+  client.on('close', () => {
+    if (reachable === true) lost(lastFailure ?? 'connection closed');
+  });
+  client.on('ready', () => {
+    if (reachable === false) events.reachableAgain?.();
+    reachable = true;
+    lastFailure = undefined;
+  });
 }
 
 function watchConnection(client: RedisClient, events: RedisConnectionEvents): void {

@@ -537,7 +537,9 @@ export class RedisGrantStore implements GrantStore {
     try {
       return await operation();
     } catch (error) {
-      throw new StoreUnavailableError(error);
+      // ioredis refuses a command while disconnected with "Stream isn't writeable and enableOfflineQueue
+      // options is false", which says nothing to whoever reads it in a log.
+      throw new StoreUnavailableError(this.redis.status === 'ready' ? error : new Error(`not connected (${this.redis.status})`, { cause: error }));
     }
   }
 }

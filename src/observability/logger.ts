@@ -45,12 +45,31 @@ export function createLogger(
   );
 }
 
+/**
+ * The logger handed to Fastify: its one info line of its own is "Server listening at …", once per
+ * address and port, which the start-up summary says better; request logging is off (requests are
+ * logged by request-hooks.ts). So Fastify's info is debug here; its warnings and errors stay as they are.
+ */
+export function frameworkLogger(logger: Logger): Logger {
+  const framework = logger.child({});
+  framework.info = framework.debug;
+  return framework;
+}
+
+/**
+ * Nest's narration of its own start (modules initialized, routes mapped, "successfully started"): about
+ * thirty lines that say nothing an operator acts on, so they are debug. The service's own start-up
+ * summary says what matters in one line.
+ */
+const FRAMEWORK_CONTEXTS: ReadonlySet<string> = new Set(['NestFactory', 'InstanceLoader', 'RoutesResolver', 'RouterExplorer', 'NestApplication']);
+
 /** Nest's own messages (startup, services' `new Logger(...)`) as JSON lines through the same pino. */
 export class PinoNestLogger implements LoggerService {
   constructor(private readonly logger: Logger) {}
 
   log(message: unknown, context?: string): void {
-    this.logger.info({ context }, String(message));
+    if (context !== undefined && FRAMEWORK_CONTEXTS.has(context)) this.logger.debug({ context }, String(message));
+    else this.logger.info({ context }, String(message));
   }
 
   error(message: unknown, trace?: string, context?: string): void {

@@ -6,6 +6,7 @@ import { AppConfig } from '../config/app-config';
 import { GrantStore, StoreUnavailableError } from '../grants/grant';
 import { drainAfterAnswer, drainUnreadBodies } from '../observability/body-drain';
 import { addRequestHooks, REQUEST_ID_HEADER, requestIdOf, rootLoggerForRequests } from '../observability/request-hooks';
+import { frameworkLogger } from '../observability/logger';
 import { OUTAGE_RETRY_AFTER_SECONDS, retryAfterForWindow, upstreamRetryAfter } from '../observability/retry-after';
 import { DecisionSpan, startDecisionSpan } from '../observability/tracing';
 import { headerCredential, RunnerCredential } from '../runner-auth/runner-credential';
@@ -94,7 +95,7 @@ export function buildGatewayServer(deps: GatewayDependencies): FastifyInstance {
 
   const app = fastify({
     // pino's Logger and Fastify's FastifyBaseLogger differ only in typing details.
-    loggerInstance: logger as unknown as FastifyBaseLogger,
+    loggerInstance: frameworkLogger(logger) as unknown as FastifyBaseLogger,
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: config.GATEWAY_MAX_WIRE_BYTES,
     genReqId: requestIdOf,

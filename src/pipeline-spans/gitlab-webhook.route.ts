@@ -54,7 +54,7 @@ export class GitlabWebhookRoute implements OnModuleInit {
       },
       handler: (request, reply) => this.receive(request, reply),
     });
-    this.logger.log(`Mapped {${GITLAB_WEBHOOK_PATH}, POST} route (plain Fastify)`);
+    this.logger.debug(`Mapped {${GITLAB_WEBHOOK_PATH}, POST} route (plain Fastify)`);
   }
 
   private refusal(request: FastifyRequest): string | undefined {
