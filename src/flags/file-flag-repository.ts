@@ -19,6 +19,8 @@ export class FileFlagRepository extends EventEmitter implements RepositoryInterf
   private features = new Map<string, FeatureInterface>();
   private segments = new Map<number, Segment>();
   private lastText: string | undefined;
+  /** The last warning given, so one that still holds is not given again (watchFile also reports a missing file once). */
+  private lastWarning: string | undefined;
   private loaded = false;
   private stopped = false;
 
@@ -69,8 +71,7 @@ export class FileFlagRepository extends EventEmitter implements RepositoryInterf
       text = await readFile(this.path, 'utf8');
     } catch (error) {
       const problem = `flag file ${this.path} ${unreadable(error as NodeJS.ErrnoException)}`;
-      this.emit(
-        UnleashEvents.Warn,
+      this.warn(
         this.loaded
           ? `${problem}; keeping the last good definitions until it can be read`
           : `${problem}: there are no flag definitions, so telemetry is off for every job and readiness fails; create it (the repository's config/flags.json is an example) or point FLAGS_FILE at yours, or UNLEASH_URL at an Unleash server`,
@@ -78,6 +79,7 @@ export class FileFlagRepository extends EventEmitter implements RepositoryInterf
       return;
     }
     if (text === this.lastText) {
+      this.lastWarning = undefined;
       this.emit(UnleashEvents.Unchanged);
       return;
     }
@@ -86,8 +88,7 @@ export class FileFlagRepository extends EventEmitter implements RepositoryInterf
       parsed = parseClientFeatures(text);
     } catch (error) {
       const problem = `flag file ${this.path} rejected: ${(error as Error).message}`;
-      this.emit(
-        UnleashEvents.Warn,
+      this.warn(
         this.loaded
           ? `${problem}; keeping the last good definitions`
           : `${problem}; there are no flag definitions, so telemetry is off for every job and readiness fails until it parses`,
@@ -95,6 +96,7 @@ export class FileFlagRepository extends EventEmitter implements RepositoryInterf
       return;
     }
     this.lastText = text;
+    this.lastWarning = undefined;
     this.features = new Map(parsed.features.map((feature) => [feature.name, feature]));
     this.segments = new Map((parsed.segments ?? []).map((segment) => [segment.id, segment]));
     if (!this.loaded) {
@@ -102,6 +104,12 @@ export class FileFlagRepository extends EventEmitter implements RepositoryInterf
       this.emit(UnleashEvents.Ready);
     }
     this.emit(UnleashEvents.Changed, parsed.features);
+  }
+
+  private warn(message: string): void {
+    if (message === this.lastWarning) return;
+    this.lastWarning = message;
+    this.emit(UnleashEvents.Warn, message);
   }
 }
 

@@ -203,6 +203,8 @@ describe('first contact (issue 20)', () => {
     const running = service;
     const summary = await waitFor('the start-up summary', async () => logLines(running).find((line) => line.msg === 'ci-job-telemetry started'));
     expect(summary.flags).toBe(`file ${flagsFile} (no definitions yet: telemetry is off)`);
+    // The file is polled every second: a problem that still holds is not said again.
+    await new Promise((resolve) => setTimeout(resolve, 2500));
     expect(logLines(service).filter((line) => line.context === 'FlagsService')).toEqual([
       expect.objectContaining({
         level: 40,
