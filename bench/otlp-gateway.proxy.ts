@@ -7,14 +7,15 @@
  *          answered. Its cost per export bounds what any gateway on this runtime can reach against nginx,
  *          whatever it checks.
  *   floor  (FLOOR_IDENTITY set) the same plus the work SPEC §6 makes every export do, done the way the gateway
- *          does it: the runner's export window and the job's span quota charged in one store round trip
- *          (RedisGrantStore on REDIS_URL), the body enforced against the job's identity, and the enforced body
- *          forwarded. Still no credential check, log line or metric. What bounds our gateway, which does that
- *          and also authenticates, logs and counts.
+ *          does it: the runner's export window and the job's span quota charged from the lease ledger's blocks
+ *          (RedisGrantStore on REDIS_URL; a store round trip per block, issue 21), the body enforced against
+ *          the job's identity, and the enforced body forwarded. Still no credential check, log line or metric.
+ *          What bounds our gateway, which does that and also authenticates, logs and counts.
  */
 import fastify from 'fastify';
 import type { AddressInfo } from 'node:net';
 import { GrantStore } from '../src/grants/grant';
+import { JobSpanLedger, WindowLedger } from '../src/grants/lease-ledger';
 import { RedisGrantStore } from '../src/grants/redis-grant-store';
 import { OtlpUpstream } from '../src/collector/otlp-upstream';
 import { enforceExport } from '../src/otlp-gateway/wire/otlp-payload';
@@ -30,15 +31,15 @@ async function floorWork(): Promise<((body: Buffer) => Promise<Buffer>) | undefi
   const redisUrl = process.env.REDIS_URL;
   if (redisUrl === undefined) throw new Error('REDIS_URL is required with FLOOR_IDENTITY');
   const store: GrantStore = await RedisGrantStore.open({ topology: { mode: 'single', url: redisUrl }, commandTimeoutMs: 2000 });
+  const windows = new WindowLedger(store);
+  const spans = new JobSpanLedger(store);
   return async (body) => {
-    // Asked in the same turn, so the connection's auto-pipelining sends both in one write, as the gateway's.
-    const window = store.hitRateWindow(`floor:runner:${identity.runnerId}`, UNLIMITED, 1000);
+    const admitted = windows.charge(`floor:runner:${identity.runnerId}`, UNLIMITED, 60_000);
+    if (!(admitted instanceof Promise ? await admitted : admitted).allowed) throw new Error('floor: runner window refused');
     const enforced = enforceExport('traces', 'protobuf', body, identity, UNLIMITED);
-    const [, reservation] = await Promise.all([
-      window,
-      store.reserveSpans(identity.jobId, enforced.forwardedItems, { perJob: UNLIMITED, perSecond: UNLIMITED }, 3_600_000),
-    ]);
-    if (reservation.granted < enforced.forwardedItems) throw new Error(`floor: ${reservation.granted} of ${enforced.forwardedItems} spans granted`);
+    const charged = spans.charge(identity.jobId, enforced.forwardedItems, { perJob: UNLIMITED, perSecond: UNLIMITED }, 3_600_000);
+    const charge = charged instanceof Promise ? await charged : charged;
+    if (charge.granted < enforced.forwardedItems) throw new Error(`floor: ${charge.granted} of ${enforced.forwardedItems} spans granted`);
     return enforced.body;
   };
 }

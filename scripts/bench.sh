@@ -25,6 +25,7 @@ benches=(
   "otlp-gateway|npm run -s bench:otlp-gateway|npx tsc -p bench/otlp-gateway.tsconfig.json && node node_modules/.cache/otlp-gateway-bench/bench/otlp-gateway.bench.js --rounds 1 --round-seconds 1 --warmup-seconds 0"
   "store-durability|npm run -s bench:store-durability|npm run -s bench:store-durability -- --smoke"
   "pipeline-spans|npm run -s bench:pipeline-spans|npm run -s bench:pipeline-spans -- --smoke"
+  "lease-bound|npm run -s bench:lease-bound|npm run -s bench:lease-bound -- --smoke"
 )
 
 describe_machine() {

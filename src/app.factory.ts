@@ -9,6 +9,7 @@ import { AllExceptionsFilter } from './observability/all-exceptions.filter';
 import { drainUnreadBodies } from './observability/body-drain';
 import { frameworkLogger, PinoNestLogger } from './observability/logger';
 import { addRequestHooks, requestIdOf, rootLoggerForRequests } from './observability/request-hooks';
+import { AUTH_PATH } from './token-auth/token-auth.route';
 
 /**
  * Builds the application: the internal API, ready to `listen` (or `inject` in tests), and, by role,
@@ -27,7 +28,11 @@ export async function createInternalApp(config: AppConfig, secrets: Secrets, log
   });
   app.useGlobalFilters(new AllExceptionsFilter());
 
-  addRequestHooks(app.getHttpAdapter().getInstance(), logger);
+  // nginx asks the auth endpoint on every export: its successes are logged as the gateway's exports are.
+  addRequestHooks(app.getHttpAdapter().getInstance(), logger, {
+    successLogIntervalMs: config.EXPORT_SUCCESS_LOG_INTERVAL_MS,
+    sampledRoutes: new Set([AUTH_PATH]),
+  });
   drainUnreadBodies(app.getHttpAdapter().getInstance(), config.BODY_LIMIT_BYTES);
   await app.init();
   return app;

@@ -342,6 +342,16 @@ export class EnvironmentVariables {
   @Min(1)
   GATEWAY_RUNNER_RATE_WINDOW_SECONDS = 60;
 
+  /**
+   * Successful exports (the gateway's, and the auth endpoint's answers, which nginx asks for on every export)
+   * are logged at most once per this many milliseconds, with the count of those not logged; every refusal and
+   * failure is logged, and metrics count everything. 0: a line per export.
+   */
+  @Transform(toInt)
+  @IsInt()
+  @Min(0)
+  EXPORT_SUCCESS_LOG_INTERVAL_MS = 1000;
+
   /** Auth decisions kept per token pair (the endpoint's max-age caps each one). */
   @Transform(toInt)
   @IsInt()

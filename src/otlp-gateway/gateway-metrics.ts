@@ -1,4 +1,5 @@
 import { Counter, Histogram, Registry } from 'prom-client';
+import { LedgerObserver } from '../grants/lease-ledger';
 import { DecisionCacheObserver } from '../runner-auth/decision-cache';
 
 /**
@@ -17,7 +18,7 @@ function seriesOf<T>(make: (...values: string[]) => T): (...values: string[]) =>
 }
 
 /** What an operator watches on the gateway (SPEC §6, §8), in the process's one registry. */
-export class GatewayMetrics implements DecisionCacheObserver {
+export class GatewayMetrics implements DecisionCacheObserver, LedgerObserver {
   private readonly requests: Counter<'signal' | 'status'>;
   private readonly items: Counter<'signal' | 'outcome'>;
   private readonly bytesReceived: Counter<'signal'>;
@@ -31,6 +32,7 @@ export class GatewayMetrics implements DecisionCacheObserver {
   private readonly upstreamSeries = seriesOf((signal, outcome) => this.upstreamSeconds.labels(signal, outcome));
   private readonly hits: Counter.Internal;
   private readonly misses: Counter.Internal;
+  private readonly storeCalls: Record<'window' | 'spans' | 'return', Counter.Internal>;
 
   constructor(registry: Registry) {
     const registers = [registry];
@@ -73,6 +75,17 @@ export class GatewayMetrics implements DecisionCacheObserver {
     });
     this.hits = this.decisionCache.labels('hit');
     this.misses = this.decisionCache.labels('miss');
+    const storeCalls = new Counter({
+      name: 'ci_job_telemetry_gateway_store_calls_total',
+      help: "Store round trips of the gateway's leases: window (a block of a runner's exports), spans (a job's span lease), return (unspent blocks given back)",
+      labelNames: ['kind'],
+      registers,
+    });
+    this.storeCalls = { window: storeCalls.labels('window'), spans: storeCalls.labels('spans'), return: storeCalls.labels('return') };
+  }
+
+  storeCall(kind: 'window' | 'spans' | 'return'): void {
+    this.storeCalls[kind].inc();
   }
 
   request(signal: string, status: number): void {

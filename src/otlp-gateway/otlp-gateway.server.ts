@@ -12,6 +12,7 @@ import { DecisionSpan, startDecisionSpan } from '../observability/tracing';
 import { headerCredential, RunnerCredential } from '../runner-auth/runner-credential';
 import { AuthOutcome } from '../runner-auth/auth-outcome';
 import { DecisionCache } from '../runner-auth/decision-cache';
+import { JobSpanLedger, Receipt, WindowLedger } from '../grants/lease-ledger';
 import { GatewayMetrics } from './gateway-metrics';
 import { GatewayFailure, otlpErrorAnswer } from './otlp-errors';
 import { enforceExport } from './wire/otlp-payload';
@@ -35,6 +36,9 @@ declare module 'fastify' {
   interface FastifyRequest {
     /** Set by the credential check, which runs before the body is read. */
     exportGrant: AllowedDecision | null;
+    /** The export as the handler reads it: its encoding and its body, inflated (set before the handler). */
+    exportEncoding: OtlpEncoding | null;
+    exportBody: Buffer | null;
     /** The export's self-instrumentation span (SPEC §8), from the credential check to the answer. */
     exportSpan: DecisionSpan | null;
     /** The failure the export was answered with, for its span. */
@@ -53,6 +57,7 @@ export interface GatewayDependencies {
   readonly config: AppConfig;
   readonly logger: Logger;
   readonly decisions: DecisionCache;
+  /** The runner windows and span quotas are leased from it (issue 21): see `GatewayLedgers`. */
   readonly store: GrantStore;
   /** Only `send` is used here: the module owns the pool's life, and tests pass a fake collector. */
   readonly upstream: Pick<OtlpUpstream, 'send'>;
@@ -75,6 +80,10 @@ function encodingOf(contentType: string | undefined): OtlpEncoding | undefined {
  */
 export function buildGatewayServer(deps: GatewayDependencies): FastifyInstance {
   const { config, logger, metrics } = deps;
+  const ledgers: GatewayLedgers = {
+    windows: new WindowLedger(deps.store, { observer: metrics }),
+    spans: new JobSpanLedger(deps.store, { observer: metrics }),
+  };
 
   // Every answer that is not a success goes out here, as a google.rpc.Status in the request's encoding
   // with exactly its media type (otel-go reads the body only when it is application/x-protobuf).
@@ -118,8 +127,12 @@ export function buildGatewayServer(deps: GatewayDependencies): FastifyInstance {
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, body, done) => done(null, body));
 
-  addRequestHooks(app, logger);
+  addRequestHooks(app, logger, { successLogIntervalMs: config.EXPORT_SUCCESS_LOG_INTERVAL_MS });
   drainUnreadBodies(app, config.GATEWAY_MAX_WIRE_BYTES);
+  // Leases not spent go back to the store when the gateway stops, for the other replicas.
+  app.addHook('onClose', async () => {
+    await Promise.all([ledgers.windows.close(), ledgers.spans.close()]);
+  });
 
   let closing = false;
   app.addHook('preClose', (done) => {
@@ -142,17 +155,39 @@ export function buildGatewayServer(deps: GatewayDependencies): FastifyInstance {
   );
 
   app.decorateRequest('exportGrant', null);
+  app.decorateRequest('exportEncoding', null);
+  app.decorateRequest('exportBody', null);
   app.decorateRequest('exportSpan', null);
   app.decorateRequest('exportFailure', null);
 
   /**
-   * Credentials are checked when the request arrives, before its body is read (SPEC §6): a client
-   * without a valid credential never makes the gateway buffer or inflate anything.
+   * Admission, when the request arrives and before its body is read (SPEC §6): the credential, then the
+   * runner's export window. A client without a valid credential, or a runner over its rate, never makes
+   * the gateway buffer or inflate anything.
    */
-  const authorizeExport = async (request: FastifyRequest, reply: FastifyReply) => {
+  const admitExport = async (request: FastifyRequest, reply: FastifyReply) => {
     request.exportSpan = startDecisionSpan('ci_job_telemetry.export');
     try {
-      request.exportGrant = await authorize(deps, credentialOf(request));
+      const grant = await authorize(deps, credentialOf(request));
+      const window = ledgers.windows.charge(
+        `gateway:runner:${grant.identity.runnerId}`,
+        config.GATEWAY_RUNNER_RATE_LIMIT,
+        config.GATEWAY_RUNNER_RATE_WINDOW_SECONDS * 1000,
+      );
+      const charged = window instanceof Promise ? await orUnavailable(window) : window;
+      if (!charged.allowed) throw new GatewayError({ kind: 'rate_limited', retryAfterSeconds: retryAfterForWindow(charged.resetInMs) });
+      request.exportGrant = grant;
+    } catch (error) {
+      return sendFailure(request, reply, failureOf(error));
+    }
+  };
+
+  /** The body as the handler reads it, as the Collector's confighttp does before its handler: media type, encoding, inflated. */
+  const readExport = (signal: OtlpSignal) => async (request: FastifyRequest, reply: FastifyReply) => {
+    try {
+      const read = await exportOf(config, metrics, signal, request);
+      request.exportEncoding = read.encoding;
+      request.exportBody = read.body;
     } catch (error) {
       return sendFailure(request, reply, failureOf(error));
     }
@@ -160,12 +195,9 @@ export function buildGatewayServer(deps: GatewayDependencies): FastifyInstance {
 
   for (const signal of SIGNALS) {
     const handler = async (request: FastifyRequest, reply: FastifyReply) => {
-      const encoding = encodingOf(request.headers['content-type']);
+      const encoding = request.exportEncoding!;
       try {
-        if (encoding === undefined) {
-          throw new GatewayError({ kind: 'unsupported_media_type', message: 'use application/x-protobuf or application/json' });
-        }
-        const answer = await handleExport(deps, signal, encoding, request, request.exportGrant!);
+        const answer = await exportItems(deps, ledgers, signal, encoding, request.exportBody!, request.exportGrant!);
         void reply.status(200).header('content-type', CONTENT_TYPES[encoding]);
         return answer;
       } catch (error) {
@@ -187,7 +219,7 @@ export function buildGatewayServer(deps: GatewayDependencies): FastifyInstance {
     };
     // Header credentials (SPEC §5), and the per-job capability URL a stock runner uses (SPEC §4).
     for (const url of [`/v1/${signal}`, `/jobs/:jobId/:capability/v1/${signal}`]) {
-      app.post(url, { onRequest: authorizeExport, onResponse: countRequest }, handler);
+      app.post(url, { onRequest: admitExport, preHandler: readExport(signal), onResponse: countRequest }, handler);
     }
   }
   return app;
@@ -218,55 +250,70 @@ function credentialOf(request: FastifyRequest): RunnerCredential {
   return { kind: 'capability', jobId: Number(params.jobId), capability: params.capability };
 }
 
-async function handleExport(
-  deps: GatewayDependencies,
+/** What the gateway spends without a store round trip per export (issue 21): blocks of runner windows, leases of span quotas. */
+interface GatewayLedgers {
+  readonly windows: WindowLedger;
+  readonly spans: JobSpanLedger;
+}
+
+/** The export's media type and encoding checked, its body inflated within the limits (SPEC §6). */
+async function exportOf(
+  config: AppConfig,
+  metrics: GatewayMetrics,
   signal: OtlpSignal,
-  encoding: OtlpEncoding,
   request: FastifyRequest,
-  grant: AllowedDecision,
-): Promise<Buffer> {
-  const { config, store, metrics } = deps;
+): Promise<{ encoding: OtlpEncoding; body: Buffer }> {
+  const encoding = encodingOf(request.headers['content-type']);
+  if (encoding === undefined) throw new GatewayError({ kind: 'unsupported_media_type', message: 'use application/x-protobuf or application/json' });
   const contentEncoding = String(request.headers['content-encoding'] ?? 'identity')
     .trim()
     .toLowerCase();
   if (contentEncoding !== 'identity' && contentEncoding !== 'gzip') {
     throw new GatewayError({ kind: 'unsupported_media_type', message: `content-encoding ${contentEncoding} is not supported; use gzip or none` });
   }
+  const wire = (request.body as Buffer | undefined) ?? Buffer.alloc(0);
+  metrics.received(signal, wire.length);
+  const body = contentEncoding === 'gzip' ? await decompress(wire, config.GATEWAY_MAX_DECOMPRESSED_BYTES) : wire;
+  if (body.length > config.GATEWAY_MAX_DECOMPRESSED_BYTES) {
+    throw new GatewayError({ kind: 'too_large', message: `body over ${config.GATEWAY_MAX_DECOMPRESSED_BYTES} bytes` });
+  }
+  return { encoding, body };
+}
 
-  // The runner's export window is charged in the same store round trip as the job's spans (the client
-  // pipelines commands issued in one turn of the event loop), so it is asked for now and read after
-  // enforcement. It still decides first: a runner over its rate gets 429 whatever its body holds.
-  const window = orUnavailable(() =>
-    store.hitRateWindow(`gateway:runner:${grant.identity.runnerId}`, config.GATEWAY_RUNNER_RATE_LIMIT, config.GATEWAY_RUNNER_RATE_WINDOW_SECONDS * 1000),
-  );
-  // Read below; a store failure meanwhile (during decompression) must not count as unhandled.
-  window.catch(() => undefined);
-  const windowAllows = async () => {
-    const { allowed, resetInMs } = await window;
-    if (!allowed) throw new GatewayError({ kind: 'rate_limited', retryAfterSeconds: retryAfterForWindow(resetInMs) });
+/**
+ * One admitted export, in a straight line as the Collector's otlphttp handler reads: enforce → charge →
+ * forward → answer. The charge is a receipt from the job's span lease; what the collector did not accept
+ * is refunded through it (SPEC §6: a retried export is never charged twice).
+ */
+async function exportItems(
+  deps: GatewayDependencies,
+  ledgers: GatewayLedgers,
+  signal: OtlpSignal,
+  encoding: OtlpEncoding,
+  body: Buffer,
+  decision: AllowedDecision,
+): Promise<Buffer> {
+  const { config, metrics } = deps;
+  const grant: GatewayGrant = decision.identity;
+  const spanLimits = {
+    maxBytes: config.SPAN_MAX_BYTES,
+    maxAttributes: config.SPAN_MAX_ATTRIBUTES,
+    maxAttributeValueBytes: config.SPAN_MAX_ATTRIBUTE_VALUE_BYTES,
   };
+  let enforced = enforce(signal, encoding, body, grant, Number.MAX_SAFE_INTEGER, spanLimits);
 
-  let enforcement: Promise<{ enforced: EnforcedExport; reservedSpans: number }>;
-  try {
-    const wire = (request.body as Buffer | undefined) ?? Buffer.alloc(0);
-    metrics.received(signal, wire.length);
-    const body = contentEncoding === 'gzip' ? await decompress(wire, config.GATEWAY_MAX_DECOMPRESSED_BYTES) : wire;
-    if (body.length > config.GATEWAY_MAX_DECOMPRESSED_BYTES) {
-      throw new GatewayError({ kind: 'too_large', message: `body over ${config.GATEWAY_MAX_DECOMPRESSED_BYTES} bytes` });
-    }
-    enforcement = enforce(deps, signal, encoding, body, grant);
-  } catch (error) {
-    await windowAllows();
-    throw error;
+  let receipt: Receipt | undefined;
+  if (enforced.forwardedItems > 0 && signal === 'traces') {
+    const wanted = enforced.forwardedItems;
+    const quotaTtlMs = Math.max(MIN_QUOTA_TTL_MS, decision.identity.expiresAt - Date.now());
+    const limits = { perJob: config.SPANS_PER_JOB, perSecond: config.SPANS_PER_SECOND_PER_JOB };
+    const pending = ledgers.spans.charge(grant.jobId, wanted, limits, quotaTtlMs);
+    const charge = pending instanceof Promise ? await orUnavailable(pending) : pending;
+    receipt = charge.receipt;
+    // Rarely (quota nearly used, the second's rate spent): enforced again with exactly the room each limit had.
+    if (charge.granted < wanted) enforced = enforce(signal, encoding, body, grant, { quota: charge.quotaRoom, rate: charge.rateRoom }, spanLimits);
   }
-  const [windowOutcome, enforcementOutcome] = await Promise.allSettled([windowAllows(), enforcement]);
-  if (windowOutcome.status === 'rejected') {
-    // Spans taken in the same round trip as a refused window were never sent on.
-    if (enforcementOutcome.status === 'fulfilled') await giveBackSpans(deps, grant.identity, enforcementOutcome.value.reservedSpans);
-    throw windowOutcome.reason;
-  }
-  if (enforcementOutcome.status === 'rejected') throw enforcementOutcome.reason;
-  const { enforced, reservedSpans } = enforcementOutcome.value;
+  countItems(metrics, signal, enforced);
   const ours: OtlpPartialSuccess | undefined =
     enforced.rejectedItems > 0 ? { rejectedItems: enforced.rejectedItems, errorMessage: enforced.errorMessage ?? '' } : undefined;
   if (enforced.nothingToForward) return encodeExportResponse(signal, encoding, ours);
@@ -275,14 +322,41 @@ async function handleExport(
   try {
     theirs = await forward(deps, signal, encoding, enforced.body);
   } catch (error) {
-    // Nothing was accepted: the client sends these spans again, and must not pay for them twice (SPEC §6).
-    await giveBackSpans(deps, grant.identity, reservedSpans);
+    // Nothing was accepted: the client sends these spans again, and must not pay for them twice.
+    receipt?.refund();
     throw error;
   }
   // Spans the collector itself rejected were not accepted either.
-  await giveBackSpans(deps, grant.identity, Math.min(reservedSpans, theirs?.rejectedItems ?? 0));
-  if (signal === 'traces') reportJobEnds(deps, encoding, enforced.body, grant.identity.jobId);
+  receipt?.refund(theirs?.rejectedItems ?? 0);
+  if (signal === 'traces') reportJobEnds(deps, encoding, enforced.body, grant.jobId);
   return encodeExportResponse(signal, encoding, mergePartialSuccess(ours, theirs));
+}
+
+function enforce(
+  signal: OtlpSignal,
+  encoding: OtlpEncoding,
+  body: Buffer,
+  grant: GatewayGrant,
+  budget: number | { quota: number; rate: number },
+  limits: { maxBytes: number; maxAttributes: number; maxAttributeValueBytes: number },
+): EnforcedExport {
+  try {
+    return enforceExport(signal, encoding, body, grant, budget, limits);
+  } catch (error) {
+    if (error instanceof OtlpPayloadError) throw new GatewayError({ kind: 'bad_request', message: error.message });
+    throw error;
+  }
+}
+
+function countItems(metrics: GatewayMetrics, signal: OtlpSignal, enforced: EnforcedExport): void {
+  const rejected = enforced.rejections;
+  if (rejected !== undefined) {
+    metrics.itemsOf(signal, 'rejected_foreign_trace', rejected.foreignTrace);
+    metrics.itemsOf(signal, 'rejected_span_limits', rejected.overLimits);
+    metrics.itemsOf(signal, 'rejected_quota', rejected.overQuota);
+    metrics.itemsOf(signal, 'rejected_rate', rejected.overRate);
+  }
+  metrics.itemsOf(signal, 'accepted', enforced.forwardedItems);
 }
 
 /** The runner's `job_execution` ends in what was forwarded, when they are what closes the job span (not awaited). */
@@ -294,19 +368,6 @@ function reportJobEnds(deps: GatewayDependencies, encoding: OtlpEncoding, body: 
   } catch (error) {
     // The collector has the export: its answer must not turn into a failure for what is only a side look.
     deps.logger.warn({ err: error, jobId }, "could not read the runner's job_execution end");
-  }
-}
-
-/**
- * Returns span quota taken for spans the collector did not accept. Best effort: the client's answer is
- * already decided, and a store that cannot be reached now leaves the job charged, as it was before.
- */
-async function giveBackSpans(deps: GatewayDependencies, grant: GatewayGrant, spans: number): Promise<void> {
-  if (spans <= 0) return;
-  try {
-    await deps.store.releaseSpans(grant.jobId, spans);
-  } catch (error) {
-    deps.logger.warn({ err: error, jobId: grant.jobId, spans }, 'could not give span quota back');
   }
 }
 
@@ -364,55 +425,6 @@ async function decompress(wire: Buffer, maxBytes: number): Promise<Buffer> {
   }
 }
 
-/**
- * Trace binding, per-span limits, and the job's span quota and rate. Quota and rate are taken from the
- * store (one round trip) only for spans that passed the checks before; in the rare case the store grants
- * fewer (quota nearly used, the second's rate spent, or another replica took some), the body is enforced
- * again with exactly the room each limit had.
- */
-async function enforce(
-  deps: GatewayDependencies,
-  signal: OtlpSignal,
-  encoding: OtlpEncoding,
-  body: Buffer,
-  decision: AllowedDecision,
-): Promise<{ enforced: EnforcedExport; reservedSpans: number }> {
-  const { config, store, metrics } = deps;
-  const grant: GatewayGrant = decision.identity;
-  const spanLimits = {
-    maxBytes: config.SPAN_MAX_BYTES,
-    maxAttributes: config.SPAN_MAX_ATTRIBUTES,
-    maxAttributeValueBytes: config.SPAN_MAX_ATTRIBUTE_VALUE_BYTES,
-  };
-  let enforced: EnforcedExport;
-  try {
-    enforced = enforceExport(signal, encoding, body, grant, Number.MAX_SAFE_INTEGER, spanLimits);
-  } catch (error) {
-    if (error instanceof OtlpPayloadError) throw new GatewayError({ kind: 'bad_request', message: error.message });
-    throw error;
-  }
-  let reservedSpans = 0;
-  if (enforced.forwardedItems > 0 && signal === 'traces') {
-    const wanted = enforced.forwardedItems;
-    const ttlMs = Math.max(MIN_QUOTA_TTL_MS, decision.identity.expiresAt - Date.now());
-    const limits = { perJob: config.SPANS_PER_JOB, perSecond: config.SPANS_PER_SECOND_PER_JOB };
-    const reservation = await orUnavailable(() => store.reserveSpans(grant.jobId, wanted, limits, ttlMs));
-    reservedSpans = reservation.granted;
-    if (reservation.granted < wanted) {
-      enforced = enforceExport(signal, encoding, body, grant, { quota: reservation.quotaRoom, rate: reservation.rateRoom }, spanLimits);
-    }
-  }
-  const rejected = enforced.rejections;
-  if (rejected !== undefined) {
-    metrics.itemsOf(signal, 'rejected_foreign_trace', rejected.foreignTrace);
-    metrics.itemsOf(signal, 'rejected_span_limits', rejected.overLimits);
-    metrics.itemsOf(signal, 'rejected_quota', rejected.overQuota);
-    metrics.itemsOf(signal, 'rejected_rate', rejected.overRate);
-  }
-  metrics.itemsOf(signal, 'accepted', enforced.forwardedItems);
-  return { enforced, reservedSpans };
-}
-
 /** 2xx only when the collector answered 2xx; its partial success is returned for merging. */
 async function forward(deps: GatewayDependencies, signal: OtlpSignal, encoding: OtlpEncoding, body: Buffer): Promise<OtlpPartialSuccess | undefined> {
   const { upstream, metrics } = deps;
@@ -443,9 +455,9 @@ async function forward(deps: GatewayDependencies, signal: OtlpSignal, encoding: 
   }
 }
 
-async function orUnavailable<T>(operation: () => Promise<T>): Promise<T> {
+async function orUnavailable<T>(operation: Promise<T>): Promise<T> {
   try {
-    return await operation();
+    return await operation;
   } catch (error) {
     if (error instanceof StoreUnavailableError) throw new GatewayError({ kind: 'store_unavailable', retryAfterSeconds: OUTAGE_RETRY_AFTER_SECONDS });
     throw error;

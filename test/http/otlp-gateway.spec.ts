@@ -35,7 +35,11 @@ class FakeCollector {
 
 /** A store that refuses everything, as Redis does while it is down. */
 class UnreachableStore extends MemoryGrantStore {
-  override async hitRateWindow(): Promise<never> {
+  override async takeWindowBlock(): Promise<never> {
+    throw new StoreUnavailableError('connection refused');
+  }
+
+  override async leaseSpans(): Promise<never> {
     throw new StoreUnavailableError('connection refused');
   }
 }
@@ -138,11 +142,13 @@ describe('OTLP gateway in process (SPEC §6)', () => {
     await start({ env: { SPANS_PER_JOB: '10', GATEWAY_RUNNER_RATE_LIMIT: '1' } });
     expect((await post(exportBody(['a', 'b']))).statusCode).toBe(200);
 
-    // The window and the spans are charged in one round trip; the refused export must not keep its spans.
+    // The window is charged before the body is read: a refused export is never charged spans.
     const overRate = await post(exportBody(['c', 'd', 'e']));
     expect([overRate.statusCode, overRate.json()]).toEqual([429, { code: 8, message: expect.any(String) }]);
     const malformed = await post(Buffer.from('{"resourceSpans": 5}'));
     expect(malformed.statusCode).toBe(429);
+    // Stopping hands the unspent lease back: the job has all but the two spans it sent.
+    await gateway.close();
     const left = await store.reserveSpans(identity.jobId, 1, { perJob: 10, perSecond: 1000 }, 60_000);
     expect(left.quotaRoom).toBe(8);
   });
