@@ -3,10 +3,10 @@
  * served by the same process, with a real redis-server as the store: once with a warm decision
  * (the same token pair again, answered from the endpoint's decision cache) and once with a store
  * lookup on every request (AUTH_DECISION_CACHE_SIZE=0, and 200 jobs with distinct opaque tokens in
- * rotation, so concurrent requests do not share one lookup: the grant read with the runner's rate
- * window, and the token-digest index before them on a token's first lookup in the process). Beside
- * each, the least its work can cost: a bare route making the two digests a reused decision needs,
- * or one making the store round trip a lookup needs (the grant read and the runner's window hit, sent together).
+ * rotation, so concurrent requests do not share one lookup: the grant read, the runner's rate window
+ * from the ledger's blocks, and the token-digest index before them on a token's first lookup in the
+ * process). Beside each, the least its work can cost: a bare route making the two digests a reused
+ * decision needs, or one making the store round trip a lookup needs (the grant read).
  *
  * Run (builds itself into node_modules/.cache; needs redis-server on PATH):
  *
@@ -172,7 +172,7 @@ async function main(): Promise<void> {
         const lookupsBefore = await cacheCounts(server.origin);
 
         // The baseline gets a request shaped like the auth request: headers only, no body to parse. Beside it, the
-        // least the variant's work costs: the two digests a reused decision needs, or a lookup's grant read and window hit.
+        // least the variant's work costs: the two digests a reused decision needs, or a lookup's grant read.
         const paths: Record<Route, string> = { bare: BARE_ROUTE, auth: AUTH_ROUTE, store: STORE_ROUTE, digests: DIGESTS_ROUTE };
         const bound: Route = variant === 'warm decision' ? 'digests' : 'store';
         const routes: Route[] = ['bare', 'auth', bound];

@@ -15,8 +15,8 @@ export const ECHO_ROUTE = '/bench/echo';
  */
 export const ECHO_STORE_ROUTE = '/bench/echo-store';
 /**
- * A bare route that also makes the store round trip an auth lookup cannot skip: the grant read and the hit on the
- * runner's rate window (SPEC §5), sent together. What a lookup is bounded by.
+ * A bare route that also makes the store round trip an auth lookup cannot skip: the grant read (the runner's rate
+ * window is spent from the lease ledger's blocks, a store call per block, issue 21). What a lookup is bounded by.
  */
 export const STORE_ROUTE = '/bench/bare-store';
 /**

@@ -138,73 +138,83 @@ function behavesAsAGrantStore(name: string, open: () => Promise<GrantStore>) {
     });
 
     it('counts hits in a fixed window per key, and starts over when the window ends', async () => {
-      const hits = [];
-      for (let i = 0; i < 4; i++) hits.push(await store.hitRateWindow('runner:17', 3, 400));
-      expect(hits.map((hit) => hit.allowed)).toEqual([true, true, true, false]);
-      expect(hits[3].resetInMs).toBeGreaterThan(0);
-      expect(hits[3].resetInMs).toBeLessThanOrEqual(400);
-      expect((await store.hitRateWindow('runner:18', 3, 400)).allowed).toBe(true);
+      const blocks = [];
+      for (let i = 0; i < 4; i++) blocks.push(await store.takeWindowBlock('runner:17', 1, 3, 400));
+      expect(blocks.map((block) => block.granted)).toEqual([1, 1, 1, 0]);
+      expect(blocks[3].resetInMs).toBeGreaterThan(0);
+      expect(blocks[3].resetInMs).toBeLessThanOrEqual(400);
+      expect((await store.takeWindowBlock('runner:18', 1, 3, 400)).granted).toBe(1);
       await sleep(450);
-      expect((await store.hitRateWindow('runner:17', 3, 400)).allowed).toBe(true);
+      expect((await store.takeWindowBlock('runner:17', 1, 3, 400)).granted).toBe(1);
     });
 
-    it('takes back a hit on a window, never below zero, and leaves an ended window ended', async () => {
-      for (let i = 0; i < 3; i++) await store.hitRateWindow('runner:19', 3, 400);
-      await store.releaseRateWindowHit('runner:19');
-      expect((await store.hitRateWindow('runner:19', 3, 400)).allowed).toBe(true);
-      expect((await store.hitRateWindow('runner:19', 3, 400)).allowed).toBe(false);
-      for (let i = 0; i < 6; i++) await store.releaseRateWindowHit('runner:19');
-      for (let i = 0; i < 3; i++) expect((await store.hitRateWindow('runner:19', 3, 400)).allowed).toBe(true);
-      expect((await store.hitRateWindow('runner:19', 3, 400)).allowed).toBe(false);
-      await store.releaseRateWindowHit('runner:20');
-      expect((await store.hitRateWindow('runner:20', 1, 400)).allowed).toBe(true);
+    it('takes hits back, never below zero, and leaves an ended window ended', async () => {
+      await store.takeWindowBlock('runner:19', 3, 3, 400);
+      await store.returnWindowBlock('runner:19', 6);
+      expect((await store.takeWindowBlock('runner:19', 9, 3, 400)).granted).toBe(3);
+      await store.returnWindowBlock('runner:20', 1);
+      expect((await store.takeWindowBlock('runner:20', 1, 1, 400)).granted).toBe(1);
       await sleep(450);
-      await store.releaseRateWindowHit('runner:19');
-      expect((await store.hitRateWindow('runner:19', 1, 400)).resetInMs).toBeGreaterThan(300);
+      await store.returnWindowBlock('runner:19', 1);
+      expect((await store.takeWindowBlock('runner:19', 1, 1, 400)).resetInMs).toBeGreaterThan(300);
     });
 
-    it("takes a job's spans under its quota and its per-second rate at once, saying how much room each had", async () => {
+    const lease = (leaseId: string, quotaWanted: number, rateWanted: number, limits: { perJob: number; perSecond: number }, quotaTtlMs = 60_000) =>
+      store.leaseSpans(1001, { leaseId, spent: 0, quotaWanted, rateWanted, limits, quotaTtlMs, leaseMs: 60_000 });
+
+    it("leases a job's quota and its per-second rate at once, each only as far as it has room", async () => {
       const limits = { perJob: 10, perSecond: 4 };
-      expect(await store.reserveSpans(1001, 3, limits, 60_000)).toEqual({ granted: 3, quotaRoom: 10, rateRoom: 4 });
-      expect(await store.reserveSpans(1001, 3, limits, 60_000)).toEqual({ granted: 1, quotaRoom: 7, rateRoom: 1 });
-      expect(await store.reserveSpans(1001, 1, limits, 60_000)).toEqual({ granted: 0, quotaRoom: 6, rateRoom: 0 });
+      expect(await lease('a', 3, 3, limits)).toEqual({ quotaGranted: 3, rateGranted: 3, rateResetInMs: expect.any(Number) });
+      expect(await lease('a', 3, 3, limits)).toMatchObject({ quotaGranted: 3, rateGranted: 1 });
       // Another job has its own counters.
-      expect((await store.reserveSpans(1002, 4, limits, 60_000)).granted).toBe(4);
+      expect(
+        (await store.leaseSpans(1002, { leaseId: 'a', spent: 0, quotaWanted: 4, rateWanted: 4, limits, quotaTtlMs: 60_000, leaseMs: 60_000 })).quotaGranted,
+      ).toBe(4);
       await sleep(1100);
       // A new second: the rate has room again, the quota remembers what was taken.
-      expect(await store.reserveSpans(1001, 9, limits, 60_000)).toEqual({ granted: 4, quotaRoom: 6, rateRoom: 4 });
-      expect(await store.reserveSpans(1001, 9, { perJob: 10, perSecond: 100 }, 60_000)).toEqual({ granted: 2, quotaRoom: 2, rateRoom: 96 });
+      expect(await lease('a', 9, 9, limits)).toMatchObject({ quotaGranted: 4, rateGranted: 4 });
     });
 
     it('never hands out more of a job rate than it has, however many replicas ask at once', async () => {
-      const grants = await Promise.all(Array.from({ length: 20 }, () => store.reserveSpans(1003, 7, { perJob: 1000, perSecond: 50 }, 60_000)));
-      expect(grants.reduce((sum, reservation) => sum + reservation.granted, 0)).toBe(50);
+      const leases = await Promise.all(
+        Array.from({ length: 20 }, (_, i) =>
+          store.leaseSpans(1003, {
+            leaseId: `r${i}`,
+            spent: 0,
+            quotaWanted: 7,
+            rateWanted: 7,
+            limits: { perJob: 1000, perSecond: 50 },
+            quotaTtlMs: 60_000,
+            leaseMs: 60_000,
+          }),
+        ),
+      );
+      expect(leases.reduce((sum, granted) => sum + granted.rateGranted, 0)).toBe(50);
     });
 
     it('takes back spans given back, never below zero, and only for the job they were taken from', async () => {
       const limits = { perJob: 100, perSecond: 1000 };
-      expect((await store.reserveSpans(1001, 60, limits, 60_000)).granted).toBe(60);
+      expect((await lease('a', 60, 0, limits)).quotaGranted).toBe(60);
       await store.releaseSpans(1001, 60);
-      expect((await store.reserveSpans(1001, 100, limits, 60_000)).granted).toBe(100);
+      expect((await lease('b', 100, 0, limits)).quotaGranted).toBe(100);
       await store.releaseSpans(1001, 30);
       await store.releaseSpans(1002, 30);
-      expect((await store.reserveSpans(1001, 100, limits, 60_000)).granted).toBe(30);
-      expect((await store.reserveSpans(1002, 100, { perJob: 10, perSecond: 1000 }, 60_000)).granted).toBe(10);
+      expect((await lease('c', 100, 0, limits)).quotaGranted).toBe(30);
       await store.releaseSpans(1001, 1000);
-      expect((await store.reserveSpans(1001, 1000, limits, 60_000)).granted).toBe(100);
+      expect((await lease('d', 1000, 0, limits)).quotaGranted).toBe(100);
     });
 
     it('does not bring back or lengthen a span quota that has ended', async () => {
       const limits = { perJob: 100, perSecond: 1000 };
-      expect((await store.reserveSpans(1001, 100, limits, 300)).granted).toBe(100);
+      expect((await lease('a', 100, 0, limits, 300)).quotaGranted).toBe(100);
       await sleep(150);
       await store.releaseSpans(1001, 50);
       await sleep(200);
       // The quota ended 300 ms after it was first taken: a fresh one, whole, not the 50 given back.
-      expect((await store.reserveSpans(1001, 1000, limits, 300)).granted).toBe(100);
+      expect((await lease('b', 1000, 0, limits, 300)).quotaGranted).toBe(100);
       await sleep(350);
       await store.releaseSpans(1001, 100);
-      expect((await store.reserveSpans(1001, 1000, limits, 300)).granted).toBe(100);
+      expect((await lease('c', 1000, 0, limits, 300)).quotaGranted).toBe(100);
     });
 
     it('answers a ping', async () => {
@@ -220,8 +230,6 @@ function behavesAsAGrantStore(name: string, open: () => Promise<GrantStore>) {
       expect((await store.takeWindowBlock('runner:30', 4, 10, 60_000)).granted).toBe(0);
       await store.returnWindowBlock('runner:30', 3);
       expect((await store.takeWindowBlock('runner:30', 4, 10, 60_000)).granted).toBe(3);
-      // The block and the per-hit window count the same hits.
-      expect((await store.hitRateWindow('runner:30', 10, 60_000)).allowed).toBe(false);
     });
 
     it('starts a window over when it ends, blocks included', async () => {
@@ -248,8 +256,6 @@ function behavesAsAGrantStore(name: string, open: () => Promise<GrantStore>) {
       expect((await store.leaseSpans(1001, spanLease('b'))).quotaGranted).toBe(40);
       expect((await store.leaseSpans(1001, spanLease('c'))).quotaGranted).toBe(20);
       expect((await store.leaseSpans(1001, spanLease('a'))).quotaGranted).toBe(0);
-      // The quota and the lease share one counter with the reservation of the previous design.
-      expect((await store.reserveSpans(1001, 1, { perJob: 100, perSecond: 1000 }, 60_000)).granted).toBe(0);
     });
 
     it('takes back what a replica did not spend when it ends its lease, and keeps what it spent', async () => {
@@ -371,15 +377,23 @@ behavesAsAGrantStore('Redis', async () => {
 });
 
 describe('Redis grant store key layout', () => {
-  it("keeps a job's span counters in one hash slot, so the script runs on Redis Cluster", async () => {
+  it("keeps a job's span counters and leases in one hash slot, so the script runs on Redis Cluster", async () => {
     await redis.flush();
     const store = await openReady(singleServer(redis.url));
     try {
-      await store.reserveSpans(4242, 1, { perJob: 10, perSecond: 10 }, 60_000);
+      await store.leaseSpans(4242, {
+        leaseId: 'a',
+        spent: 0,
+        quotaWanted: 1,
+        rateWanted: 1,
+        limits: { perJob: 10, perSecond: 10 },
+        quotaTtlMs: 60_000,
+        leaseMs: 60_000,
+      });
       const client = new Redis(redis.url);
       const keys = await client.keys('*').finally(() => client.disconnect());
       const tags = keys.filter((key) => key.includes('4242')).map((key) => /\{([^}]*)\}/.exec(key)?.[1]);
-      expect(tags).toHaveLength(2);
+      expect(tags).toHaveLength(3);
       expect(new Set(tags)).toEqual(new Set(['job:4242']));
     } finally {
       await store.close();

@@ -25,28 +25,12 @@ export function grantEndsAt(grant: Grant): number {
   return Math.min(grant.expiresAt, grant.revokedAt ?? Infinity);
 }
 
-/** Outcome of one hit on a fixed-window counter. */
-export interface RateWindow {
-  readonly allowed: boolean;
-  /** Milliseconds until the window resets. */
-  readonly resetInMs: number;
-}
-
 /** What one job may send, shared across replicas (SPEC §6). */
 export interface JobSpanLimits {
   /** Spans over the grant's life. */
   readonly perJob: number;
   /** Spans in any one-second window. */
   readonly perSecond: number;
-}
-
-/** Outcome of taking spans from a job's quota and rate at once. */
-export interface SpanReservation {
-  readonly granted: number;
-  /** Spans the job quota had room for when asked (before this reservation). */
-  readonly quotaRoom: number;
-  /** Spans the current one-second window had room for when asked. */
-  readonly rateRoom: number;
 }
 
 /** A block taken from a fixed window shared by every replica, to be spent by one replica alone. */
@@ -98,23 +82,7 @@ export interface GrantStore extends TracedWorkStore {
    */
   revokeGrant(jobId: number, revokedAt: number): Promise<Grant | null>;
   /**
-   * Counts one event against `key` in a fixed window shared by every replica; allowed while the
-   * count is at most `limit`.
-   */
-  hitRateWindow(key: string, limit: number, windowMs: number): Promise<RateWindow>;
-  /**
-   * Takes back one hit on `key`'s current window, never below zero; a window that has ended stays
-   * ended. For a hit made before it was known to be due (the auth lookup's, sent with the grant read).
-   */
-  releaseRateWindowHit(key: string): Promise<void>;
-  /**
-   * Takes up to `wanted` spans of job `jobId` under both its quota (kept for `quotaTtlMs` from first use) and
-   * its per-second rate, atomically across replicas and in one round trip: grants min(wanted, quota room, rate
-   * room) and charges both with what it granted.
-   */
-  reserveSpans(jobId: number, wanted: number, limits: JobSpanLimits, quotaTtlMs: number): Promise<SpanReservation>;
-  /**
-   * Gives back `spans` of job `jobId`'s quota taken by reserveSpans for spans that were then not accepted
+   * Gives back `spans` of job `jobId`'s quota charged for spans that were then not accepted
    * (SPEC §6: the collector refused them, so the client sends them again), never below zero and without
    * extending the quota's life. A quota that has already ended stays ended; the per-second rate is not
    * given back (a retry comes in a later second).

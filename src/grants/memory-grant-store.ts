@@ -1,4 +1,4 @@
-import { Grant, GrantStore, JobSpanLimits, RateWindow, SpanLease, SpanLeaseRequest, SpanReservation, WindowBlock } from './grant';
+import { Grant, GrantStore, SpanLease, SpanLeaseRequest, WindowBlock } from './grant';
 import { ClaimedSpan, EnqueueOutcome, OutboxDepth, OutboxLimits, OutboxSpan, TracedJob, TracedPipeline, tracedPipelineOf } from './traced-work';
 
 interface Expiring<T> {
@@ -66,35 +66,6 @@ export class MemoryGrantStore implements GrantStore {
     const revoked = { ...grant, revokedAt: Math.min(grant.revokedAt ?? Infinity, revokedAt) };
     this.grants.set(jobId, revoked);
     return { ...revoked };
-  }
-
-  async hitRateWindow(key: string, limit: number, windowMs: number): Promise<RateWindow> {
-    const now = this.now();
-    let window = this.windows.get(key);
-    if (window === undefined || window.resetsAt <= now) {
-      window = { count: 0, resetsAt: now + windowMs };
-      this.windows.set(key, window);
-    }
-    window.count++;
-    return { allowed: window.count <= limit, resetInMs: window.resetsAt - now };
-  }
-
-  async releaseRateWindowHit(key: string): Promise<void> {
-    const window = this.windows.get(key);
-    if (window === undefined || window.resetsAt <= this.now()) return;
-    window.count = Math.max(0, window.count - 1);
-  }
-
-  async reserveSpans(jobId: number, wanted: number, limits: JobSpanLimits, quotaTtlMs: number): Promise<SpanReservation> {
-    const now = this.now();
-    const quota = this.counter(`job:${jobId}:spans`, quotaTtlMs, now);
-    const rate = this.counter(`job:${jobId}:span-rate`, 1000, now);
-    const quotaRoom = Math.max(0, limits.perJob - quota.used);
-    const rateRoom = Math.max(0, limits.perSecond - rate.used);
-    const granted = Math.max(0, Math.min(wanted, quotaRoom, rateRoom));
-    quota.used += granted;
-    rate.used += granted;
-    return { granted, quotaRoom, rateRoom };
   }
 
   async releaseSpans(jobId: number, spans: number): Promise<void> {

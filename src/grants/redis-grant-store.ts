@@ -1,4 +1,4 @@
-import { Grant, GrantStore, JobSpanLimits, RateWindow, SpanLease, SpanLeaseRequest, SpanReservation, StoreUnavailableError, WindowBlock } from './grant';
+import { Grant, GrantStore, SpanLease, SpanLeaseRequest, StoreUnavailableError, WindowBlock } from './grant';
 import { ClaimedSpan, EnqueueOutcome, OutboxDepth, OutboxLimits, OutboxSpan, TracedJob, TracedPipeline, tracedPipelineOf } from './traced-work';
 import { connectRedis, pingRedis, RedisClient, RedisConnectionEvents, RedisConnectionSettings } from './redis-connection';
 
@@ -110,26 +110,6 @@ return 1
 `;
 
 /**
- * A job's span quota and per-second rate in one atomic step: grants min(wanted, quota room, rate room) and
- * charges both with it. The rate counter is a fixed one-second window started by its first charge.
- */
-const RESERVE_SPANS = `
-local wanted = tonumber(ARGV[1])
-local used = tonumber(redis.call('GET', KEYS[1]) or '0')
-local sent = tonumber(redis.call('GET', KEYS[2]) or '0')
-local quotaRoom = math.max(0, tonumber(ARGV[2]) - used)
-local rateRoom = math.max(0, tonumber(ARGV[3]) - sent)
-local granted = math.max(0, math.min(wanted, quotaRoom, rateRoom))
-if granted > 0 then
-  redis.call('INCRBY', KEYS[1], granted)
-  if redis.call('PTTL', KEYS[1]) < 0 then redis.call('PEXPIRE', KEYS[1], ARGV[4]) end
-  redis.call('INCRBY', KEYS[2], granted)
-  if redis.call('PTTL', KEYS[2]) < 0 then redis.call('PEXPIRE', KEYS[2], 1000) end
-end
-return {granted, quotaRoom, rateRoom}
-`;
-
-/**
  * Takes back up to ARGV[1] spans of a job's quota, never below zero. DECRBY keeps the key's TTL, and a
  * key that has expired is not brought back (it would live forever without one).
  */
@@ -138,18 +118,6 @@ local used = tonumber(redis.call('GET', KEYS[1]) or '0')
 local released = math.min(used, tonumber(ARGV[1]))
 if released > 0 then redis.call('DECRBY', KEYS[1], released) end
 return released
-`;
-
-/**
- * Fixed-window counter in one round trip: INCR, start the window on the first hit, report its TTL.
- * Atomic on the server, so replicas share one count.
- */
-const HIT_RATE_WINDOW = `
-local count = redis.call('INCR', KEYS[1])
-if count == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
-local ttl = redis.call('PTTL', KEYS[1])
-if ttl < 0 then redis.call('PEXPIRE', KEYS[1], ARGV[1]); ttl = tonumber(ARGV[1]) end
-return {count, ttl}
 `;
 
 /**
@@ -233,16 +201,6 @@ return back
 `;
 
 /**
- * Takes back one hit of a fixed window, never below zero. DECR keeps the window's TTL, and a window that
- * has ended is not brought back.
- */
-const RELEASE_RATE_WINDOW_HIT = `
-local count = tonumber(redis.call('GET', KEYS[1]) or '0')
-if count > 0 then redis.call('DECR', KEYS[1]) end
-return count
-`;
-
-/**
  * Records the revocation time beside the grant, living exactly as long as the grant; an earlier
  * revocation is never pushed later. A key of its own rather than a rewrite of the grant's JSON:
  * Lua's cjson would round ids above 10^14.
@@ -281,10 +239,7 @@ type SaveGrantReply = ['created' | 'absent', string | null] | ['kept', string | 
 /** The store's Lua scripts as ioredis commands: sent by SHA (EVALSHA) after the first use, not as text. */
 interface ScriptCommands {
   cjtSaveGrant(grantKey: string, revokedKey: string, grantJsonUpToExpiry: string, ttlMs: string, expiresAt: string): Promise<SaveGrantReply>;
-  cjtHitRateWindow(key: string, windowMs: string): Promise<[number, number]>;
-  cjtReleaseRateWindowHit(key: string): Promise<number>;
   cjtRevokeGrant(grantKey: string, revokedKey: string, revokedAt: string): Promise<string | null>;
-  cjtReserveSpans(spansKey: string, rateKey: string, wanted: string, perJob: string, perSecond: string, ttlMs: string): Promise<[number, number, number]>;
   cjtReleaseSpans(spansKey: string, spans: string): Promise<number>;
   cjtSetLonger(key: string, value: string, ttlMs: string): Promise<number>;
   cjtTakeWindowBlock(key: string, wanted: string, limit: string, windowMs: string): Promise<[number, number]>;
@@ -305,10 +260,7 @@ export class RedisGrantStore implements GrantStore {
     private readonly durability: { readonly waitReplicas: number; readonly waitTimeoutMs: number } = { waitReplicas: 0, waitTimeoutMs: 0 },
   ) {
     redis.defineCommand('cjtSaveGrant', { numberOfKeys: 2, lua: SAVE_GRANT });
-    redis.defineCommand('cjtHitRateWindow', { numberOfKeys: 1, lua: HIT_RATE_WINDOW });
-    redis.defineCommand('cjtReleaseRateWindowHit', { numberOfKeys: 1, lua: RELEASE_RATE_WINDOW_HIT });
     redis.defineCommand('cjtRevokeGrant', { numberOfKeys: 2, lua: REVOKE_GRANT });
-    redis.defineCommand('cjtReserveSpans', { numberOfKeys: 2, lua: RESERVE_SPANS });
     redis.defineCommand('cjtReleaseSpans', { numberOfKeys: 1, lua: RELEASE_SPANS });
     redis.defineCommand('cjtSetLonger', { numberOfKeys: 1, lua: SET_LONGER });
     redis.defineCommand('cjtTakeWindowBlock', { numberOfKeys: 1, lua: TAKE_WINDOW_BLOCK });
@@ -386,29 +338,6 @@ export class RedisGrantStore implements GrantStore {
       return stored;
     });
     return revoked === null ? null : this.findGrant(jobId);
-  }
-
-  async hitRateWindow(key: string, limit: number, windowMs: number): Promise<RateWindow> {
-    const [count, ttl] = await this.guard(() => this.scripts.cjtHitRateWindow(RATE_KEY(key), String(windowMs)));
-    return { allowed: count <= limit, resetInMs: ttl };
-  }
-
-  async releaseRateWindowHit(key: string): Promise<void> {
-    await this.guard(() => this.scripts.cjtReleaseRateWindowHit(RATE_KEY(key)));
-  }
-
-  async reserveSpans(jobId: number, wanted: number, limits: JobSpanLimits, quotaTtlMs: number): Promise<SpanReservation> {
-    const [granted, quotaRoom, rateRoom] = await this.guard(() =>
-      this.scripts.cjtReserveSpans(
-        JOB_SPANS_KEY(jobId),
-        JOB_SPAN_RATE_KEY(jobId),
-        String(wanted),
-        String(limits.perJob),
-        String(limits.perSecond),
-        String(Math.max(1, Math.round(quotaTtlMs))),
-      ),
-    );
-    return { granted: Number(granted), quotaRoom: Number(quotaRoom), rateRoom: Number(rateRoom) };
   }
 
   async takeWindowBlock(key: string, wanted: number, limit: number, windowMs: number): Promise<WindowBlock> {

@@ -149,8 +149,16 @@ describe('OTLP gateway in process (SPEC §6)', () => {
     expect(malformed.statusCode).toBe(429);
     // Stopping hands the unspent lease back: the job has all but the two spans it sent.
     await gateway.close();
-    const left = await store.reserveSpans(identity.jobId, 1, { perJob: 10, perSecond: 1000 }, 60_000);
-    expect(left.quotaRoom).toBe(8);
+    const left = await store.leaseSpans(identity.jobId, {
+      leaseId: 'probe',
+      spent: 0,
+      quotaWanted: 10,
+      rateWanted: 0,
+      limits: { perJob: 10, perSecond: 1000 },
+      quotaTtlMs: 60_000,
+      leaseMs: 60_000,
+    });
+    expect(left.quotaGranted).toBe(8);
   });
 
   it('inflates gzip exports small and large (inline up to 1 MiB, on the thread pool beyond), and refuses one over the cap with 413', async () => {
