@@ -59,6 +59,8 @@ export interface LedgerOptions {
 }
 
 const NO_RECEIPT: Receipt = { count: 0, refund: () => undefined };
+/** A rate block that ends sooner than this after it was granted is waited out, and the next second's taken. */
+const RATE_EDGE_MS = 50;
 const DEFAULT_IDLE_MS = 10_000;
 const DEFAULT_LEASE_MS = 30_000;
 /** Charges a block is meant to last: one store call per this many exports of a steady job. */
@@ -98,12 +100,17 @@ export class WindowLedger {
     const now = this.clock.now();
     const state = this.blocks.get(key);
     if (state !== undefined && state.resetsAt > now && state.remaining >= 1) return this.spend(key, state, limit, windowMs, now);
-    return this.refill(key, limit, windowMs).then(() => {
-      const refilled = this.blocks.get(key)!;
-      const at = this.clock.now();
-      if (refilled.resetsAt > at && refilled.remaining >= 1) return this.spend(key, refilled, limit, windowMs, at);
-      return { allowed: false as const, resetInMs: Math.max(0, refilled.resetsAt - at) };
-    });
+    return this.refillAndSpend(key, limit, windowMs, true);
+  }
+
+  private async refillAndSpend(key: string, limit: number, windowMs: number, mayRetry: boolean): Promise<WindowCharge> {
+    await this.refill(key, limit, windowMs);
+    const refilled = this.blocks.get(key);
+    const at = this.clock.now();
+    if (refilled !== undefined && refilled.resetsAt > at && refilled.remaining >= 1) return this.spend(key, refilled, limit, windowMs, at);
+    // The window ended between the store's answer and now: the next one is asked once more.
+    if (mayRetry && (refilled === undefined || refilled.resetsAt <= at)) return this.refillAndSpend(key, limit, windowMs, false);
+    return { allowed: false as const, resetInMs: Math.max(0, (refilled?.resetsAt ?? at) - at) };
   }
 
   /** Hands back every unspent block (the process stops). */
@@ -221,12 +228,23 @@ export class JobSpanLedger {
     const state = this.jobs.get(jobId);
     const now = this.clock.now();
     if (state !== undefined && this.quotaLeft(state, now) >= wanted && this.rateLeft(state, now) >= wanted) return this.spend(jobId, state, wanted, now);
-    return this.refill(jobId, wanted, limits, quotaTtlMs).then(() => {
-      const refilled = this.jobs.get(jobId);
-      // Handed back meanwhile (the process is stopping): nothing to spend from.
-      if (refilled === undefined) return { granted: 0, quotaRoom: 0, rateRoom: 0, receipt: NO_RECEIPT };
-      return this.spend(jobId, refilled, wanted, this.clock.now());
-    });
+    return this.refillAndSpend(jobId, wanted, limits, quotaTtlMs, true);
+  }
+
+  private async refillAndSpend(jobId: number, wanted: number, limits: JobSpanLimits, quotaTtlMs: number, mayWait: boolean): Promise<SpanCharge> {
+    await this.refill(jobId, wanted, limits, quotaTtlMs);
+    const refilled = this.jobs.get(jobId);
+    // Handed back meanwhile (the process is stopping): nothing to spend from.
+    if (refilled === undefined) return { granted: 0, quotaRoom: 0, rateRoom: 0, receipt: NO_RECEIPT };
+    const now = this.clock.now();
+    const windowEnding = refilled.rateResetsAt - now;
+    if (mayWait && this.rateLeft(refilled, now) < wanted && windowEnding < RATE_EDGE_MS) {
+      // The second ended (or is about to) between the store's answer and now: its rate is gone, and the
+      // next second's is not ours yet. Wait for it rather than refuse spans the job is allowed.
+      await new Promise((resolve) => setTimeout(resolve, Math.max(0, windowEnding) + 1));
+      return this.refillAndSpend(jobId, wanted, limits, quotaTtlMs, false);
+    }
+    return this.spend(jobId, refilled, wanted, this.clock.now());
   }
 
   /** Hands back every lease (the process stops). */

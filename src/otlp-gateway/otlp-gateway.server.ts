@@ -20,7 +20,7 @@ import { EnforcedExport, GatewayGrant, OtlpEncoding, OtlpSignal } from './wire/o
 import { decodeExportResponse, encodeExportResponse, encodeRpcStatus, mergePartialSuccess, OtlpPartialSuccess } from './wire/otlp-response';
 import { OtlpUpstream, UpstreamFailure } from '../collector/otlp-upstream';
 import { OtlpPayloadError } from './wire/otlp-wire';
-import { jobExecutionEnds } from './wire/job-execution-end';
+import { jobExecutionEnds, jobExecutionEndsOf } from './wire/job-execution-end';
 import type { PipelineSpansService } from '../pipeline-spans/pipeline-spans.service';
 
 const inflate = promisify(gunzip);
@@ -328,7 +328,7 @@ async function exportItems(
   }
   // Spans the collector itself rejected were not accepted either.
   receipt?.refund(theirs?.rejectedItems ?? 0);
-  if (signal === 'traces') reportJobEnds(deps, encoding, enforced.body, grant.jobId);
+  if (signal === 'traces') reportJobEnds(deps, encoding, body, enforced, grant.jobId);
   return encodeExportResponse(signal, encoding, mergePartialSuccess(ours, theirs));
 }
 
@@ -360,11 +360,15 @@ function countItems(metrics: GatewayMetrics, signal: OtlpSignal, enforced: Enfor
 }
 
 /** The runner's `job_execution` ends in what was forwarded, when they are what closes the job span (not awaited). */
-function reportJobEnds(deps: GatewayDependencies, encoding: OtlpEncoding, body: Buffer, jobId: number): void {
+function reportJobEnds(deps: GatewayDependencies, encoding: OtlpEncoding, body: Buffer, enforced: EnforcedExport, jobId: number): void {
+  // Protobuf: enforcement noted the job_execution spans as it walked them; most exports have none.
+  if (encoding === 'protobuf' && enforced.jobExecutionSpans === undefined) return;
   const jobSpanId = deps.pipelineSpans?.jobSpanToCloseFromRunner(jobId);
   if (jobSpanId === undefined) return;
   try {
-    for (const end of jobExecutionEnds(encoding, body, jobSpanId)) void deps.pipelineSpans!.closeJobFromRunner(jobId, end);
+    const ends =
+      encoding === 'protobuf' ? jobExecutionEndsOf(body, enforced.jobExecutionSpans!, jobSpanId) : jobExecutionEnds(encoding, enforced.body, jobSpanId);
+    for (const end of ends) void deps.pipelineSpans!.closeJobFromRunner(jobId, end);
   } catch (error) {
     // The collector has the export: its answer must not turn into a failure for what is only a side look.
     deps.logger.warn({ err: error, jobId }, "could not read the runner's job_execution end");

@@ -10,8 +10,16 @@ import { PipelineSpansMetrics } from './pipeline-spans.metrics';
 
 /** Spans sent to the collector in one export at most. */
 const BATCH_SPANS = 500;
-/** How often an idle deliverer looks at the outbox (spans enqueued by this process wake it at once). */
+/** How often an idle deliverer looks at the outbox (spans enqueued by this process wake it sooner). */
 const IDLE_POLL_MS = 1000;
+/**
+ * How long spans enqueued here wait for others before a delivery: pickups come hundreds a second, each with
+ * a queue wait, and a delivery per pickup (claim, send, acknowledge) cost the decorator more than its own
+ * work (bench/job-payload.bench.ts). A full batch is delivered without waiting.
+ */
+const LINGER_MS = 100;
+/** The outbox's depth (for its metrics and readiness) is read at most this often. */
+const DEPTH_EVERY_MS = 1000;
 const FIRST_BACKOFF_MS = 500;
 /** A collector's Retry-After is honoured up to this. */
 const MAX_RETRY_AFTER_MS = 300_000;
@@ -35,7 +43,9 @@ export class SpanOutboxDeliverer implements OnApplicationBootstrap, OnModuleDest
   private running: Promise<void> | undefined;
   private stopped = false;
   private wake: (() => void) | undefined;
+  private finishIdle: (() => void) | undefined;
   private kicked = false;
+  private depthReadAt = -Infinity;
   private failing: string | undefined;
 
   constructor(
@@ -56,11 +66,11 @@ export class SpanOutboxDeliverer implements OnApplicationBootstrap, OnModuleDest
   /** Finishes the delivery in flight (bounded by the collector timeout), then stops. */
   async onModuleDestroy(): Promise<void> {
     this.stopped = true;
-    this.wake?.();
+    this.finishIdle?.();
     await this.running;
   }
 
-  /** Spans were just enqueued here: deliver now rather than at the next poll. */
+  /** Spans were just enqueued here: deliver them after a short linger rather than at the next poll. */
   kick(): void {
     this.kicked = true;
     this.wake?.();
@@ -68,21 +78,24 @@ export class SpanOutboxDeliverer implements OnApplicationBootstrap, OnModuleDest
 
   private async loop(): Promise<void> {
     while (!this.stopped) {
-      let delivered = false;
+      let more = false;
       try {
-        delivered = await this.deliverOnce();
+        more = await this.deliverOnce();
         this.recovered('store');
       } catch (error) {
         this.failed('store', `outbox: the store cannot be read: ${(error as Error).message}`);
       }
-      if (!delivered) await this.idle();
+      if (!more) await this.idle();
     }
   }
 
-  /** One claim and one export; true when there was something to send (so look again at once). */
+  /** One claim and one export; true when a full batch went out (so more may be waiting: look again at once). */
   private async deliverOnce(): Promise<boolean> {
     const claimed = await this.store.claimSpans(BATCH_SPANS, this.leaseMs);
-    this.metrics.outboxDepth(await this.store.outboxDepth());
+    if (performance.now() - this.depthReadAt >= DEPTH_EVERY_MS) {
+      this.depthReadAt = performance.now();
+      this.metrics.outboxDepth(await this.store.outboxDepth());
+    }
     if (claimed.length === 0) return false;
     const delivery = await this.send(claimed);
     const ids = claimed.map((span) => span.spanId);
@@ -93,13 +106,13 @@ export class SpanOutboxDeliverer implements OnApplicationBootstrap, OnModuleDest
         this.recovered('collector');
         if (delivery.rejected > 0)
           this.logger.warn(`the collector rejected ${delivery.rejected} of ${ids.length} pipeline spans (partial success); not retried`);
-        return true;
+        return claimed.length === BATCH_SPANS;
       case 'refused':
         // A 4xx the collector will answer again to the same spans: retrying cannot help, and would hold them forever.
         await this.store.acknowledgeSpans(ids);
         this.metrics.deliveryFailed(String(delivery.status));
         this.logger.error(`the collector refused ${ids.length} pipeline spans with ${delivery.status}; dropped`);
-        return true;
+        return claimed.length === BATCH_SPANS;
       case 'retry': {
         const attempts = Math.max(...claimed.map((span) => span.attempts));
         const backoff = Math.min(this.maxBackoffMs, FIRST_BACKOFF_MS * 2 ** Math.min(attempts, 20)) * (0.8 + Math.random() * 0.4);
@@ -132,21 +145,29 @@ export class SpanOutboxDeliverer implements OnApplicationBootstrap, OnModuleDest
     }
   }
 
+  /**
+   * Until the next poll, or a linger after a kick (spans enqueued meanwhile go out in the same delivery).
+   * Its timers never keep a process alive: a service has its servers for that, and an app a test forgot to
+   * close must not hang its run.
+   */
   private idle(): Promise<void> {
-    if (this.kicked || this.stopped) {
-      this.kicked = false;
-      return Promise.resolve();
-    }
+    if (this.stopped) return Promise.resolve();
     return new Promise((resolve) => {
-      const timer = setTimeout(done, IDLE_POLL_MS);
-      function done() {
+      const done = () => {
         clearTimeout(timer);
+        this.wake = undefined;
+        this.finishIdle = undefined;
         resolve();
-      }
+      };
+      let timer = setTimeout(done, this.kicked ? LINGER_MS : IDLE_POLL_MS).unref();
+      this.kicked = false;
+      this.finishIdle = done;
       this.wake = () => {
+        // A kick during a long wait shortens it to the linger; later kicks change nothing.
         this.wake = undefined;
         this.kicked = false;
-        done();
+        clearTimeout(timer);
+        timer = setTimeout(done, LINGER_MS).unref();
       };
     });
   }

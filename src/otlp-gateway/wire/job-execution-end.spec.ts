@@ -1,6 +1,7 @@
 import { join } from 'node:path';
 import * as protobuf from 'protobufjs';
-import { jobExecutionEnds } from './job-execution-end';
+import { jobExecutionEnds, jobExecutionEndsOf } from './job-execution-end';
+import { enforceExport } from './otlp-payload';
 
 const root = protobuf.loadSync(join(__dirname, 'proto', 'otlp.proto'));
 const Request = root.lookupType('otlp.ExportTraceServiceRequest');
@@ -30,6 +31,17 @@ describe("the runner's job_execution end, read from an export (SPEC §10 without
       span('job_execution', 'ffffffffffffffff', '1700000001000000000', 'success'),
     );
     expect(jobExecutionEnds('protobuf', body, JOB_SPAN)).toEqual([{ endMs: 1_700_000_009_000, status: 'failed' }]);
+  });
+
+  it('reads the job_execution spans enforcement noted on its walk, and enforcement notes no other', () => {
+    const grant = { jobId: 5, projectId: 7, pipelineId: 500, runnerId: 17, traceId: Buffer.alloc(16, 1).toString('hex') };
+    const body = protobufExport(span('step_script', JOB_SPAN, '1700000005000000000'), span('job_execution', JOB_SPAN, '1700000009000000000', 'success'));
+    const enforced = enforceExport('traces', 'protobuf', body, grant, Number.MAX_SAFE_INTEGER);
+    expect(enforced.jobExecutionSpans).toHaveLength(1);
+    expect(jobExecutionEndsOf(body, enforced.jobExecutionSpans!, JOB_SPAN)).toEqual([{ endMs: 1_700_000_009_000, status: 'success' }]);
+    expect(
+      enforceExport('traces', 'protobuf', protobufExport(span('step_script', JOB_SPAN, '1')), grant, Number.MAX_SAFE_INTEGER).jobExecutionSpans,
+    ).toBeUndefined();
   });
 
   it('reads OTLP/JSON the same way, and finds nothing in an export without job_execution', () => {

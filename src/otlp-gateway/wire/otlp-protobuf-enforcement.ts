@@ -54,7 +54,10 @@ const SCOPE_SCOPE = 1;
 const SCOPE_ITEMS = 2;
 const SCOPE_SCHEMA_URL = 3;
 const SPAN_TRACE_ID = 1;
+const SPAN_NAME = 5;
 const SPAN_ATTRIBUTES = 9;
+/** GitLab Runner's span of a whole job: its end closes the job span when no webhook will (SPEC §10). */
+const JOB_EXECUTION = Buffer.from('job_execution');
 // Metric: name, description, unit, metadata go on; the data oneof is enforced; anything else (the removed
 // int_gauge 4, int_sum 6, int_histogram 8 among them) is dropped.
 const METRIC_PLAIN_FIELDS: ReadonlySet<number> = new Set([1, 2, 3, 12]);
@@ -105,6 +108,8 @@ interface Enforcement {
   /** Where the last search for "ci." started, and what it found (-1: nothing after it). */
   ciSearchFrom: number;
   ciFoundAt: number;
+  /** Byte ranges in `body` of the `job_execution` spans forwarded. */
+  jobExecutionSpans: Array<readonly [number, number]>;
 }
 
 /** An item or message the gateway left as it came, or its rewritten fields. */
@@ -133,7 +138,8 @@ export function enforceProtobufExport(
     limits: spanLimits,
     admission: new SpanAdmission(spanBudget, spanLimits),
     items: 0,
-    span: { idStart: -1, idEnd: -1, attributes: 0, carriesIdentity: false, withinLimits: true },
+    jobExecutionSpans: [],
+    span: { idStart: -1, idEnd: -1, jobExecution: false, attributes: 0, carriesIdentity: false, withinLimits: true },
     ciSearchFrom: Infinity,
     ciFoundAt: -1,
   };
@@ -152,7 +158,9 @@ export function enforceProtobufExport(
     }
   }
   const forwarded = out.toBuffer();
-  return signal === 'traces' ? enforcement.admission.result(forwarded) : countedResult(forwarded, enforcement.items);
+  if (signal !== 'traces') return countedResult(forwarded, enforcement.items);
+  const result = enforcement.admission.result(forwarded);
+  return enforcement.jobExecutionSpans.length === 0 ? result : { ...result, jobExecutionSpans: enforcement.jobExecutionSpans };
 }
 
 /**
@@ -306,6 +314,8 @@ function rewriteScope(enforcement: Enforcement, start: number, end: number): Rew
 interface SpanScan {
   idStart: number;
   idEnd: number;
+  /** Named `job_execution`. */
+  jobExecution: boolean;
   attributes: number;
   carriesIdentity: boolean;
   withinLimits: boolean;
@@ -322,6 +332,7 @@ function admitSpan(enforcement: Enforcement, start: number, end: number): Rewrit
     if (body[idStart + i] !== traceId[i]) inTrace = false;
   }
   if (!enforcement.admission.admit(inTrace, withinLimits)) return 'dropped';
+  if (span.jobExecution) enforcement.jobExecutionSpans.push([start, end]);
   return span.carriesIdentity ? stampItemAttributes(enforcement, start, end, SPAN_ATTRIBUTES) : 'unchanged';
 }
 
@@ -340,6 +351,10 @@ function scanSpan(enforcement: Enforcement, start: number, end: number): void {
       const attributeEnd = reader.expectLengthDelimited('Span.attributes');
       scanSpanAttribute(enforcement, reader.pos, attributeEnd);
       reader.pos = attributeEnd;
+    } else if (reader.fieldNumber === SPAN_NAME && reader.wireType === WIRE_LENGTH_DELIMITED) {
+      const nameEnd = reader.readLengthDelimitedEnd();
+      span.jobExecution = isJobExecution(body, reader.pos, nameEnd);
+      reader.pos = nameEnd;
     } else {
       reader.skipValue();
     }
@@ -379,6 +394,8 @@ function scanCanonicalSpan(enforcement: Enforcement, start: number, end: number)
         span.idEnd = valueEnd;
       } else if (field === SPAN_ATTRIBUTES) {
         scanSpanAttribute(enforcement, pos, valueEnd);
+      } else if (field === SPAN_NAME && length === JOB_EXECUTION.length) {
+        span.jobExecution = isJobExecution(body, pos, valueEnd);
       }
       pos = valueEnd;
     } else if (field === SPAN_TRACE_ID || field === SPAN_ATTRIBUTES) {
@@ -399,10 +416,15 @@ function scanCanonicalSpan(enforcement: Enforcement, start: number, end: number)
   return true;
 }
 
+function isJobExecution(body: Buffer, start: number, end: number): boolean {
+  return end - start === JOB_EXECUTION.length && body.compare(JOB_EXECUTION, 0, JOB_EXECUTION.length, start, end) === 0;
+}
+
 function startSpanScan(enforcement: Enforcement, start: number, end: number): void {
   const { span } = enforcement;
   span.idStart = -1;
   span.idEnd = -1;
+  span.jobExecution = false;
   span.attributes = 0;
   span.carriesIdentity = false;
   span.withinLimits = end - start <= enforcement.limits.maxBytes;

@@ -52,6 +52,11 @@ export interface EnforcedExport {
    * the collector. Also true for an export that carried no items at all.
    */
   nothingToForward: boolean;
+  /**
+   * Byte ranges, in the body given to enforcement, of the `job_execution` spans forwarded (protobuf exports
+   * only; JSON exports are searched instead, see job-execution-end.ts).
+   */
+  jobExecutionSpans?: ReadonlyArray<readonly [number, number]>;
 }
 
 export const NO_SPAN_LIMITS: SpanLimits = { maxBytes: Infinity, maxAttributes: Infinity, maxAttributeValueBytes: Infinity };
