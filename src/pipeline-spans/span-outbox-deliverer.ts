@@ -18,7 +18,7 @@ const IDLE_POLL_MS = 1000;
  * work (bench/job-payload.bench.ts). A full batch is delivered without waiting.
  */
 const LINGER_MS = 100;
-/** The outbox's depth (for its metrics and readiness) is read at most this often. */
+/** The outbox's depth (for its metrics and readiness) is read with every delivery, and this often while idle. */
 const DEPTH_EVERY_MS = 1000;
 const FIRST_BACKOFF_MS = 500;
 /** A collector's Retry-After is honoured up to this. */
@@ -92,7 +92,8 @@ export class SpanOutboxDeliverer implements OnApplicationBootstrap, OnModuleDest
   /** One claim and one export; true when a full batch went out (so more may be waiting: look again at once). */
   private async deliverOnce(): Promise<boolean> {
     const claimed = await this.store.claimSpans(BATCH_SPANS, this.leaseMs);
-    if (performance.now() - this.depthReadAt >= DEPTH_EVERY_MS) {
+    // With each delivery, and once a second while idle.
+    if (claimed.length > 0 || performance.now() - this.depthReadAt >= DEPTH_EVERY_MS) {
       this.depthReadAt = performance.now();
       this.metrics.outboxDepth(await this.store.outboxDepth());
     }
