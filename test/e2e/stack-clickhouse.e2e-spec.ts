@@ -1,10 +1,10 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { BUILD_STAGES, BuildStage, exportJobAsRunner } from '../../demo/stock-runner';
+import { BUILD_STAGES, exportJobAsRunner } from '../../demo/stock-runner';
 import { pickUpPipelineJob, PickedUpJob } from '../helpers/ci-pipeline';
 import { ClickHouse, ClickHouseRow, startClickHouse } from '../helpers/clickhouse';
 import { dateTime64, insertOtelTraces, OtelTracesRow, otelTracesRows } from '../helpers/clickhouse-exporter';
-import { PipelinesRun, runPipelines } from '../helpers/clickhouse-pipelines';
+import { PipelinesRun, runPipelines, stageSeconds } from '../helpers/clickhouse-pipelines';
 import { makeWebhookSecret, WebhookSecret } from '../helpers/gitlab-webhooks';
 import { OtlpSink, startOtlpSink } from '../helpers/otlp-sink';
 import { waitFor } from '../helpers/ports';
@@ -93,16 +93,6 @@ WHERE job_id > 0 AND project_id > 0 AND TraceId != '';`;
 
 /** otel.otel_traces alone: the part of the schema before the view's table. */
 const OTEL_TRACES_ONLY = SCHEMA.slice(0, SCHEMA.indexOf('CREATE TABLE IF NOT EXISTS otel.ci_job_telemetry_traces'));
-
-const stageSeconds = (scriptSeconds: number): Record<BuildStage, number> => ({
-  prepare_executor: 3,
-  get_sources: 2,
-  restore_cache: 4,
-  step_script: scriptSeconds,
-  after_script: 1,
-  archive_cache: 2,
-  upload_artifacts: 1,
-});
 
 /** A span that reached the Collector from outside CI: a web service's, exported straight to it. */
 function outsideCiRow(template: OtelTracesRow, serviceName: string, resource: Record<string, string>): OtelTracesRow {

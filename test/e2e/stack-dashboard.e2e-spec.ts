@@ -4,7 +4,7 @@ import { BUILD_STAGES, BuildStage } from '../../demo/stock-runner';
 import { pickUpPipelineJob } from '../helpers/ci-pipeline';
 import { ClickHouse, startClickHouse } from '../helpers/clickhouse';
 import { dateTime64, insertOtelTraces, OtelTracesRow } from '../helpers/clickhouse-exporter';
-import { PipelinesRun, runPipelines } from '../helpers/clickhouse-pipelines';
+import { PipelinesRun, runPipelines, stageSeconds } from '../helpers/clickhouse-pipelines';
 import { makeWebhookSecret, WebhookSecret } from '../helpers/gitlab-webhooks';
 import { expandGrafanaQuery, GrafanaQueryContext } from '../helpers/grafana-query';
 import { OtlpSink, startOtlpSink } from '../helpers/otlp-sink';
@@ -39,16 +39,6 @@ const panel = (title: string) => {
 const TRACE_A = 'a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1';
 const TRACE_B = 'b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2';
 const TRACE_OLD = 'c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3c3';
-
-const stages = (script: number): Record<BuildStage, number> => ({
-  prepare_executor: 3,
-  get_sources: 2,
-  restore_cache: 4,
-  step_script: script,
-  after_script: 1,
-  archive_cache: 2,
-  upload_artifacts: 1,
-});
 
 /**
  * The otel_traces rows of one job a stock runner exported through the gateway: a job_execution span
@@ -157,7 +147,7 @@ describe('Grafana dashboard queries on a real ClickHouse engine (deploy/grafana)
         jobId: 4001,
         status: 'success',
         start: '2026-11-21T10:00:00Z',
-        stageSeconds: stages(40),
+        stageSeconds: stageSeconds(40),
       }),
       ...runnerJobRows({
         traceId: TRACE_A,
@@ -166,7 +156,7 @@ describe('Grafana dashboard queries on a real ClickHouse engine (deploy/grafana)
         jobId: 4002,
         status: 'failed',
         start: '2026-11-21T10:02:00Z',
-        stageSeconds: stages(75),
+        stageSeconds: stageSeconds(75),
       }),
       ...runnerJobRows({
         traceId: TRACE_A,
@@ -175,7 +165,7 @@ describe('Grafana dashboard queries on a real ClickHouse engine (deploy/grafana)
         jobId: 4003,
         status: 'success',
         start: '2026-11-21T10:05:00Z',
-        stageSeconds: stages(90),
+        stageSeconds: stageSeconds(90),
       }),
       // Project 42, pipeline 800, later.
       ...runnerJobRows({
@@ -185,7 +175,7 @@ describe('Grafana dashboard queries on a real ClickHouse engine (deploy/grafana)
         jobId: 5001,
         status: 'success',
         start: '2026-11-21T11:10:00Z',
-        stageSeconds: stages(20),
+        stageSeconds: stageSeconds(20),
       }),
       // Project 7 ten days earlier: outside the dashboard's time range.
       ...runnerJobRows({
@@ -195,7 +185,7 @@ describe('Grafana dashboard queries on a real ClickHouse engine (deploy/grafana)
         jobId: 3001,
         status: 'failed',
         start: '2026-11-11T10:00:00Z',
-        stageSeconds: stages(500),
+        stageSeconds: stageSeconds(500),
       }),
     ]);
   }, 60_000);
