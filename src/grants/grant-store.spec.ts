@@ -4,7 +4,7 @@ import { RedisServer, startRedis } from '../../test/helpers/redis';
 import { RedisDeployment, SentinelDeployment, startRedisCluster, startSentinelRedis, startSingleRedis } from '../../test/helpers/redis-topologies';
 import { GrantStore, SpanLeaseRequest, StoreUnavailableError } from './grant';
 import { MemoryGrantStore } from './memory-grant-store';
-import { OutboxSpan, TracedJob } from './traced-work';
+import { OutboxSpan, TracedJob, tracedPipelineOf, TracedWork } from './traced-work';
 import { RedisGrantStore } from './redis-grant-store';
 
 const grant = testGrant;
@@ -300,11 +300,16 @@ function behavesAsAGrantStore(name: string, open: () => Promise<GrantStore>) {
       pickedUpAt: 1_700_000_012_000,
       ...overrides,
     });
+    /** A pickup's records as the pipeline-spans service writes them: the job, its pipeline and its root pipeline. */
+    const pickedUp = (job: TracedJob, ttlMs: number): TracedWork => ({
+      jobs: [{ value: job, ttlMs }],
+      pipelines: [...new Set([job.pipelineId, job.rootPipelineId])].map((id) => ({ value: tracedPipelineOf(job, id), ttlMs })),
+    });
     const outboxSpan = (spanId: string): OutboxSpan => ({ spanId, resourceSpans: `{"span":"${spanId}"}`, enqueuedAt: Date.now() });
     const limits = { maxSpans: 3, rememberMs: 60_000 };
 
     it('remembers a traced job, its pipeline and its root pipeline, and forgets them at the end', async () => {
-      await store.recordTracedJob(tracedJob(), 300);
+      await store.recordTracedWork(pickedUp(tracedJob(), 300));
       expect(await store.findTracedJob(5001)).toEqual(tracedJob());
       const pipeline = { rootPipelineId: 500, projectId: 7, traceId: 'a'.repeat(32), tracestate: 'ot=th:c' };
       expect(await store.findTracedPipeline(501)).toEqual({ pipelineId: 501, ...pipeline });
@@ -315,9 +320,20 @@ function behavesAsAGrantStore(name: string, open: () => Promise<GrantStore>) {
       expect(await store.findTracedPipeline(500)).toBeNull();
     });
 
+    it('remembers every job and pipeline of a batch of pickups written in one call', async () => {
+      const jobs = [tracedJob({ jobId: 5001 }), tracedJob({ jobId: 5002, pipelineId: 502 }), tracedJob({ jobId: 5003, pipelineId: 503, rootPipelineId: 503 })];
+      await store.recordTracedWork({
+        jobs: jobs.map((job) => ({ value: job, ttlMs: 60_000 })),
+        pipelines: [501, 502, 500, 503].map((id) => ({ value: tracedPipelineOf(jobs.find((job) => job.pipelineId === id) ?? jobs[0], id), ttlMs: 60_000 })),
+      });
+      for (const job of jobs) expect(await store.findTracedJob(job.jobId)).toEqual(job);
+      for (const id of [500, 501, 502, 503]) expect((await store.findTracedPipeline(id))?.pipelineId).toBe(id);
+      expect((await store.findTracedPipeline(503))?.rootPipelineId).toBe(503);
+    });
+
     it('keeps a pipeline as long as its longest-lived job, whatever order the pickups come in', async () => {
-      await store.recordTracedJob(tracedJob({ jobId: 5001 }), 60_000);
-      await store.recordTracedJob(tracedJob({ jobId: 5002 }), 300);
+      await store.recordTracedWork(pickedUp(tracedJob({ jobId: 5001 }), 60_000));
+      await store.recordTracedWork(pickedUp(tracedJob({ jobId: 5002 }), 300));
       await sleep(450);
       expect(await store.findTracedJob(5002)).toBeNull();
       expect(await store.findTracedPipeline(501)).not.toBeNull();

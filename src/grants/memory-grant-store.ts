@@ -1,5 +1,5 @@
 import { Grant, GrantStore, SpanLease, SpanLeaseRequest, WindowBlock } from './grant';
-import { ClaimedSpan, EnqueueOutcome, OutboxDepth, OutboxLimits, OutboxSpan, TracedJob, TracedPipeline, tracedPipelineOf } from './traced-work';
+import { ClaimedSpan, EnqueueOutcome, OutboxDepth, OutboxLimits, OutboxSpan, TracedJob, TracedPipeline, TracedWork } from './traced-work';
 
 interface Expiring<T> {
   readonly value: T;
@@ -123,12 +123,12 @@ export class MemoryGrantStore implements GrantStore {
     quota.used = Math.max(0, quota.used - Math.min(unspent, lease.amount));
   }
 
-  async recordTracedJob(job: TracedJob, ttlMs: number): Promise<void> {
-    const expiresAt = this.now() + ttlMs;
-    this.tracedJobs.set(job.jobId, { value: { ...job }, expiresAt });
-    for (const pipelineId of new Set([job.pipelineId, job.rootPipelineId])) {
-      const kept = this.tracedPipelines.get(pipelineId);
-      this.tracedPipelines.set(pipelineId, { value: tracedPipelineOf(job, pipelineId), expiresAt: Math.max(expiresAt, kept?.expiresAt ?? 0) });
+  async recordTracedWork({ jobs, pipelines }: TracedWork): Promise<void> {
+    const now = this.now();
+    for (const { value: job, ttlMs } of jobs) this.tracedJobs.set(job.jobId, { value: { ...job }, expiresAt: now + ttlMs });
+    for (const { value: pipeline, ttlMs } of pipelines) {
+      const kept = this.tracedPipelines.get(pipeline.pipelineId);
+      this.tracedPipelines.set(pipeline.pipelineId, { value: { ...pipeline }, expiresAt: Math.max(now + ttlMs, kept?.expiresAt ?? 0) });
     }
   }
 

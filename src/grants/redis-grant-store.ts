@@ -1,5 +1,5 @@
 import { Grant, GrantStore, SpanLease, SpanLeaseRequest, StoreUnavailableError, WindowBlock } from './grant';
-import { ClaimedSpan, EnqueueOutcome, OutboxDepth, OutboxLimits, OutboxSpan, TracedJob, TracedPipeline, tracedPipelineOf } from './traced-work';
+import { ClaimedSpan, EnqueueOutcome, OutboxDepth, OutboxLimits, OutboxSpan, TracedJob, TracedPipeline, TracedWork } from './traced-work';
 import { connectRedis, pingRedis, RedisClient, RedisConnectionEvents, RedisConnectionSettings } from './redis-connection';
 
 /*
@@ -379,14 +379,14 @@ export class RedisGrantStore implements GrantStore {
     await this.guard(() => this.scripts.cjtReleaseSpans(JOB_SPANS_KEY(jobId), String(spans)));
   }
 
-  async recordTracedJob(job: TracedJob, ttlMs: number): Promise<void> {
-    const ttl = String(Math.max(1, Math.round(ttlMs)));
-    // All in one tick: the auto-pipelining connection sends them with the pickup's grant write.
+  async recordTracedWork({ jobs, pipelines }: TracedWork): Promise<void> {
+    const ttl = (ttlMs: number) => String(Math.max(1, Math.round(ttlMs)));
+    // All in one tick: the auto-pipelining connection writes them at once (one write per node on a cluster).
     await this.guard(() =>
       Promise.all([
-        this.redis.set(TRACED_JOB_KEY(job.jobId), JSON.stringify(job), 'PX', ttl),
-        ...[...new Set([job.pipelineId, job.rootPipelineId])].map((id) =>
-          this.scripts.cjtSetLonger(TRACED_PIPELINE_KEY(id), JSON.stringify(tracedPipelineOf(job, id)), ttl),
+        ...jobs.map(({ value: job, ttlMs }) => this.redis.set(TRACED_JOB_KEY(job.jobId), JSON.stringify(job), 'PX', ttl(ttlMs))),
+        ...pipelines.map(({ value: pipeline, ttlMs }) =>
+          this.scripts.cjtSetLonger(TRACED_PIPELINE_KEY(pipeline.pipelineId), JSON.stringify(pipeline), ttl(ttlMs)),
         ),
       ]),
     );

@@ -77,13 +77,25 @@ export interface OutboxDepth {
   readonly oldestEnqueuedAt?: number;
 }
 
+/** A record to keep for `ttlMs`. */
+export interface Remembered<T> {
+  readonly value: T;
+  readonly ttlMs: number;
+}
+
+/** What a batch of pickups tells the store: the traced jobs, and the pipelines (their own and their roots') to keep. */
+export interface TracedWork {
+  readonly jobs: readonly Remembered<TracedJob>[];
+  readonly pipelines: readonly Remembered<TracedPipeline>[];
+}
+
 /** The store's part of SPEC §10. Implemented by every grant store. */
 export interface TracedWorkStore {
   /**
-   * Remembers a traced job, its pipeline and its root pipeline for `ttlMs` (as long as its grant can
-   * live); a pipeline's memory is only ever lengthened by a later job's pickup.
+   * Remembers traced jobs and pipelines, each for its `ttlMs` (as long as a job's grant can live); a
+   * pipeline's memory is only ever lengthened, whatever order its jobs' pickups come in.
    */
-  recordTracedJob(job: TracedJob, ttlMs: number): Promise<void>;
+  recordTracedWork(work: TracedWork): Promise<void>;
   findTracedJob(jobId: number): Promise<TracedJob | null>;
   findTracedPipeline(pipelineId: number): Promise<TracedPipeline | null>;
   /** Adds spans whose id was never enqueued before, while the outbox has room, in one atomic step. */

@@ -146,8 +146,8 @@ export class JobPayloadService {
     // for the gateway without a stored grant would only collect 403s, so it is not enabled at all.
     const stored = await this.saveGrant(grant);
     if (stored === undefined && !hosted) return off('degraded');
-    // Not awaited: the pipeline and queue-wait spans (SPEC §10) never delay a pickup.
-    void this.pipelineSpans.recordPickup(
+    // Batched with other pickups and never awaited: the pipeline and queue-wait spans (SPEC §10) never delay a pickup.
+    this.pipelineSpans.recordPickup(
       {
         jobId: job.id,
         pipelineId: job.pipeline_id,

@@ -1,15 +1,17 @@
-import { Inject, Injectable, Logger } from '@nestjs/common';
+import { Inject, Injectable, Logger, OnModuleDestroy } from '@nestjs/common';
+import { LRUCache } from 'lru-cache';
 import { AppConfig } from '../config/app-config';
 import { APP_CONFIG, SECRETS } from '../config/config.constants';
 import { Secrets } from '../config/secrets';
 import { GrantStore } from '../grants/grant';
 import { GRANT_STORE } from '../grants/grants.constants';
-import { EnqueueOutcome, OutboxSpan, TracedJob, TracedPipeline } from '../grants/traced-work';
+import { EnqueueOutcome, OutboxSpan, Remembered, TracedJob, TracedPipeline, tracedPipelineOf } from '../grants/traced-work';
 import { withTimeout } from '../observability/with-timeout';
 import { gitlabPipelineSpanIdFor, gitlabTraceIdFor, pipelineSpanIdFor, queueSpanIdFor, spanIdFor } from '../trace-context/trace-context';
 import { FinishedJob, PipelineEvent, WebhookEvent } from './gitlab-webhook';
 import { PipelineSpansMetrics } from './pipeline-spans.metrics';
 import { bridgeSpan, ControlPlaneSpan, jobSpan, JobEnd, pipelineSpan, queueWaitSpan } from './pipeline-span-model';
+import { PickupBatch } from './pickup-batch';
 import { SpanOutboxDeliverer } from './span-outbox-deliverer';
 
 /** A traced job's records outlive a pickup at least this long (a job with a tiny timeout still finishes). */
@@ -18,16 +20,42 @@ const MIN_MEMORY_MS = 60_000;
 const NOTHING: EnqueueOutcome = { queued: 0, duplicates: 0, refused: 0 };
 
 /**
+ * Pickups are written to the store together (see PickupBatch): the first waits at most this long. The
+ * queue-wait spans then linger in the outbox before delivery too, so they reach the collector within
+ * about a tenth of a second of the pickup either way.
+ */
+const PICKUP_LINGER_MS = 50;
+const PICKUP_BATCH_MAX = 500;
+/**
+ * Every job of a pipeline names the same pipeline record: one written by this process in the last
+ * minute, to last at least as long as a new job needs, is not written again. Bounded so that a record
+ * the store lost (a failover, a flush) is written again by the next pickup after at most a minute.
+ */
+const RECORDED_PIPELINES_MAX = 10_000;
+const RECORDED_PIPELINE_MEMO_MS = 60_000;
+
+/** One enabled pickup, waiting in the batch. */
+interface Pickup {
+  readonly job: TracedJob;
+  /** How long the job (and its pipelines) must be remembered: as long as its grant can live. */
+  readonly ttlMs: number;
+  readonly jobSpanId: string;
+}
+
+/**
  * SPEC §10: which spans the control plane emits, and when. Facts come from the pickup (the decorator),
  * GitLab's webhooks, and, without webhooks, the runner's `job_execution` span seen by the gateway; spans
  * go to the store's outbox, from which {@link SpanOutboxDeliverer} sends them to the collector. Each span
  * has a fixed id, so whichever source tells of it first emits it and the outbox drops any later copy.
  */
 @Injectable()
-export class PipelineSpansService {
+export class PipelineSpansService implements OnModuleDestroy {
   private readonly logger = new Logger(PipelineSpansService.name);
   private readonly serviceName: string;
   private readonly limits: { maxSpans: number; rememberMs: number };
+  private readonly pickups = new PickupBatch<Pickup>((batch) => this.writePickups(batch), PICKUP_LINGER_MS, PICKUP_BATCH_MAX);
+  /** Epoch ms until which this process has had each pipeline recorded (see RECORDED_PIPELINE_MEMO_MS). */
+  private readonly recordedPipelines = new LRUCache<number, number>({ max: RECORDED_PIPELINES_MAX, ttl: RECORDED_PIPELINE_MEMO_MS });
 
   constructor(
     @Inject(APP_CONFIG) private readonly config: AppConfig,
@@ -45,42 +73,54 @@ export class PipelineSpansService {
     return this.config.GITLAB_WEBHOOK_SECRET_FILE !== undefined;
   }
 
+  /** Pickups still waiting in the batch are written before the store closes (its module stops after this one). */
+  async onModuleDestroy(): Promise<void> {
+    await this.pickups.flushed();
+  }
+
   /**
    * At an enabled pickup: remembers the job and its pipelines for as long as its grant can live, and
-   * emits its queue wait. Never throws and is not awaited by the pickup: a slow or failing store costs
-   * the pickup nothing (SPEC §4), it only loses these spans, and says so. `jobSpanId` is the job's
-   * `span_parent_id`, which the decorator has derived already.
+   * emits its queue wait. Never throws and never delays the pickup: the records are written with other
+   * pickups' within PICKUP_LINGER_MS, and a slow or failing store only loses these spans, and says so
+   * (SPEC §4). `jobSpanId` is the job's `span_parent_id`, which the decorator has derived already.
    */
-  async recordPickup(job: TracedJob, grantExpiresAt: number, jobSpanId: string): Promise<void> {
-    const ttlMs = Math.max(MIN_MEMORY_MS, grantExpiresAt - job.pickedUpAt);
-    const spans =
-      this.config.TRACE_ID_SCHEME === 'keyed' && job.queuedAt !== undefined
-        ? [
-            queueWaitSpan(
-              this.serviceName,
-              {
-                traceId: job.traceId,
-                spanId: queueSpanIdFor(this.secrets.traceKey, job.jobId),
-                parentSpanId: jobSpanId,
-                tracestate: job.tracestate,
-              },
-              { ...job, queuedAt: job.queuedAt },
-            ),
-          ]
-        : [];
+  recordPickup(job: TracedJob, grantExpiresAt: number, jobSpanId: string): void {
+    this.pickups.add({ job, ttlMs: Math.max(MIN_MEMORY_MS, grantExpiresAt - job.pickedUpAt), jobSpanId });
+  }
+
+  private async writePickups(batch: readonly Pickup[]): Promise<void> {
+    const now = Date.now();
+    const jobs: Remembered<TracedJob>[] = [];
+    const pipelines = new Map<number, Remembered<TracedPipeline>>();
+    const spans: ControlPlaneSpan[] = [];
+    for (const { job, ttlMs, jobSpanId } of batch) {
+      jobs.push({ value: job, ttlMs });
+      for (const pipelineId of [job.pipelineId, job.rootPipelineId]) {
+        if ((this.recordedPipelines.get(pipelineId) ?? 0) >= now + ttlMs) continue;
+        if ((pipelines.get(pipelineId)?.ttlMs ?? 0) < ttlMs) pipelines.set(pipelineId, { value: tracedPipelineOf(job, pipelineId), ttlMs });
+      }
+      if (this.config.TRACE_ID_SCHEME === 'keyed' && job.queuedAt !== undefined) {
+        const place = { traceId: job.traceId, spanId: queueSpanIdFor(this.secrets.traceKey, job.jobId), parentSpanId: jobSpanId, tracestate: job.tracestate };
+        spans.push(queueWaitSpan(this.serviceName, place, { ...job, queuedAt: job.queuedAt }));
+      }
+    }
     try {
       await withTimeout(
-        () => Promise.all([this.store.recordTracedJob(job, ttlMs), this.enqueue(spans, 'pickup')]),
+        () => Promise.all([this.store.recordTracedWork({ jobs, pipelines: [...pipelines.values()] }), this.enqueue(spans, 'pickup')]),
         Math.max(this.config.STORE_TIMEOUT_MS, this.config.REDIS_COMMAND_TIMEOUT_MS),
       );
+      for (const { value, ttlMs } of pipelines.values()) this.recordedPipelines.set(value.pipelineId, now + ttlMs);
     } catch (error) {
       this.metrics.storeFailure('record_pickup');
-      this.logger.warn(`job ${job.jobId}: pipeline spans not recorded at pickup: ${(error as Error).message}`);
+      const jobIds = batch.length === 1 ? `job ${batch[0].job.jobId}` : `${batch.length} jobs (${batch[0].job.jobId}, …)`;
+      this.logger.warn(`${jobIds}: pipeline spans not recorded at pickup: ${(error as Error).message}`);
     }
   }
 
   /** A GitLab webhook, already authenticated and parsed. Throws StoreUnavailableError when the store is down. */
   async handleWebhook(event: WebhookEvent): Promise<EnqueueOutcome> {
+    // The traced work it reads may still wait in this process's pickup batch.
+    await this.pickups.flushed();
     if (event.kind === 'job') return event.job === undefined ? NOTHING : this.enqueue(await this.finishedJobSpans([event.job]), 'job_hook');
     return this.enqueue(await this.pipelineEventSpans(event), 'pipeline_hook');
   }
@@ -100,6 +140,7 @@ export class PipelineSpansService {
    */
   async closeJobFromRunner(jobId: number, end: { endMs: number; status?: string }): Promise<void> {
     try {
+      await this.pickups.flushed();
       const job = await this.store.findTracedJob(jobId);
       if (job === null) return;
       const status = end.status ?? 'success';
