@@ -4,17 +4,19 @@
  */
 import 'reflect-metadata';
 import { hash } from 'node:crypto';
+import type { FastifyRequest } from 'fastify';
 import type { AddressInfo } from 'node:net';
 import { createInternalApp } from '../src/app.factory';
 import { loadConfig } from '../src/config/app-config';
 import { loadSecrets } from '../src/config/secrets';
 import { createLogger } from '../src/observability/logger';
+import { SAMPLED_ACCESS_LOG } from '../src/observability/request-hooks';
 import { GrantStore } from '../src/grants/grant';
 import { GRANT_STORE } from '../src/grants/grants.constants';
 import { INTERNAL_API_HEADER } from '../src/internal-api/internal-api-token';
 import { credentialCacheKey, forwardedCredential } from '../src/runner-auth/runner-credential';
 import { testGrant } from '../test/helpers/grants';
-import { BARE_ROUTE, DIGESTS_ROUTE, ECHO_ROUTE, ECHO_STORE_ROUTE, FromServer, STORE_ROUTE, ToServer } from './lib/bench-server';
+import { BARE_ROUTE, BARE_SAMPLED_ROUTE, DIGESTS_ROUTE, ECHO_ROUTE, ECHO_STORE_ROUTE, FromServer, STORE_ROUTE, ToServer } from './lib/bench-server';
 
 async function serve(): Promise<void> {
   const config = loadConfig(process.env);
@@ -26,7 +28,10 @@ async function serve(): Promise<void> {
   // Same instance, so the same body parser, request-id and access-log hooks; none of Nest's routing,
   // guard, pipe or interceptor machinery, and a small answer instead of the decorated payload.
   const fastify = app.getHttpAdapter().getInstance();
-  fastify.post<{ Body: { job?: { id?: unknown } } }>(BARE_ROUTE, async (request) => ({ ok: true, job_id: request.body?.job?.id ?? null }));
+  const bare = async (request: FastifyRequest<{ Body: { job?: { id?: unknown } } | undefined }>) => ({ ok: true, job_id: request.body?.job?.id ?? null });
+  fastify.post(BARE_ROUTE, bare);
+  // The auth endpoint's baselines are logged as it is: successes at most once per interval.
+  fastify.post(BARE_SAMPLED_ROUTE, { config: SAMPLED_ACCESS_LOG }, bare);
   // The extra baseline: the same, answering with the payload re-serialized, in the decorator's answer shape.
   fastify.post<{ Body: { payload?: unknown } }>(ECHO_ROUTE, async (request) => ({
     payload: request.body?.payload ?? null,
@@ -34,7 +39,7 @@ async function serve(): Promise<void> {
   }));
 
   const store = app.get<GrantStore>(GRANT_STORE);
-  fastify.post(STORE_ROUTE, async () => {
+  fastify.post(STORE_ROUTE, { config: SAMPLED_ACCESS_LOG }, async () => {
     const grant = await store.findGrant(1);
     return { ok: grant !== null };
   });
@@ -59,7 +64,7 @@ async function serve(): Promise<void> {
   );
 
   // The digests as the service makes them: crypto.hash of the caller's header, and the credential's cache key.
-  fastify.post(DIGESTS_ROUTE, async (request) => ({
+  fastify.post(DIGESTS_ROUTE, { config: SAMPLED_ACCESS_LOG }, async (request) => ({
     ok: hash('sha256', String(request.headers[INTERNAL_API_HEADER]), 'base64') !== credentialCacheKey(forwardedCredential(request.headers)),
   }));
 

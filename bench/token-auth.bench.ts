@@ -6,7 +6,9 @@
  * rotation, so concurrent requests do not share one lookup: the grant read, the runner's rate window
  * from the ledger's blocks, and the token-digest index before them on a token's first lookup in the
  * process). Beside each, the least its work can cost: a bare route making the two digests a reused
- * decision needs, or one making the store round trip a lookup needs (the grant read).
+ * decision needs, or one making the store round trip a lookup needs (the grant read). The bare route and
+ * the bounds log their successes as the auth endpoint does (at most once per interval, issue 21); the bare
+ * route logging every request is measured beside them, to show what that sampling is worth.
  *
  * Run (builds itself into node_modules/.cache; needs redis-server on PATH):
  *
@@ -30,7 +32,17 @@ import { makeSecretFiles } from '../test/helpers/internal-api';
 import { makeGitLabKeys } from '../test/helpers/job-tokens';
 import { startRedis } from '../test/helpers/redis';
 import { repositoryRoot, rollingAuthHeader } from './lib/bench-env';
-import { BARE_ROUTE, BenchServer, DECORATOR_ROUTE, DIGESTS_ROUTE, pinToCpu, serverScript, startBenchServer, STORE_ROUTE } from './lib/bench-server';
+import {
+  BARE_ROUTE,
+  BARE_SAMPLED_ROUTE,
+  BenchServer,
+  DECORATOR_ROUTE,
+  DIGESTS_ROUTE,
+  pinToCpu,
+  serverScript,
+  startBenchServer,
+  STORE_ROUTE,
+} from './lib/bench-server';
 import { printCpuProfiles } from './lib/cpu-profile-summary';
 import { median } from './lib/percentiles';
 import { procCpuMicros } from './lib/proc-cpu';
@@ -56,7 +68,7 @@ const CPU_PROF = args['cpu-prof'];
 const PIN = args.pin;
 const CONNECTIONS = 10;
 const OPAQUE_JOBS = 200;
-type Route = 'bare' | 'auth' | 'store' | 'digests';
+type Route = 'bare' | 'logged' | 'auth' | 'store' | 'digests';
 
 const failures: string[] = [];
 
@@ -173,12 +185,14 @@ async function main(): Promise<void> {
 
         // The baseline gets a request shaped like the auth request: headers only, no body to parse. Beside it, the
         // least the variant's work costs: the two digests a reused decision needs, or a lookup's grant read.
-        const paths: Record<Route, string> = { bare: BARE_ROUTE, auth: AUTH_ROUTE, store: STORE_ROUTE, digests: DIGESTS_ROUTE };
+        // `bare` logs its successes as the auth endpoint does (sampled); `logged` writes a line on every request,
+        // as every other route does: what the endpoint's sampled access log is worth.
+        const paths: Record<Route, string> = { bare: BARE_SAMPLED_ROUTE, logged: BARE_ROUTE, auth: AUTH_ROUTE, store: STORE_ROUTE, digests: DIGESTS_ROUTE };
         const bound: Route = variant === 'warm decision' ? 'digests' : 'store';
-        const routes: Route[] = ['bare', 'auth', bound];
+        const routes: Route[] = ['bare', 'auth', bound, 'logged'];
         const run = (route: Route, seconds: number) => measure(server, redis.pid, paths[route], authHeaders, undefined, seconds);
         for (const route of routes) await run(route, 2);
-        const results: Record<Route, RunStats[]> = { bare: [], auth: [], store: [], digests: [] };
+        const results: Record<Route, RunStats[]> = { bare: [], logged: [], auth: [], store: [], digests: [] };
         for (let round = 0; round < ROUNDS; round++) {
           for (const route of routes.map((_, i) => routes[(i + round) % routes.length])) results[route].push(await run(route, ROUND_SECONDS));
         }
@@ -201,6 +215,11 @@ async function main(): Promise<void> {
         rows.push(
           `${variant.padEnd(13)}  bound: ${boundName} ${least.toFixed(0).padStart(6)} req/s, ${(least / bare).toFixed(2)}× bare` +
             ` (server CPU/request ${cpuOf(bound, 'cpuMicrosPerRequest').toFixed(0)} µs); auth reaches ${(auth / least).toFixed(2)}× that`,
+        );
+        const logged = median(results.logged.map((r) => r.reqPerSec));
+        rows.push(
+          `${variant.padEnd(13)}  bare logging every request ${logged.toFixed(0).padStart(6)} req/s, ${(logged / bare).toFixed(2)}× bare` +
+            ` (server CPU/request ${cpuOf('logged', 'cpuMicrosPerRequest').toFixed(0)} µs); auth reaches ${(auth / logged).toFixed(2)}× that`,
         );
         rows.push(
           `${variant.padEnd(13)}  CPU/request auth vs bare: redis ${cpuOf('auth', 'redisCpuMicrosPerRequest').toFixed(0)} vs ${cpuOf('bare', 'redisCpuMicrosPerRequest').toFixed(0)} µs,` +

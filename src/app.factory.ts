@@ -9,7 +9,6 @@ import { AllExceptionsFilter } from './observability/all-exceptions.filter';
 import { drainUnreadBodies } from './observability/body-drain';
 import { frameworkLogger, PinoNestLogger } from './observability/logger';
 import { addRequestHooks, requestIdOf, rootLoggerForRequests } from './observability/request-hooks';
-import { AUTH_PATH } from './token-auth/token-auth.route';
 
 /**
  * Builds the application: the internal API, ready to `listen` (or `inject` in tests), and, by role,
@@ -28,10 +27,11 @@ export async function createInternalApp(config: AppConfig, secrets: Secrets, log
   });
   app.useGlobalFilters(new AllExceptionsFilter());
 
-  // nginx asks the auth endpoint on every export: its successes are logged as the gateway's exports are.
+  // nginx asks the auth endpoint on every export: its successes are logged as the gateway's exports are
+  // (the route is marked SAMPLED_ACCESS_LOG); every other internal route logs each request.
   addRequestHooks(app.getHttpAdapter().getInstance(), logger, {
     successLogIntervalMs: config.EXPORT_SUCCESS_LOG_INTERVAL_MS,
-    sampledRoutes: new Set([AUTH_PATH]),
+    sampledRoutes: 'marked',
   });
   drainUnreadBodies(app.getHttpAdapter().getInstance(), config.BODY_LIMIT_BYTES);
   await app.init();

@@ -44,11 +44,21 @@ function loggedRoute(request: FastifyRequest): string {
 export interface AccessLogOptions {
   /** Answers below 400 are logged at most once per this many milliseconds (0: every one). */
   readonly successLogIntervalMs?: number;
-  /** The route templates that applies to; every route when absent. */
-  readonly sampledRoutes?: ReadonlySet<string>;
+  /** Which routes that applies to: every one (the gateway), or those whose config says SAMPLED_ACCESS_LOG. */
+  readonly sampledRoutes: 'all' | 'marked';
 }
 
-export function addRequestHooks(app: FastifyInstance, logger: Logger, options: AccessLogOptions = {}): void {
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /** Successes logged at most once per EXPORT_SUCCESS_LOG_INTERVAL_MS, where the server samples marked routes. */
+    sampledAccessLog?: boolean;
+  }
+}
+
+/** Route config of a route called on every export (the auth endpoint nginx asks): its successes are sampled. */
+export const SAMPLED_ACCESS_LOG = { sampledAccessLog: true } as const;
+
+export function addRequestHooks(app: FastifyInstance, logger: Logger, options: AccessLogOptions): void {
   app.addHook('onRequest', (request, reply, done) => {
     requestScope.enterWith({ requestId: String(request.id) });
     void reply.header(REQUEST_ID_HEADER, request.id);
@@ -61,7 +71,7 @@ export function addRequestHooks(app: FastifyInstance, logger: Logger, options: A
   let unlogged = 0;
   app.addHook('onResponse', (request, reply, done) => {
     const status = reply.statusCode;
-    const sampled = status < 400 && interval > 0 && (options.sampledRoutes === undefined || options.sampledRoutes.has(request.routeOptions.url ?? ''));
+    const sampled = status < 400 && interval > 0 && (options.sampledRoutes === 'all' || request.routeOptions.config?.sampledAccessLog === true);
     if (sampled) {
       const now = performance.now();
       if (now - lastSuccessLine < interval) {

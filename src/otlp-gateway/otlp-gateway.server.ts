@@ -127,7 +127,7 @@ export function buildGatewayServer(deps: GatewayDependencies): FastifyInstance {
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, body, done) => done(null, body));
 
-  addRequestHooks(app, logger, { successLogIntervalMs: config.EXPORT_SUCCESS_LOG_INTERVAL_MS });
+  addRequestHooks(app, logger, { successLogIntervalMs: config.EXPORT_SUCCESS_LOG_INTERVAL_MS, sampledRoutes: 'all' });
   drainUnreadBodies(app, config.GATEWAY_MAX_WIRE_BYTES);
   // Leases not spent go back to the store when the gateway stops, for the other replicas.
   app.addHook('onClose', async () => {

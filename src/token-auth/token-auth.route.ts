@@ -7,6 +7,7 @@ import { callerCheckHook, internalApiCallerRefusal } from '../internal-api/inter
 import { CALLER_KEYS, INTERNAL_API_VERIFIER } from '../internal-api/internal-api.constants';
 import { InternalApiTokenVerifier } from '../internal-api/internal-api-token';
 import { sendError } from '../observability/http-error';
+import { SAMPLED_ACCESS_LOG } from '../observability/request-hooks';
 import { APP_LOGGER } from '../observability/logger';
 import { AuthOutcome, identityBodyOf, JobIdentity } from '../runner-auth/auth-outcome';
 import { CachedDecision, DecisionCache } from '../runner-auth/decision-cache';
@@ -49,6 +50,7 @@ export class TokenAuthRoute implements OnModuleInit {
     fastify.route({
       method: 'POST',
       url: AUTH_PATH,
+      config: SAMPLED_ACCESS_LOG,
       // The internal-API JWT, or a caller key for gateways that cannot sign one (SPEC §3).
       onRequest: callerCheckHook((headers) => internalApiCallerRefusal(headers, this.verifier, this.callerKeys), this.logger),
       handler: (request, reply) => this.authenticate(request, reply),

@@ -74,6 +74,41 @@ describe('POST /internal/ci/telemetry/auth (SPEC §5)', () => {
   });
   afterEach(() => service.close());
 
+  describe('access log', () => {
+    const completed = (target: InProcessService, route: string) =>
+      target.logs.lines.map((line) => JSON.parse(line)).filter((line) => line.msg === 'request completed' && line.route === route);
+
+    it('logs answers to nginx at most once per EXPORT_SUCCESS_LOG_INTERVAL_MS, saying how many went unlogged, and every refusal', async () => {
+      const sampled = await start({ EXPORT_SUCCESS_LOG_INTERVAL_MS: '60000' });
+      try {
+        await pickUp(sampled, { job: { id: 3101, token: await keys.sign(3101) } });
+        await pickUp(sampled, { job: { id: 3102, token: await keys.sign(3102) } });
+        for (let i = 0; i < 4; i++) expect((await auth(await keys.sign(3101), RUNNER_TOKEN, sampled)).status).toBe(200);
+        expect((await auth(await keys.sign(3101), OTHER_RUNNER_TOKEN, sampled)).status).toBe(401);
+        expect((await auth(await keys.sign(3101), RUNNER_TOKEN, sampled)).status).toBe(200);
+
+        const authLines = completed(sampled, AUTH);
+        expect(authLines.filter((line) => line.status === 200)).toHaveLength(1);
+        expect(authLines.filter((line) => line.status === 401)).toHaveLength(1);
+        // Every pickup is still logged: only the route nginx calls on every export is sampled.
+        expect(completed(sampled, PICKUP)).toHaveLength(2);
+      } finally {
+        await sampled.close();
+      }
+    });
+
+    it('logs every answer when the interval is 0', async () => {
+      const everyOne = await start({ EXPORT_SUCCESS_LOG_INTERVAL_MS: '0' });
+      try {
+        await pickUp(everyOne, { job: { id: 3103, token: await keys.sign(3103) } });
+        for (let i = 0; i < 3; i++) await auth(await keys.sign(3103), RUNNER_TOKEN, everyOne);
+        expect(completed(everyOne, AUTH).filter((line) => line.status === 200)).toHaveLength(3);
+      } finally {
+        await everyOne.close();
+      }
+    });
+  });
+
   describe('with a JWT job token', () => {
     it('answers who the job is and which trace it may write, with a reusable decision', async () => {
       const pickup = await pickUp(service, { job: { id: 3001, token: await keys.sign(3001) } });
