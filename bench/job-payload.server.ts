@@ -43,22 +43,23 @@ async function serve(): Promise<void> {
     const grant = await store.findGrant(1);
     return { ok: grant !== null };
   });
-  // Echo plus a grant as the decorator writes it, for the request's job; the digests are fixed (making them is the decorator's own work).
+  // Echo plus a grant as the decorator writes it, with its traced job in the same step, for the request's job; the digests
+  // and the trace id are fixed (making them is the decorator's own work).
   fastify.post<{ Body: { payload?: unknown; job?: { id?: number; project_id?: number; pipeline_id?: number; timeout?: number } } }>(
     ECHO_STORE_ROUTE,
     async (request) => {
       const job = request.body?.job ?? {};
       const jobId = Number(job.id);
-      await store.saveGrant(
-        testGrant({
-          jobId,
-          projectId: Number(job.project_id),
-          pipelineId: Number(job.pipeline_id),
-          rootPipelineId: Number(job.pipeline_id),
-          jobTokenDigest: String(jobId).padStart(64, '0'),
-          expiresAt: Date.now() + (Number(job.timeout ?? 3600) + 3600) * 1000,
-        }),
-      );
+      const grant = testGrant({
+        jobId,
+        projectId: Number(job.project_id),
+        pipelineId: Number(job.pipeline_id),
+        rootPipelineId: Number(job.pipeline_id),
+        jobTokenDigest: String(jobId).padStart(64, '0'),
+        expiresAt: Date.now() + (Number(job.timeout ?? 3600) + 3600) * 1000,
+      });
+      const { projectId, pipelineId, rootPipelineId, runnerId, traceId } = grant;
+      await store.saveGrant(grant, { jobId, pipelineId, rootPipelineId, projectId, runnerId, runnerType: 'project_type', traceId, pickedUpAt: Date.now() });
       return { payload: request.body?.payload ?? null, telemetry: { enabled: false, reason: 'flag_disabled' } };
     },
   );

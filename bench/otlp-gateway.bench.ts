@@ -725,6 +725,16 @@ function printReport(reports: Record<Variant, Partial<Record<Target, RunStats[]>
         `reaches ${fixed(ratio(throughputOf('gateway'), throughputOf('floor')), 2)}× that`,
     );
   }
+  // The CPU target's bound, in the same run: what the proxy that checks nothing, and the floor, cost per export against the nginx path.
+  const nginxPathCpu = pathCpu(protobufRuns.nginx, ['service', 'redis', 'nginx']);
+  const proxyCpu = ratio(pathCpu(protobufRuns.proxy, ['proxy']), nginxPathCpu);
+  if (!Number.isNaN(proxyCpu)) {
+    verdicts.push(
+      `bound (CPU): per export, the Node.js proxy that checks nothing costs ${fixed(proxyCpu, 2)}× the nginx path's CPU, ` +
+        `the floor (with its redis) ${fixed(ratio(pathCpu(protobufRuns.floor, ['floor', 'redis']), nginxPathCpu), 2)}×, ` +
+        `the gateway (with its redis) ${fixed(ratio(pathCpu(protobufRuns.gateway, ['service', 'redis']), nginxPathCpu), 2)}×`,
+    );
+  }
   console.log('');
   printTable(rows);
   console.log('');

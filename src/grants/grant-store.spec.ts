@@ -4,7 +4,7 @@ import { RedisServer, startRedis } from '../../test/helpers/redis';
 import { RedisDeployment, SentinelDeployment, startRedisCluster, startSentinelRedis, startSingleRedis } from '../../test/helpers/redis-topologies';
 import { GrantStore, SpanLeaseRequest, StoreUnavailableError } from './grant';
 import { MemoryGrantStore } from './memory-grant-store';
-import { OutboxSpan, TracedJob, tracedPipelineOf, TracedWork } from './traced-work';
+import { OutboxSpan, TracedJob, tracedPipelineOf } from './traced-work';
 import { RedisGrantStore } from './redis-grant-store';
 
 const grant = testGrant;
@@ -300,42 +300,51 @@ function behavesAsAGrantStore(name: string, open: () => Promise<GrantStore>) {
       pickedUpAt: 1_700_000_012_000,
       ...overrides,
     });
-    /** A pickup's records as the pipeline-spans service writes them: the job, its pipeline and its root pipeline. */
-    const pickedUp = (job: TracedJob, ttlMs: number): TracedWork => ({
-      jobs: [{ value: job, ttlMs }],
-      pipelines: [...new Set([job.pipelineId, job.rootPipelineId])].map((id) => ({ value: tracedPipelineOf(job, id), ttlMs })),
-    });
+    /** A pickup's pipelines as the pipeline-spans service writes them: the job's own and its root. */
+    const pipelinesOf = (job: TracedJob, ttlMs: number) =>
+      [...new Set([job.pipelineId, job.rootPipelineId])].map((id) => ({ value: tracedPipelineOf(job, id), ttlMs }));
     const outboxSpan = (spanId: string): OutboxSpan => ({ spanId, resourceSpans: `{"span":"${spanId}"}`, enqueuedAt: Date.now() });
     const limits = { maxSpans: 3, rememberMs: 60_000 };
 
-    it('remembers a traced job, its pipeline and its root pipeline, and forgets them at the end', async () => {
-      await store.recordTracedWork(pickedUp(tracedJob(), 300));
+    it('remembers a traced job with its grant, in the same step, for at least a minute however short the grant', async () => {
+      expect(await store.findTracedJob(5001)).toBeNull();
+      await store.saveGrant(testGrant({ jobId: 5001, expiresAt: Date.now() + 300 }), tracedJob());
       expect(await store.findTracedJob(5001)).toEqual(tracedJob());
+      await sleep(450);
+      // The grant is gone; the job's end, told by a webhook later, still finds whose spans it is.
+      expect(await store.findGrant(5001)).toBeNull();
+      expect(await store.findTracedJob(5001)).toEqual(tracedJob());
+    });
+
+    it('remembers no traced job for a grant saved without one, and the newest pickup of a job decorated again', async () => {
+      await store.saveGrant(testGrant({ jobId: 5002 }));
+      expect(await store.findTracedJob(5002)).toBeNull();
+      await store.saveGrant(testGrant({ jobId: 5002 }), tracedJob({ jobId: 5002, pickedUpAt: 1 }));
+      await store.saveGrant(testGrant({ jobId: 5002 }), tracedJob({ jobId: 5002, pickedUpAt: 2 }));
+      expect((await store.findTracedJob(5002))?.pickedUpAt).toBe(2);
+    });
+
+    it('remembers a traced pipeline and its root pipeline, and forgets them at the end', async () => {
+      await store.recordTracedPipelines(pipelinesOf(tracedJob(), 300));
       const pipeline = { rootPipelineId: 500, projectId: 7, traceId: 'a'.repeat(32), tracestate: 'ot=th:c' };
       expect(await store.findTracedPipeline(501)).toEqual({ pipelineId: 501, ...pipeline });
       expect(await store.findTracedPipeline(500)).toEqual({ pipelineId: 500, ...pipeline });
       expect(await store.findTracedPipeline(502)).toBeNull();
       await sleep(450);
-      expect(await store.findTracedJob(5001)).toBeNull();
       expect(await store.findTracedPipeline(500)).toBeNull();
     });
 
-    it('remembers every job and pipeline of a batch of pickups written in one call', async () => {
+    it('remembers every pipeline of a batch of pickups written in one call', async () => {
       const jobs = [tracedJob({ jobId: 5001 }), tracedJob({ jobId: 5002, pipelineId: 502 }), tracedJob({ jobId: 5003, pipelineId: 503, rootPipelineId: 503 })];
-      await store.recordTracedWork({
-        jobs: jobs.map((job) => ({ value: job, ttlMs: 60_000 })),
-        pipelines: [501, 502, 500, 503].map((id) => ({ value: tracedPipelineOf(jobs.find((job) => job.pipelineId === id) ?? jobs[0], id), ttlMs: 60_000 })),
-      });
-      for (const job of jobs) expect(await store.findTracedJob(job.jobId)).toEqual(job);
+      await store.recordTracedPipelines(jobs.flatMap((job) => pipelinesOf(job, 60_000)));
       for (const id of [500, 501, 502, 503]) expect((await store.findTracedPipeline(id))?.pipelineId).toBe(id);
       expect((await store.findTracedPipeline(503))?.rootPipelineId).toBe(503);
     });
 
     it('keeps a pipeline as long as its longest-lived job, whatever order the pickups come in', async () => {
-      await store.recordTracedWork(pickedUp(tracedJob({ jobId: 5001 }), 60_000));
-      await store.recordTracedWork(pickedUp(tracedJob({ jobId: 5002 }), 300));
+      await store.recordTracedPipelines(pipelinesOf(tracedJob({ jobId: 5001 }), 60_000));
+      await store.recordTracedPipelines(pipelinesOf(tracedJob({ jobId: 5002 }), 300));
       await sleep(450);
-      expect(await store.findTracedJob(5002)).toBeNull();
       expect(await store.findTracedPipeline(501)).not.toBeNull();
     });
 

@@ -1,4 +1,4 @@
-import { TracedWorkStore } from './traced-work';
+import { TracedJob, TracedWorkStore } from './traced-work';
 
 /**
  * A telemetry grant (SPEC §4 "Grant"): what the decorator knew at job pickup, kept until the job
@@ -70,9 +70,10 @@ export interface GrantStore extends TracedWorkStore {
    * Stores the grant of `grant.jobId`; it disappears at its expiry. A job decorated again gets its
    * fields replaced but keeps the expiry and any revocation its grant already has (SPEC §4): a
    * pickup must never extend a job's credentials or lift the end GitLab declared. Resolves with
-   * the grant as stored.
+   * the grant as stored. `tracedJob`, when given, is remembered in the same step for as long as the grant
+   * as stored lives, and at least MIN_TRACED_MEMORY_MS (SPEC §10: whether the job's spans are ours to emit).
    */
-  saveGrant(grant: Grant): Promise<Grant>;
+  saveGrant(grant: Grant, tracedJob?: TracedJob): Promise<Grant>;
   findGrant(jobId: number): Promise<Grant | null>;
   /** The grant whose opaque job token has this digest (SPEC §5). */
   findGrantByJobTokenDigest(jobTokenDigest: string): Promise<Grant | null>;

@@ -1,5 +1,5 @@
 import { Grant, GrantStore, SpanLease, SpanLeaseRequest, WindowBlock } from './grant';
-import { ClaimedSpan, EnqueueOutcome, OutboxDepth, OutboxLimits, OutboxSpan, TracedJob, TracedPipeline, TracedWork } from './traced-work';
+import { ClaimedSpan, EnqueueOutcome, OutboxDepth, OutboxLimits, OutboxSpan, MIN_TRACED_MEMORY_MS, Remembered, TracedJob, TracedPipeline } from './traced-work';
 
 interface Expiring<T> {
   readonly value: T;
@@ -30,9 +30,16 @@ export class MemoryGrantStore implements GrantStore {
     this.sweeper = setInterval(() => this.sweep(), sweepIntervalMs).unref();
   }
 
-  async saveGrant(grant: Grant): Promise<Grant> {
+  async saveGrant(grant: Grant, tracedJob?: TracedJob): Promise<Grant> {
     const previous = await this.findGrant(grant.jobId);
-    if (previous === null && grant.expiresAt <= this.now()) return { ...grant };
+    const remember = (until: number) => {
+      if (tracedJob !== undefined)
+        this.tracedJobs.set(tracedJob.jobId, { value: { ...tracedJob }, expiresAt: Math.max(until, this.now() + MIN_TRACED_MEMORY_MS) });
+    };
+    if (previous === null && grant.expiresAt <= this.now()) {
+      remember(0);
+      return { ...grant };
+    }
     if (previous?.jobTokenDigest !== undefined) this.jobIdsByTokenDigest.delete(previous.jobTokenDigest);
     const stored: Grant =
       previous === null
@@ -40,6 +47,7 @@ export class MemoryGrantStore implements GrantStore {
         : { ...grant, expiresAt: previous.expiresAt, ...(previous.revokedAt === undefined ? {} : { revokedAt: previous.revokedAt }) };
     this.grants.set(grant.jobId, stored);
     if (grant.jobTokenDigest !== undefined) this.jobIdsByTokenDigest.set(grant.jobTokenDigest, grant.jobId);
+    remember(stored.expiresAt);
     return { ...stored };
   }
 
@@ -123,9 +131,8 @@ export class MemoryGrantStore implements GrantStore {
     quota.used = Math.max(0, quota.used - Math.min(unspent, lease.amount));
   }
 
-  async recordTracedWork({ jobs, pipelines }: TracedWork): Promise<void> {
+  async recordTracedPipelines(pipelines: readonly Remembered<TracedPipeline>[]): Promise<void> {
     const now = this.now();
-    for (const { value: job, ttlMs } of jobs) this.tracedJobs.set(job.jobId, { value: { ...job }, expiresAt: now + ttlMs });
     for (const { value: pipeline, ttlMs } of pipelines) {
       const kept = this.tracedPipelines.get(pipeline.pipelineId);
       this.tracedPipelines.set(pipeline.pipelineId, { value: { ...pipeline }, expiresAt: Math.max(now + ttlMs, kept?.expiresAt ?? 0) });

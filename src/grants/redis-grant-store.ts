@@ -1,5 +1,5 @@
 import { Grant, GrantStore, SpanLease, SpanLeaseRequest, StoreUnavailableError, WindowBlock } from './grant';
-import { ClaimedSpan, EnqueueOutcome, OutboxDepth, OutboxLimits, OutboxSpan, TracedJob, TracedPipeline, TracedWork } from './traced-work';
+import { ClaimedSpan, EnqueueOutcome, OutboxDepth, OutboxLimits, OutboxSpan, MIN_TRACED_MEMORY_MS, Remembered, TracedJob, TracedPipeline } from './traced-work';
 import { connectRedis, pingRedis, RedisClient, RedisConnectionEvents, RedisConnectionSettings } from './redis-connection';
 
 /*
@@ -220,16 +220,27 @@ return ARGV[1]
  * the fields but keeps the first expiry, both in the JSON and as the key's own TTL (KEEPTTL); a record that
  * has expired is never brought back, since a script runs alone. ARGV[1] is the grant's JSON up to the value
  * of its last member, `expiresAt`: only that number is taken from the stored record, so no id goes through
- * Lua's cjson, which would round those above 10^14 when encoding. Answers the outcome, the revocation time
- * and the expiry kept.
+ * Lua's cjson, which would round those above 10^14 when encoding. The traced job (KEYS[3], ARGV[4]; none
+ * when ARGV[4] is empty) is set in the same step, the job's slot too, to live as long as the grant as stored
+ * and at least ARGV[5] ms (SPEC §10). Answers the outcome, the revocation time and the expiry kept.
  */
 const SAVE_GRANT = `
 local revokedAt = redis.call('GET', KEYS[2])
-if tonumber(ARGV[2]) > 0 and redis.call('SET', KEYS[1], ARGV[1] .. ARGV[3] .. '}', 'PX', ARGV[2], 'NX') then return {'created', revokedAt} end
+local function remember(ttl)
+  if ARGV[4] ~= '' then redis.call('SET', KEYS[3], ARGV[4], 'PX', math.max(ttl, tonumber(ARGV[5]))) end
+end
+if tonumber(ARGV[2]) > 0 and redis.call('SET', KEYS[1], ARGV[1] .. ARGV[3] .. '}', 'PX', ARGV[2], 'NX') then
+  remember(tonumber(ARGV[2]))
+  return {'created', revokedAt}
+end
 local current = redis.call('GET', KEYS[1])
-if not current then return {'absent', revokedAt} end
+if not current then
+  remember(0)
+  return {'absent', revokedAt}
+end
 local expiresAt = string.format('%.0f', cjson.decode(current).expiresAt)
 redis.call('SET', KEYS[1], ARGV[1] .. expiresAt .. '}', 'KEEPTTL')
+remember(redis.call('PTTL', KEYS[1]))
 return {'kept', revokedAt, expiresAt}
 `;
 
@@ -238,7 +249,16 @@ type SaveGrantReply = ['created' | 'absent', string | null] | ['kept', string | 
 
 /** The store's Lua scripts as ioredis commands: sent by SHA (EVALSHA) after the first use, not as text. */
 interface ScriptCommands {
-  cjtSaveGrant(grantKey: string, revokedKey: string, grantJsonUpToExpiry: string, ttlMs: string, expiresAt: string): Promise<SaveGrantReply>;
+  cjtSaveGrant(
+    grantKey: string,
+    revokedKey: string,
+    tracedKey: string,
+    grantJsonUpToExpiry: string,
+    ttlMs: string,
+    expiresAt: string,
+    tracedJson: string,
+    tracedMinTtlMs: string,
+  ): Promise<SaveGrantReply>;
   cjtRevokeGrant(grantKey: string, revokedKey: string, revokedAt: string): Promise<string | null>;
   cjtReleaseSpans(spansKey: string, spans: string): Promise<number>;
   cjtSetLonger(key: string, value: string, ttlMs: string): Promise<number>;
@@ -259,7 +279,7 @@ export class RedisGrantStore implements GrantStore {
     private readonly redis: RedisClient,
     private readonly durability: { readonly waitReplicas: number; readonly waitTimeoutMs: number } = { waitReplicas: 0, waitTimeoutMs: 0 },
   ) {
-    redis.defineCommand('cjtSaveGrant', { numberOfKeys: 2, lua: SAVE_GRANT });
+    redis.defineCommand('cjtSaveGrant', { numberOfKeys: 3, lua: SAVE_GRANT });
     redis.defineCommand('cjtRevokeGrant', { numberOfKeys: 2, lua: REVOKE_GRANT });
     redis.defineCommand('cjtReleaseSpans', { numberOfKeys: 1, lua: RELEASE_SPANS });
     redis.defineCommand('cjtSetLonger', { numberOfKeys: 1, lua: SET_LONGER });
@@ -292,7 +312,7 @@ export class RedisGrantStore implements GrantStore {
     return new RedisGrantStore(redis, { waitReplicas: settings.waitReplicas ?? 0, waitTimeoutMs: settings.commandTimeoutMs });
   }
 
-  async saveGrant(grant: Grant): Promise<Grant> {
+  async saveGrant(grant: Grant, tracedJob?: TracedJob): Promise<Grant> {
     const ttlMs = grant.expiresAt - Date.now();
     const { expiresAt, ...fields } = grant;
     const grantJsonUpToExpiry = `${JSON.stringify(fields).slice(0, -1)},"expiresAt":`;
@@ -304,7 +324,15 @@ export class RedisGrantStore implements GrantStore {
       // Both in the same tick: the auto-pipelining connection writes them at once, beside the
       // other pickups' commands of that event-loop turn (one write per node on a cluster).
       const [reply] = await Promise.all([
-        this.scripts.cjtSaveGrant(...grantKeys, grantJsonUpToExpiry, String(ttlMs), String(expiresAt)),
+        this.scripts.cjtSaveGrant(
+          ...grantKeys,
+          TRACED_JOB_KEY(grant.jobId),
+          grantJsonUpToExpiry,
+          String(ttlMs),
+          String(expiresAt),
+          tracedJob === undefined ? '' : JSON.stringify(tracedJob),
+          String(MIN_TRACED_MEMORY_MS),
+        ),
         index === undefined ? undefined : this.redis.set(index, String(grant.jobId), 'PX', ttlMs),
       ]);
       const [outcome, revokedAt, keptExpiresAt] = reply;
@@ -379,16 +407,14 @@ export class RedisGrantStore implements GrantStore {
     await this.guard(() => this.scripts.cjtReleaseSpans(JOB_SPANS_KEY(jobId), String(spans)));
   }
 
-  async recordTracedWork({ jobs, pipelines }: TracedWork): Promise<void> {
-    const ttl = (ttlMs: number) => String(Math.max(1, Math.round(ttlMs)));
+  async recordTracedPipelines(pipelines: readonly Remembered<TracedPipeline>[]): Promise<void> {
     // All in one tick: the auto-pipelining connection writes them at once (one write per node on a cluster).
     await this.guard(() =>
-      Promise.all([
-        ...jobs.map(({ value: job, ttlMs }) => this.redis.set(TRACED_JOB_KEY(job.jobId), JSON.stringify(job), 'PX', ttl(ttlMs))),
-        ...pipelines.map(({ value: pipeline, ttlMs }) =>
-          this.scripts.cjtSetLonger(TRACED_PIPELINE_KEY(pipeline.pipelineId), JSON.stringify(pipeline), ttl(ttlMs)),
+      Promise.all(
+        pipelines.map(({ value: pipeline, ttlMs }) =>
+          this.scripts.cjtSetLonger(TRACED_PIPELINE_KEY(pipeline.pipelineId), JSON.stringify(pipeline), String(Math.max(1, Math.round(ttlMs)))),
         ),
-      ]),
+      ),
     );
   }
 

@@ -77,25 +77,22 @@ export interface OutboxDepth {
   readonly oldestEnqueuedAt?: number;
 }
 
+/** A traced job, and each pipeline a pickup names, is remembered at least this long (a job with a tiny timeout still finishes). */
+export const MIN_TRACED_MEMORY_MS = 60_000;
+
 /** A record to keep for `ttlMs`. */
 export interface Remembered<T> {
   readonly value: T;
   readonly ttlMs: number;
 }
 
-/** What a batch of pickups tells the store: the traced jobs, and the pipelines (their own and their roots') to keep. */
-export interface TracedWork {
-  readonly jobs: readonly Remembered<TracedJob>[];
-  readonly pipelines: readonly Remembered<TracedPipeline>[];
-}
-
-/** The store's part of SPEC §10. Implemented by every grant store. */
+/**
+ * The store's part of SPEC §10. Implemented by every grant store. A traced job is written with its grant
+ * (`GrantStore.saveGrant`), in the same step, and lives as long as the grant (at least MIN_TRACED_MEMORY_MS).
+ */
 export interface TracedWorkStore {
-  /**
-   * Remembers traced jobs and pipelines, each for its `ttlMs` (as long as a job's grant can live); a
-   * pipeline's memory is only ever lengthened, whatever order its jobs' pickups come in.
-   */
-  recordTracedWork(work: TracedWork): Promise<void>;
+  /** Remembers pipelines, each for its `ttlMs`; a pipeline's memory is only ever lengthened, whatever order its jobs' pickups come in. */
+  recordTracedPipelines(pipelines: readonly Remembered<TracedPipeline>[]): Promise<void>;
   findTracedJob(jobId: number): Promise<TracedJob | null>;
   findTracedPipeline(pipelineId: number): Promise<TracedPipeline | null>;
   /** Adds spans whose id was never enqueued before, while the outbox has room, in one atomic step. */

@@ -6,6 +6,7 @@ import { Secrets } from '../config/secrets';
 import { FlagsService } from '../flags/flags.service';
 import { Grant, grantEndsAt, GrantStore } from '../grants/grant';
 import { GRANT_STORE } from '../grants/grants.constants';
+import { TracedJob } from '../grants/traced-work';
 import { tokenDigest } from '../grants/token-digest';
 import { MetricsService } from '../observability/metrics.service';
 import { withTimeout } from '../observability/with-timeout';
@@ -142,27 +143,25 @@ export class JobPayloadService {
       jobTokenDigest: job.token === undefined ? undefined : tokenDigest(this.secrets.tokenDigestKey, job.token),
       expiresAt: Date.now() + (job.timeout + this.config.GRANT_GRACE_SECONDS) * 1000,
     };
+    // Stored with the grant, in the same step: whether this job's spans are the control plane's to emit (SPEC §10).
+    const tracedJob: TracedJob = {
+      jobId: job.id,
+      pipelineId: job.pipeline_id,
+      rootPipelineId: job.root_pipeline_id,
+      projectId: job.project_id,
+      runnerId: runner.id,
+      runnerType: runner.runner_type,
+      traceId: context.traceId,
+      ...(context.tracestate === undefined ? {} : { tracestate: context.tracestate }),
+      ...queuedAtOf(job.queued_at),
+      pickedUpAt: Date.now(),
+    };
     // Hosted runners authenticate to the collector with OIDC and never need the grant; a job bound
     // for the gateway without a stored grant would only collect 403s, so it is not enabled at all.
-    const stored = await this.saveGrant(grant);
+    const stored = await this.saveGrant(grant, tracedJob);
     if (stored === undefined && !hosted) return off('degraded');
-    // Batched with other pickups and never awaited: the pipeline and queue-wait spans (SPEC §10) never delay a pickup.
-    this.pipelineSpans.recordPickup(
-      {
-        jobId: job.id,
-        pipelineId: job.pipeline_id,
-        rootPipelineId: job.root_pipeline_id,
-        projectId: job.project_id,
-        runnerId: runner.id,
-        runnerType: runner.runner_type,
-        traceId: context.traceId,
-        ...(context.tracestate === undefined ? {} : { tracestate: context.tracestate }),
-        ...queuedAtOf(job.queued_at),
-        pickedUpAt: Date.now(),
-      },
-      (stored ?? grant).expiresAt,
-      context.spanParentId,
-    );
+    // Its pipelines and queue wait are written with other pickups', after the answer: they never delay a pickup.
+    this.pipelineSpans.recordPickup(tracedJob, (stored ?? grant).expiresAt, context.spanParentId);
 
     // The capability base URL goes to programs inside the job whenever the gateway can honour it.
     const capabilityBase =
@@ -205,9 +204,9 @@ export class JobPayloadService {
   }
 
   /** Bounded by STORE_TIMEOUT_MS whatever the store does, so a hung Redis cannot delay job pickup. */
-  private async saveGrant(grant: Grant): Promise<Grant | undefined> {
+  private async saveGrant(grant: Grant, tracedJob: TracedJob): Promise<Grant | undefined> {
     try {
-      return await withTimeout(() => this.store.saveGrant(grant), this.config.STORE_TIMEOUT_MS);
+      return await withTimeout(() => this.store.saveGrant(grant, tracedJob), this.config.STORE_TIMEOUT_MS);
     } catch (error) {
       this.metrics.storeErrors.inc({ operation: 'save_grant' });
       this.logger.warn(`grant for job ${grant.jobId} not stored: ${(error as Error).message}`);

@@ -5,7 +5,7 @@ import { APP_CONFIG, SECRETS } from '../config/config.constants';
 import { Secrets } from '../config/secrets';
 import { GrantStore } from '../grants/grant';
 import { GRANT_STORE } from '../grants/grants.constants';
-import { EnqueueOutcome, OutboxSpan, Remembered, TracedJob, TracedPipeline, tracedPipelineOf } from '../grants/traced-work';
+import { EnqueueOutcome, MIN_TRACED_MEMORY_MS, OutboxSpan, Remembered, TracedJob, TracedPipeline, tracedPipelineOf } from '../grants/traced-work';
 import { withTimeout } from '../observability/with-timeout';
 import { gitlabPipelineSpanIdFor, gitlabTraceIdFor, pipelineSpanIdFor, queueSpanIdFor, spanIdFor } from '../trace-context/trace-context';
 import { FinishedJob, PipelineEvent, WebhookEvent } from './gitlab-webhook';
@@ -14,13 +14,10 @@ import { bridgeSpan, ControlPlaneSpan, jobSpan, JobEnd, pipelineSpan, queueWaitS
 import { PickupBatch } from './pickup-batch';
 import { SpanOutboxDeliverer } from './span-outbox-deliverer';
 
-/** A traced job's records outlive a pickup at least this long (a job with a tiny timeout still finishes). */
-const MIN_MEMORY_MS = 60_000;
-
 const NOTHING: EnqueueOutcome = { queued: 0, duplicates: 0, refused: 0 };
 
 /**
- * Pickups are written to the store together (see PickupBatch): the first waits at most this long. The
+ * Pickups' pipelines and queue waits are written to the store together (see PickupBatch): the first waits at most this long. The
  * queue-wait spans then linger in the outbox before delivery too, so they reach the collector within
  * about a tenth of a second of the pickup either way.
  */
@@ -37,7 +34,7 @@ const RECORDED_PIPELINE_MEMO_MS = 60_000;
 /** One enabled pickup, waiting in the batch. */
 interface Pickup {
   readonly job: TracedJob;
-  /** How long the job (and its pipelines) must be remembered: as long as its grant can live. */
+  /** How long its pipelines must be remembered: as long as the job's grant can live. */
   readonly ttlMs: number;
   readonly jobSpanId: string;
 }
@@ -79,22 +76,21 @@ export class PipelineSpansService implements OnModuleDestroy {
   }
 
   /**
-   * At an enabled pickup: remembers the job and its pipelines for as long as its grant can live, and
-   * emits its queue wait. Never throws and never delays the pickup: the records are written with other
-   * pickups' within PICKUP_LINGER_MS, and a slow or failing store only loses these spans, and says so
-   * (SPEC §4). `jobSpanId` is the job's `span_parent_id`, which the decorator has derived already.
+   * At an enabled pickup, whose traced job the decorator stored with its grant: remembers the job's
+   * pipelines for as long as its grant can live, and emits its queue wait. Never throws and never delays
+   * the pickup: these are written with other pickups' within PICKUP_LINGER_MS, and a slow or failing store
+   * only loses these spans, and says so (SPEC §4). `jobSpanId` is the job's `span_parent_id`, which the
+   * decorator has derived already.
    */
   recordPickup(job: TracedJob, grantExpiresAt: number, jobSpanId: string): void {
-    this.pickups.add({ job, ttlMs: Math.max(MIN_MEMORY_MS, grantExpiresAt - job.pickedUpAt), jobSpanId });
+    this.pickups.add({ job, ttlMs: Math.max(MIN_TRACED_MEMORY_MS, grantExpiresAt - job.pickedUpAt), jobSpanId });
   }
 
   private async writePickups(batch: readonly Pickup[]): Promise<void> {
     const now = Date.now();
-    const jobs: Remembered<TracedJob>[] = [];
     const pipelines = new Map<number, Remembered<TracedPipeline>>();
     const spans: ControlPlaneSpan[] = [];
     for (const { job, ttlMs, jobSpanId } of batch) {
-      jobs.push({ value: job, ttlMs });
       for (const pipelineId of [job.pipelineId, job.rootPipelineId]) {
         if ((this.recordedPipelines.get(pipelineId) ?? 0) >= now + ttlMs) continue;
         if ((pipelines.get(pipelineId)?.ttlMs ?? 0) < ttlMs) pipelines.set(pipelineId, { value: tracedPipelineOf(job, pipelineId), ttlMs });
@@ -106,7 +102,7 @@ export class PipelineSpansService implements OnModuleDestroy {
     }
     try {
       await withTimeout(
-        () => Promise.all([this.store.recordTracedWork({ jobs, pipelines: [...pipelines.values()] }), this.enqueue(spans, 'pickup')]),
+        () => Promise.all([this.store.recordTracedPipelines([...pipelines.values()]), this.enqueue(spans, 'pickup')]),
         Math.max(this.config.STORE_TIMEOUT_MS, this.config.REDIS_COMMAND_TIMEOUT_MS),
       );
       for (const { value, ttlMs } of pipelines.values()) this.recordedPipelines.set(value.pipelineId, now + ttlMs);
