@@ -11,6 +11,8 @@
  *   floor    through the same proxy also doing what SPEC §6 makes every export do, as the gateway does it (the
  *            runner's window and the job's span quota from the lease ledger's blocks, enforcement, forwarding the
  *            enforced body) but no credential check, log line or metric: what bounds this gateway,
+ *   ledger   (not run unless asked) the floor without enforcement: the window and quota charged, the body forwarded
+ *            as it came. Beside the floor, what enforcement costs inside a busy process,
  * plus a gzip variant of the export for direct and gateway.
  *
  * Run from the repository root (needs redis-server and nginx; the service is the BUILT one, dist/main.js,
@@ -18,7 +20,7 @@
  *
  *   npm run -s build && npx tsc -p bench/otlp-gateway.tsconfig.json && node node_modules/.cache/otlp-gateway-bench/bench/otlp-gateway.bench.js
  *
- * Options: --targets direct,gateway,nginx,proxy,floor  --variants protobuf,gzip  --rounds 3  --round-seconds 5
+ * Options: --targets direct,gateway,nginx,proxy,floor (and ledger)  --variants protobuf,gzip  --rounds 3  --round-seconds 5
  *          --warmup-seconds 2  --connections 16  --spans 100  --attributes 10
  *          --cpu-prof (profiles the service, prints its busiest functions and keeps the .cpuprofile)
  *          experiments: --store memory (no redis: what the store's round trips cost)
@@ -62,13 +64,14 @@ import { repositoryRoot } from './lib/bench-env';
 import { describeExport, otlpTypes, traceExport } from './otlp-gateway.payload';
 import type { SinkStats } from './otlp-gateway.sink';
 
-type Target = 'direct' | 'gateway' | 'nginx' | 'proxy' | 'floor';
+type Target = 'direct' | 'gateway' | 'nginx' | 'proxy' | 'floor' | 'ledger';
 type Variant = 'protobuf' | 'gzip';
-type Component = 'generator' | 'service' | 'sink' | 'redis' | 'nginx' | 'proxy' | 'floor';
+type Component = 'generator' | 'service' | 'sink' | 'redis' | 'nginx' | 'proxy' | 'floor' | 'ledger';
 /** The service's kernel time apart: syscalls, and on loopback the receiving side's TCP work too. */
 type Measured = Component | 'serviceSystem';
-const COMPONENTS: readonly Component[] = ['generator', 'service', 'sink', 'redis', 'nginx', 'proxy', 'floor'];
-const ALL_TARGETS: readonly Target[] = ['direct', 'gateway', 'nginx', 'proxy', 'floor'];
+const COMPONENTS: readonly Component[] = ['generator', 'service', 'sink', 'redis', 'nginx', 'proxy', 'floor', 'ledger'];
+const DEFAULT_TARGETS: readonly Target[] = ['direct', 'gateway', 'nginx', 'proxy', 'floor'];
+const ALL_TARGETS: readonly Target[] = [...DEFAULT_TARGETS, 'ledger'];
 /** nginx and the bare proxy only see the wire bytes, so their gzip figures would say nothing new. */
 const GZIP_TARGETS: readonly Target[] = ['direct', 'gateway'];
 const JOB_ID = 7_300_001;
@@ -76,7 +79,7 @@ const EXPORT_PATH = '/v1/traces';
 
 const { values: args } = parseArgs({
   options: {
-    targets: { type: 'string', default: ALL_TARGETS.join(',') },
+    targets: { type: 'string', default: DEFAULT_TARGETS.join(',') },
     variants: { type: 'string', default: 'protobuf,gzip' },
     rounds: { type: 'string', default: '3' },
     'round-seconds': { type: 'string', default: '5' },
@@ -106,7 +109,7 @@ const options = {
 if (options.store !== 'redis' && options.store !== 'memory') throw new Error(`unknown store ${options.store}`);
 for (const target of options.targets) if (!ALL_TARGETS.includes(target)) throw new Error(`unknown target ${target}`);
 // The floor charges its quota in redis, as the gateway does; with --store memory there is no redis to charge.
-if (options.store === 'memory') options.targets = options.targets.filter((target) => target !== 'floor');
+if (options.store === 'memory') options.targets = options.targets.filter((target) => target !== 'floor' && target !== 'ledger');
 for (const variant of options.variants) if (variant !== 'protobuf' && variant !== 'gzip') throw new Error(`unknown variant ${variant}`);
 
 const targetsOf = (variant: Variant) => options.targets.filter((target) => variant === 'protobuf' || GZIP_TARGETS.includes(target));
@@ -281,6 +284,7 @@ async function main(): Promise<void> {
   let nginx: NginxServer | undefined;
   let proxy: { origin: string; pid: number; stop(): Promise<void> } | undefined;
   let floor: { origin: string; pid: number; stop(): Promise<void> } | undefined;
+  let ledger: { origin: string; pid: number; stop(): Promise<void> } | undefined;
   const reports: Record<Variant, Partial<Record<Target, RunStats[]>>> = { protobuf: {}, gzip: {} };
   let payloadBytes = 0;
   let gzipBytes = 0;
@@ -361,15 +365,17 @@ async function main(): Promise<void> {
       throw new Error(`job_payload answered ${pickup.status} ${JSON.stringify(decorated.telemetry)}`);
     }
     const traceId = decorated.telemetry.trace_id;
+    const { job, runner } = pickupRequest;
+    const identity = { jobId: job.id, projectId: job.project_id, pipelineId: job.pipeline_id, runnerId: runner.id, traceId };
+    const floorEnv = { OTLP_UPSTREAM_URL: sink.origin, REDIS_URL: redis?.url ?? '', FLOOR_IDENTITY: JSON.stringify(identity) };
     if (options.targets.includes('floor')) {
-      const { job, runner } = pickupRequest;
-      const identity = { jobId: job.id, projectId: job.project_id, pipelineId: job.pipeline_id, runnerId: runner.id, traceId };
-      floor = await startChildServer(join(__dirname, 'otlp-gateway.proxy.js'), {
-        OTLP_UPSTREAM_URL: sink.origin,
-        REDIS_URL: redis!.url,
-        FLOOR_IDENTITY: JSON.stringify(identity),
-      });
+      floor = await startChildServer(join(__dirname, 'otlp-gateway.proxy.js'), floorEnv);
       stops.push(() => floor!.stop());
+    }
+    if (options.targets.includes('ledger')) {
+      // Charged the spans each export carries, as the floor is after enforcing them.
+      ledger = await startChildServer(join(__dirname, 'otlp-gateway.proxy.js'), { ...floorEnv, FLOOR_ENFORCE: 'no', FLOOR_SPANS: String(options.spans) });
+      stops.push(() => ledger!.stop());
     }
     const jobToken = await keys.sign(JOB_ID, { expiresIn: 3600 });
 
@@ -390,6 +396,7 @@ async function main(): Promise<void> {
       nginx: nginx?.url ?? '',
       proxy: proxy?.origin ?? '',
       floor: floor?.origin ?? '',
+      ledger: ledger?.origin ?? '',
     };
 
     console.log(
@@ -453,6 +460,7 @@ async function main(): Promise<void> {
         nginx: nginxCpu,
         proxy: proxy === undefined ? Number.NaN : procCpuMicros(proxy.pid),
         floor: floor === undefined ? Number.NaN : procCpuMicros(floor.pid),
+        ledger: ledger === undefined ? Number.NaN : procCpuMicros(ledger.pid),
       };
     };
 
@@ -630,7 +638,7 @@ function printReport(reports: Record<Variant, Partial<Record<Target, RunStats[]>
         fixed(cpu('sink'), 0),
         fixed(cpu('redis'), 0),
         target === 'nginx' ? fixed(cpu('nginx'), 0) : '-',
-        target === 'proxy' || target === 'floor' ? fixed(cpu(target), 0) : '-',
+        target === 'proxy' || target === 'floor' || target === 'ledger' ? fixed(cpu(target), 0) : '-',
         fixed(cpu('generator'), 0),
         fixed(total, 0),
         `${fixed(
@@ -667,6 +675,7 @@ function printReport(reports: Record<Variant, Partial<Record<Target, RunStats[]>
       pair('floor', 'nginx'),
       pair('gateway', 'proxy'),
       pair('gateway', 'floor'),
+      pair('floor', 'ledger'),
     ].filter((text) => text !== undefined);
     if (pairs.length > 0) verdicts.push(`${variant}: throughput ${pairs.join(' · ')}`);
   }
