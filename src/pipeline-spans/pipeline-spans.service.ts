@@ -86,23 +86,24 @@ export class PipelineSpansService implements OnModuleDestroy {
     this.pickups.add({ job, ttlMs: Math.max(MIN_TRACED_MEMORY_MS, grantExpiresAt - job.pickedUpAt), jobSpanId });
   }
 
+  /** Never throws (the batch is not awaited by anyone who could handle it): a failure is counted and logged. */
   private async writePickups(batch: readonly Pickup[]): Promise<void> {
-    const now = Date.now();
-    const pipelines = new Map<number, Remembered<TracedPipeline>>();
-    const spans: ControlPlaneSpan[] = [];
-    for (const { job, ttlMs, jobSpanId } of batch) {
-      for (const pipelineId of [job.pipelineId, job.rootPipelineId]) {
-        if ((this.recordedPipelines.get(pipelineId) ?? 0) >= now + ttlMs) continue;
-        if ((pipelines.get(pipelineId)?.ttlMs ?? 0) < ttlMs) pipelines.set(pipelineId, { value: tracedPipelineOf(job, pipelineId), ttlMs });
-      }
-      if (this.config.TRACE_ID_SCHEME === 'keyed' && job.queuedAt !== undefined) {
-        const place = { traceId: job.traceId, spanId: queueSpanIdFor(this.secrets.traceKey, job.jobId), parentSpanId: jobSpanId, tracestate: job.tracestate };
-        spans.push(queueWaitSpan(this.serviceName, place, { ...job, queuedAt: job.queuedAt }));
-      }
-    }
     try {
+      const now = Date.now();
+      const pipelines = new Map<number, Remembered<TracedPipeline>>();
+      const spans: ControlPlaneSpan[] = [];
+      for (const { job, ttlMs, jobSpanId } of batch) {
+        for (const pipelineId of [job.pipelineId, job.rootPipelineId]) {
+          if ((this.recordedPipelines.get(pipelineId) ?? 0) >= now + ttlMs) continue;
+          if ((pipelines.get(pipelineId)?.ttlMs ?? 0) < ttlMs) pipelines.set(pipelineId, { value: tracedPipelineOf(job, pipelineId), ttlMs });
+        }
+        if (this.config.TRACE_ID_SCHEME === 'keyed' && job.queuedAt !== undefined) {
+          const place = { traceId: job.traceId, spanId: queueSpanIdFor(this.secrets.traceKey, job.jobId), parentSpanId: jobSpanId, tracestate: job.tracestate };
+          spans.push(queueWaitSpan(this.serviceName, place, { ...job, queuedAt: job.queuedAt }));
+        }
+      }
       await withTimeout(
-        () => Promise.all([this.store.recordTracedPipelines([...pipelines.values()]), this.enqueue(spans, 'pickup')]),
+        () => Promise.all([pipelines.size === 0 ? undefined : this.store.recordTracedPipelines([...pipelines.values()]), this.enqueue(spans, 'pickup')]),
         Math.max(this.config.STORE_TIMEOUT_MS, this.config.REDIS_COMMAND_TIMEOUT_MS),
       );
       for (const { value, ttlMs } of pipelines.values()) this.recordedPipelines.set(value.pipelineId, now + ttlMs);

@@ -1,0 +1,119 @@
+import { loadConfig } from '../config/app-config';
+import { Secrets } from '../config/secrets';
+import { StoreUnavailableError } from '../grants/grant';
+import { MemoryGrantStore } from '../grants/memory-grant-store';
+import { EnqueueOutcome, OutboxLimits, OutboxSpan, Remembered, TracedJob, TracedPipeline } from '../grants/traced-work';
+import { MetricsService } from '../observability/metrics.service';
+import { PipelineSpansMetrics } from './pipeline-spans.metrics';
+import { PipelineSpansService } from './pipeline-spans.service';
+import { SpanOutboxDeliverer } from './span-outbox-deliverer';
+
+const secrets: Secrets = {
+  internalApiSecret: Buffer.alloc(32, 1),
+  traceKey: Buffer.alloc(32, 2),
+  tokenDigestKey: Buffer.alloc(32, 3),
+  capabilityKeys: [Buffer.alloc(32, 4)],
+  redis: {},
+};
+
+/** The memory store, saying what it was asked to write, or failing as an outage does. */
+class RecordingStore extends MemoryGrantStore {
+  readonly pipelineWrites: number[][] = [];
+  readonly enqueued: string[][] = [];
+  failing = false;
+
+  override async recordTracedPipelines(pipelines: readonly Remembered<TracedPipeline>[]): Promise<void> {
+    if (this.failing) throw new StoreUnavailableError('connection refused');
+    this.pipelineWrites.push(pipelines.map((pipeline) => pipeline.value.pipelineId));
+    return super.recordTracedPipelines(pipelines);
+  }
+
+  override async enqueueSpans(spans: readonly OutboxSpan[], limits: OutboxLimits): Promise<EnqueueOutcome> {
+    if (this.failing) throw new StoreUnavailableError('connection refused');
+    this.enqueued.push(spans.map((span) => span.spanId));
+    return super.enqueueSpans(spans, limits);
+  }
+}
+
+const pickedUp = (jobId: number, overrides: Partial<TracedJob> = {}): TracedJob => ({
+  jobId,
+  pipelineId: 501,
+  rootPipelineId: 500,
+  projectId: 7,
+  runnerId: 17,
+  runnerType: 'project_type',
+  traceId: 'a'.repeat(32),
+  queuedAt: Date.now() - 12_000,
+  pickedUpAt: Date.now(),
+  ...overrides,
+});
+
+describe('PipelineSpansService at pickup (SPEC §10)', () => {
+  let store: RecordingStore;
+  let metrics: MetricsService;
+  let service: PipelineSpansService;
+
+  beforeEach(() => {
+    store = new RecordingStore();
+    metrics = new MetricsService();
+    const config = loadConfig({});
+    const deliverer = { kick: () => undefined } as unknown as SpanOutboxDeliverer;
+    service = new PipelineSpansService(config, secrets, store, deliverer, new PipelineSpansMetrics(metrics));
+  });
+  afterEach(() => store.close());
+
+  const grantEnd = () => Date.now() + 3_600_000;
+
+  it("writes a linger's pickups together: their pipelines once, all their queue waits in one enqueue", async () => {
+    for (let jobId = 1001; jobId <= 1005; jobId++) service.recordPickup(pickedUp(jobId), grantEnd(), jobId.toString(16).padStart(16, '0'));
+    expect(store.enqueued).toEqual([]);
+    await service.onModuleDestroy();
+    expect(store.pipelineWrites).toEqual([[501, 500]]);
+    expect(store.enqueued).toHaveLength(1);
+    expect(store.enqueued[0]).toHaveLength(5);
+    expect(new Set(store.enqueued[0]).size).toBe(5);
+    expect(await store.findTracedPipeline(500)).toMatchObject({ pipelineId: 500, rootPipelineId: 500, traceId: 'a'.repeat(32) });
+  });
+
+  it('does not write again a pipeline it recorded lately, unless a job needs it kept longer', async () => {
+    service.recordPickup(pickedUp(1001), grantEnd(), '0000000000000001');
+    await service.onModuleDestroy();
+    service.recordPickup(pickedUp(1002), grantEnd() - 60_000, '0000000000000002');
+    await service.onModuleDestroy();
+    expect(store.pipelineWrites).toEqual([[501, 500]]);
+    service.recordPickup(pickedUp(1003), grantEnd() + 600_000, '0000000000000003');
+    await service.onModuleDestroy();
+    expect(store.pipelineWrites).toEqual([
+      [501, 500],
+      [501, 500],
+    ]);
+    // Each pickup's queue wait is emitted whatever the pipelines needed.
+    expect(store.enqueued.flat()).toHaveLength(3);
+  });
+
+  it('finds a pickup still waiting in the batch when a webhook asks right after it', async () => {
+    service.recordPickup(pickedUp(1001), grantEnd(), '0000000000000001');
+    const outcome = await service.handleWebhook({
+      kind: 'pipeline',
+      pipelineId: 500,
+      projectId: 7,
+      finishedJobs: [],
+      end: { status: 'success', createdAt: Date.now() - 60_000, finishedAt: Date.now() },
+    });
+    expect(outcome.queued).toBe(1);
+  });
+
+  it('loses only these spans when the store is down: it counts and logs the failure, and throws nothing', async () => {
+    store.failing = true;
+    service.recordPickup(pickedUp(1001), grantEnd(), '0000000000000001');
+    await expect(service.onModuleDestroy()).resolves.toBeUndefined();
+    expect(await metrics.registry.getSingleMetricAsString('ci_job_telemetry_pipeline_spans_store_failures_total')).toContain(
+      'ci_job_telemetry_pipeline_spans_store_failures_total{operation="record_pickup"} 1',
+    );
+    // A pipeline that was not written is not remembered as written: the next pickup writes it.
+    store.failing = false;
+    service.recordPickup(pickedUp(1002), grantEnd(), '0000000000000002');
+    await service.onModuleDestroy();
+    expect(store.pipelineWrites).toEqual([[501, 500]]);
+  });
+});
