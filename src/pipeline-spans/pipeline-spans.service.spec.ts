@@ -1,5 +1,5 @@
 import { loadConfig } from '../config/app-config';
-import { Secrets } from '../config/secrets';
+import { TEST_SECRETS } from '../../test/helpers/internal-api';
 import { StoreUnavailableError } from '../grants/grant';
 import { MemoryGrantStore } from '../grants/memory-grant-store';
 import { EnqueueOutcome, OutboxLimits, OutboxSpan, Remembered, TracedJob, TracedPipeline } from '../grants/traced-work';
@@ -8,13 +8,7 @@ import { PipelineSpansMetrics } from './pipeline-spans.metrics';
 import { PipelineSpansService } from './pipeline-spans.service';
 import { SpanOutboxDeliverer } from './span-outbox-deliverer';
 
-const secrets: Secrets = {
-  internalApiSecret: Buffer.alloc(32, 1),
-  traceKey: Buffer.alloc(32, 2),
-  tokenDigestKey: Buffer.alloc(32, 3),
-  capabilityKeys: [Buffer.alloc(32, 4)],
-  redis: {},
-};
+const secrets = TEST_SECRETS;
 
 /** The memory store, saying what it was asked to write, or failing as an outage does. */
 class RecordingStore extends MemoryGrantStore {

@@ -17,9 +17,9 @@ import { SpanOutboxDeliverer } from './span-outbox-deliverer';
 const NOTHING: EnqueueOutcome = { queued: 0, duplicates: 0, refused: 0 };
 
 /**
- * Pickups' pipelines and queue waits are written to the store together (see PickupBatch): the first waits at most this long. The
- * queue-wait spans then linger in the outbox before delivery too, so they reach the collector within
- * about a tenth of a second of the pickup either way.
+ * Pickups' pipelines and queue waits are written to the store together (see PickupBatch): the first
+ * waits at most this long. The queue-wait spans then linger in the outbox before delivery too, so they
+ * reach the collector within about a tenth of a second of the pickup either way.
  */
 const PICKUP_LINGER_MS = 50;
 const PICKUP_BATCH_MAX = 500;

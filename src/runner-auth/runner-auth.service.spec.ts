@@ -1,5 +1,5 @@
 import { loadConfig } from '../config/app-config';
-import { Secrets } from '../config/secrets';
+import { TEST_SECRETS } from '../../test/helpers/internal-api';
 import { Grant, GrantStore, StoreUnavailableError } from '../grants/grant';
 import { MemoryGrantStore } from '../grants/memory-grant-store';
 import { tokenDigest } from '../grants/token-digest';
@@ -9,13 +9,7 @@ import { JobTokenCheck, JobTokenVerifier } from './job-token-verifier';
 import { RunnerAuthService } from './runner-auth.service';
 import { RunnerCredential } from './runner-credential';
 
-const secrets: Secrets = {
-  internalApiSecret: Buffer.alloc(32, 1),
-  traceKey: Buffer.alloc(32, 2),
-  tokenDigestKey: Buffer.alloc(32, 3),
-  capabilityKeys: [Buffer.alloc(32, 4)],
-  redis: {},
-};
+const secrets = TEST_SECRETS;
 const config = loadConfig({ GRANT_REVOKE_GRACE_SECONDS: '60', AUTH_DECISION_MAX_AGE_SECONDS: '30', RUNNER_RATE_LIMIT: '5' });
 const RUNNER_TOKEN = 'glrt-runner-17';
 const JOB_TOKEN = 'glcbt-opaque-1001';

@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { Secrets } from '../../src/config/secrets';
 import { signInternalApiToken } from '../../src/internal-api/internal-api-token';
 
 export const ISSUER = 'gitlab';
@@ -28,6 +29,15 @@ export function makeSecretFiles(): SecretFiles {
   writeFileSync(capabilityKeyFile, randomBytes(32).toString('base64'));
   return { dir, internalApiSecret, traceKey, internalApiSecretFile, traceKeyFile, capabilityKeyFile };
 }
+
+/** Fixed, distinct keys for unit tests that build a service by hand (no files, no Redis credentials). */
+export const TEST_SECRETS: Secrets = {
+  internalApiSecret: Buffer.alloc(32, 1),
+  traceKey: Buffer.alloc(32, 2),
+  tokenDigestKey: Buffer.alloc(32, 3),
+  capabilityKeys: [Buffer.alloc(32, 4)],
+  redis: {},
+};
 
 export async function internalApiHeaders(secret: Buffer): Promise<Record<string, string>> {
   return { 'gitlab-ci-telemetry-api-request': await signInternalApiToken(secret, ISSUER) };
