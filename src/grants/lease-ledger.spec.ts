@@ -79,6 +79,15 @@ describe('the lease ledger (issue 21): limits shared by replicas, spent locally'
       expect((await settled(ledger.charge('runner:18', 10, 60_000))).allowed).toBe(true);
     });
 
+    it('admits a burst of concurrent first charges beyond one block while the window has room, and refuses past it', async () => {
+      const ledger = windowLedger();
+      // 300 lookups at once on a cold ledger share the first refill (a block of 64); the rest ask again.
+      const burst = await Promise.all(Array.from({ length: 300 }, () => settled(ledger.charge('runner:19', 1200, 60_000))));
+      expect(burst.filter((charge) => charge.allowed)).toHaveLength(300);
+      const past = await Promise.all(Array.from({ length: 1000 }, () => settled(ledger.charge('runner:19', 1200, 60_000))));
+      expect(past.filter((charge) => charge.allowed)).toHaveLength(900);
+    });
+
     it('takes a refunded hit back into the block', async () => {
       const ledger = windowLedger();
       const charges = [];
@@ -114,6 +123,15 @@ describe('the lease ledger (issue 21): limits shared by replicas, spent locally'
       await Promise.all(replicas.map((replica) => replica.handBackIdle()));
       for (let i = 0; i < 50; i++) granted += (await settled(replicas[1].charge(1001, 30, LIMITS, HOUR))).granted;
       expect(granted).toBe(1000);
+    });
+
+    it('grants concurrent exports of one job in full beyond one lease while the quota has room, and only the rest past it', async () => {
+      const ledger = spanLedger();
+      // Eight 100-span exports at once on a cold ledger: the first lease (an eighth of the quota) covers one.
+      const burst = await Promise.all(Array.from({ length: 8 }, () => settled(ledger.charge(2001, 100, LIMITS, HOUR))));
+      expect(burst.map((charge) => charge.granted)).toEqual(Array(8).fill(100));
+      const past = await Promise.all(Array.from({ length: 3 }, () => settled(ledger.charge(2001, 100, LIMITS, HOUR))));
+      expect(past.reduce((sum, charge) => sum + charge.granted, 0)).toBe(200);
     });
 
     it('gives spans the collector did not accept back to the lease: a retry is not charged twice', async () => {

@@ -62,6 +62,13 @@ const NO_RECEIPT: Receipt = { count: 0, refund: () => undefined };
 /** A rate block that ends sooner than this after it was granted is waited out, and the next second's taken. */
 const RATE_EDGE_MS = 50;
 const DEFAULT_IDLE_MS = 10_000;
+/**
+ * Charges that wait on a refill share it, and the first of them may spend all it brought. A charge left
+ * without room asks the store again while the store still had room to give: it is refused (or granted
+ * part) only when the shared limit itself is spent. This many attempts at most, a bound on a charge's
+ * store calls under a stampede, far above what a burst of thousands of concurrent charges needs.
+ */
+const MAX_REFILLS_PER_CHARGE = 16;
 const DEFAULT_LEASE_MS = 30_000;
 /** Charges a block is meant to last: one store call per this many exports of a steady job. */
 const CHARGES_PER_BLOCK = 64;
@@ -77,6 +84,8 @@ interface WindowState {
   remaining: number;
   resetsAt: number;
   lastBlock: number;
+  /** The last block came short of what was asked: the window itself is spent, on every replica. */
+  windowSpent: boolean;
   usedAt: number;
   refill?: Promise<void>;
 }
@@ -100,17 +109,23 @@ export class WindowLedger {
     const now = this.clock.now();
     const state = this.blocks.get(key);
     if (state !== undefined && state.resetsAt > now && state.remaining >= 1) return this.spend(key, state, limit, windowMs, now);
-    return this.refillAndSpend(key, limit, windowMs, true);
+    return this.refillAndSpend(key, limit, windowMs);
   }
 
-  private async refillAndSpend(key: string, limit: number, windowMs: number, mayRetry: boolean): Promise<WindowCharge> {
-    await this.refill(key, limit, windowMs);
-    const refilled = this.blocks.get(key);
-    const at = this.clock.now();
-    if (refilled !== undefined && refilled.resetsAt > at && refilled.remaining >= 1) return this.spend(key, refilled, limit, windowMs, at);
-    // The window ended between the store's answer and now: the next one is asked once more.
-    if (mayRetry && (refilled === undefined || refilled.resetsAt <= at)) return this.refillAndSpend(key, limit, windowMs, false);
-    return { allowed: false as const, resetInMs: Math.max(0, (refilled?.resetsAt ?? at) - at) };
+  private async refillAndSpend(key: string, limit: number, windowMs: number): Promise<WindowCharge> {
+    let windowsAsked = 0;
+    for (let attempt = 1; ; attempt++) {
+      await this.refill(key, limit, windowMs);
+      const refilled = this.blocks.get(key);
+      const at = this.clock.now();
+      const current = refilled !== undefined && refilled.resetsAt > at;
+      if (current && refilled.remaining >= 1) return this.spend(key, refilled, limit, windowMs, at);
+      // The window ended between the store's answer and now (or the block was handed back): the next one is asked once more.
+      const askNextWindow = !current && windowsAsked++ === 0;
+      // Charges sharing the refill spent it while the window still has room: another block.
+      const askAgain = current && !refilled.windowSpent && attempt < MAX_REFILLS_PER_CHARGE;
+      if (!askNextWindow && !askAgain) return { allowed: false as const, resetInMs: Math.max(0, (refilled?.resetsAt ?? at) - at) };
+    }
   }
 
   /** Hands back every unspent block (the process stops). */
@@ -149,7 +164,7 @@ export class WindowLedger {
   private refill(key: string, limit: number, windowMs: number): Promise<void> {
     const current = this.blocks.get(key);
     if (current?.refill !== undefined) return current.refill;
-    const state: WindowState = current ?? { remaining: 0, resetsAt: 0, lastBlock: 0, usedAt: this.clock.now() };
+    const state: WindowState = current ?? { remaining: 0, resetsAt: 0, lastBlock: 0, windowSpent: false, usedAt: this.clock.now() };
     this.blocks.set(key, state);
     const wanted = blockFor(1, limit);
     this.options.observer?.storeCall('window');
@@ -161,6 +176,7 @@ export class WindowLedger {
         state.remaining = (state.resetsAt > now && Math.abs(state.resetsAt - resetsAt) < windowMs / 2 ? state.remaining : 0) + block.granted;
         state.resetsAt = resetsAt;
         state.lastBlock = wanted;
+        state.windowSpent = block.granted < wanted;
         state.refill = undefined;
       },
       (error: unknown) => {
@@ -195,6 +211,9 @@ interface JobState {
   rateRemaining: number;
   rateResetsAt: number;
   lastRateBlock: number;
+  /** The last lease came short of the quota, or of this second's rate, asked for: that limit itself is spent. */
+  quotaSpent: boolean;
+  rateSpent: boolean;
   usedAt: number;
   limits: JobSpanLimits;
   quotaTtlMs: number;
@@ -228,23 +247,32 @@ export class JobSpanLedger {
     const state = this.jobs.get(jobId);
     const now = this.clock.now();
     if (state !== undefined && this.quotaLeft(state, now) >= wanted && this.rateLeft(state, now) >= wanted) return this.spend(jobId, state, wanted, now);
-    return this.refillAndSpend(jobId, wanted, limits, quotaTtlMs, true);
+    return this.refillAndSpend(jobId, wanted, limits, quotaTtlMs);
   }
 
-  private async refillAndSpend(jobId: number, wanted: number, limits: JobSpanLimits, quotaTtlMs: number, mayWait: boolean): Promise<SpanCharge> {
-    await this.refill(jobId, wanted, limits, quotaTtlMs);
-    const refilled = this.jobs.get(jobId);
-    // Handed back meanwhile (the process is stopping): nothing to spend from.
-    if (refilled === undefined) return { granted: 0, quotaRoom: 0, rateRoom: 0, receipt: NO_RECEIPT };
-    const now = this.clock.now();
-    const windowEnding = refilled.rateResetsAt - now;
-    if (mayWait && this.rateLeft(refilled, now) < wanted && windowEnding < RATE_EDGE_MS) {
-      // The second ended (or is about to) between the store's answer and now: its rate is gone, and the
-      // next second's is not ours yet. Wait for it rather than refuse spans the job is allowed.
-      await new Promise((resolve) => setTimeout(resolve, Math.max(0, windowEnding) + 1));
-      return this.refillAndSpend(jobId, wanted, limits, quotaTtlMs, false);
+  private async refillAndSpend(jobId: number, wanted: number, limits: JobSpanLimits, quotaTtlMs: number): Promise<SpanCharge> {
+    let waitedForSecond = false;
+    for (let attempt = 1; ; attempt++) {
+      await this.refill(jobId, wanted, limits, quotaTtlMs);
+      const refilled = this.jobs.get(jobId);
+      // Handed back meanwhile (the process is stopping): nothing to spend from.
+      if (refilled === undefined) return { granted: 0, quotaRoom: 0, rateRoom: 0, receipt: NO_RECEIPT };
+      const now = this.clock.now();
+      const quotaShort = this.quotaLeft(refilled, now) < wanted;
+      const rateShort = this.rateLeft(refilled, now) < wanted;
+      if (!quotaShort && !rateShort) return this.spend(jobId, refilled, wanted, now);
+      const windowEnding = refilled.rateResetsAt - now;
+      if (rateShort && !waitedForSecond && windowEnding < RATE_EDGE_MS) {
+        // The second ended (or is about to) between the store's answer and now: its rate is gone, and the
+        // next second's is not ours yet. Wait for it rather than refuse spans the job is allowed.
+        waitedForSecond = true;
+        await new Promise((resolve) => setTimeout(resolve, Math.max(0, windowEnding) + 1));
+        continue;
+      }
+      // Charges sharing the refill spent it while the quota and the second's rate still have room: another lease.
+      const storeHadRoom = (!quotaShort || !refilled.quotaSpent) && (!rateShort || !refilled.rateSpent);
+      if (!storeHadRoom || attempt >= MAX_REFILLS_PER_CHARGE) return this.spend(jobId, refilled, wanted, this.clock.now());
     }
-    return this.spend(jobId, refilled, wanted, this.clock.now());
   }
 
   /** Hands back every lease (the process stops). */
@@ -315,6 +343,8 @@ export class JobSpanLedger {
         rateRemaining: 0,
         rateResetsAt: 0,
         lastRateBlock: 0,
+        quotaSpent: false,
+        rateSpent: false,
         usedAt: now,
         limits,
         quotaTtlMs,
@@ -346,6 +376,8 @@ export class JobSpanLedger {
           held.rateResetsAt = at + lease.rateResetInMs;
           held.lastQuotaBlock = quotaBlock;
           held.lastRateBlock = rateBlock;
+          held.quotaSpent = lease.quotaGranted < quotaWanted;
+          held.rateSpent = lease.rateGranted < rateWanted;
           held.refill = undefined;
         },
         (error: unknown) => {
