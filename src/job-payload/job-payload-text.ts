@@ -22,6 +22,8 @@ export interface PayloadMemberText {
   /** From the key's opening quote to the end of the value: `"key":value`, as sent. */
   readonly start: number;
   readonly end: number;
+  /** Its place among the object's members as written, keys sent twice counted each time. */
+  readonly index: number;
   /** When the value is an array: the positions of its `[`, of each `,` between elements, and of its `]`. */
   readonly delimiters: readonly number[] | undefined;
 }
@@ -90,7 +92,8 @@ export function scanRequestText(text: string, maxDepth: number): ScannedRequestT
   let requestKey: string | undefined;
   let payload: PayloadLayout | undefined;
   let scanning: { start: number; members: Map<string, PayloadMemberText> } | undefined;
-  let member: { key: string | undefined; start: number; end: number; delimiters: number[] | undefined } | undefined;
+  let member: { key: string | undefined; start: number; end: number; index: number; delimiters: number[] | undefined } | undefined;
+  let memberCount = 0;
 
   const closeMember = (at: number) => {
     if (scanning !== undefined && member?.key !== undefined) {
@@ -109,7 +112,8 @@ export function scanRequestText(text: string, maxDepth: number): ScannedRequestT
       if (expectingKey) {
         expectingKey = false;
         if (depth === 1 && isObject[1]) requestKey = keyOf(text, at, after);
-        else if (depth === 2 && scanning !== undefined) member = { key: keyOf(text, at, after), start: at, end: -1, delimiters: undefined };
+        else if (depth === 2 && scanning !== undefined)
+          member = { key: keyOf(text, at, after), start: at, end: -1, index: memberCount++, delimiters: undefined };
       }
       at = after;
       continue;
@@ -145,11 +149,65 @@ export function scanRequestText(text: string, maxDepth: number): ScannedRequestT
   return payload === undefined ? { tooDeep: false } : { tooDeep: false, payload };
 }
 
-/** Values whose text is worth reusing: strings may be long (scripts), objects and arrays longer still. */
-const reusable = (value: unknown): boolean => typeof value === 'string' || (typeof value === 'object' && value !== null);
+/**
+ * The answer's pieces joined by commas, writing pieces that stood next to each other in the body
+ * (members or elements at consecutive places) as one slice of it, separators included: a payload the
+ * decoration changed in two members goes back as a handful of slices, not one per member and element.
+ * Joined with `+`, which V8 keeps as a rope: the text is copied once, when the answer is written.
+ */
+class TextPieces {
+  private joinedSoFar = '';
+  private from = -1;
+  private to = -1;
+  private lastIndex = -2;
 
-function elementText(text: string, delimiters: readonly number[], index: number): string {
-  return text.slice(delimiters[index] + 1, delimiters[index + 1]);
+  constructor(private readonly text: string) {}
+
+  /** The body's text [from, to) for the sent piece at `index`. */
+  reuse(index: number, from: number, to: number): void {
+    if (index !== this.lastIndex + 1) {
+      this.flush();
+      this.from = from;
+    }
+    this.to = to;
+    this.lastIndex = index;
+  }
+
+  add(piece: string): void {
+    this.flush();
+    this.append(piece);
+  }
+
+  joined(): string {
+    this.flush();
+    return this.joinedSoFar;
+  }
+
+  private append(piece: string): void {
+    this.joinedSoFar = this.joinedSoFar === '' ? piece : this.joinedSoFar + ',' + piece;
+  }
+
+  private flush(): void {
+    if (this.lastIndex !== -2) this.append(this.text.slice(this.from, this.to));
+    this.lastIndex = -2;
+  }
+}
+
+/** The array `value` whose elements kept from `sent` (in their order) are written as sent; new ones are serialized. */
+function arrayJson(text: string, delimiters: readonly number[], sent: readonly unknown[], value: readonly unknown[]): string {
+  const elements = new TextPieces(text);
+  let next = 0;
+  for (const element of value) {
+    let index = next;
+    while (index < sent.length && sent[index] !== element) index++;
+    if (index < sent.length) {
+      elements.reuse(index, delimiters[index] + 1, delimiters[index + 1]);
+      next = index + 1;
+    } else {
+      elements.add(JSON.stringify(element) ?? 'null');
+    }
+  }
+  return `[${elements.joined()}]`;
 }
 
 /**
@@ -160,34 +218,22 @@ function elementText(text: string, delimiters: readonly number[], index: number)
  */
 export function payloadJson(text: string, layout: PayloadLayout, original: Record<string, unknown>, decorated: Record<string, unknown>): string {
   if (decorated === original) return text.slice(layout.start, layout.end);
-  const parts: string[] = [];
+  const members = new TextPieces(text);
   for (const key of Object.keys(decorated)) {
     const value = decorated[key];
     if (value === undefined) continue;
     const sent = layout.members.get(key);
-    if (sent !== undefined && value === original[key] && reusable(value)) {
-      parts.push(text.slice(sent.start, sent.end));
+    // The same value as parsed from that text (a number or a string equal to it parses the same).
+    if (sent !== undefined && value === original[key]) {
+      members.reuse(sent.index, sent.start, sent.end);
       continue;
     }
     const sentElements = original[key];
     if (sent?.delimiters !== undefined && Array.isArray(value) && Array.isArray(sentElements) && sent.delimiters.length === sentElements.length + 1) {
-      // Elements kept from the sent array (in their order) are written as sent; new ones are serialized.
-      const elements: string[] = [];
-      let next = 0;
-      for (const element of value as unknown[]) {
-        let index = next;
-        if (reusable(element)) while (index < sentElements.length && sentElements[index] !== element) index++;
-        if (index < sentElements.length && sentElements[index] === element && reusable(element)) {
-          elements.push(elementText(text, sent.delimiters, index));
-          next = index + 1;
-        } else {
-          elements.push(JSON.stringify(element) ?? 'null');
-        }
-      }
-      parts.push(`${JSON.stringify(key)}:[${elements.join(',')}]`);
+      members.add(`${JSON.stringify(key)}:${arrayJson(text, sent.delimiters, sentElements, value)}`);
       continue;
     }
-    parts.push(`${JSON.stringify(key)}:${JSON.stringify(value)}`);
+    members.add(`${JSON.stringify(key)}:${JSON.stringify(value)}`);
   }
-  return `{${parts.join(',')}}`;
+  return `{${members.joined()}}`;
 }
