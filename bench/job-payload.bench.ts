@@ -4,7 +4,9 @@
  * An extra baseline, labelled as such and not the target's, answers the payload re-serialized
  * (`echo`): the decorator must send the whole payload back, the bare route does not, so echo/bare
  * shows how much of the gap is the answer alone. A third route, echo plus the decorator's grant write through
- * the service's own store (`echo-store`), is what the decorator cannot do better than: its bound.
+ * the service's own store (`echo-store`), shows what the store write costs. The fourth, `floor`, makes every step
+ * SPEC §4 and §10 ask of an enabled pickup with the decorator's own calls and nothing else: what the decorator
+ * cannot do better than, its bound (bench/job-payload.server.ts).
  *
  * Run (builds itself, incrementally, into node_modules/.cache; needs redis-server on PATH):
  *
@@ -12,7 +14,7 @@
  *
  * Options: --stores memory,redis  --rounds 3  --round-seconds 5  --connections 10  --rate 1000
  *          --latency-seconds 5  --warmup-seconds 2  --cpu-prof (keeps the server's .cpuprofile)
- *          --routes bare,echo,echo-store,decorator (load only these: with --cpu-prof, a profile of one route alone)
+ *          --routes bare,echo,echo-store,floor,decorator (load only these: with --cpu-prof, a profile of one route alone)
  *          --autocannon-rate (also measures latency with autocannon's overallRate, for comparison)
  *
  * The machine is shared and noisy, so only ratios against the baseline measured in the same run
@@ -38,21 +40,22 @@ import { parseArgs } from 'node:util';
 import { makeSecretFiles } from '../test/helpers/internal-api';
 import { RedisServer, startRedis } from '../test/helpers/redis';
 import { repositoryRoot, rollingAuthHeader } from './lib/bench-env';
-import { BARE_ROUTE, BenchServer, DECORATOR_ROUTE, ECHO_ROUTE, ECHO_STORE_ROUTE, serverScript, startBenchServer } from './lib/bench-server';
+import { BARE_ROUTE, BenchServer, DECORATOR_ROUTE, ECHO_ROUTE, ECHO_STORE_ROUTE, FLOOR_ROUTE, serverScript, startBenchServer } from './lib/bench-server';
 import { runFixedRate } from './lib/fixed-rate-load';
 import { jobPayloadBodies } from './lib/job-payload-body';
 import { median, percentile } from './lib/percentiles';
 
-type Route = 'bare' | 'echo' | 'echo-store' | 'decorator';
+type Route = 'bare' | 'echo' | 'echo-store' | 'floor' | 'decorator';
 type Store = 'memory' | 'redis';
-const PATHS: Record<Route, string> = { bare: BARE_ROUTE, echo: ECHO_ROUTE, 'echo-store': ECHO_STORE_ROUTE, decorator: DECORATOR_ROUTE };
-const ROUTES: readonly Route[] = ['bare', 'echo', 'echo-store', 'decorator'];
+const PATHS: Record<Route, string> = { bare: BARE_ROUTE, echo: ECHO_ROUTE, 'echo-store': ECHO_STORE_ROUTE, floor: FLOOR_ROUTE, decorator: DECORATOR_ROUTE };
+const ROUTES: readonly Route[] = ['bare', 'echo', 'echo-store', 'floor', 'decorator'];
 /** Issue 12's targets: decorator throughput over the bare route's, measured side by side. */
 const TARGET_RATIO: Record<Store, number> = { memory: 0.85, redis: 0.75 };
 const ROUTE_LABELS: Record<Route, string> = {
   bare: 'bare',
   echo: 'echo (extra baseline)',
-  'echo-store': 'echo + store write (bound)',
+  'echo-store': 'echo + store write',
+  floor: 'floor (bound)',
   decorator: 'decorator',
 };
 
@@ -66,7 +69,7 @@ const { values: args } = parseArgs({
     rate: { type: 'string', default: '1000' },
     'latency-seconds': { type: 'string', default: '5' },
     'cpu-prof': { type: 'boolean', default: false },
-    routes: { type: 'string', default: 'bare,echo,echo-store,decorator' },
+    routes: { type: 'string', default: 'bare,echo,echo-store,floor,decorator' },
     'autocannon-rate': { type: 'boolean', default: false },
   },
 });
@@ -252,12 +255,14 @@ async function main(): Promise<void> {
         },
       });
 
-      // One request each, answer checked: a decorator that answers 200 without decorating would be a cheap lie.
-      const smoke = await fetch(server.origin + DECORATOR_ROUTE, { method: 'POST', headers: jsonHeaders(), body: nextBody() });
-      const answer = (await smoke.json()) as { telemetry?: { reason?: string }; payload?: { variables?: Array<{ key: string }> } };
-      const traceparents = answer.payload?.variables?.filter((variable) => variable.key === 'TRACEPARENT').length;
-      if (smoke.status !== 200 || answer.telemetry?.reason !== 'enabled' || traceparents !== 1) {
-        throw new Error(`${store}: smoke request answered ${smoke.status} ${JSON.stringify(answer.telemetry)} (TRACEPARENT ×${traceparents})`);
+      // One request each, answer checked: a decorator (or floor) that answers 200 without decorating would be a cheap lie.
+      for (const decorating of [DECORATOR_ROUTE, FLOOR_ROUTE]) {
+        const smoke = await fetch(server.origin + decorating, { method: 'POST', headers: jsonHeaders(), body: nextBody() });
+        const answer = (await smoke.json()) as { telemetry?: { reason?: string }; payload?: { variables?: Array<{ key: string }> } };
+        const traceparents = answer.payload?.variables?.filter((variable) => variable.key === 'TRACEPARENT').length;
+        if (smoke.status !== 200 || answer.telemetry?.reason !== 'enabled' || traceparents !== 1) {
+          throw new Error(`${store}: ${decorating} answered ${smoke.status} ${JSON.stringify(answer.telemetry)} (TRACEPARENT ×${traceparents})`);
+        }
       }
       for (const baseline of [BARE_ROUTE, ECHO_ROUTE, ECHO_STORE_ROUTE]) {
         const answered = await fetch(server.origin + baseline, { method: 'POST', headers: jsonHeaders(), body: nextBody() });
@@ -270,7 +275,13 @@ async function main(): Promise<void> {
         const warmup = await maxThroughput(server, store, route, options.warmupSeconds);
         if (route === 'decorator') decoratorOk += warmup.ok;
       }
-      const routes: Record<Route, RouteReport> = { bare: { rounds: [] }, echo: { rounds: [] }, 'echo-store': { rounds: [] }, decorator: { rounds: [] } };
+      const routes: Record<Route, RouteReport> = {
+        bare: { rounds: [] },
+        echo: { rounds: [] },
+        'echo-store': { rounds: [] },
+        floor: { rounds: [] },
+        decorator: { rounds: [] },
+      };
       for (let round = 0; round < options.rounds; round++) {
         const order: Route[] = round % 2 === 0 ? [...options.routes] : [...options.routes].reverse();
         for (const route of order) routes[route].rounds.push(await maxThroughput(server, store, route, options.roundSeconds));
@@ -386,9 +397,11 @@ function printReport(reports: StoreReport[]): void {
       `${' '.repeat(store.length)}  extra baseline, not the target: echo/bare ${fixed(ratio(medianOf('echo', throughput), medianOf('bare', throughput)), 2)}` +
         ` (CPU ×${fixed(ratio(medianOf('echo', cpu), medianOf('bare', cpu)), 2)}), decorator/echo ${fixed(ratio(medianOf('decorator', throughput), medianOf('echo', throughput)), 2)}` +
         ` (CPU ×${fixed(ratio(medianOf('decorator', cpu), medianOf('echo', cpu)), 2)}): echo answers the payload re-serialized, as the decorator must`,
-      `${' '.repeat(store.length)}  bound: echo plus the decorator's store write ${fixed(ratio(medianOf('echo-store', throughput), medianOf('bare', throughput)), 2)}× bare` +
-        ` (CPU ×${fixed(ratio(medianOf('echo-store', cpu), medianOf('bare', cpu)), 2)}); the decorator reaches ${fixed(ratio(medianOf('decorator', throughput), medianOf('echo-store', throughput)), 2)}× that` +
-        ` (CPU ×${fixed(ratio(medianOf('decorator', cpu), medianOf('echo-store', cpu)), 2)})`,
+      `${' '.repeat(store.length)}  echo plus the decorator's store write ${fixed(ratio(medianOf('echo-store', throughput), medianOf('echo', throughput)), 2)}× echo` +
+        ` (CPU ×${fixed(ratio(medianOf('echo-store', cpu), medianOf('echo', cpu)), 2)}); bound: the floor (every step SPEC §4 and §10 ask of a pickup)` +
+        ` ${fixed(ratio(medianOf('floor', throughput), medianOf('echo', throughput)), 2)}× echo (CPU ×${fixed(ratio(medianOf('floor', cpu), medianOf('echo', cpu)), 2)});` +
+        ` the decorator reaches ${fixed(ratio(medianOf('decorator', throughput), medianOf('floor', throughput)), 2)}× the floor` +
+        ` (CPU ×${fixed(ratio(medianOf('decorator', cpu), medianOf('floor', cpu)), 2)})`,
       `${' '.repeat(store.length)}  checked: ${decoratorOk} decorator answers, decisions ${JSON.stringify(decisions)}; ` +
         `log ${(logBytes / 1024 / 1024).toFixed(1)} MiB`,
     );

@@ -15,8 +15,28 @@ import { GrantStore } from '../src/grants/grant';
 import { GRANT_STORE } from '../src/grants/grants.constants';
 import { INTERNAL_API_HEADER } from '../src/internal-api/internal-api-token';
 import { credentialCacheKey, forwardedCredential } from '../src/runner-auth/runner-credential';
+import { INTERNAL_API_VERIFIER } from '../src/internal-api/internal-api.constants';
+import { InternalApiTokenVerifier } from '../src/internal-api/internal-api-token';
+import { callerCheckHook } from '../src/internal-api/internal-api-caller';
+import { FlagsService } from '../src/flags/flags.service';
+import { PipelineSpansService } from '../src/pipeline-spans/pipeline-spans.service';
+import { parseJobPayloadRequest } from '../src/job-payload/job-payload-request';
+import { decoratedAnswer, JobPayloadBody, useJobPayloadParser } from '../src/job-payload/job-payload.route';
+import { decoratePayload, pickupRecords, Telemetry } from '../src/job-payload/job-payload.service';
+import { capabilityPath, mintCapability } from '../src/runner-auth/job-capability';
+import { spanIdFor, traceContextOf, traceIdFor } from '../src/trace-context/trace-context';
 import { testGrant } from '../test/helpers/grants';
-import { BARE_ROUTE, BARE_SAMPLED_ROUTE, DIGESTS_ROUTE, ECHO_ROUTE, ECHO_STORE_ROUTE, FromServer, STORE_ROUTE, ToServer } from './lib/bench-server';
+import {
+  BARE_ROUTE,
+  BARE_SAMPLED_ROUTE,
+  DIGESTS_ROUTE,
+  ECHO_ROUTE,
+  ECHO_STORE_ROUTE,
+  FLOOR_ROUTE,
+  FromServer,
+  STORE_ROUTE,
+  ToServer,
+} from './lib/bench-server';
 
 async function serve(): Promise<void> {
   const config = loadConfig(process.env);
@@ -63,6 +83,48 @@ async function serve(): Promise<void> {
       return { payload: request.body?.payload ?? null, telemetry: { enabled: false, reason: 'flag_disabled' } };
     },
   );
+
+  // The decorator's floor: each step SPEC §4 and §10 ask of an enabled pickup, made by the same calls the decorator
+  // makes, and nothing else: no decision metrics, self-tracing span or store timeout, no branch for another outcome.
+  const verifier = app.get<InternalApiTokenVerifier>(INTERNAL_API_VERIFIER);
+  const flags = app.get(FlagsService);
+  const pipelineSpans = app.get(PipelineSpansService);
+  const traceIds = new Map<number, string>();
+  const gateway = config.GATEWAY_PUBLIC_URL.replace(/\/+$/, '');
+  await fastify.register(async (scope) => {
+    useJobPayloadParser(scope);
+    scope.post(FLOOR_ROUTE, { onRequest: callerCheckHook((headers) => verifier.refusal(headers[INTERNAL_API_HEADER]), logger) }, async (request, reply) => {
+      const body = request.body as JobPayloadBody;
+      const { runner, job, payload } = parseJobPayloadRequest(body.json).request!;
+      const flagged = flags.isTelemetryEnabled({
+        projectId: job.project_id,
+        namespaceId: job.namespace_id,
+        rootNamespaceId: job.root_namespace_id,
+        runnerId: runner.id,
+        runnerType: runner.runner_type,
+      });
+      let traceId = traceIds.get(job.root_pipeline_id);
+      if (traceId === undefined) traceIds.set(job.root_pipeline_id, (traceId = traceIdFor(secrets.traceKey, job.root_pipeline_id)));
+      const context = traceContextOf(traceId, spanIdFor(secrets.traceKey, job.id), flags.samplingPercent());
+      if (!flagged || !context.sampled) throw new Error('floor: every bench pickup is enabled');
+      const { grant, tracedJob } = pickupRecords(runner, job, context, secrets.tokenDigestKey, config.GRANT_GRACE_SECONDS);
+      await store.saveGrant(grant, tracedJob);
+      pipelineSpans.recordPickup(tracedJob, grant.expiresAt, context.spanParentId);
+      const capabilityBase = `${gateway}${capabilityPath(job.id, mintCapability(secrets.capabilityKeys[0], job.id))}`;
+      const endpoint = { url: `${capabilityBase}/v1/traces` };
+      const telemetry: Telemetry = {
+        enabled: true,
+        reason: 'enabled',
+        trace_id: context.traceId,
+        span_parent_id: context.spanParentId,
+        traceparent: context.traceparent,
+        otel_endpoints: [endpoint],
+        expires_at: new Date(grant.expiresAt).toISOString(),
+      };
+      void reply.header('content-type', 'application/json; charset=utf-8');
+      return decoratedAnswer(body, payload, { payload: decoratePayload(payload, context, endpoint, capabilityBase), telemetry });
+    });
+  });
 
   // The digests as the service makes them: crypto.hash of the caller's header, and the credential's cache key.
   fastify.post(DIGESTS_ROUTE, { config: SAMPLED_ACCESS_LOG }, async (request) => ({

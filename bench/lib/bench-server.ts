@@ -21,6 +21,13 @@ export const ECHO_ROUTE = '/bench/echo';
  */
 export const ECHO_STORE_ROUTE = '/bench/echo-store';
 /**
+ * The decorator's floor: what SPEC §4 and §10 ask of an enabled pickup (caller check, body check and validation, flag,
+ * trace context, token digests, the grant write with its traced job, the queue-wait record, the capability, the
+ * decorated answer written from the request's text), made by the same calls the decorator makes and nothing else.
+ * What the decorator is bounded by; echo-store is the store write alone.
+ */
+export const FLOOR_ROUTE = '/bench/decorator-floor';
+/**
  * Like every auth bound below, logged as the auth endpoint is (sampled).
  * A bare route that also makes the store round trip an auth lookup cannot skip: the grant read (the runner's rate
  * window is spent from the lease ledger's blocks, a store call per block, issue 21). What a lookup is bounded by.

@@ -8,13 +8,13 @@ import { callerCheckHook } from '../internal-api/internal-api-caller';
 import { INTERNAL_API_VERIFIER } from '../internal-api/internal-api.constants';
 import { INTERNAL_API_HEADER, InternalApiTokenVerifier } from '../internal-api/internal-api-token';
 import { JsonTooDeepError, MAX_JSON_DEPTH, PayloadLayout, payloadJson, scanRequestText } from './job-payload-text';
-import { loadJobPayloadRequestSchema, parseJobPayloadRequest } from './job-payload-request';
-import { JobPayloadService } from './job-payload.service';
+import { JobPayload, loadJobPayloadRequestSchema, parseJobPayloadRequest } from './job-payload-request';
+import { DecoratedJobPayload, JobPayloadService } from './job-payload.service';
 
 export const JOB_PAYLOAD_PATH = '/internal/ci/telemetry/job_payload';
 
 /** What the route's JSON parser hands the handler: the parsed body, and its text for the answer to reuse. */
-interface RequestBody {
+export interface JobPayloadBody {
   readonly json: unknown;
   readonly text: string;
   readonly payloadLayout?: PayloadLayout;
@@ -50,24 +50,8 @@ export class JobPayloadRoute implements OnModuleInit {
   onModuleInit(): void {
     loadJobPayloadRequestSchema();
     const fastify = this.adapterHost.httpAdapter.getInstance<FastifyInstance>();
-    const { onProtoPoisoning, onConstructorPoisoning } = fastify.initialConfig;
-    // Prototype-poisoning checks as on every other JSON route.
-    const parseJson = fastify.getDefaultJsonParser(onProtoPoisoning ?? 'error', onConstructorPoisoning ?? 'error');
     void fastify.register(async (scope) => {
-      // JSON only: Fastify's default text/plain parser would hand the handler a string, answered as a
-      // payload missing every field ("runner is required") instead of as the wrong media type.
-      scope.removeAllContentTypeParsers();
-      scope.addContentTypeParser('*', (request, _body, done) => done(new UnsupportedMediaTypeError(request.headers['content-type']), undefined));
-      // The body as read against BODY_LIMIT_BYTES; a body nested beyond any job payload is a 400 here,
-      // not a stack overflow later.
-      scope.addContentTypeParser<string>('application/json', { parseAs: 'string' }, (request, text, done) => {
-        const scanned = scanRequestText(text, MAX_JSON_DEPTH);
-        if (scanned.tooDeep) return done(new JsonTooDeepError(MAX_JSON_DEPTH), undefined);
-        parseJson(request, text, (error, json) => {
-          if (error !== null) done(error, undefined);
-          else done(null, { json, text, payloadLayout: scanned.payload } satisfies RequestBody);
-        });
-      });
+      useJobPayloadParser(scope);
       scope.route({
         method: 'POST',
         url: JOB_PAYLOAD_PATH,
@@ -80,7 +64,7 @@ export class JobPayloadRoute implements OnModuleInit {
   }
 
   private async decorate(request: FastifyRequest, reply: FastifyReply): Promise<string | FastifyReply> {
-    const body = request.body as RequestBody | undefined;
+    const body = request.body as JobPayloadBody | undefined;
     if (body === undefined) {
       sendError(request, reply, 415, 'a JSON body is required (content-type: application/json)');
       return reply;
@@ -91,12 +75,38 @@ export class JobPayloadRoute implements OnModuleInit {
       sendError(request, reply, 400, error, { details: { fields: parsed.problems } });
       return reply;
     }
-    const { payload, telemetry } = await this.jobPayloads.decorate(parsed.request);
-    const payloadText =
-      body.payloadLayout === undefined ? JSON.stringify(payload) : payloadJson(body.text, body.payloadLayout, parsed.request.payload, payload);
+    const decorated = await this.jobPayloads.decorate(parsed.request);
     void reply.header('content-type', 'application/json; charset=utf-8');
-    return `{"payload":${payloadText},"telemetry":${JSON.stringify(telemetry)}}`;
+    return decoratedAnswer(body, parsed.request.payload, decorated);
   }
+}
+
+/**
+ * Makes `scope` (a Fastify context of the decorator's own) take JSON bodies only, as JobPayloadBody: read
+ * against BODY_LIMIT_BYTES, refused with a 400 when nested beyond any job payload (not a stack overflow
+ * later), checked for prototype poisoning as on every other JSON route.
+ */
+export function useJobPayloadParser(scope: FastifyInstance): void {
+  const { onProtoPoisoning, onConstructorPoisoning } = scope.initialConfig;
+  const parseJson = scope.getDefaultJsonParser(onProtoPoisoning ?? 'error', onConstructorPoisoning ?? 'error');
+  // JSON only: Fastify's default text/plain parser would hand the handler a string, answered as a
+  // payload missing every field ("runner is required") instead of as the wrong media type.
+  scope.removeAllContentTypeParsers();
+  scope.addContentTypeParser('*', (request, _body, done) => done(new UnsupportedMediaTypeError(request.headers['content-type']), undefined));
+  scope.addContentTypeParser<string>('application/json', { parseAs: 'string' }, (request, text, done) => {
+    const scanned = scanRequestText(text, MAX_JSON_DEPTH);
+    if (scanned.tooDeep) return done(new JsonTooDeepError(MAX_JSON_DEPTH), undefined);
+    parseJson(request, text, (error, json) => {
+      if (error !== null) done(error, undefined);
+      else done(null, { json, text, payloadLayout: scanned.payload } satisfies JobPayloadBody);
+    });
+  });
+}
+
+/** The decorator's answer, the payload written back from the request's own text where it did not change. */
+export function decoratedAnswer(body: JobPayloadBody, sent: JobPayload, { payload, telemetry }: DecoratedJobPayload): string {
+  const payloadText = body.payloadLayout === undefined ? JSON.stringify(payload) : payloadJson(body.text, body.payloadLayout, sent, payload);
+  return `{"payload":${payloadText},"telemetry":${JSON.stringify(telemetry)}}`;
 }
 
 /** 415 through the internal API's error shape (AllExceptionsFilter reads `statusCode`), naming what was sent. */

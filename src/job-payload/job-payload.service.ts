@@ -14,7 +14,7 @@ import { startDecisionSpan } from '../observability/tracing';
 import { PipelineSpansService } from '../pipeline-spans/pipeline-spans.service';
 import { capabilityPath, mintCapability } from '../runner-auth/job-capability';
 import { gitlabTraceContextOf, spanIdFor, TraceContext, traceContextOf, traceIdFor } from '../trace-context/trace-context';
-import { JobPayload, JobPayloadRequest } from './job-payload-request';
+import { Job, JobPayload, JobPayloadRequest, Runner } from './job-payload-request';
 
 export type TelemetryReason = 'enabled' | 'flag_disabled' | 'not_sampled' | 'runner_unsupported' | 'degraded';
 
@@ -131,31 +131,7 @@ export class JobPayloadService {
     // Never enable a job with an endpoint it cannot use: header credentials need the runner token's
     // digest in the grant (SPEC §4).
     if (!hosted && this.config.RUNNER_ENDPOINT_FORM === 'headers' && runner.token === undefined) return off('runner_unsupported');
-    const grant: Grant = {
-      jobId: job.id,
-      projectId: job.project_id,
-      pipelineId: job.pipeline_id,
-      rootPipelineId: job.root_pipeline_id,
-      runnerId: runner.id,
-      traceId: context.traceId,
-      spanParentId: context.spanParentId,
-      runnerTokenDigest: runner.token === undefined ? undefined : tokenDigest(this.secrets.tokenDigestKey, runner.token),
-      jobTokenDigest: job.token === undefined ? undefined : tokenDigest(this.secrets.tokenDigestKey, job.token),
-      expiresAt: Date.now() + (job.timeout + this.config.GRANT_GRACE_SECONDS) * 1000,
-    };
-    // Stored with the grant, in the same step: whether this job's spans are the control plane's to emit (SPEC §10).
-    const tracedJob: TracedJob = {
-      jobId: job.id,
-      pipelineId: job.pipeline_id,
-      rootPipelineId: job.root_pipeline_id,
-      projectId: job.project_id,
-      runnerId: runner.id,
-      runnerType: runner.runner_type,
-      traceId: context.traceId,
-      ...(context.tracestate === undefined ? {} : { tracestate: context.tracestate }),
-      ...queuedAtOf(job.queued_at),
-      pickedUpAt: Date.now(),
-    };
+    const { grant, tracedJob } = pickupRecords(runner, job, context, this.secrets.tokenDigestKey, this.config.GRANT_GRACE_SECONDS);
     // Hosted runners authenticate to the collector with OIDC and never need the grant; a job bound
     // for the gateway without a stored grant would only collect 403s, so it is not enabled at all.
     const stored = await this.saveGrant(grant, tracedJob);
@@ -213,6 +189,45 @@ export class JobPayloadService {
       return undefined;
     }
   }
+}
+
+/**
+ * What a pickup stores, in one step: the grant the gateway and the auth endpoint check (SPEC §4), and the traced
+ * job, whose spans are then the control plane's to emit (SPEC §10).
+ */
+export function pickupRecords(
+  runner: Runner,
+  job: Job,
+  context: TraceContext,
+  tokenDigestKey: Buffer,
+  graceSeconds: number,
+  now = Date.now(),
+): { readonly grant: Grant; readonly tracedJob: TracedJob } {
+  const grant: Grant = {
+    jobId: job.id,
+    projectId: job.project_id,
+    pipelineId: job.pipeline_id,
+    rootPipelineId: job.root_pipeline_id,
+    runnerId: runner.id,
+    traceId: context.traceId,
+    spanParentId: context.spanParentId,
+    runnerTokenDigest: runner.token === undefined ? undefined : tokenDigest(tokenDigestKey, runner.token),
+    jobTokenDigest: job.token === undefined ? undefined : tokenDigest(tokenDigestKey, job.token),
+    expiresAt: now + (job.timeout + graceSeconds) * 1000,
+  };
+  const tracedJob: TracedJob = {
+    jobId: job.id,
+    pipelineId: job.pipeline_id,
+    rootPipelineId: job.root_pipeline_id,
+    projectId: job.project_id,
+    runnerId: runner.id,
+    runnerType: runner.runner_type,
+    traceId: context.traceId,
+    ...(context.tracestate === undefined ? {} : { tracestate: context.tracestate }),
+    ...queuedAtOf(job.queued_at),
+    pickedUpAt: now,
+  };
+  return { grant, tracedJob };
 }
 
 /** `queued_at` as epoch milliseconds, when the pickup gave a readable one. */
