@@ -22,7 +22,8 @@
  *
  * Options: --targets direct,gateway,nginx,proxy,floor (and ledger)  --variants protobuf,gzip  --rounds 3  --round-seconds 5
  *          --warmup-seconds 2  --connections 16  --spans 100  --attributes 10
- *          --cpu-prof (profiles the service, prints its busiest functions and keeps the .cpuprofile)
+ *          --cpu-prof (profiles the service and the proxy, floor and ledger processes, prints each one's busiest
+ *                      functions and keeps the .cpuprofile files, named after the process)
  *          experiments: --store memory (no redis: what the store's round trips cost)
  *                       --service-env NAME=VALUE, repeatable (e.g. LOG_LEVEL=warn: what the access log costs)
  *
@@ -153,9 +154,13 @@ async function stopChild(child: ChildProcess, signal: NodeJS.Signals, graceMs: n
 }
 
 /** A bench server script as its own process (so its CPU is counted apart), ready once it reports its port. */
-async function startChildServer(script: string, env: Record<string, string>): Promise<{ origin: string; pid: number; stop(): Promise<void> }> {
+async function startChildServer(
+  script: string,
+  env: Record<string, string>,
+  nodeArgs: readonly string[] = [],
+): Promise<{ origin: string; pid: number; stop(): Promise<void> }> {
   let stderr = '';
-  const child = spawn(process.execPath, [script], { env: { PATH: process.env.PATH, ...env }, stdio: ['ignore', 'ignore', 'pipe', 'ipc'] });
+  const child = spawn(process.execPath, [...nodeArgs, script], { env: { PATH: process.env.PATH, ...env }, stdio: ['ignore', 'ignore', 'pipe', 'ipc'] });
   child.stderr?.on('data', (chunk: Buffer) => (stderr = (stderr + chunk.toString()).slice(-4000)));
   const port = await new Promise<number>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`${script} did not start: ${stderr}`)), 10_000);
@@ -253,6 +258,9 @@ function metricValues(text: string, name: string): Record<string, number> {
 async function main(): Promise<void> {
   const root = repositoryRoot(__dirname);
   const work = mkdtempSync(join(tmpdir(), 'cjt-otlp-gateway-bench-'));
+  /** With --cpu-prof, a process's node arguments that profile it into `<name>.cpuprofile`. */
+  const profiled = (name: string): string[] =>
+    options.cpuProf ? ['--cpu-prof', `--cpu-prof-dir=${join(work, 'profiles')}`, `--cpu-prof-name=${name}.cpuprofile`] : [];
   const started = performance.now();
   const stops: Array<() => Promise<void>> = [];
   const stopAll = async () => {
@@ -320,7 +328,7 @@ async function main(): Promise<void> {
         ...options.serviceEnv,
       },
       logFile,
-      options.cpuProf ? ['--cpu-prof', `--cpu-prof-dir=${join(work, 'profiles')}`] : [],
+      profiled('service'),
     );
     stops.push(async () => {
       await service!.stop();
@@ -346,7 +354,7 @@ async function main(): Promise<void> {
       });
     }
     if (options.targets.includes('proxy')) {
-      proxy = await startChildServer(join(__dirname, 'otlp-gateway.proxy.js'), { OTLP_UPSTREAM_URL: sink.origin });
+      proxy = await startChildServer(join(__dirname, 'otlp-gateway.proxy.js'), { OTLP_UPSTREAM_URL: sink.origin }, profiled('proxy'));
       stops.push(() => proxy!.stop());
     }
     const prefix = nginx === undefined ? undefined : nginxPrefix(nginx.port);
@@ -369,12 +377,16 @@ async function main(): Promise<void> {
     const identity = { jobId: job.id, projectId: job.project_id, pipelineId: job.pipeline_id, runnerId: runner.id, traceId };
     const floorEnv = { OTLP_UPSTREAM_URL: sink.origin, REDIS_URL: redis?.url ?? '', FLOOR_IDENTITY: JSON.stringify(identity) };
     if (options.targets.includes('floor')) {
-      floor = await startChildServer(join(__dirname, 'otlp-gateway.proxy.js'), floorEnv);
+      floor = await startChildServer(join(__dirname, 'otlp-gateway.proxy.js'), floorEnv, profiled('floor'));
       stops.push(() => floor!.stop());
     }
     if (options.targets.includes('ledger')) {
       // Charged the spans each export carries, as the floor is after enforcing them.
-      ledger = await startChildServer(join(__dirname, 'otlp-gateway.proxy.js'), { ...floorEnv, FLOOR_ENFORCE: 'no', FLOOR_SPANS: String(options.spans) });
+      ledger = await startChildServer(
+        join(__dirname, 'otlp-gateway.proxy.js'),
+        { ...floorEnv, FLOOR_ENFORCE: 'no', FLOOR_SPANS: String(options.spans) },
+        profiled('ledger'),
+      );
       stops.push(() => ledger!.stop());
     }
     const jobToken = await keys.sign(JOB_ID, { expiresIn: 3600 });
@@ -550,7 +562,7 @@ async function main(): Promise<void> {
     }
     console.log(`nginx error log: ${[...kinds.entries()].map(([kind, count]) => `${count}× ${kind}`).join('; ')}`);
   }
-  if (options.cpuProf) printCpuProfiles(join(work, 'profiles'), root, 'service');
+  if (options.cpuProf) printCpuProfiles(join(work, 'profiles'), root);
   else rmSync(work, { recursive: true, force: true });
   rmSync(secrets.dir, { recursive: true, force: true });
   rmSync(dirname(keys.jwksFile), { recursive: true, force: true });

@@ -242,7 +242,7 @@ async function main(): Promise<void> {
       .map((l) => l.toFixed(1))
       .join(' ')}`,
   );
-  if (CPU_PROF) printCpuProfiles(join(work, 'profiles'), root, 'server');
+  if (CPU_PROF) printCpuProfiles(join(work, 'profiles'), root);
   else rmSync(work, { recursive: true, force: true });
   rmSync(secrets.dir, { recursive: true, force: true });
   if (failures.length > 0) {

@@ -87,13 +87,13 @@ export function summarizeCpuProfile(file: string, root: string, topCount = 25, i
   return { totalMs: (profile.endTime - profile.startTime) / 1000, busyMs: busy / 1000, top, inclusive };
 }
 
-/** Prints the busiest functions (self time) of every .cpuprofile in `dir`; `whose` names the profiled process. */
-export function printCpuProfiles(dir: string, root: string, whose: string): void {
+/** Prints the busiest functions (self time) of every .cpuprofile in `dir`, each under its file's name (the process's). */
+export function printCpuProfiles(dir: string, root: string): void {
   if (!existsSync(dir)) return;
   for (const file of readdirSync(dir).filter((name) => name.endsWith('.cpuprofile'))) {
     const summary = summarizeCpuProfile(join(dir, file), root, 30);
     console.log(
-      `\n${whose} CPU profile ${join(dir, file)}: ${(summary.busyMs / 1000).toFixed(1)} s busy of ${(summary.totalMs / 1000).toFixed(1)} s; busiest functions (self time):`,
+      `\nCPU profile ${join(dir, file)}: ${(summary.busyMs / 1000).toFixed(1)} s busy of ${(summary.totalMs / 1000).toFixed(1)} s; busiest functions (self time):`,
     );
     for (const entry of summary.top) console.log(`  ${(entry.share * 100).toFixed(1).padStart(5)}%  ${entry.selfMs.toFixed(0).padStart(6)} ms  ${entry.frame}`);
   }
