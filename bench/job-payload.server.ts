@@ -107,8 +107,8 @@ async function serve(): Promise<void> {
       if (traceId === undefined) traceIds.set(job.root_pipeline_id, (traceId = traceIdFor(secrets.traceKey, job.root_pipeline_id)));
       const context = traceContextOf(traceId, spanIdFor(secrets.traceKey, job.id), flags.samplingPercent());
       if (!flagged || !context.sampled) throw new Error('floor: every bench pickup is enabled');
-      const { grant, tracedJob } = pickupRecords(runner, job, context, secrets.tokenDigestKey, config.GRANT_GRACE_SECONDS);
-      await store.saveGrant(grant, tracedJob);
+      const { grant, tracedJob, saveOptions } = pickupRecords(runner, job, context, secrets.tokenDigestKey, config.GRANT_GRACE_SECONDS);
+      await store.saveGrant(grant, tracedJob, saveOptions);
       pipelineSpans.recordPickup(tracedJob, grant.expiresAt, context.spanParentId);
       const capabilityBase = `${gateway}${capabilityPath(job.id, mintCapability(secrets.capabilityKeys[0], job.id))}`;
       const endpoint = { url: `${capabilityBase}/v1/traces` };

@@ -113,6 +113,12 @@ function behavesAsAGrantStore(name: string, open: () => Promise<GrantStore>) {
       expect(await store.findGrantByJobTokenDigest('e'.repeat(64))).toBeNull();
     });
 
+    it('keeps a grant saved without its job token indexed out of the token lookup, and finds it by its job', async () => {
+      await store.saveGrant(grant({ jobTokenDigest: 'a'.repeat(64) }), undefined, { indexJobToken: false });
+      expect(await store.findGrantByJobTokenDigest('a'.repeat(64))).toBeNull();
+      expect(await store.findGrant(1001)).toMatchObject({ jobId: 1001, jobTokenDigest: 'a'.repeat(64) });
+    });
+
     it('answers a job token asked about again from its grant as it is now: revoked, then gone', async () => {
       await store.saveGrant(grant({ jobTokenDigest: 'f'.repeat(64), expiresAt: Date.now() + 400 }));
       expect(await store.findGrantByJobTokenDigest('f'.repeat(64))).toMatchObject({ jobId: 1001 });

@@ -65,6 +65,14 @@ export interface SpanLease {
   readonly rateResetInMs: number;
 }
 
+export interface SaveGrantOptions {
+  /**
+   * Whether the grant can be found by its job token's digest (`findGrantByJobTokenDigest`); default yes. Only an
+   * opaque job token is looked up that way: a JWT job token names its job, so its index entry would never be read.
+   */
+  readonly indexJobToken?: boolean;
+}
+
 export interface GrantStore extends TracedWorkStore {
   /**
    * Stores the grant of `grant.jobId`; it disappears at its expiry. A job decorated again gets its
@@ -73,7 +81,7 @@ export interface GrantStore extends TracedWorkStore {
    * the grant as stored. `tracedJob`, when given, is remembered in the same step for as long as the grant
    * as stored lives, and at least MIN_TRACED_MEMORY_MS (SPEC §10: whether the job's spans are ours to emit).
    */
-  saveGrant(grant: Grant, tracedJob?: TracedJob): Promise<Grant>;
+  saveGrant(grant: Grant, tracedJob?: TracedJob, options?: SaveGrantOptions): Promise<Grant>;
   findGrant(jobId: number): Promise<Grant | null>;
   /** The grant whose opaque job token has this digest (SPEC §5). */
   findGrantByJobTokenDigest(jobTokenDigest: string): Promise<Grant | null>;

@@ -1,4 +1,4 @@
-import { Grant, GrantStore, SpanLease, SpanLeaseRequest, WindowBlock } from './grant';
+import { Grant, GrantStore, SaveGrantOptions, SpanLease, SpanLeaseRequest, WindowBlock } from './grant';
 import { ClaimedSpan, EnqueueOutcome, OutboxDepth, OutboxLimits, OutboxSpan, MIN_TRACED_MEMORY_MS, Remembered, TracedJob, TracedPipeline } from './traced-work';
 
 interface Expiring<T> {
@@ -30,7 +30,7 @@ export class MemoryGrantStore implements GrantStore {
     this.sweeper = setInterval(() => this.sweep(), sweepIntervalMs).unref();
   }
 
-  async saveGrant(grant: Grant, tracedJob?: TracedJob): Promise<Grant> {
+  async saveGrant(grant: Grant, tracedJob?: TracedJob, { indexJobToken = true }: SaveGrantOptions = {}): Promise<Grant> {
     const previous = await this.findGrant(grant.jobId);
     const remember = (until: number) => {
       if (tracedJob !== undefined)
@@ -46,7 +46,7 @@ export class MemoryGrantStore implements GrantStore {
         ? { ...grant }
         : { ...grant, expiresAt: previous.expiresAt, ...(previous.revokedAt === undefined ? {} : { revokedAt: previous.revokedAt }) };
     this.grants.set(grant.jobId, stored);
-    if (grant.jobTokenDigest !== undefined) this.jobIdsByTokenDigest.set(grant.jobTokenDigest, grant.jobId);
+    if (indexJobToken && grant.jobTokenDigest !== undefined) this.jobIdsByTokenDigest.set(grant.jobTokenDigest, grant.jobId);
     remember(stored.expiresAt);
     return { ...stored };
   }

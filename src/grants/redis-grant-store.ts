@@ -1,4 +1,4 @@
-import { Grant, GrantStore, SpanLease, SpanLeaseRequest, StoreUnavailableError, WindowBlock } from './grant';
+import { Grant, GrantStore, SaveGrantOptions, SpanLease, SpanLeaseRequest, StoreUnavailableError, WindowBlock } from './grant';
 import { ClaimedSpan, EnqueueOutcome, OutboxDepth, OutboxLimits, OutboxSpan, MIN_TRACED_MEMORY_MS, Remembered, TracedJob, TracedPipeline } from './traced-work';
 import { connectRedis, pingRedis, RedisClient, RedisConnectionEvents, RedisConnectionSettings } from './redis-connection';
 
@@ -312,7 +312,7 @@ export class RedisGrantStore implements GrantStore {
     return new RedisGrantStore(redis, { waitReplicas: settings.waitReplicas ?? 0, waitTimeoutMs: settings.commandTimeoutMs });
   }
 
-  async saveGrant(grant: Grant, tracedJob?: TracedJob): Promise<Grant> {
+  async saveGrant(grant: Grant, tracedJob?: TracedJob, { indexJobToken = true }: SaveGrantOptions = {}): Promise<Grant> {
     const ttlMs = grant.expiresAt - Date.now();
     const { expiresAt, ...fields } = grant;
     const grantJsonUpToExpiry = `${JSON.stringify(fields).slice(0, -1)},"expiresAt":`;
@@ -320,7 +320,7 @@ export class RedisGrantStore implements GrantStore {
       const grantKeys = [GRANT_KEY(grant.jobId), REVOKED_KEY(grant.jobId)] as const;
       // The index is another slot, so not part of the script; a lookup checks the grant's own digest,
       // so an index entry written without its grant (or outliving it) finds nothing.
-      const index = grant.jobTokenDigest !== undefined && ttlMs > 0 ? JOB_TOKEN_KEY(grant.jobTokenDigest) : undefined;
+      const index = indexJobToken && grant.jobTokenDigest !== undefined && ttlMs > 0 ? JOB_TOKEN_KEY(grant.jobTokenDigest) : undefined;
       // Both in the same tick: the auto-pipelining connection writes them at once, beside the
       // other pickups' commands of that event-loop turn (one write per node on a cluster).
       const [reply] = await Promise.all([

@@ -4,7 +4,7 @@ import { AppConfig } from '../config/app-config';
 import { APP_CONFIG, SECRETS } from '../config/config.constants';
 import { Secrets } from '../config/secrets';
 import { FlagsService } from '../flags/flags.service';
-import { Grant, grantEndsAt, GrantStore } from '../grants/grant';
+import { Grant, grantEndsAt, GrantStore, SaveGrantOptions } from '../grants/grant';
 import { GRANT_STORE } from '../grants/grants.constants';
 import { TracedJob } from '../grants/traced-work';
 import { tokenDigest } from '../grants/token-digest';
@@ -13,6 +13,7 @@ import { withTimeout } from '../observability/with-timeout';
 import { startDecisionSpan } from '../observability/tracing';
 import { PipelineSpansService } from '../pipeline-spans/pipeline-spans.service';
 import { capabilityPath, mintCapability } from '../runner-auth/job-capability';
+import { isJwtJobToken } from '../runner-auth/job-token-verifier';
 import { gitlabTraceContextOf, spanIdFor, TraceContext, traceContextOf, traceIdFor } from '../trace-context/trace-context';
 import { Job, JobPayload, JobPayloadRequest, Runner } from './job-payload-request';
 
@@ -131,10 +132,10 @@ export class JobPayloadService {
     // Never enable a job with an endpoint it cannot use: header credentials need the runner token's
     // digest in the grant (SPEC §4).
     if (!hosted && this.config.RUNNER_ENDPOINT_FORM === 'headers' && runner.token === undefined) return off('runner_unsupported');
-    const { grant, tracedJob } = pickupRecords(runner, job, context, this.secrets.tokenDigestKey, this.config.GRANT_GRACE_SECONDS);
+    const { grant, tracedJob, saveOptions } = pickupRecords(runner, job, context, this.secrets.tokenDigestKey, this.config.GRANT_GRACE_SECONDS);
     // Hosted runners authenticate to the collector with OIDC and never need the grant; a job bound
     // for the gateway without a stored grant would only collect 403s, so it is not enabled at all.
-    const stored = await this.saveGrant(grant, tracedJob);
+    const stored = await this.saveGrant(grant, tracedJob, saveOptions);
     if (stored === undefined && !hosted) return off('degraded');
     // Its pipelines and queue wait are written with other pickups', after the answer: they never delay a pickup.
     this.pipelineSpans.recordPickup(tracedJob, (stored ?? grant).expiresAt, context.spanParentId);
@@ -180,9 +181,9 @@ export class JobPayloadService {
   }
 
   /** Bounded by STORE_TIMEOUT_MS whatever the store does, so a hung Redis cannot delay job pickup. */
-  private async saveGrant(grant: Grant, tracedJob: TracedJob): Promise<Grant | undefined> {
+  private async saveGrant(grant: Grant, tracedJob: TracedJob, options: SaveGrantOptions): Promise<Grant | undefined> {
     try {
-      return await withTimeout(() => this.store.saveGrant(grant, tracedJob), this.config.STORE_TIMEOUT_MS);
+      return await withTimeout(() => this.store.saveGrant(grant, tracedJob, options), this.config.STORE_TIMEOUT_MS);
     } catch (error) {
       this.metrics.storeErrors.inc({ operation: 'save_grant' });
       this.logger.warn(`grant for job ${grant.jobId} not stored: ${(error as Error).message}`);
@@ -193,7 +194,8 @@ export class JobPayloadService {
 
 /**
  * What a pickup stores, in one step: the grant the gateway and the auth endpoint check (SPEC §4), and the traced
- * job, whose spans are then the control plane's to emit (SPEC §10).
+ * job, whose spans are then the control plane's to emit (SPEC §10). The grant is found by its job token's digest
+ * only when that token is opaque: a JWT job token names its job (SPEC §5), so its index entry would never be read.
  */
 export function pickupRecords(
   runner: Runner,
@@ -202,7 +204,7 @@ export function pickupRecords(
   tokenDigestKey: Buffer,
   graceSeconds: number,
   now = Date.now(),
-): { readonly grant: Grant; readonly tracedJob: TracedJob } {
+): { readonly grant: Grant; readonly tracedJob: TracedJob; readonly saveOptions: SaveGrantOptions } {
   const grant: Grant = {
     jobId: job.id,
     projectId: job.project_id,
@@ -227,7 +229,7 @@ export function pickupRecords(
     ...queuedAtOf(job.queued_at),
     pickedUpAt: now,
   };
-  return { grant, tracedJob };
+  return { grant, tracedJob, saveOptions: { indexJobToken: job.token !== undefined && !isJwtJobToken(job.token) } };
 }
 
 /** `queued_at` as epoch milliseconds, when the pickup gave a readable one. */

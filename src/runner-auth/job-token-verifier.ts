@@ -11,6 +11,11 @@ const SUBJECT = /^gid:\/\/gitlab\/Ci::Build\/([1-9][0-9]{0,15})$/;
 /** An unknown `kid` re-reads the keys at most this often, so bad tokens cannot make us hammer the file or GitLab. */
 const KEYS_RELOAD_COOLDOWN_MS = 5000;
 
+/** Whether a job token has a JWT job token's form (verified or refused as one, never looked up by its digest). */
+export function isJwtJobToken(token: string): boolean {
+  return token.startsWith(JOB_TOKEN_PREFIX) && token.split('.').length === 3;
+}
+
 export type JobTokenCheck =
   | { readonly kind: 'jwt'; readonly jobId: number }
   | { readonly kind: 'opaque' }
@@ -172,7 +177,7 @@ export class JobTokenVerifier {
   ) {}
 
   async check(token: string): Promise<JobTokenCheck> {
-    if (!token.startsWith(JOB_TOKEN_PREFIX) || token.split('.').length !== 3) return { kind: 'opaque' };
+    if (!isJwtJobToken(token)) return { kind: 'opaque' };
     if (this.keys === undefined) return { kind: 'invalid', reason: 'JWT job tokens are not configured (no JWKS)' };
     try {
       const { payload } = await jwtVerify(token.slice(JOB_TOKEN_PREFIX.length), this.keys, {

@@ -359,6 +359,21 @@ describe('POST /internal/ci/telemetry/job_payload', () => {
       }
     });
 
+    it('indexes an opaque job token for the auth lookup, and writes no index for a JWT job token, which names its job', async () => {
+      const jwtToken = 'glcbt-eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJnaWQ6Ly9naXRsYWIvQ2k6OkJ1aWxkLzEwMDIifQ.c2lnbmF0dXJl';
+      expect((await call(running(), jobPayloadRequest({ job: { id: 1001, token: JOB_TOKEN } }))).body.telemetry.enabled).toBe(true);
+      expect((await call(running(), jobPayloadRequest({ job: { id: 1002, token: jwtToken } }))).body.telemetry.enabled).toBe(true);
+      const client = new Redis(redis.url);
+      try {
+        expect(await client.keys('cjt:{jobtoken:*')).toEqual([`cjt:{jobtoken:${tokenDigest(running().secrets.tokenDigestKey, JOB_TOKEN)}}`]);
+        // Both grants keep both digests (SPEC §4); only the lookup index is left out.
+        const jwtGrant = JSON.parse((await client.get('cjt:{job:1002}:grant'))!) as { jobTokenDigest?: string };
+        expect(jwtGrant.jobTokenDigest).toBe(tokenDigest(running().secrets.tokenDigestKey, jwtToken));
+      } finally {
+        client.disconnect();
+      }
+    });
+
     it('still answers 200 with Redis stopped: degraded, payload unchanged', async () => {
       await redis.stop();
       const request = jobPayloadRequest();
