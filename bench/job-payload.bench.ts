@@ -39,7 +39,7 @@ import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import { makeSecretFiles } from '../test/helpers/internal-api';
 import { RedisServer, startRedis } from '../test/helpers/redis';
-import { repositoryRoot, rollingAuthHeader } from './lib/bench-env';
+import { repositoryRoot, rollingAuthHeader, runBench } from './lib/bench-env';
 import { BARE_ROUTE, BenchServer, DECORATOR_ROUTE, ECHO_ROUTE, ECHO_STORE_ROUTE, FLOOR_ROUTE, serverScript, startBenchServer } from './lib/bench-server';
 import { runFixedRate } from './lib/fixed-rate-load';
 import { jobPayloadBodies } from './lib/job-payload-body';
@@ -412,7 +412,4 @@ function printReport(reports: StoreReport[]): void {
   for (const verdict of verdicts) console.log(verdict);
 }
 
-main().catch((error: unknown) => {
-  console.error(error);
-  process.exitCode = 1;
-});
+runBench(main);

@@ -17,7 +17,7 @@ import { pickUpJob } from '../test/helpers/ci-job';
 import { startOtlpSink } from '../test/helpers/otlp-sink';
 import { startRedis } from '../test/helpers/redis';
 import { ServiceProcess, startService } from '../test/helpers/service';
-import { repositoryRoot } from './lib/bench-env';
+import { repositoryRoot, runBench } from './lib/bench-env';
 import { printTable } from './lib/table';
 import { otlpTypes, traceExport } from './otlp-gateway.payload';
 
@@ -124,10 +124,4 @@ async function main(): Promise<void> {
   }
 }
 
-main().then(
-  () => process.exit(0),
-  (error: unknown) => {
-    console.error(error);
-    process.exit(1);
-  },
-);
+runBench(main);

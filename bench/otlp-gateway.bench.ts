@@ -61,7 +61,7 @@ import { RedisServer, startRedis } from '../test/helpers/redis';
 import { printCpuProfiles } from './lib/cpu-profile-summary';
 import { median } from './lib/percentiles';
 import { childPids, procCpuMicros, procCpuTimes } from './lib/proc-cpu';
-import { repositoryRoot } from './lib/bench-env';
+import { repositoryRoot, runBench } from './lib/bench-env';
 import { describeExport, otlpTypes, traceExport } from './otlp-gateway.payload';
 import type { SinkStats } from './otlp-gateway.sink';
 
@@ -763,7 +763,4 @@ function printReport(reports: Record<Variant, Partial<Record<Target, RunStats[]>
   for (const verdict of verdicts) console.log(verdict);
 }
 
-main().catch((error: unknown) => {
-  console.error(error);
-  process.exitCode = 1;
-});
+runBench(main);

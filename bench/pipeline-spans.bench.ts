@@ -22,6 +22,7 @@ import { startRedis } from '../test/helpers/redis';
 import { startService } from '../test/helpers/service';
 import { percentile } from './lib/percentiles';
 import { printTable } from './lib/table';
+import { runBench } from './lib/bench-env';
 
 const SMOKE = process.argv.includes('--smoke');
 const JOBS = SMOKE ? 20 : 600;
@@ -129,10 +130,4 @@ async function main(): Promise<void> {
   }
 }
 
-main().then(
-  () => process.exit(0),
-  (error: unknown) => {
-    console.error(error);
-    process.exit(1);
-  },
-);
+runBench(main);

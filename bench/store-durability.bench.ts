@@ -15,6 +15,7 @@ import { RedisGrantStore } from '../src/grants/redis-grant-store';
 import { testGrant } from '../test/helpers/grants';
 import { RedisDeployment, startRedisCluster, startSentinelRedis } from '../test/helpers/redis-topologies';
 import { median } from './lib/percentiles';
+import { runBench } from './lib/bench-env';
 
 const SMOKE = process.argv.includes('--smoke');
 const SEQUENTIAL_WRITES = SMOKE ? 100 : 2000;
@@ -77,10 +78,4 @@ async function main(): Promise<void> {
   }
 }
 
-main().then(
-  () => process.exit(0),
-  (error: unknown) => {
-    console.error(error);
-    process.exit(1);
-  },
-);
+runBench(main);

@@ -31,7 +31,7 @@ import { jobPayloadRequest, RUNNER_TOKEN } from '../test/fixtures/job-payload';
 import { makeSecretFiles } from '../test/helpers/internal-api';
 import { makeGitLabKeys } from '../test/helpers/job-tokens';
 import { startRedis } from '../test/helpers/redis';
-import { repositoryRoot, rollingAuthHeader } from './lib/bench-env';
+import { repositoryRoot, rollingAuthHeader, runBench } from './lib/bench-env';
 import {
   BARE_ROUTE,
   BARE_SAMPLED_ROUTE,
@@ -251,4 +251,4 @@ async function main(): Promise<void> {
   }
 }
 
-void main();
+runBench(main);

@@ -29,3 +29,17 @@ export async function rollingAuthHeader(secret: Buffer): Promise<{ current(): Re
   }, 30_000);
   return { current: () => header, stop: () => clearInterval(timer) };
 }
+
+/**
+ * Runs a bench's main and ends the process when it is done: exit status 1 when it threw or set
+ * `process.exitCode`, else 0. Ending it outright, because a bench's servers and clients may leave handles open.
+ */
+export function runBench(main: () => Promise<void>): void {
+  main().then(
+    () => process.exit(process.exitCode ?? 0),
+    (error: unknown) => {
+      console.error(error);
+      process.exit(1);
+    },
+  );
+}
