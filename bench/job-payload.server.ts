@@ -22,7 +22,7 @@ import { FlagsService } from '../src/flags/flags.service';
 import { PipelineSpansService } from '../src/pipeline-spans/pipeline-spans.service';
 import { parseJobPayloadRequest } from '../src/job-payload/job-payload-request';
 import { decoratedAnswer, JobPayloadBody, useJobPayloadParser } from '../src/job-payload/job-payload.route';
-import { decoratePayload, pickupRecords, Telemetry } from '../src/job-payload/job-payload.service';
+import { decoratePayload, enabledTelemetry, flagContextOf, pickupRecords, tracesUrl, withoutTrailingSlash } from '../src/job-payload/job-payload.service';
 import { capabilityPath, mintCapability } from '../src/runner-auth/job-capability';
 import { spanIdFor, traceContextOf, traceIdFor } from '../src/trace-context/trace-context';
 import { testGrant } from '../test/helpers/grants';
@@ -90,19 +90,13 @@ async function serve(): Promise<void> {
   const flags = app.get(FlagsService);
   const pipelineSpans = app.get(PipelineSpansService);
   const traceIds = new Map<number, string>();
-  const gateway = config.GATEWAY_PUBLIC_URL.replace(/\/+$/, '');
+  const gateway = withoutTrailingSlash(config.GATEWAY_PUBLIC_URL);
   await fastify.register(async (scope) => {
     useJobPayloadParser(scope);
     scope.post(FLOOR_ROUTE, { onRequest: callerCheckHook((headers) => verifier.refusal(headers[INTERNAL_API_HEADER]), logger) }, async (request, reply) => {
       const body = request.body as JobPayloadBody;
       const { runner, job, payload } = parseJobPayloadRequest(body.json).request!;
-      const flagged = flags.isTelemetryEnabled({
-        projectId: job.project_id,
-        namespaceId: job.namespace_id,
-        rootNamespaceId: job.root_namespace_id,
-        runnerId: runner.id,
-        runnerType: runner.runner_type,
-      });
+      const flagged = flags.isTelemetryEnabled(flagContextOf(runner, job));
       let traceId = traceIds.get(job.root_pipeline_id);
       if (traceId === undefined) traceIds.set(job.root_pipeline_id, (traceId = traceIdFor(secrets.traceKey, job.root_pipeline_id)));
       const context = traceContextOf(traceId, spanIdFor(secrets.traceKey, job.id), flags.samplingPercent());
@@ -111,16 +105,8 @@ async function serve(): Promise<void> {
       await store.saveGrant(grant, tracedJob, saveOptions);
       pipelineSpans.recordPickup(tracedJob, grant.expiresAt, context.spanParentId);
       const capabilityBase = `${gateway}${capabilityPath(job.id, mintCapability(secrets.capabilityKeys[0], job.id))}`;
-      const endpoint = { url: `${capabilityBase}/v1/traces` };
-      const telemetry: Telemetry = {
-        enabled: true,
-        reason: 'enabled',
-        trace_id: context.traceId,
-        span_parent_id: context.spanParentId,
-        traceparent: context.traceparent,
-        otel_endpoints: [endpoint],
-        expires_at: new Date(grant.expiresAt).toISOString(),
-      };
+      const endpoint = { url: tracesUrl(capabilityBase) };
+      const telemetry = enabledTelemetry(context, endpoint, grant.expiresAt);
       void reply.header('content-type', 'application/json; charset=utf-8');
       return decoratedAnswer(body, payload, { payload: decoratePayload(payload, context, endpoint, capabilityBase), telemetry });
     });

@@ -3,7 +3,7 @@ import { LRUCache } from 'lru-cache';
 import { AppConfig } from '../config/app-config';
 import { APP_CONFIG, SECRETS } from '../config/config.constants';
 import { Secrets } from '../config/secrets';
-import { FlagsService } from '../flags/flags.service';
+import { FlagContext, FlagsService } from '../flags/flags.service';
 import { Grant, grantEndsAt, GrantStore, SaveGrantOptions } from '../grants/grant';
 import { GRANT_STORE } from '../grants/grants.constants';
 import { TracedJob } from '../grants/traced-work';
@@ -116,14 +116,7 @@ export class JobPayloadService {
 
     if (!this.runnerSupportsTracing(runner.features)) return off('runner_unsupported');
 
-    const flagged = this.flags.isTelemetryEnabled({
-      projectId: job.project_id,
-      namespaceId: job.namespace_id,
-      rootNamespaceId: job.root_namespace_id,
-      runnerId: runner.id,
-      runnerType: runner.runner_type,
-    });
-    if (!flagged) return off('flag_disabled');
+    if (!this.flags.isTelemetryEnabled(flagContextOf(runner, job))) return off('flag_disabled');
 
     const context = this.traceContextFor(job.root_pipeline_id, job.id);
     if (!context.sampled) return off('not_sampled');
@@ -146,17 +139,8 @@ export class JobPayloadService {
     const endpoint = hosted ? this.hostedEndpoint : this.config.RUNNER_ENDPOINT_FORM === 'headers' ? this.headerEndpoint : { url: tracesUrl(capabilityBase!) };
     return {
       payload: decoratePayload(payload, context, endpoint, capabilityBase),
-      telemetry: {
-        enabled: true,
-        reason: 'enabled',
-        trace_id: context.traceId,
-        span_parent_id: context.spanParentId,
-        traceparent: context.traceparent,
-        ...(context.tracestate === undefined ? {} : { tracestate: context.tracestate }),
-        otel_endpoints: [endpoint],
-        // A job decorated again keeps its first expiry and any revocation: the store says which.
-        expires_at: new Date(grantEndsAt(stored ?? grant)).toISOString(),
-      },
+      // A job decorated again keeps its first expiry and any revocation: the store says which.
+      telemetry: enabledTelemetry(context, endpoint, grantEndsAt(stored ?? grant)),
     };
   }
 
@@ -190,6 +174,31 @@ export class JobPayloadService {
       return undefined;
     }
   }
+}
+
+/** Who the `ci_job_telemetry` flag is asked about (SPEC §4 "Flags"). */
+export function flagContextOf(runner: Runner, job: Job): FlagContext {
+  return {
+    projectId: job.project_id,
+    namespaceId: job.namespace_id,
+    rootNamespaceId: job.root_namespace_id,
+    runnerId: runner.id,
+    runnerType: runner.runner_type,
+  };
+}
+
+/** The answer's `telemetry` for an enabled job, whose grant ends at `endsAt` (epoch ms). */
+export function enabledTelemetry(context: TraceContext, endpoint: OtelEndpoint, endsAt: number): Telemetry {
+  return {
+    enabled: true,
+    reason: 'enabled',
+    trace_id: context.traceId,
+    span_parent_id: context.spanParentId,
+    traceparent: context.traceparent,
+    ...(context.tracestate === undefined ? {} : { tracestate: context.tracestate }),
+    otel_endpoints: [endpoint],
+    expires_at: new Date(endsAt).toISOString(),
+  };
 }
 
 /**
@@ -238,12 +247,12 @@ function queuedAtOf(queuedAt: string | undefined): { queuedAt?: number } {
   return Number.isNaN(epoch) ? {} : { queuedAt: epoch };
 }
 
-function withoutTrailingSlash(url: string): string {
+export function withoutTrailingSlash(url: string): string {
   return url.replace(/\/+$/, '');
 }
 
 /** GitLab Runner POSTs to the URL's path verbatim, so every URL handed out names the traces path. */
-function tracesUrl(base: string): string {
+export function tracesUrl(base: string): string {
   return `${base}/v1/traces`;
 }
 
