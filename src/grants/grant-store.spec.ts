@@ -354,6 +354,25 @@ function behavesAsAGrantStore(name: string, open: () => Promise<GrantStore>) {
       expect(await store.findTracedPipeline(501)).not.toBeNull();
     });
 
+    it("keeps a pipeline span's highest version whatever order versions come in, and says when one is stale", async () => {
+      const [older, newer] = [(2 ** 40 + 5) * 1024, (2 ** 40 + 9) * 1024 + 130];
+      expect(await store.raisePipelineSpanVersion(501, older, 60_000)).toBe(older);
+      expect(await store.raisePipelineSpanVersion(501, newer, 60_000)).toBe(newer);
+      expect(await store.raisePipelineSpanVersion(501, older, 60_000)).toBe(newer);
+      expect(await store.raisePipelineSpanVersion(501, newer, 60_000)).toBe(newer);
+      expect(await store.raisePipelineSpanVersion(502, older, 60_000)).toBe(older);
+    });
+
+    it("keeps each job's runner end once per pipeline and answers them all", async () => {
+      const end = (jobId: number, finishedAt: number, status = 'success') => ({ jobId, queuedAt: 1_000 + jobId, finishedAt, status });
+      expect(await store.recordRunnerJobEnd(501, end(1, 5_000), 60_000)).toEqual([end(1, 5_000)]);
+      const both = await store.recordRunnerJobEnd(501, end(2, 9_000, 'failed'), 60_000);
+      expect(both.sort((a, b) => a.jobId - b.jobId)).toEqual([end(1, 5_000), end(2, 9_000, 'failed')]);
+      // Reported twice (two exports with its job_execution): still one job.
+      expect(await store.recordRunnerJobEnd(501, end(2, 9_000, 'failed'), 60_000)).toHaveLength(2);
+      expect(await store.recordRunnerJobEnd(500, end(3, 7_000), 60_000)).toEqual([end(3, 7_000)]);
+    });
+
     it('enqueues each span id once, refuses what does not fit, and says which was which', async () => {
       expect(await store.enqueueSpans([outboxSpan('01'), outboxSpan('02'), outboxSpan('01')], limits)).toEqual({ queued: 2, duplicates: 1, refused: 0 });
       expect(await store.enqueueSpans([outboxSpan('02'), outboxSpan('03'), outboxSpan('04')], limits)).toEqual({ queued: 1, duplicates: 1, refused: 1 });

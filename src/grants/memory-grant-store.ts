@@ -1,5 +1,16 @@
 import { Grant, GrantStore, SaveGrantOptions, SpanLease, SpanLeaseRequest, WindowBlock } from './grant';
-import { ClaimedSpan, EnqueueOutcome, OutboxDepth, OutboxLimits, OutboxSpan, MIN_TRACED_MEMORY_MS, Remembered, TracedJob, TracedPipeline } from './traced-work';
+import {
+  ClaimedSpan,
+  EnqueueOutcome,
+  OutboxDepth,
+  OutboxLimits,
+  OutboxSpan,
+  MIN_TRACED_MEMORY_MS,
+  Remembered,
+  RunnerJobEnd,
+  TracedJob,
+  TracedPipeline,
+} from './traced-work';
 
 interface Expiring<T> {
   readonly value: T;
@@ -16,6 +27,8 @@ export class MemoryGrantStore implements GrantStore {
   private readonly spanLeases = new Map<number, Map<string, { amount: number; expiresAt: number }>>();
   private readonly tracedJobs = new Map<number, Expiring<TracedJob>>();
   private readonly tracedPipelines = new Map<number, Expiring<TracedPipeline>>();
+  private readonly pipelineSpanVersions = new Map<number, Expiring<number>>();
+  private readonly runnerJobEnds = new Map<number, Expiring<Map<number, RunnerJobEnd>>>();
   /** Span ids ever enqueued, until they are forgotten. */
   private readonly rememberedSpans = new Map<string, number>();
   /** Waiting spans by id, with the time each is next due. */
@@ -147,6 +160,21 @@ export class MemoryGrantStore implements GrantStore {
     return this.live(this.tracedPipelines, pipelineId);
   }
 
+  async raisePipelineSpanVersion(pipelineId: number, version: number, ttlMs: number): Promise<number> {
+    const kept = this.live(this.pipelineSpanVersions, pipelineId) ?? 0;
+    if (version > kept) this.pipelineSpanVersions.set(pipelineId, { value: version, expiresAt: this.now() + ttlMs });
+    return Math.max(kept, version);
+  }
+
+  async recordRunnerJobEnd(pipelineId: number, end: RunnerJobEnd, ttlMs: number): Promise<RunnerJobEnd[]> {
+    const now = this.now();
+    const kept = this.runnerJobEnds.get(pipelineId);
+    const ends = kept === undefined || kept.expiresAt <= now ? new Map<number, RunnerJobEnd>() : kept.value;
+    ends.set(end.jobId, { ...end });
+    this.runnerJobEnds.set(pipelineId, { value: ends, expiresAt: Math.max(now + ttlMs, kept?.expiresAt ?? 0) });
+    return [...ends.values()].map((job) => ({ ...job }));
+  }
+
   async enqueueSpans(spans: readonly OutboxSpan[], limits: OutboxLimits): Promise<EnqueueOutcome> {
     const now = this.now();
     let queued = 0;
@@ -207,6 +235,8 @@ export class MemoryGrantStore implements GrantStore {
     this.spanLeases.clear();
     this.tracedJobs.clear();
     this.tracedPipelines.clear();
+    this.pipelineSpanVersions.clear();
+    this.runnerJobEnds.clear();
     this.rememberedSpans.clear();
     this.outbox.clear();
   }
@@ -241,7 +271,7 @@ export class MemoryGrantStore implements GrantStore {
     for (const [key, window] of this.windows) if (window.resetsAt <= now) this.windows.delete(key);
     for (const [key, quota] of this.quotas) if (quota.resetsAt <= now) this.quotas.delete(key);
     for (const [jobId, leases] of this.spanLeases) if (!this.quotas.has(`job:${jobId}:spans`) || leases.size === 0) this.spanLeases.delete(jobId);
-    for (const entries of [this.tracedJobs, this.tracedPipelines] as Array<Map<number, Expiring<unknown>>>) {
+    for (const entries of [this.tracedJobs, this.tracedPipelines, this.pipelineSpanVersions, this.runnerJobEnds] as Array<Map<number, Expiring<unknown>>>) {
       for (const [key, entry] of entries) if (entry.expiresAt <= now) entries.delete(key);
     }
     for (const [spanId, forgetAt] of this.rememberedSpans) if (forgetAt <= now && !this.outbox.has(spanId)) this.rememberedSpans.delete(spanId);

@@ -1,5 +1,16 @@
 import { Grant, GrantStore, SaveGrantOptions, SpanLease, SpanLeaseRequest, StoreUnavailableError, WindowBlock } from './grant';
-import { ClaimedSpan, EnqueueOutcome, OutboxDepth, OutboxLimits, OutboxSpan, MIN_TRACED_MEMORY_MS, Remembered, TracedJob, TracedPipeline } from './traced-work';
+import {
+  ClaimedSpan,
+  EnqueueOutcome,
+  OutboxDepth,
+  OutboxLimits,
+  OutboxSpan,
+  MIN_TRACED_MEMORY_MS,
+  Remembered,
+  RunnerJobEnd,
+  TracedJob,
+  TracedPipeline,
+} from './traced-work';
 import { connectRedis, pingRedis, RedisClient, RedisConnectionEvents, RedisConnectionSettings } from './redis-connection';
 
 /*
@@ -24,6 +35,9 @@ const RATE_KEY = (key: string) => `cjt:{rate:${key}}`;
  */
 const TRACED_JOB_KEY = (jobId: number) => `cjt:{job:${jobId}}:traced`;
 const TRACED_PIPELINE_KEY = (pipelineId: number) => `cjt:{pipeline:${pipelineId}}:traced`;
+/** SPEC §10's final story: the highest version of a pipeline's span emitted, and its jobs' runner ends. */
+const PIPELINE_SPAN_VERSION_KEY = (pipelineId: number) => `cjt:{pipeline:${pipelineId}}:span-version`;
+const RUNNER_JOB_ENDS_KEY = (pipelineId: number) => `cjt:{pipeline:${pipelineId}}:runner-job-ends`;
 const OUTBOX_DUE_KEY = 'cjt:{outbox}:due';
 const OUTBOX_ENQUEUED_KEY = 'cjt:{outbox}:enqueued';
 const OUTBOX_SPANS_KEY = 'cjt:{outbox}:spans';
@@ -39,6 +53,26 @@ else
   redis.call('SET', KEYS[1], ARGV[1], 'KEEPTTL')
 end
 return 1
+`;
+
+/**
+ * Raises a pipeline span's highest version to ARGV[1] (kept ARGV[2] ms) and answers the highest, as text:
+ * versions are integers up to 2^53, exact in Lua's doubles but not as its integer replies' `%d`.
+ */
+const RAISE_VERSION = `
+local kept = tonumber(redis.call('GET', KEYS[1]) or '0')
+if tonumber(ARGV[1]) > kept then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return ARGV[1]
+end
+return redis.call('GET', KEYS[1])
+`;
+
+/** Adds one job's end (ARGV[1] job id, ARGV[2] JSON) to its pipeline's, kept at least ARGV[3] ms; answers them all. */
+const RECORD_RUNNER_JOB_END = `
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
+return redis.call('HVALS', KEYS[1])
 `;
 
 /**
@@ -266,6 +300,8 @@ interface ScriptCommands {
   cjtReturnWindowBlock(key: string, count: string): Promise<number>;
   cjtLeaseSpans(quotaKey: string, rateKey: string, leasesKey: string, ...args: string[]): Promise<[number, number, number]>;
   cjtReturnSpanLease(quotaKey: string, leasesKey: string, leaseId: string, unspent: string): Promise<number>;
+  cjtRaiseVersion(key: string, version: string, ttlMs: string): Promise<string>;
+  cjtRecordRunnerJobEnd(key: string, jobId: string, endJson: string, ttlMs: string): Promise<string[]>;
   cjtEnqueueSpans(numberOfKeys: number, ...keysAndArgs: string[]): Promise<[number, number, number]>;
   cjtClaimSpans(due: string, enqueued: string, spans: string, attempts: string, now: string, max: string, leaseMs: string): Promise<string[]>;
   cjtAcknowledgeSpans(due: string, enqueued: string, spans: string, attempts: string, ...spanIds: string[]): Promise<number>;
@@ -287,6 +323,8 @@ export class RedisGrantStore implements GrantStore {
     redis.defineCommand('cjtReturnWindowBlock', { numberOfKeys: 1, lua: RETURN_WINDOW_BLOCK });
     redis.defineCommand('cjtLeaseSpans', { numberOfKeys: 3, lua: LEASE_SPANS });
     redis.defineCommand('cjtReturnSpanLease', { numberOfKeys: 2, lua: RETURN_SPAN_LEASE });
+    redis.defineCommand('cjtRaiseVersion', { numberOfKeys: 1, lua: RAISE_VERSION });
+    redis.defineCommand('cjtRecordRunnerJobEnd', { numberOfKeys: 1, lua: RECORD_RUNNER_JOB_END });
     // The number of keys varies with the spans enqueued: given first on each call.
     redis.defineCommand('cjtEnqueueSpans', { lua: ENQUEUE_SPANS });
     redis.defineCommand('cjtClaimSpans', { numberOfKeys: 4, lua: CLAIM_SPANS });
@@ -426,6 +464,17 @@ export class RedisGrantStore implements GrantStore {
   async findTracedPipeline(pipelineId: number): Promise<TracedPipeline | null> {
     const stored = await this.guard(() => this.redis.get(TRACED_PIPELINE_KEY(pipelineId)));
     return stored === null ? null : (JSON.parse(stored) as TracedPipeline);
+  }
+
+  async raisePipelineSpanVersion(pipelineId: number, version: number, ttlMs: number): Promise<number> {
+    const ttl = String(Math.max(1, Math.round(ttlMs)));
+    return Number(await this.guard(() => this.scripts.cjtRaiseVersion(PIPELINE_SPAN_VERSION_KEY(pipelineId), String(version), ttl)));
+  }
+
+  async recordRunnerJobEnd(pipelineId: number, end: RunnerJobEnd, ttlMs: number): Promise<RunnerJobEnd[]> {
+    const ttl = String(Math.max(1, Math.round(ttlMs)));
+    const ends = await this.guard(() => this.scripts.cjtRecordRunnerJobEnd(RUNNER_JOB_ENDS_KEY(pipelineId), String(end.jobId), JSON.stringify(end), ttl));
+    return ends.map((stored) => JSON.parse(stored) as RunnerJobEnd);
   }
 
   async enqueueSpans(spans: readonly OutboxSpan[], limits: OutboxLimits): Promise<EnqueueOutcome> {
