@@ -61,6 +61,7 @@ const VIEW_COLUMNS: Array<[string, string]> = [
   ['job_status', 'LowCardinality(String)'],
   ['pipeline_status', 'LowCardinality(String)'],
   ['duration_ns', 'UInt64'],
+  ['span_version', 'UInt64'],
 ];
 
 /**
