@@ -161,7 +161,8 @@ export class MemoryGrantStore implements GrantStore {
   }
 
   async raisePipelineSpanVersion(pipelineId: number, version: number, ttlMs: number): Promise<number> {
-    const kept = this.live(this.pipelineSpanVersions, pipelineId) ?? 0;
+    const entry = this.pipelineSpanVersions.get(pipelineId);
+    const kept = entry === undefined || entry.expiresAt <= this.now() ? 0 : entry.value;
     if (version > kept) this.pipelineSpanVersions.set(pipelineId, { value: version, expiresAt: this.now() + ttlMs });
     return Math.max(kept, version);
   }
