@@ -6,7 +6,7 @@ import { Secrets } from '../config/secrets';
 import { FlagContext, FlagsService } from '../flags/flags.service';
 import { Grant, grantEndsAt, GrantStore, SaveGrantOptions } from '../grants/grant';
 import { GRANT_STORE } from '../grants/grants.constants';
-import { TracedJob } from '../grants/traced-work';
+import { TracedJob } from '../traced-work/traced-work';
 import { tokenDigest } from '../grants/token-digest';
 import { MetricsService } from '../observability/metrics.service';
 import { withTimeout } from '../observability/with-timeout';

@@ -1,5 +1,5 @@
 import { Counter, Histogram, Registry } from 'prom-client';
-import { LedgerObserver } from '../grants/lease-ledger';
+import { LedgerObserver } from '../limits/block-lease';
 import { DecisionCacheObserver } from '../runner-auth/decision-cache';
 
 /**

@@ -4,9 +4,9 @@ import type { Logger } from 'pino';
 import { AppConfig } from '../config/app-config';
 import { APP_CONFIG, SECRETS } from '../config/config.constants';
 import { Secrets } from '../config/secrets';
-import { GrantStore } from '../grants/grant';
-import { GrantsModule } from '../grants/grants.module';
-import { GRANT_STORE } from '../grants/grants.constants';
+import { LimitStore } from '../limits/limit-store';
+import { LIMIT_STORE } from '../limits/limits.constants';
+import { LimitsModule } from '../limits/limits.module';
 import { signInternalApiToken } from '../internal-api/internal-api-token';
 import { APP_LOGGER } from '../observability/logger';
 import { MetricsService } from '../observability/metrics.service';
@@ -33,7 +33,7 @@ export class GatewayServer implements OnModuleDestroy {
   constructor(
     @Inject(APP_CONFIG) config: AppConfig,
     @Inject(APP_LOGGER) logger: Logger,
-    @Inject(GRANT_STORE) store: GrantStore,
+    @Inject(LIMIT_STORE) store: LimitStore,
     @Inject(GATEWAY_AUTHENTICATOR) private readonly authenticator: GatewayAuthenticator,
     @Inject(OTLP_UPSTREAM) private readonly upstream: CollectorClient,
     metricsService: MetricsService,
@@ -92,7 +92,7 @@ export class OtlpGatewayModule {
       module: OtlpGatewayModule,
       // A ROLE=gateway process loads no auth decision of its own: it asks AUTH_URL.
       imports:
-        role === 'gateway' ? [GrantsModule, CollectorModule, PipelineSpansModule] : [GrantsModule, CollectorModule, PipelineSpansModule, RunnerAuthModule],
+        role === 'gateway' ? [LimitsModule, CollectorModule, PipelineSpansModule] : [LimitsModule, CollectorModule, PipelineSpansModule, RunnerAuthModule],
       providers: [authenticator, GatewayServer],
       exports: [GatewayServer],
     };

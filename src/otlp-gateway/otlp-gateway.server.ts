@@ -3,7 +3,6 @@ import { promisify } from 'node:util';
 import { gunzip, gunzipSync } from 'node:zlib';
 import type { Logger } from 'pino';
 import { AppConfig } from '../config/app-config';
-import { GrantStore, StoreUnavailableError } from '../grants/grant';
 import { drainAfterAnswer, drainUnreadBodies } from '../observability/body-drain';
 import { addRequestHooks, REQUEST_ID_HEADER, requestIdOf, rootLoggerForRequests } from '../observability/request-hooks';
 import { frameworkLogger } from '../observability/logger';
@@ -12,7 +11,11 @@ import { DecisionSpan, startDecisionSpan } from '../observability/tracing';
 import { headerCredential, RunnerCredential } from '../runner-auth/runner-credential';
 import { AuthOutcome } from '../runner-auth/auth-outcome';
 import { DecisionCache } from '../runner-auth/decision-cache';
-import { JobSpanLedger, Receipt, WindowLedger } from '../grants/lease-ledger';
+import { Receipt } from '../limits/block-lease';
+import { JobSpanLedger } from '../limits/job-span-ledger';
+import { LimitStore } from '../limits/limit-store';
+import { WindowLedger } from '../limits/window-ledger';
+import { StoreUnavailableError } from '../store/store-unavailable-error';
 import { GatewayMetrics } from './gateway-metrics';
 import { GatewayFailure, otlpErrorAnswer } from './otlp-errors';
 import { enforceExport } from './wire/otlp-payload';
@@ -58,7 +61,7 @@ export interface GatewayDependencies {
   readonly logger: Logger;
   readonly decisions: DecisionCache;
   /** The runner windows and span quotas are leased from it (issue 21): see `GatewayLedgers`. */
-  readonly store: GrantStore;
+  readonly store: LimitStore;
   /** Only `send` is used here: the module owns the pool's life, and tests pass a fake collector. */
   readonly upstream: Pick<OtlpUpstream, 'send'>;
   readonly metrics: GatewayMetrics;

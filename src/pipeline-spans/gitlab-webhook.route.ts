@@ -3,7 +3,7 @@ import { HttpAdapterHost } from '@nestjs/core';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { AppConfig } from '../config/app-config';
 import { APP_CONFIG } from '../config/config.constants';
-import { StoreUnavailableError } from '../grants/grant';
+import { StoreUnavailableError } from '../store/store-unavailable-error';
 import { sendError } from '../observability/http-error';
 import { OUTAGE_RETRY_AFTER_SECONDS } from '../observability/retry-after';
 import { parseJobHook, parsePipelineHook, WebhookEvent, WebhookPayloadError } from './gitlab-webhook';

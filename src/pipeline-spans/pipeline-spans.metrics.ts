@@ -1,6 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import { Counter, Histogram } from 'prom-client';
-import { EnqueueOutcome, OutboxDepth } from '../grants/traced-work';
+import { EnqueueOutcome, OutboxDepth } from '../traced-work/traced-work';
 import { MetricsService } from '../observability/metrics.service';
 
 /** What an operator watches of SPEC §10: webhooks, the outbox's depth and delay, deliveries. */
