@@ -9,6 +9,7 @@ import { GRANT_STORE } from './grants.constants';
 import { MemoryGrantStore } from './memory-grant-store';
 import { describeStore, redisSettingsFrom } from './redis-connection';
 import { RedisGrantStore } from './redis-grant-store';
+import { StoreMetrics } from './store.metrics';
 
 @Module({
   providers: [
@@ -21,11 +22,10 @@ import { RedisGrantStore } from './redis-grant-store';
         const mode = storeMode(config);
         const store = describeStore(config);
         const logger = new Logger('GrantStore');
-        metrics.storeReconnects.labels(mode).inc(0);
-        metrics.storeFailovers.labels(mode).inc(0);
+        const storeMetrics = new StoreMetrics(metrics, mode);
         return RedisGrantStore.open(settings, {
-          reconnecting: () => metrics.storeReconnects.labels(mode).inc(),
-          failedOver: () => metrics.storeFailovers.labels(mode).inc(),
+          reconnecting: () => storeMetrics.reconnecting(),
+          failedOver: () => storeMetrics.failedOver(),
           // One line when it goes, one when it is back: the reconnect attempts in between say nothing new.
           unreachable: (reason) =>
             logger.warn(`store: ${store} is unreachable (${reason}); pickups answer degraded, exports 503, and readiness fails until it is back`),

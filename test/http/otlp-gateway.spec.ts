@@ -2,7 +2,7 @@ import { JsonTraceSerializer } from '@opentelemetry/otlp-transformer';
 import type { FastifyInstance } from 'fastify';
 import { gzipSync } from 'node:zlib';
 import pino from 'pino';
-import { Registry } from 'prom-client';
+import { MetricsService } from '../../src/observability/metrics.service';
 import { loadConfig } from '../../src/config/app-config';
 import { StoreUnavailableError } from '../../src/grants/grant';
 import { MemoryGrantStore } from '../../src/grants/memory-grant-store';
@@ -65,7 +65,7 @@ describe('OTLP gateway in process (SPEC §6)', () => {
 
   async function start(options: { store?: MemoryGrantStore; env?: Record<string, string> } = {}) {
     const config = loadConfig({ SPANS_PER_JOB: '3', ...options.env });
-    const metrics = new GatewayMetrics(new Registry());
+    const metrics = new GatewayMetrics(new MetricsService());
     store = options.store ?? new MemoryGrantStore();
     collector = new FakeCollector();
     gateway = buildGatewayServer({
