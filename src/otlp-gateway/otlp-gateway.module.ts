@@ -9,8 +9,6 @@ import { LIMIT_STORE } from '../limits/limits.constants';
 import { LimitsModule } from '../limits/limits.module';
 import { signInternalApiToken } from '../internal-api/internal-api-token';
 import { APP_LOGGER } from '../observability/logger';
-import { MetricsService } from '../observability/metrics.service';
-import { ReadinessChecks } from '../observability/readiness-checks';
 import { DecisionCache } from '../runner-auth/decision-cache';
 import { RunnerAuthModule } from '../runner-auth/runner-auth.module';
 import { RunnerAuthService } from '../runner-auth/runner-auth.service';
@@ -36,17 +34,11 @@ export class GatewayServer implements OnModuleDestroy {
     @Inject(LIMIT_STORE) store: LimitStore,
     @Inject(GATEWAY_AUTHENTICATOR) private readonly authenticator: GatewayAuthenticator,
     @Inject(OTLP_UPSTREAM) private readonly upstream: CollectorClient,
-    metricsService: MetricsService,
-    readiness: ReadinessChecks,
+    metrics: GatewayMetrics,
     pipelineSpans: PipelineSpansService,
   ) {
-    const metrics = new GatewayMetrics(metricsService.registry);
     const decisions = new DecisionCache((credential: RunnerCredential) => authenticator.authenticate(credential), config.GATEWAY_DECISION_CACHE_SIZE, metrics);
     this.instance = buildGatewayServer({ config, logger, decisions, store, upstream, metrics, pipelineSpans });
-    // Only a gateway-only process is unready without its collector: in ROLE=all the same readiness
-    // gates job pickup, which must not leave rotation because the collector is down (exports get a
-    // retryable 502/503 meanwhile).
-    if (config.ROLE === 'gateway') readiness.register('upstream', () => upstream.reachable());
   }
 
   async listen(port: number, host: string): Promise<string> {
@@ -93,7 +85,7 @@ export class OtlpGatewayModule {
       // A ROLE=gateway process loads no auth decision of its own: it asks AUTH_URL.
       imports:
         role === 'gateway' ? [LimitsModule, CollectorModule, PipelineSpansModule] : [LimitsModule, CollectorModule, PipelineSpansModule, RunnerAuthModule],
-      providers: [authenticator, GatewayServer],
+      providers: [authenticator, GatewayMetrics, GatewayServer],
       exports: [GatewayServer],
     };
   }

@@ -178,7 +178,9 @@ export function buildGatewayServer(deps: GatewayDependencies): FastifyInstance {
         config.GATEWAY_RUNNER_RATE_WINDOW_SECONDS * 1000,
       );
       const charged = window instanceof Promise ? await orUnavailable(window) : window;
-      if (!charged.allowed) throw new GatewayError({ kind: 'rate_limited', retryAfterSeconds: retryAfterForWindow(charged.resetInMs) });
+      if (!charged.allowed) {
+        throw new GatewayError({ kind: 'rate_limited', reason: 'runner rate limit exceeded', retryAfterSeconds: retryAfterForWindow(charged.resetInMs) });
+      }
       request.exportGrant = grant;
     } catch (error) {
       return sendFailure(request, reply, failureOf(error));
@@ -386,24 +388,10 @@ async function authorize(deps: GatewayDependencies, credential: RunnerCredential
           reason: `${credential.reason}: export to the job's capability URL, or send the job token as Authorization: Bearer and the runner token as Runner-Token`,
         }
       : (await deps.decisions.decide(credential)).decision;
+  if (decision.kind === 'allowed') return decision;
   // Every refusal with its reason; the request id comes with every line, a token or capability never (SPEC §5).
-  if (decision.kind !== 'allowed') deps.logger.info({ refusal: decision.kind, reason: decision.reason }, 'export refused');
-  switch (decision.kind) {
-    case 'allowed':
-      return decision;
-    case 'unauthenticated':
-      throw new GatewayError({ kind: 'unauthenticated', message: decision.reason });
-    case 'forbidden':
-      throw new GatewayError({ kind: 'forbidden', message: decision.reason });
-    case 'rate_limited':
-      throw new GatewayError({ kind: 'rate_limited', retryAfterSeconds: decision.retryAfterSeconds });
-    case 'unavailable':
-      throw new GatewayError({ kind: 'store_unavailable', retryAfterSeconds: decision.retryAfterSeconds });
-    default: {
-      const unreachable: never = decision;
-      throw new Error(`unhandled decision ${JSON.stringify(unreachable)}`);
-    }
-  }
+  deps.logger.info({ refusal: decision.kind, reason: decision.reason }, 'export refused');
+  throw new GatewayError(decision);
 }
 
 /**

@@ -1,10 +1,11 @@
 import { Inject, Injectable, Logger, OnModuleInit } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import { AppConfig } from '../config/app-config';
 import { APP_CONFIG } from '../config/config.constants';
 import { StoreUnavailableError } from '../store/store-unavailable-error';
 import { sendError } from '../observability/http-error';
+import { registerPlainPost, refusalHook, RouteRefusal } from '../observability/plain-route';
 import { OUTAGE_RETRY_AFTER_SECONDS } from '../observability/retry-after';
 import { parseJobHook, parsePipelineHook, WebhookEvent, WebhookPayloadError } from './gitlab-webhook';
 import { PipelineSpansMetrics } from './pipeline-spans.metrics';
@@ -21,7 +22,7 @@ const PARSERS: Record<string, (body: unknown, receivedAt: number) => WebhookEven
 
 /**
  * `POST /webhooks/gitlab` on the internal port (SPEC §10): GitLab's Pipeline and Job events, for a group
- * or project webhook. A thin edge: the secret is checked before the body is read, the payload parsed, and
+ * or project webhook, as a plain Fastify route (registerPlainPost says why). A thin edge: the secret is checked before the body is read, the payload parsed, and
  * the spans it implies written to the outbox; the collector is never waited for, so GitLab gets its 2xx in
  * milliseconds whatever the collector does (it disables webhooks that keep failing or time out).
  */
@@ -40,28 +41,25 @@ export class GitlabWebhookRoute implements OnModuleInit {
   }
 
   onModuleInit(): void {
-    const fastify = this.adapterHost.httpAdapter.getInstance<FastifyInstance>();
-    fastify.route({
-      method: 'POST',
+    registerPlainPost(this.adapterHost, {
       url: GITLAB_WEBHOOK_PATH,
-      // Before the body is read: a caller without the secret never gets a payload parsed.
-      onRequest: (request, reply, done) => {
-        const refusal = this.refusal(request);
-        if (refusal === undefined) return done();
-        this.metrics.webhook(eventOf(request), 'unauthorized');
-        this.logger.log(`webhook refused: ${refusal}`);
-        sendError(request, reply, 401, refusal);
-      },
+      // A caller without the secret never gets a payload parsed.
+      onRequest: refusalHook(
+        (request) => this.refusal(request),
+        (request, refusal) => {
+          this.metrics.webhook(eventOf(request), 'unauthorized');
+          this.logger.log(`webhook refused: ${refusal.error}`);
+        },
+      ),
       handler: (request, reply) => this.receive(request, reply),
     });
-    this.logger.debug(`Mapped {${GITLAB_WEBHOOK_PATH}, POST} route (plain Fastify)`);
   }
 
-  private refusal(request: FastifyRequest): string | undefined {
-    if (this.secrets === undefined) return 'webhooks are not enabled on this service (set GITLAB_WEBHOOK_SECRET_FILE)';
+  private refusal(request: FastifyRequest): RouteRefusal | undefined {
+    if (this.secrets === undefined) return { error: 'webhooks are not enabled on this service (set GITLAB_WEBHOOK_SECRET_FILE)' };
     const token = request.headers['x-gitlab-token'];
-    if (token === undefined) return 'missing X-Gitlab-Token: set the secret token of the GitLab webhook';
-    return this.secrets.accepts(token) ? undefined : 'invalid X-Gitlab-Token';
+    if (token === undefined) return { error: 'missing X-Gitlab-Token: set the secret token of the GitLab webhook' };
+    return this.secrets.accepts(token) ? undefined : { error: 'invalid X-Gitlab-Token' };
   }
 
   private async receive(request: FastifyRequest, reply: FastifyReply): Promise<unknown> {

@@ -6,6 +6,7 @@ import { LimitsModule } from '../limits/limits.module';
 import { ReadinessChecks } from '../observability/readiness-checks';
 import { JobTokenKeys, jobTokenKeys, JobTokenVerifier } from './job-token-verifier';
 import { JOB_TOKEN_VERIFIER } from './runner-auth.constants';
+import { RunnerAuthMetrics } from './runner-auth.metrics';
 import { RunnerAuthService } from './runner-auth.service';
 
 /**
@@ -45,6 +46,7 @@ function watchJobTokenKeys(keys: JobTokenKeys, readiness: ReadinessChecks): void
         return new JobTokenVerifier(keys?.getKey, config.JOB_TOKEN_ISSUER);
       },
     },
+    RunnerAuthMetrics,
     RunnerAuthService,
   ],
   exports: [RunnerAuthService],

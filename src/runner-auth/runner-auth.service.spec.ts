@@ -5,6 +5,7 @@ import { MemoryGrantStore } from '../grants/memory-grant-store';
 import { tokenDigest } from '../grants/token-digest';
 import { MemoryLimitStore } from '../limits/memory-limit-store';
 import { MetricsService } from '../observability/metrics.service';
+import { RunnerAuthMetrics } from './runner-auth.metrics';
 import { StoreUnavailableError } from '../store/store-unavailable-error';
 import { AuthOutcome } from './auth-outcome';
 import { mintCapability } from './job-capability';
@@ -60,7 +61,7 @@ describe('RunnerAuthService (SPEC §5, §6)', () => {
     stores.push(store, limits);
     if (options.grant !== undefined) await store.saveGrant(options.grant);
     const jobTokens = (options.jobTokens ?? new ScriptedJobTokens()) as unknown as JobTokenVerifier;
-    return new RunnerAuthService(config, secrets, store, limits, jobTokens, options.metrics ?? new MetricsService());
+    return new RunnerAuthService(config, secrets, store, limits, jobTokens, new RunnerAuthMetrics(options.metrics ?? new MetricsService()));
   }
   const tokens: RunnerCredential = { kind: 'tokens', jobToken: JOB_TOKEN, runnerToken: RUNNER_TOKEN };
 

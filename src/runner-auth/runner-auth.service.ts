@@ -9,7 +9,6 @@ import { GRANT_STORE } from '../grants/grants.constants';
 import { LimitStore } from '../limits/limit-store';
 import { LIMIT_STORE } from '../limits/limits.constants';
 import { WindowLedger } from '../limits/window-ledger';
-import { MetricsService } from '../observability/metrics.service';
 import { StoreUnavailableError } from '../store/store-unavailable-error';
 import { digestsMatch, tokenDigest } from '../grants/token-digest';
 import { OUTAGE_RETRY_AFTER_SECONDS, retryAfterForWindow } from '../observability/retry-after';
@@ -48,9 +47,9 @@ export class RunnerAuthService implements OnModuleDestroy {
     @Inject(GRANT_STORE) private readonly store: GrantStore,
     @Inject(LIMIT_STORE) limits: LimitStore,
     @Inject(JOB_TOKEN_VERIFIER) private readonly jobTokens: JobTokenVerifier,
-    metricsService: MetricsService,
+    metrics: RunnerAuthMetrics,
   ) {
-    this.windows = new WindowLedger(limits, { observer: new RunnerAuthMetrics(metricsService.registry) });
+    this.windows = new WindowLedger(limits, { observer: metrics });
   }
 
   /** Unspent blocks go back to the store for the other replicas. */

@@ -6,6 +6,7 @@ import { MetricsService } from '../observability/metrics.service';
 import { ReadinessChecks } from '../observability/readiness-checks';
 import { describeStore, redisSettingsFrom } from './redis-connection';
 import { RedisStore } from './redis-store';
+import { StoreMetrics } from './store.metrics';
 import { StoreBackend } from './store-backend';
 import { STORE_BACKEND } from './store.constants';
 
@@ -22,11 +23,10 @@ import { STORE_BACKEND } from './store.constants';
         const store = describeStore(config);
         // Operators filter the store's log lines by this context: it keeps the name it always had.
         const logger = new Logger('GrantStore');
-        metrics.storeReconnects.labels(mode).inc(0);
-        metrics.storeFailovers.labels(mode).inc(0);
+        const storeMetrics = new StoreMetrics(metrics, mode);
         const redis = await RedisStore.open(settings, {
-          reconnecting: () => metrics.storeReconnects.labels(mode).inc(),
-          failedOver: () => metrics.storeFailovers.labels(mode).inc(),
+          reconnecting: () => storeMetrics.reconnecting(),
+          failedOver: () => storeMetrics.failedOver(),
           // One line when it goes, one when it is back: the reconnect attempts in between say nothing new.
           unreachable: (reason) =>
             logger.warn(`store: ${store} is unreachable (${reason}); pickups answer degraded, exports 503, and readiness fails until it is back`),

@@ -2,7 +2,7 @@ import { JsonTraceSerializer } from '@opentelemetry/otlp-transformer';
 import type { FastifyInstance } from 'fastify';
 import { gzipSync } from 'node:zlib';
 import pino from 'pino';
-import { Registry } from 'prom-client';
+import { MetricsService } from '../../src/observability/metrics.service';
 import { loadConfig } from '../../src/config/app-config';
 import { MemoryLimitStore } from '../../src/limits/memory-limit-store';
 import { StoreUnavailableError } from '../../src/store/store-unavailable-error';
@@ -65,7 +65,7 @@ describe('OTLP gateway in process (SPEC §6)', () => {
 
   async function start(options: { store?: MemoryLimitStore; env?: Record<string, string> } = {}) {
     const config = loadConfig({ SPANS_PER_JOB: '3', ...options.env });
-    const metrics = new GatewayMetrics(new Registry());
+    const metrics = new GatewayMetrics(new MetricsService());
     store = options.store ?? new MemoryLimitStore();
     collector = new FakeCollector();
     gateway = buildGatewayServer({
