@@ -88,4 +88,11 @@ export default tseslint.config(
       ],
     },
   },
+  {
+    // The demo runs on the product alone; tests may use the demo's pieces (hook builders, the stock runner), never the other way round.
+    files: ['demo/**/*.ts'],
+    rules: {
+      'no-restricted-imports': ['error', { patterns: [{ group: ['../test/*', '../bench/*'], message: 'demo/ imports only src/ and its own files' }] }],
+    },
+  },
 );
