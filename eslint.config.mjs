@@ -5,14 +5,21 @@ import tseslint from 'typescript-eslint';
 
 /**
  * One direction of dependencies (STYLE.md "Layout"): features → shared capabilities (runner-auth,
- * internal-api, grants, flags, collector, pipeline-spans) → config, observability. Each folder lists what it
- * may not import.
+ * internal-api, the store's ports grants, limits and traced-work, flags, collector, pipeline-spans) → store
+ * (the connection the ports share) → config, observability. Each folder lists what it may not import.
  */
 const FEATURES = ['job-payload', 'token-auth', 'otlp-gateway'];
 // pipeline-spans is shared: the decorator and the gateway tell it what they saw (its webhook route is its own edge).
-const SHARED = ['runner-auth', 'internal-api', 'grants', 'flags', 'collector', 'pipeline-spans'];
+const SHARED = ['runner-auth', 'internal-api', 'grants', 'limits', 'traced-work', 'flags', 'collector', 'pipeline-spans'];
 /** The shared capabilities each shared capability may use. */
-const SHARED_USES = { 'runner-auth': ['grants'], 'pipeline-spans': ['grants', 'collector'] };
+const SHARED_USES = {
+  'runner-auth': ['grants', 'limits'],
+  'pipeline-spans': ['traced-work', 'collector'],
+  // A pickup writes its grant and its traced job in one step (SaveGrant).
+  grants: ['traced-work'],
+};
+/** Every shared capability may use it; it uses only the base. */
+const STORE = 'store';
 const BASE = ['config', 'observability', 'trace-context'];
 
 const folders = (names) => names.flatMap((name) => [`../${name}`, `../${name}/*`, `../../${name}/*`]);
@@ -51,10 +58,11 @@ export default tseslint.config(
       'shared capabilities import only config, observability and the shared capabilities SHARED_USES allows',
     ),
   ),
+  layer(STORE, [...FEATURES, ...SHARED], 'the store imports only config and observability'),
   ...BASE.map((base) =>
     layer(
       base,
-      [...FEATURES, ...SHARED, ...BASE.filter((other) => other !== base && !(base === 'observability' && other === 'config'))],
+      [...FEATURES, ...SHARED, STORE, ...BASE.filter((other) => other !== base && !(base === 'observability' && other === 'config'))],
       'config and observability import nothing above them',
     ),
   ),
@@ -78,6 +86,13 @@ export default tseslint.config(
           ],
         },
       ],
+    },
+  },
+  {
+    // The demo runs on the product alone; tests may use the demo's pieces (hook builders, the stock runner), never the other way round.
+    files: ['demo/**/*.ts'],
+    rules: {
+      'no-restricted-imports': ['error', { patterns: [{ group: ['../test/*', '../bench/*'], message: 'demo/ imports only src/ and its own files' }] }],
     },
   },
 );

@@ -8,7 +8,7 @@
  *          whatever it checks.
  *   floor  (FLOOR_IDENTITY set) the same plus the work SPEC §6 makes every export do, done the way the gateway
  *          does it: the runner's export window and the job's span quota charged from the lease ledger's blocks
- *          (RedisGrantStore on REDIS_URL; a store round trip per block, issue 21), the body enforced against
+ *          (RedisLimitStore on REDIS_URL; a store round trip per block, issue 21), the body enforced against
  *          the job's identity, and the enforced body forwarded. Still no credential check, log line or metric.
  *          What bounds our gateway, which does that and also authenticates, logs and counts.
  *   ledger (FLOOR_IDENTITY set, FLOOR_ENFORCE=no) the floor without enforcement: the body forwarded as it came.
@@ -16,9 +16,10 @@
  */
 import fastify from 'fastify';
 import type { AddressInfo } from 'node:net';
-import { GrantStore } from '../src/grants/grant';
-import { JobSpanLedger, WindowLedger } from '../src/grants/lease-ledger';
-import { RedisGrantStore } from '../src/grants/redis-grant-store';
+import { JobSpanLedger } from '../src/limits/job-span-ledger';
+import { RedisLimitStore } from '../src/limits/redis-limit-store';
+import { WindowLedger } from '../src/limits/window-ledger';
+import { RedisStore } from '../src/store/redis-store';
 import { OtlpUpstream } from '../src/collector/otlp-upstream';
 import { enforceExport } from '../src/otlp-gateway/wire/otlp-payload';
 import type { GatewayGrant } from '../src/otlp-gateway/wire/otlp-types';
@@ -32,7 +33,7 @@ async function floorWork(): Promise<((body: Buffer) => Promise<Buffer>) | undefi
   const identity = JSON.parse(identityJson) as GatewayGrant;
   const redisUrl = process.env.REDIS_URL;
   if (redisUrl === undefined) throw new Error('REDIS_URL is required with FLOOR_IDENTITY');
-  const store: GrantStore = await RedisGrantStore.open({ topology: { mode: 'single', url: redisUrl }, commandTimeoutMs: 2000 });
+  const store = new RedisLimitStore(await RedisStore.open({ topology: { mode: 'single', url: redisUrl }, commandTimeoutMs: 2000 }));
   const windows = new WindowLedger(store);
   const spans = new JobSpanLedger(store);
   const enforcing = process.env.FLOOR_ENFORCE !== 'no';

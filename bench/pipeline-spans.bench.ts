@@ -12,10 +12,10 @@
  * Webhooks are sent one at a time, as one GitLab instance's hook worker does for one hook. Only ratios
  * within one run mean anything on a shared machine.
  */
-import { jobHook, WebhookPipeline } from '../test/fixtures/gitlab-webhooks';
+import { deliverWebhook, jobHook, WebhookPipeline } from '../demo/gitlab-webhooks';
 import { jobPayloadRequest } from '../test/fixtures/job-payload';
 import { pickUpJob } from '../test/helpers/ci-job';
-import { deliverWebhook, makeWebhookSecret } from '../test/helpers/gitlab-webhooks';
+import { makeWebhookSecret } from '../test/helpers/gitlab-webhooks';
 import { startOtlpSink } from '../test/helpers/otlp-sink';
 import { waitFor } from '../test/helpers/ports';
 import { startRedis } from '../test/helpers/redis';

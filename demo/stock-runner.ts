@@ -3,7 +3,7 @@ import { ExportResultCode } from '@opentelemetry/core';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-proto';
 import { resourceFromAttributes } from '@opentelemetry/resources';
 import { BasicTracerProvider, BatchSpanProcessor } from '@opentelemetry/sdk-trace-base';
-import { readTracingAsRunner } from '../test/helpers/stock-runner';
+import { readTracingAsRunner } from './runner-tracing';
 
 /** `features.tracing` of a decorated job payload, with the field names GitLab Runner reads (common/spec/spec.go). */
 export interface TracingFeature {
@@ -36,7 +36,7 @@ export interface RunnerJob {
 
 /**
  * Exports one job's spans the way a stock runner does: reads the payload with the runner's rules
- * (test/helpers/stock-runner.ts, written from gitlab-runner's source), then resource
+ * (runner-tracing.ts, written from gitlab-runner's source), then resource
  * `service.name=runner`, one `job_execution` span parented on the payload's `span_parent_id` with the
  * runner's span attributes, and one child span per build stage, through the OpenTelemetry JS
  * OTLP/HTTP protobuf exporter to the endpoint's URL, with no headers of its own. Times come from `job`, so a demo pipeline has fixed

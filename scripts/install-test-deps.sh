@@ -11,7 +11,7 @@ command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx-light)
-# The nginx example is filled with envsubst, exactly as README tells operators to.
+# The nginx example is filled with envsubst, exactly as docs/nginx.md tells operators to.
 command -v envsubst >/dev/null 2>&1 || missing+=(gettext-base)
 
 if [ ${#missing[@]} -gt 0 ]; then

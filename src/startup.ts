@@ -1,6 +1,6 @@
 import { resolve } from 'node:path';
 import { AppConfig } from './config/app-config';
-import { describeStore } from './grants/redis-connection';
+import { describeStore } from './store/redis-connection';
 import type { CheckStatus } from './observability/readiness-checks';
 
 /** What `--help` prints: the process takes no arguments, its configuration is the environment. */

@@ -4,6 +4,7 @@ import type { Logger } from 'pino';
 import { AppConfig } from '../config/app-config';
 import { APP_CONFIG } from '../config/config.constants';
 import { APP_LOGGER } from '../observability/logger';
+import { ReadinessChecks } from '../observability/readiness-checks';
 import { OTLP_UPSTREAM } from './collector.constants';
 import { LocalCollector } from './local-collector';
 import type { CollectorClient } from './otlp-upstream';
@@ -31,7 +32,14 @@ export class CollectorModule implements OnApplicationBootstrap, OnApplicationShu
   constructor(
     @Inject(OTLP_UPSTREAM) private readonly upstream: CollectorClient,
     @Inject(APP_LOGGER) private readonly logger: Logger,
-  ) {}
+    @Inject(APP_CONFIG) config: AppConfig,
+    readiness: ReadinessChecks,
+  ) {
+    // Only a gateway-only process is unready without its collector: in ROLE=all the same readiness
+    // gates job pickup, which must not leave rotation because the collector is down (exports get a
+    // retryable 502/503 meanwhile).
+    if (config.ROLE === 'gateway') readiness.register('upstream', () => upstream.reachable());
+  }
 
   onApplicationBootstrap(): void {
     if (this.upstream instanceof LocalCollector) {

@@ -1,8 +1,9 @@
-import { writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { makeSecretFiles } from '../../test/helpers/internal-api';
 import { ConfigError, loadConfig } from './app-config';
-import { loadSecrets } from './secrets';
+import { loadSecrets, readOrCreateSecretFile } from './secrets';
 
 describe('Redis credentials from files', () => {
   const files = makeSecretFiles();
@@ -41,5 +42,31 @@ describe('Redis credentials from files', () => {
       `REDIS_PASSWORD_FILE: cannot read ${join(files.dir, 'missing')} (ENOENT)`,
       `REDIS_TLS_CA_FILE: ${join(files.dir, 'empty')} is empty`,
     ]);
+  });
+});
+
+describe('secrets generated under .secrets/', () => {
+  const fresh = () => join(mkdtempSync(join(tmpdir(), 'cjt-generated-')), '.secrets');
+
+  it('creates each key once, readable by its owner only, and reads it back on the next start', () => {
+    const dir = fresh();
+    const first = loadSecrets(loadConfig({}), dir);
+    expect(readdirSync(dir).sort()).toEqual(['capability_key', 'internal_api_secret', 'trace_key']);
+    expect(statSync(dir).mode & 0o777).toBe(0o700);
+    for (const name of readdirSync(dir)) expect(statSync(join(dir, name)).mode & 0o777).toBe(0o600);
+    const second = loadSecrets(loadConfig({}), dir);
+    expect([second.internalApiSecret, second.traceKey, ...second.capabilityKeys]).toEqual([first.internalApiSecret, first.traceKey, ...first.capabilityKeys]);
+  });
+
+  it("a process that loses the race to create a key uses the winner's key, not its own", () => {
+    const path = join(fresh(), 'trace_key');
+    // The other process links its key in place between this one's finding the file missing and its own link.
+    const used = readOrCreateSecretFile(path, () => {
+      expect(readOrCreateSecretFile(path, () => 'winner')).toBe('winner');
+      return 'loser';
+    });
+    expect(used).toBe('winner\n');
+    expect(readFileSync(path, 'utf8')).toBe('winner\n');
+    expect(readdirSync(join(path, '..'))).toEqual(['trace_key']);
   });
 });

@@ -1,6 +1,6 @@
 import { createHmac, randomBytes } from 'node:crypto';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { dirname } from 'node:path';
+import { closeSync, fsyncSync, linkSync, mkdirSync, openSync, readFileSync, unlinkSync, writeSync } from 'node:fs';
+import { basename, dirname, join } from 'node:path';
 import { AppConfig, ConfigError } from './app-config';
 
 /** Secrets are base64, at least 32 bytes, as GitLab's workhorse and shell secrets are (SPEC §3). */
@@ -52,18 +52,46 @@ function deriveTokenDigestKey(traceKey: Buffer): Buffer {
   return createHmac('sha256', traceKey).update('ci-job-telemetry token digest v1').digest();
 }
 
+/**
+ * The generated secret at `path`, created on first use. Replicas started at the same moment in one
+ * directory all find it missing, so each writes a candidate to a file of its own and hard-links it to
+ * `path`: link() fails with EEXIST for every process but one, and the file appears complete or not at
+ * all, so a loser reads the winner's whole key (never a half-written one) and every process uses the
+ * same key. The candidate is synced before the link, so a crash cannot leave an empty key file behind.
+ */
+export function readOrCreateSecretFile(path: string, generate: () => string): string {
+  try {
+    return readFileSync(path, 'utf8');
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
+  }
+  mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
+  const text = generate();
+  const candidate = join(dirname(path), `.${basename(path)}.${process.pid}.${randomBytes(6).toString('hex')}`);
+  const fd = openSync(candidate, 'wx', 0o600);
+  try {
+    writeSync(fd, `${text}\n`);
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+  try {
+    linkSync(candidate, path);
+    return text;
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+    return readFileSync(path, 'utf8');
+  } finally {
+    unlinkSync(candidate);
+  }
+}
+
 function readSecret(variable: string, path: string | undefined, generatedPath: string, problems: string[]): Buffer {
   let text: string;
   if (path === undefined) {
     // Unset: behave like GitLab does for its own secrets and create one on first start, so the
     // embedded quick start needs no setup. An explicitly named file that is missing is an error below.
-    try {
-      text = readFileSync(generatedPath, 'utf8');
-    } catch {
-      text = randomBytes(MIN_SECRET_BYTES).toString('base64');
-      mkdirSync(dirname(generatedPath), { recursive: true, mode: 0o700 });
-      writeFileSync(generatedPath, `${text}\n`, { mode: 0o600, flag: 'wx' });
-    }
+    text = readOrCreateSecretFile(generatedPath, () => randomBytes(MIN_SECRET_BYTES).toString('base64'));
     path = generatedPath;
   } else {
     try {

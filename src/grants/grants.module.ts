@@ -1,50 +1,36 @@
-import { Inject, Logger, Module, OnModuleDestroy } from '@nestjs/common';
-import { AppConfig, storeMode } from '../config/app-config';
-import { APP_CONFIG, SECRETS } from '../config/config.constants';
-import { Secrets } from '../config/secrets';
-import { MetricsService } from '../observability/metrics.service';
-import { ReadinessChecks } from '../observability/readiness-checks';
+import { Inject, Module, OnModuleDestroy } from '@nestjs/common';
+import { StoreBackend } from '../store/store-backend';
+import { STORE_BACKEND } from '../store/store.constants';
+import { StoreModule } from '../store/store.module';
+import { MemoryTracedWorkStore } from '../traced-work/memory-traced-work-store';
+import { TracedWorkStore } from '../traced-work/traced-work';
+import { TRACED_WORK_STORE } from '../traced-work/traced-work.constants';
+import { TracedWorkModule } from '../traced-work/traced-work.module';
 import { GrantStore } from './grant';
 import { GRANT_STORE } from './grants.constants';
 import { MemoryGrantStore } from './memory-grant-store';
-import { describeStore, redisSettingsFrom } from './redis-connection';
 import { RedisGrantStore } from './redis-grant-store';
 
 @Module({
+  imports: [StoreModule, TracedWorkModule],
   providers: [
     {
       provide: GRANT_STORE,
-      inject: [APP_CONFIG, SECRETS, MetricsService],
-      useFactory: async (config: AppConfig, secrets: Secrets, metrics: MetricsService): Promise<GrantStore> => {
-        const settings = redisSettingsFrom(config, secrets);
-        if (settings === undefined) return new MemoryGrantStore();
-        const mode = storeMode(config);
-        const store = describeStore(config);
-        const logger = new Logger('GrantStore');
-        metrics.storeReconnects.labels(mode).inc(0);
-        metrics.storeFailovers.labels(mode).inc(0);
-        return RedisGrantStore.open(settings, {
-          reconnecting: () => metrics.storeReconnects.labels(mode).inc(),
-          failedOver: () => metrics.storeFailovers.labels(mode).inc(),
-          // One line when it goes, one when it is back: the reconnect attempts in between say nothing new.
-          unreachable: (reason) =>
-            logger.warn(`store: ${store} is unreachable (${reason}); pickups answer degraded, exports 503, and readiness fails until it is back`),
-          reachableAgain: () => logger.log(`store: ${store} is reachable again`),
-        });
+      inject: [STORE_BACKEND, TRACED_WORK_STORE],
+      useFactory: (backend: StoreBackend, tracedWork: TracedWorkStore): GrantStore => {
+        if (backend.kind === 'redis') return new RedisGrantStore(backend.redis);
+        // A pickup's traced job goes where the traced-work port reads it, as on Redis.
+        if (!(tracedWork instanceof MemoryTracedWorkStore)) throw new Error('a memory grant store needs the memory traced-work store');
+        return new MemoryGrantStore(Date.now, tracedWork);
       },
     },
   ],
   exports: [GRANT_STORE],
 })
 export class GrantsModule implements OnModuleDestroy {
-  constructor(
-    @Inject(GRANT_STORE) private readonly store: GrantStore,
-    readiness: ReadinessChecks,
-  ) {
-    readiness.register('store', () => store.ping().then(() => true));
-  }
+  constructor(@Inject(GRANT_STORE) private readonly store: GrantStore) {}
 
-  async onModuleDestroy(): Promise<void> {
-    await this.store.close();
+  onModuleDestroy(): void {
+    if (this.store instanceof MemoryGrantStore) this.store.close();
   }
 }

@@ -1,7 +1,7 @@
-import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction, onRequestHookHandler } from 'fastify';
+import type { onRequestHookHandler } from 'fastify';
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Logger } from 'pino';
-import { sendError } from '../observability/http-error';
+import { refusalHook } from '../observability/plain-route';
 import { CALLER_KEY_HEADER, CallerKeys } from './caller-keys';
 import { CallerRefusal, INTERNAL_API_HEADER, InternalApiTokenVerifier } from './internal-api-token';
 
@@ -33,23 +33,15 @@ export function logCallerRefusal(logger: Logger, refusal: CallerRefusal): void {
 }
 
 /**
- * A plain Fastify route's `onRequest` hook, before the body is read: an accepted caller goes on, any
- * other gets the internal API's 401. Callback-style, so a check answered synchronously (a caller key,
- * a JWT already verified) costs the request no promise: nginx asks the auth endpoint on every export.
+ * A plain Fastify route's caller check (`onRequest`, before the body is read): an accepted caller goes on,
+ * any other gets the internal API's 401, logged with its reason.
  */
 export function callerCheckHook(
   refusalOf: (headers: IncomingHttpHeaders) => CallerRefusal | undefined | Promise<CallerRefusal | undefined>,
   logger: Logger,
 ): onRequestHookHandler {
-  return (request, reply, done) => {
-    const refusal = refusalOf(request.headers);
-    if (refusal instanceof Promise) refusal.then((settled) => admit(request, reply, done, settled, logger), done);
-    else admit(request, reply, done, refusal, logger);
-  };
-}
-
-function admit(request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction, refusal: CallerRefusal | undefined, logger: Logger): void {
-  if (refusal === undefined) return done();
-  logCallerRefusal(logger, refusal);
-  sendError(request, reply, 401, refusal.error);
+  return refusalHook(
+    (request) => refusalOf(request.headers),
+    (_request, refusal) => logCallerRefusal(logger, refusal),
+  );
 }

@@ -3,62 +3,31 @@ import { LRUCache } from 'lru-cache';
 import { AppConfig } from '../config/app-config';
 import { APP_CONFIG, SECRETS } from '../config/config.constants';
 import { Secrets } from '../config/secrets';
-import { FlagContext, FlagsService } from '../flags/flags.service';
+import { FlagsService } from '../flags/flags.service';
 import { Grant, grantEndsAt, GrantStore, SaveGrantOptions } from '../grants/grant';
 import { GRANT_STORE } from '../grants/grants.constants';
-import { TracedJob } from '../grants/traced-work';
-import { tokenDigest } from '../grants/token-digest';
-import { MetricsService } from '../observability/metrics.service';
+import { TracedJob } from '../traced-work/traced-work';
 import { withTimeout } from '../observability/with-timeout';
 import { startDecisionSpan } from '../observability/tracing';
 import { PipelineSpansService } from '../pipeline-spans/pipeline-spans.service';
 import { capabilityPath, mintCapability } from '../runner-auth/job-capability';
-import { isJwtJobToken } from '../runner-auth/job-token-verifier';
 import { gitlabTraceContextOf, spanIdFor, TraceContext, traceContextOf, traceIdFor } from '../trace-context/trace-context';
-import { Job, JobPayload, JobPayloadRequest, Runner } from './job-payload-request';
+import {
+  DecoratedJobPayload,
+  decoratePayload,
+  enabledTelemetry,
+  flagContextOf,
+  GATEWAY_AUTH_TYPE,
+  HOSTED_AUTH_TYPE,
+  OtelEndpoint,
+  pickupRecords,
+  TelemetryReason,
+  tracesUrl,
+  withoutTrailingSlash,
+} from './job-payload-decoration';
+import { JobPayloadRequest } from './job-payload-request';
+import { JobPayloadMetrics } from './job-payload.metrics';
 
-export type TelemetryReason = 'enabled' | 'flag_disabled' | 'not_sampled' | 'runner_unsupported' | 'degraded';
-
-/**
- * Header credentials (`Authorization: Bearer <job token>` plus `Runner-Token`), handed out only when
- * RUNNER_ENDPOINT_FORM=headers: a stock GitLab Runner skips an endpoint whose auth type it does not know.
- */
-export const GATEWAY_AUTH_TYPE = 'ci_job_telemetry_tokens';
-/** Hosted runners export straight to the collector with a Google-signed OIDC token. */
-export const HOSTED_AUTH_TYPE = 'http_bearer_gcp_oidc';
-/** The masked variable with the job's capability base URL, for programs inside the job (SPEC §4). */
-export const OTLP_ENDPOINT_VARIABLE = 'CI_JOB_TELEMETRY_OTLP_ENDPOINT';
-
-/**
- * One entry of `features.tracing.otel_endpoints`, in the shape GitLab Runner reads (`common/spec/spec.go`):
- * no `auth` means no credentials at all; `http_bearer_gcp_oidc` needs its nested object.
- */
-export interface OtelEndpoint {
-  readonly url: string;
-  readonly auth?:
-    { readonly type: typeof HOSTED_AUTH_TYPE; readonly http_bearer_gcp_oidc: { readonly audience: string } } | { readonly type: typeof GATEWAY_AUTH_TYPE };
-}
-
-export type Telemetry =
-  | { readonly enabled: false; readonly reason: Exclude<TelemetryReason, 'enabled'> }
-  | {
-      readonly enabled: true;
-      readonly reason: 'enabled';
-      readonly trace_id: string;
-      readonly span_parent_id: string;
-      readonly traceparent: string;
-      readonly tracestate?: string;
-      readonly otel_endpoints: OtelEndpoint[];
-      readonly expires_at: string;
-    };
-
-export interface DecoratedJobPayload {
-  readonly payload: JobPayload;
-  readonly telemetry: Telemetry;
-}
-
-/** Variables the decorator owns: an existing entry of the same key is replaced, never duplicated. */
-const DECORATOR_VARIABLES = new Set(['TRACEPARENT', 'TRACESTATE', OTLP_ENDPOINT_VARIABLE]);
 /** Root pipelines whose trace id is kept: every job of a pipeline asks for the same one (~100 bytes each). */
 const TRACE_ID_CACHE_SIZE = 10_000;
 
@@ -80,7 +49,7 @@ export class JobPayloadService {
     @Inject(SECRETS) private readonly secrets: Secrets,
     @Inject(GRANT_STORE) private readonly store: GrantStore,
     private readonly flags: FlagsService,
-    private readonly metrics: MetricsService,
+    private readonly metrics: JobPayloadMetrics,
     private readonly pipelineSpans: PipelineSpansService,
   ) {
     this.hostedRunnerTypes = new Set(config.HOSTED_RUNNER_TYPES);
@@ -103,8 +72,7 @@ export class JobPayloadService {
       () => ({ 'ci.job.id': request.job.id, 'ci.project.id': request.job.project_id, 'ci.runner.id': request.runner.id }),
       result.telemetry.reason === 'degraded',
     );
-    this.metrics.decisions.inc({ reason: result.telemetry.reason });
-    this.metrics.decisionSeconds.observe(Number(process.hrtime.bigint() - started) / 1e9);
+    this.metrics.decided(result.telemetry.reason, Number(process.hrtime.bigint() - started) / 1e9);
     return result;
   }
 
@@ -169,119 +137,9 @@ export class JobPayloadService {
     try {
       return await withTimeout(() => this.store.saveGrant(grant, tracedJob, options), this.config.STORE_TIMEOUT_MS);
     } catch (error) {
-      this.metrics.storeErrors.inc({ operation: 'save_grant' });
+      this.metrics.grantNotSaved();
       this.logger.warn(`grant for job ${grant.jobId} not stored: ${(error as Error).message}`);
       return undefined;
     }
   }
-}
-
-/** Who the `ci_job_telemetry` flag is asked about (SPEC §4 "Flags"). */
-export function flagContextOf(runner: Runner, job: Job): FlagContext {
-  return {
-    projectId: job.project_id,
-    namespaceId: job.namespace_id,
-    rootNamespaceId: job.root_namespace_id,
-    runnerId: runner.id,
-    runnerType: runner.runner_type,
-  };
-}
-
-/** The answer's `telemetry` for an enabled job, whose grant ends at `endsAt` (epoch ms). */
-export function enabledTelemetry(context: TraceContext, endpoint: OtelEndpoint, endsAt: number): Telemetry {
-  return {
-    enabled: true,
-    reason: 'enabled',
-    trace_id: context.traceId,
-    span_parent_id: context.spanParentId,
-    traceparent: context.traceparent,
-    ...(context.tracestate === undefined ? {} : { tracestate: context.tracestate }),
-    otel_endpoints: [endpoint],
-    expires_at: new Date(endsAt).toISOString(),
-  };
-}
-
-/**
- * What a pickup stores, in one step: the grant the gateway and the auth endpoint check (SPEC §4), and the traced
- * job, whose spans are then the control plane's to emit (SPEC §10). The grant is found by its job token's digest
- * only when that token is opaque: a JWT job token names its job (SPEC §5), so its index entry would never be read.
- */
-export function pickupRecords(
-  runner: Runner,
-  job: Job,
-  context: TraceContext,
-  tokenDigestKey: Buffer,
-  graceSeconds: number,
-  now = Date.now(),
-): { readonly grant: Grant; readonly tracedJob: TracedJob; readonly saveOptions: SaveGrantOptions } {
-  const grant: Grant = {
-    jobId: job.id,
-    projectId: job.project_id,
-    pipelineId: job.pipeline_id,
-    rootPipelineId: job.root_pipeline_id,
-    runnerId: runner.id,
-    traceId: context.traceId,
-    spanParentId: context.spanParentId,
-    runnerTokenDigest: runner.token === undefined ? undefined : tokenDigest(tokenDigestKey, runner.token),
-    jobTokenDigest: job.token === undefined ? undefined : tokenDigest(tokenDigestKey, job.token),
-    expiresAt: now + (job.timeout + graceSeconds) * 1000,
-  };
-  const tracedJob: TracedJob = {
-    jobId: job.id,
-    pipelineId: job.pipeline_id,
-    rootPipelineId: job.root_pipeline_id,
-    projectId: job.project_id,
-    runnerId: runner.id,
-    runnerType: runner.runner_type,
-    traceId: context.traceId,
-    ...(context.tracestate === undefined ? {} : { tracestate: context.tracestate }),
-    ...queuedAtOf(job.queued_at),
-    pickedUpAt: now,
-  };
-  return { grant, tracedJob, saveOptions: { indexJobToken: job.token !== undefined && !isJwtJobToken(job.token) } };
-}
-
-/** `queued_at` as epoch milliseconds, when the pickup gave a readable one. */
-function queuedAtOf(queuedAt: string | undefined): { queuedAt?: number } {
-  const epoch = queuedAt === undefined ? NaN : Date.parse(queuedAt);
-  return Number.isNaN(epoch) ? {} : { queuedAt: epoch };
-}
-
-export function withoutTrailingSlash(url: string): string {
-  return url.replace(/\/+$/, '');
-}
-
-/** GitLab Runner POSTs to the URL's path verbatim, so every URL handed out names the traces path. */
-export function tracesUrl(base: string): string {
-  return `${base}/v1/traces`;
-}
-
-/**
- * The payload with `features.tracing` and the decorator's variables set. Copies only what it changes,
- * so the caller's object (and its megabytes of scripts) is never touched.
- */
-export function decoratePayload(payload: JobPayload, context: TraceContext, endpoint: OtelEndpoint, capabilityBase: string | undefined): JobPayload {
-  const traceVariables = [
-    { key: 'TRACEPARENT', value: context.traceparent, public: true, masked: false },
-    ...(context.tracestate === undefined ? [] : [{ key: 'TRACESTATE', value: context.tracestate, public: true, masked: false }]),
-    // A credential: masked in job logs, and not public (not shown in the UI, not passed to services).
-    // No OTEL_EXPORTER_* variable is set: that would make instrumented programs export unasked.
-    ...(capabilityBase === undefined ? [] : [{ key: OTLP_ENDPOINT_VARIABLE, value: capabilityBase, public: false, masked: true }]),
-  ];
-  // A TRACESTATE left from elsewhere describes another trace; it goes with the TRACEPARENT it belonged to.
-  const variables = (payload.variables ?? []).filter((variable) => !DECORATOR_VARIABLES.has((variable as { key?: unknown } | null)?.key as string));
-  return {
-    ...payload,
-    variables: [...variables, ...traceVariables],
-    features: {
-      ...payload.features,
-      tracing: {
-        trace_id: context.traceId,
-        span_parent_id: context.spanParentId,
-        traceparent: context.traceparent,
-        ...(context.tracestate === undefined ? {} : { tracestate: context.tracestate }),
-        otel_endpoints: [endpoint],
-      },
-    },
-  };
 }

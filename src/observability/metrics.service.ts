@@ -1,45 +1,15 @@
 import { Injectable } from '@nestjs/common';
-import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { collectDefaultMetrics, Gauge, Registry } from 'prom-client';
 
-/** The one Prometheus registry of the process, served at `GET /metrics` on the internal port (SPEC §8). */
+/**
+ * The one Prometheus registry of the process, served at `GET /metrics` on the internal port (SPEC §8).
+ * Each module that owns something worth watching defines its metrics in a small class of its own
+ * (`<feature>.metrics.ts`), registered here, with its series' handles made once: prom-client's
+ * `inc({labels})` checks and hashes the labels on every call, and `labels()` makes a new handle each time.
+ */
 @Injectable()
 export class MetricsService {
   readonly registry = new Registry();
-
-  readonly decisions = new Counter({
-    name: 'ci_job_telemetry_decisions_total',
-    help: 'Job-payload decisions by reason (enabled, flag_disabled, not_sampled, runner_unsupported, degraded)',
-    labelNames: ['reason'] as const,
-    registers: [this.registry],
-  });
-
-  readonly decisionSeconds = new Histogram({
-    name: 'ci_job_telemetry_decision_duration_seconds',
-    help: 'Time the decorator spent on one job payload, store write included',
-    buckets: [0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5],
-    registers: [this.registry],
-  });
-
-  readonly storeErrors = new Counter({
-    name: 'ci_job_telemetry_store_errors_total',
-    help: 'Grant store operations that failed or timed out',
-    labelNames: ['operation'] as const,
-    registers: [this.registry],
-  });
-
-  readonly storeReconnects = new Counter({
-    name: 'ci_job_telemetry_store_reconnects_total',
-    help: 'Connections to a Redis node of the store that were lost and are being re-established',
-    labelNames: ['mode'] as const,
-    registers: [this.registry],
-  });
-
-  readonly storeFailovers = new Counter({
-    name: 'ci_job_telemetry_store_failovers_total',
-    help: 'Times the store found a different primary after a reconnect (Sentinel) or slot map refresh (Cluster)',
-    labelNames: ['mode'] as const,
-    registers: [this.registry],
-  });
 
   constructor() {
     collectDefaultMetrics({ register: this.registry });
@@ -57,4 +27,18 @@ export class MetricsService {
       },
     });
   }
+}
+
+/**
+ * One series' handle per label values, made on first use: for labels whose values are not all known
+ * up front (a signal, a collector status).
+ */
+export function seriesOf<T>(make: (...values: string[]) => T): (...values: string[]) => T {
+  const made = new Map<string, T>();
+  return (...values) => {
+    const key = values.join('\0');
+    let series = made.get(key);
+    if (series === undefined) made.set(key, (series = make(...values)));
+    return series;
+  };
 }

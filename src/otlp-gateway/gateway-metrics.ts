@@ -1,23 +1,11 @@
-import { Counter, Histogram, Registry } from 'prom-client';
-import { LedgerObserver } from '../grants/lease-ledger';
+import { Injectable } from '@nestjs/common';
+import { Counter, Histogram } from 'prom-client';
+import { LedgerObserver } from '../limits/block-lease';
+import { MetricsService, seriesOf } from '../observability/metrics.service';
 import { DecisionCacheObserver } from '../runner-auth/decision-cache';
 
-/**
- * One series' handle per label values, made on first use. prom-client's `inc({labels})` hashes and
- * checks the labels on every call, and `labels()` makes a new handle each time; an export updates
- * about six series.
- */
-function seriesOf<T>(make: (...values: string[]) => T): (...values: string[]) => T {
-  const made = new Map<string, T>();
-  return (...values) => {
-    const key = values.join('\0');
-    let series = made.get(key);
-    if (series === undefined) made.set(key, (series = make(...values)));
-    return series;
-  };
-}
-
 /** What an operator watches on the gateway (SPEC §6, §8), in the process's one registry. */
+@Injectable()
 export class GatewayMetrics implements DecisionCacheObserver, LedgerObserver {
   private readonly requests: Counter<'signal' | 'status'>;
   private readonly items: Counter<'signal' | 'outcome'>;
@@ -34,8 +22,8 @@ export class GatewayMetrics implements DecisionCacheObserver, LedgerObserver {
   private readonly misses: Counter.Internal;
   private readonly storeCalls: Record<'window' | 'spans' | 'return', Counter.Internal>;
 
-  constructor(registry: Registry) {
-    const registers = [registry];
+  constructor(metrics: MetricsService) {
+    const registers = [metrics.registry];
     this.requests = new Counter({
       name: 'ci_job_telemetry_gateway_requests_total',
       help: 'OTLP exports by signal and HTTP status',

@@ -1,18 +1,19 @@
 import { OUTAGE_RETRY_AFTER_SECONDS } from '../observability/retry-after';
+import { AuthRefusal, RefusalAnswer, refusalAnswer } from '../runner-auth/auth-outcome';
 import type { RpcStatus } from './wire/otlp-response';
 
 /**
  * Every way a gateway request can fail, the framework's own failures included (bad URL, body limit,
- * shutdown): each becomes an OTLP/HTTP answer in one place, `otlpErrorAnswer` (SPEC §6).
+ * shutdown): each becomes an OTLP/HTTP answer in one place, `otlpErrorAnswer` (SPEC §6). A refusal of the
+ * runner's credential, or of its export rate, is the auth decision's own refusal, answered as the auth endpoint
+ * answers it (`refusalAnswer`).
  */
 export type GatewayFailure =
+  | AuthRefusal
   | { readonly kind: 'unsupported_media_type'; readonly message: string }
   | { readonly kind: 'bad_request'; readonly message: string }
   | { readonly kind: 'not_found'; readonly message: string }
   | { readonly kind: 'too_large'; readonly message: string }
-  | { readonly kind: 'unauthenticated'; readonly message: string }
-  | { readonly kind: 'forbidden'; readonly message: string }
-  | { readonly kind: 'rate_limited'; readonly retryAfterSeconds: number }
   | { readonly kind: 'store_unavailable'; readonly retryAfterSeconds: number }
   | { readonly kind: 'shutting_down' }
   | { readonly kind: 'upstream_unreachable' }
@@ -45,6 +46,14 @@ const RPC = {
   UNAUTHENTICATED: 16,
 } as const;
 
+/** The google.rpc.Code OTLP pairs with each refusal's HTTP status. */
+const REFUSAL_CODES: Record<RefusalAnswer['httpStatus'], number> = {
+  401: RPC.UNAUTHENTICATED,
+  403: RPC.PERMISSION_DENIED,
+  429: RPC.RESOURCE_EXHAUSTED,
+  503: RPC.UNAVAILABLE,
+};
+
 /**
  * OTLP clients retry 429, 502, 503 and 504 only (OTLP/HTTP "Failures"), so every transient fault lands on
  * one of those with a Retry-After, and nothing permanent does.
@@ -60,11 +69,16 @@ export function otlpErrorAnswer(failure: GatewayFailure): OtlpErrorAnswer {
     case 'too_large':
       return { httpStatus: 413, status: { code: RPC.RESOURCE_EXHAUSTED, message: failure.message } };
     case 'unauthenticated':
-      return { httpStatus: 401, status: { code: RPC.UNAUTHENTICATED, message: failure.message } };
     case 'forbidden':
-      return { httpStatus: 403, status: { code: RPC.PERMISSION_DENIED, message: failure.message } };
     case 'rate_limited':
-      return { httpStatus: 429, status: { code: RPC.RESOURCE_EXHAUSTED, message: 'runner rate limit exceeded' }, retryAfterSeconds: failure.retryAfterSeconds };
+    case 'unavailable': {
+      const answer = refusalAnswer(failure);
+      return {
+        httpStatus: answer.httpStatus,
+        status: { code: REFUSAL_CODES[answer.httpStatus], message: answer.message },
+        retryAfterSeconds: answer.retryAfterSeconds,
+      };
+    }
     case 'store_unavailable':
       return { httpStatus: 503, status: { code: RPC.UNAVAILABLE, message: 'grant store unavailable' }, retryAfterSeconds: failure.retryAfterSeconds };
     case 'shutting_down':

@@ -4,13 +4,11 @@ import type { Logger } from 'pino';
 import { AppConfig } from '../config/app-config';
 import { APP_CONFIG, SECRETS } from '../config/config.constants';
 import { Secrets } from '../config/secrets';
-import { GrantStore } from '../grants/grant';
-import { GrantsModule } from '../grants/grants.module';
-import { GRANT_STORE } from '../grants/grants.constants';
+import { LimitStore } from '../limits/limit-store';
+import { LIMIT_STORE } from '../limits/limits.constants';
+import { LimitsModule } from '../limits/limits.module';
 import { signInternalApiToken } from '../internal-api/internal-api-token';
 import { APP_LOGGER } from '../observability/logger';
-import { MetricsService } from '../observability/metrics.service';
-import { ReadinessChecks } from '../observability/readiness-checks';
 import { DecisionCache } from '../runner-auth/decision-cache';
 import { RunnerAuthModule } from '../runner-auth/runner-auth.module';
 import { RunnerAuthService } from '../runner-auth/runner-auth.service';
@@ -33,20 +31,14 @@ export class GatewayServer implements OnModuleDestroy {
   constructor(
     @Inject(APP_CONFIG) config: AppConfig,
     @Inject(APP_LOGGER) logger: Logger,
-    @Inject(GRANT_STORE) store: GrantStore,
+    @Inject(LIMIT_STORE) store: LimitStore,
     @Inject(GATEWAY_AUTHENTICATOR) private readonly authenticator: GatewayAuthenticator,
     @Inject(OTLP_UPSTREAM) private readonly upstream: CollectorClient,
-    metricsService: MetricsService,
-    readiness: ReadinessChecks,
+    metrics: GatewayMetrics,
     pipelineSpans: PipelineSpansService,
   ) {
-    const metrics = new GatewayMetrics(metricsService.registry);
     const decisions = new DecisionCache((credential: RunnerCredential) => authenticator.authenticate(credential), config.GATEWAY_DECISION_CACHE_SIZE, metrics);
     this.instance = buildGatewayServer({ config, logger, decisions, store, upstream, metrics, pipelineSpans });
-    // Only a gateway-only process is unready without its collector: in ROLE=all the same readiness
-    // gates job pickup, which must not leave rotation because the collector is down (exports get a
-    // retryable 502/503 meanwhile).
-    if (config.ROLE === 'gateway') readiness.register('upstream', () => upstream.reachable());
   }
 
   async listen(port: number, host: string): Promise<string> {
@@ -92,8 +84,8 @@ export class OtlpGatewayModule {
       module: OtlpGatewayModule,
       // A ROLE=gateway process loads no auth decision of its own: it asks AUTH_URL.
       imports:
-        role === 'gateway' ? [GrantsModule, CollectorModule, PipelineSpansModule] : [GrantsModule, CollectorModule, PipelineSpansModule, RunnerAuthModule],
-      providers: [authenticator, GatewayServer],
+        role === 'gateway' ? [LimitsModule, CollectorModule, PipelineSpansModule] : [LimitsModule, CollectorModule, PipelineSpansModule, RunnerAuthModule],
+      providers: [authenticator, GatewayMetrics, GatewayServer],
       exports: [GatewayServer],
     };
   }

@@ -3,7 +3,6 @@ import { promisify } from 'node:util';
 import { gunzip, gunzipSync } from 'node:zlib';
 import type { Logger } from 'pino';
 import { AppConfig } from '../config/app-config';
-import { GrantStore, StoreUnavailableError } from '../grants/grant';
 import { drainAfterAnswer, drainUnreadBodies } from '../observability/body-drain';
 import { addRequestHooks, REQUEST_ID_HEADER, requestIdOf, rootLoggerForRequests } from '../observability/request-hooks';
 import { frameworkLogger } from '../observability/logger';
@@ -12,7 +11,11 @@ import { DecisionSpan, startDecisionSpan } from '../observability/tracing';
 import { headerCredential, RunnerCredential } from '../runner-auth/runner-credential';
 import { AuthOutcome } from '../runner-auth/auth-outcome';
 import { DecisionCache } from '../runner-auth/decision-cache';
-import { JobSpanLedger, Receipt, WindowLedger } from '../grants/lease-ledger';
+import { Receipt } from '../limits/block-lease';
+import { JobSpanLedger } from '../limits/job-span-ledger';
+import { LimitStore } from '../limits/limit-store';
+import { WindowLedger } from '../limits/window-ledger';
+import { StoreUnavailableError } from '../store/store-unavailable-error';
 import { GatewayMetrics } from './gateway-metrics';
 import { GatewayFailure, otlpErrorAnswer } from './otlp-errors';
 import { enforceExport } from './wire/otlp-payload';
@@ -58,7 +61,7 @@ export interface GatewayDependencies {
   readonly logger: Logger;
   readonly decisions: DecisionCache;
   /** The runner windows and span quotas are leased from it (issue 21): see `GatewayLedgers`. */
-  readonly store: GrantStore;
+  readonly store: LimitStore;
   /** Only `send` is used here: the module owns the pool's life, and tests pass a fake collector. */
   readonly upstream: Pick<OtlpUpstream, 'send'>;
   readonly metrics: GatewayMetrics;
@@ -175,7 +178,9 @@ export function buildGatewayServer(deps: GatewayDependencies): FastifyInstance {
         config.GATEWAY_RUNNER_RATE_WINDOW_SECONDS * 1000,
       );
       const charged = window instanceof Promise ? await orUnavailable(window) : window;
-      if (!charged.allowed) throw new GatewayError({ kind: 'rate_limited', retryAfterSeconds: retryAfterForWindow(charged.resetInMs) });
+      if (!charged.allowed) {
+        throw new GatewayError({ kind: 'rate_limited', reason: 'runner rate limit exceeded', retryAfterSeconds: retryAfterForWindow(charged.resetInMs) });
+      }
       request.exportGrant = grant;
     } catch (error) {
       return sendFailure(request, reply, failureOf(error));
@@ -383,24 +388,10 @@ async function authorize(deps: GatewayDependencies, credential: RunnerCredential
           reason: `${credential.reason}: export to the job's capability URL, or send the job token as Authorization: Bearer and the runner token as Runner-Token`,
         }
       : (await deps.decisions.decide(credential)).decision;
+  if (decision.kind === 'allowed') return decision;
   // Every refusal with its reason; the request id comes with every line, a token or capability never (SPEC §5).
-  if (decision.kind !== 'allowed') deps.logger.info({ refusal: decision.kind, reason: decision.reason }, 'export refused');
-  switch (decision.kind) {
-    case 'allowed':
-      return decision;
-    case 'unauthenticated':
-      throw new GatewayError({ kind: 'unauthenticated', message: decision.reason });
-    case 'forbidden':
-      throw new GatewayError({ kind: 'forbidden', message: decision.reason });
-    case 'rate_limited':
-      throw new GatewayError({ kind: 'rate_limited', retryAfterSeconds: decision.retryAfterSeconds });
-    case 'unavailable':
-      throw new GatewayError({ kind: 'store_unavailable', retryAfterSeconds: decision.retryAfterSeconds });
-    default: {
-      const unreachable: never = decision;
-      throw new Error(`unhandled decision ${JSON.stringify(unreachable)}`);
-    }
-  }
+  deps.logger.info({ refusal: decision.kind, reason: decision.reason }, 'export refused');
+  throw new GatewayError(decision);
 }
 
 /**

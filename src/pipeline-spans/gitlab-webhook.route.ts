@@ -1,9 +1,10 @@
 import { Inject, Injectable, Logger, OnModuleInit } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import { AppConfig } from '../config/app-config';
 import { APP_CONFIG } from '../config/config.constants';
 import { sendError } from '../observability/http-error';
+import { registerPlainPost, refusalHook, RouteRefusal } from '../observability/plain-route';
 import { OUTAGE_RETRY_AFTER_SECONDS } from '../observability/retry-after';
 import { PipelineSpansMetrics } from './pipeline-spans.metrics';
 import { WebhookSecrets } from './webhook-secrets';
@@ -14,10 +15,11 @@ export const GITLAB_WEBHOOK_PATH = '/webhooks/gitlab';
 
 /**
  * `POST /webhooks/gitlab` on the internal port (SPEC §10): GitLab's Pipeline and Job events, for a group
- * or project webhook. A thin edge: the secret is checked before the body is read, then the hook is taken
- * (WebhookSpoolService): recorded in the outbox, or spooled while the store cannot take it. The collector
- * is never waited for, so GitLab gets its 2xx in milliseconds whatever the collector or the store does (it
- * disables webhooks that keep failing or time out); only bad input and a full spool are refused.
+ * or project webhook, as a plain Fastify route (registerPlainPost says why). A thin edge: the secret is
+ * checked before the body is read, then the hook is taken (WebhookSpoolService): recorded in the outbox,
+ * or spooled while the store cannot take it. The collector is never waited for, so GitLab gets its 2xx in
+ * milliseconds whatever the collector or the store does (it disables webhooks that keep failing or time
+ * out); only bad input and a full spool are refused.
  */
 @Injectable()
 export class GitlabWebhookRoute implements OnModuleInit {
@@ -34,28 +36,25 @@ export class GitlabWebhookRoute implements OnModuleInit {
   }
 
   onModuleInit(): void {
-    const fastify = this.adapterHost.httpAdapter.getInstance<FastifyInstance>();
-    fastify.route({
-      method: 'POST',
+    registerPlainPost(this.adapterHost, {
       url: GITLAB_WEBHOOK_PATH,
-      // Before the body is read: a caller without the secret never gets a payload parsed.
-      onRequest: (request, reply, done) => {
-        const refusal = this.refusal(request);
-        if (refusal === undefined) return done();
-        this.metrics.webhook(eventOf(request), 'unauthorized');
-        this.logger.log(`webhook refused: ${refusal}`);
-        sendError(request, reply, 401, refusal);
-      },
+      // A caller without the secret never gets a payload parsed.
+      onRequest: refusalHook(
+        (request) => this.refusal(request),
+        (request, refusal) => {
+          this.metrics.webhook(eventOf(request), 'unauthorized');
+          this.logger.log(`webhook refused: ${refusal.error}`);
+        },
+      ),
       handler: (request, reply) => this.receive(request, reply),
     });
-    this.logger.debug(`Mapped {${GITLAB_WEBHOOK_PATH}, POST} route (plain Fastify)`);
   }
 
-  private refusal(request: FastifyRequest): string | undefined {
-    if (this.secrets === undefined) return 'webhooks are not enabled on this service (set GITLAB_WEBHOOK_SECRET_FILE)';
+  private refusal(request: FastifyRequest): RouteRefusal | undefined {
+    if (this.secrets === undefined) return { error: 'webhooks are not enabled on this service (set GITLAB_WEBHOOK_SECRET_FILE)' };
     const token = request.headers['x-gitlab-token'];
-    if (token === undefined) return 'missing X-Gitlab-Token: set the secret token of the GitLab webhook';
-    return this.secrets.accepts(token) ? undefined : 'invalid X-Gitlab-Token';
+    if (token === undefined) return { error: 'missing X-Gitlab-Token: set the secret token of the GitLab webhook' };
+    return this.secrets.accepts(token) ? undefined : { error: 'invalid X-Gitlab-Token' };
   }
 
   private async receive(request: FastifyRequest, reply: FastifyReply): Promise<unknown> {

@@ -1,4 +1,4 @@
-import { jobHook, pipelineHook, WebhookPipeline } from '../../test/fixtures/gitlab-webhooks';
+import { jobHook, pipelineHook, WebhookPipeline } from '../../demo/gitlab-webhooks';
 import { parseGitlabTime, parseJobHook, parsePipelineHook, WebhookPayloadError } from './gitlab-webhook';
 
 const RECEIVED = Date.UTC(2026, 10, 25, 12, 0, 0);

@@ -1,5 +1,5 @@
-import { gitlabTime, pipelineHook, WebhookJob } from '../../test/fixtures/gitlab-webhooks';
-import type { RunnerJobEnd, TracedPipeline } from '../grants/traced-work';
+import { gitlabTime, pipelineHook, WebhookJob } from '../../demo/gitlab-webhooks';
+import type { RunnerJobEnd, TracedPipeline } from '../traced-work/traced-work';
 import { parsePipelineHook } from './gitlab-webhook';
 import { outboxKeyOf, PipelineEnd, pipelineSeenFromJobs, pipelineSpan, pipelineSpanVersion, SPAN_VERSION_ATTRIBUTE } from './pipeline-span-model';
 

@@ -1,4 +1,4 @@
-import type { RunnerJobEnd, TracedJob, TracedPipeline } from '../grants/traced-work';
+import type { RunnerJobEnd, TracedJob, TracedPipeline } from '../traced-work/traced-work';
 
 /**
  * The control-plane spans of SPEC §10 as OTLP/JSON, from facts: pure functions, no I/O. Ids come from

@@ -1,7 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { Counter, Histogram } from 'prom-client';
-import { EnqueueOutcome, OutboxDepth } from '../grants/traced-work';
-import { MetricsService } from '../observability/metrics.service';
+import { EnqueueOutcome, OutboxDepth } from '../traced-work/traced-work';
+import { MetricsService, seriesOf } from '../observability/metrics.service';
 
 /** What an operator watches of SPEC §10: webhooks, the outbox's depth and delay, deliveries. */
 @Injectable()
@@ -13,6 +13,10 @@ export class PipelineSpansMetrics {
   private readonly failures: Counter<'reason'>;
   private readonly delaySeconds: Histogram;
   private readonly storeFailures: Counter<'operation'>;
+  private readonly webhookSeries = seriesOf((event, outcome) => this.webhooks.labels(event, outcome));
+  private readonly spanSeries = seriesOf((source, outcome) => this.spans.labels(source, outcome));
+  private readonly failureSeries = seriesOf((reason) => this.failures.labels(reason));
+  private readonly storeFailureSeries = seriesOf((operation) => this.storeFailures.labels(operation));
   private depth: OutboxDepth = { spans: 0 };
 
   constructor(metrics: MetricsService) {
@@ -61,14 +65,14 @@ export class PipelineSpansMetrics {
   }
 
   webhook(event: string, outcome: string, seconds?: number): void {
-    this.webhooks.inc({ event, outcome });
+    this.webhookSeries(event, outcome).inc();
     if (seconds !== undefined) this.webhookSeconds.observe(seconds);
   }
 
   enqueued(source: string, outcome: EnqueueOutcome): void {
-    if (outcome.queued > 0) this.spans.inc({ source, outcome: 'queued' }, outcome.queued);
-    if (outcome.duplicates > 0) this.spans.inc({ source, outcome: 'duplicate' }, outcome.duplicates);
-    if (outcome.refused > 0) this.spans.inc({ source, outcome: 'refused' }, outcome.refused);
+    if (outcome.queued > 0) this.spanSeries(source, 'queued').inc(outcome.queued);
+    if (outcome.duplicates > 0) this.spanSeries(source, 'duplicate').inc(outcome.duplicates);
+    if (outcome.refused > 0) this.spanSeries(source, 'refused').inc(outcome.refused);
   }
 
   deliveredSpans(enqueuedAt: readonly number[]): void {
@@ -78,11 +82,11 @@ export class PipelineSpansMetrics {
   }
 
   deliveryFailed(reason: string): void {
-    this.failures.inc({ reason });
+    this.failureSeries(reason).inc();
   }
 
   storeFailure(operation: string): void {
-    this.storeFailures.inc({ operation });
+    this.storeFailureSeries(operation).inc();
   }
 
   outboxDepth(depth: OutboxDepth): void {

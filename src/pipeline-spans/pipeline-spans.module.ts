@@ -2,7 +2,7 @@ import { Inject, Module } from '@nestjs/common';
 import { AppConfig } from '../config/app-config';
 import { APP_CONFIG } from '../config/config.constants';
 import { CollectorModule } from '../collector/collector.module';
-import { GrantsModule } from '../grants/grants.module';
+import { TracedWorkModule } from '../traced-work/traced-work.module';
 import { ReadinessChecks } from '../observability/readiness-checks';
 import { GitlabWebhookRoute } from './gitlab-webhook.route';
 import { PipelineSpansMetrics } from './pipeline-spans.metrics';
@@ -16,7 +16,7 @@ import { WebhookSpoolService } from './webhook-spool.service';
  * PipelineSpansService, and the outbox's delivery to the collector, in every role that has a store.
  */
 @Module({
-  imports: [GrantsModule, CollectorModule],
+  imports: [TracedWorkModule, CollectorModule],
   providers: [PipelineSpansMetrics, SpanOutboxDeliverer, PipelineSpansService],
   exports: [PipelineSpansService, PipelineSpansMetrics],
 })

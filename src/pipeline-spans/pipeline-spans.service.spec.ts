@@ -1,8 +1,8 @@
 import { loadConfig } from '../config/app-config';
 import { TEST_SECRETS } from '../../test/helpers/internal-api';
-import { StoreUnavailableError } from '../grants/grant';
-import { MemoryGrantStore } from '../grants/memory-grant-store';
-import { EnqueueOutcome, OutboxLimits, OutboxSpan, Remembered, TracedJob, TracedPipeline } from '../grants/traced-work';
+import { StoreUnavailableError } from '../store/store-unavailable-error';
+import { MemoryTracedWorkStore } from '../traced-work/memory-traced-work-store';
+import { EnqueueOutcome, OutboxLimits, OutboxSpan, Remembered, TracedJob, TracedPipeline } from '../traced-work/traced-work';
 import { MetricsService } from '../observability/metrics.service';
 import { PipelineSpansMetrics } from './pipeline-spans.metrics';
 import { PipelineSpansService } from './pipeline-spans.service';
@@ -11,7 +11,7 @@ import { SpanOutboxDeliverer } from './span-outbox-deliverer';
 const secrets = TEST_SECRETS;
 
 /** The memory store, saying what it was asked to write, or failing as an outage does. */
-class RecordingStore extends MemoryGrantStore {
+class RecordingStore extends MemoryTracedWorkStore {
   readonly pipelineWrites: number[][] = [];
   readonly enqueued: string[][] = [];
   failing = false;

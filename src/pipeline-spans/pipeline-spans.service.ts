@@ -3,9 +3,18 @@ import { LRUCache } from 'lru-cache';
 import { AppConfig } from '../config/app-config';
 import { APP_CONFIG, SECRETS } from '../config/config.constants';
 import { Secrets } from '../config/secrets';
-import { GrantStore } from '../grants/grant';
-import { GRANT_STORE } from '../grants/grants.constants';
-import { EnqueueOutcome, MIN_TRACED_MEMORY_MS, OutboxSpan, Remembered, RunnerJobEnd, TracedJob, TracedPipeline, tracedPipelineOf } from '../grants/traced-work';
+import { TRACED_WORK_STORE } from '../traced-work/traced-work.constants';
+import {
+  EnqueueOutcome,
+  MIN_TRACED_MEMORY_MS,
+  OutboxSpan,
+  Remembered,
+  RunnerJobEnd,
+  TracedJob,
+  TracedPipeline,
+  tracedPipelineOf,
+  TracedWorkStore,
+} from '../traced-work/traced-work';
 import { withTimeout } from '../observability/with-timeout';
 import { gitlabPipelineSpanIdFor, gitlabTraceIdFor, pipelineSpanIdFor, queueSpanIdFor, spanIdFor } from '../trace-context/trace-context';
 import { FinishedJob, PipelineEvent, WebhookEvent } from './gitlab-webhook';
@@ -71,7 +80,7 @@ export class PipelineSpansService implements OnModuleDestroy {
   constructor(
     @Inject(APP_CONFIG) private readonly config: AppConfig,
     @Inject(SECRETS) private readonly secrets: Secrets,
-    @Inject(GRANT_STORE) private readonly store: GrantStore,
+    @Inject(TRACED_WORK_STORE) private readonly store: TracedWorkStore,
     private readonly deliverer: SpanOutboxDeliverer,
     private readonly metrics: PipelineSpansMetrics,
   ) {

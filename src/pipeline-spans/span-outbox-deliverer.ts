@@ -3,9 +3,8 @@ import { OTLP_UPSTREAM } from '../collector/collector.constants';
 import { OtlpUpstream, UpstreamFailure } from '../collector/otlp-upstream';
 import { AppConfig } from '../config/app-config';
 import { APP_CONFIG } from '../config/config.constants';
-import { GrantStore } from '../grants/grant';
-import { GRANT_STORE } from '../grants/grants.constants';
-import { ClaimedSpan } from '../grants/traced-work';
+import { TRACED_WORK_STORE } from '../traced-work/traced-work.constants';
+import { ClaimedSpan, TracedWorkStore } from '../traced-work/traced-work';
 import { PipelineSpansMetrics } from './pipeline-spans.metrics';
 
 /** Spans sent to the collector in one export at most. */
@@ -50,7 +49,7 @@ export class SpanOutboxDeliverer implements OnApplicationBootstrap, OnModuleDest
 
   constructor(
     @Inject(APP_CONFIG) config: AppConfig,
-    @Inject(GRANT_STORE) private readonly store: GrantStore,
+    @Inject(TRACED_WORK_STORE) private readonly store: TracedWorkStore,
     @Inject(OTLP_UPSTREAM) private readonly upstream: Pick<OtlpUpstream, 'send'>,
     private readonly metrics: PipelineSpansMetrics,
   ) {

@@ -2,8 +2,8 @@ import { Inject, Injectable, Logger, OnModuleDestroy, OnModuleInit } from '@nest
 import { join } from 'node:path';
 import { AppConfig } from '../config/app-config';
 import { APP_CONFIG } from '../config/config.constants';
-import { StoreUnavailableError } from '../grants/grant';
-import { EnqueueOutcome } from '../grants/traced-work';
+import { StoreUnavailableError } from '../store/store-unavailable-error';
+import { EnqueueOutcome } from '../traced-work/traced-work';
 import { TimeoutError, withTimeout } from '../observability/with-timeout';
 import { parseJobHook, parsePipelineHook, WebhookEvent, WebhookPayloadError } from './gitlab-webhook';
 import { PipelineSpansService } from './pipeline-spans.service';

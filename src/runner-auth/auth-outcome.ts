@@ -31,6 +31,35 @@ export type AuthOutcome =
   /** The store or GitLab's keys did not answer: 503 with Retry-After, never 401 for an infrastructure fault. */
   | { readonly kind: 'unavailable'; readonly reason: string; readonly retryAfterSeconds: number };
 
+/** Every answer but `allowed`: what the auth endpoint and the gateway refuse with. */
+export type AuthRefusal = Exclude<AuthOutcome, { readonly kind: 'allowed' }>;
+
+/** A refusal as HTTP answers it; each edge writes it in its own error shape (internal API, OTLP). */
+export interface RefusalAnswer {
+  readonly httpStatus: 401 | 403 | 429 | 503;
+  readonly message: string;
+  /** For 429 and 503, which the runner (or nginx's client) retries. */
+  readonly retryAfterSeconds?: number;
+}
+
+/** The one mapping of a refusal to its answer, for the auth endpoint and the gateway alike (SPEC §5, §6). */
+export function refusalAnswer(refusal: AuthRefusal): RefusalAnswer {
+  switch (refusal.kind) {
+    case 'unauthenticated':
+      return { httpStatus: 401, message: refusal.reason };
+    case 'forbidden':
+      return { httpStatus: 403, message: refusal.reason };
+    case 'rate_limited':
+      return { httpStatus: 429, message: 'runner rate limit exceeded', retryAfterSeconds: refusal.retryAfterSeconds };
+    case 'unavailable':
+      return { httpStatus: 503, message: refusal.reason, retryAfterSeconds: refusal.retryAfterSeconds };
+    default: {
+      const unreachable: never = refusal;
+      throw new Error(`unhandled auth refusal ${JSON.stringify(unreachable)}`);
+    }
+  }
+}
+
 export function jobIdentityOf(grant: Grant): JobIdentity {
   return {
     jobId: grant.jobId,

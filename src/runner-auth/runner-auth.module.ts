@@ -2,9 +2,11 @@ import { Logger, Module } from '@nestjs/common';
 import { AppConfig } from '../config/app-config';
 import { APP_CONFIG } from '../config/config.constants';
 import { GrantsModule } from '../grants/grants.module';
+import { LimitsModule } from '../limits/limits.module';
 import { ReadinessChecks } from '../observability/readiness-checks';
 import { JobTokenKeys, jobTokenKeys, JobTokenVerifier } from './job-token-verifier';
 import { JOB_TOKEN_VERIFIER } from './runner-auth.constants';
+import { RunnerAuthMetrics } from './runner-auth.metrics';
 import { RunnerAuthService } from './runner-auth.service';
 
 /**
@@ -33,7 +35,7 @@ function watchJobTokenKeys(keys: JobTokenKeys, readiness: ReadinessChecks): void
  * the auth endpoint and, in a ROLE=all process, the gateway; a ROLE=gateway process never loads it.
  */
 @Module({
-  imports: [GrantsModule],
+  imports: [GrantsModule, LimitsModule],
   providers: [
     {
       provide: JOB_TOKEN_VERIFIER,
@@ -44,6 +46,7 @@ function watchJobTokenKeys(keys: JobTokenKeys, readiness: ReadinessChecks): void
         return new JobTokenVerifier(keys?.getKey, config.JOB_TOKEN_ISSUER);
       },
     },
+    RunnerAuthMetrics,
     RunnerAuthService,
   ],
   exports: [RunnerAuthService],

@@ -1,8 +1,12 @@
 import { loadConfig } from '../config/app-config';
 import { TEST_SECRETS } from '../../test/helpers/internal-api';
-import { Grant, GrantStore, StoreUnavailableError } from '../grants/grant';
+import { Grant } from '../grants/grant';
 import { MemoryGrantStore } from '../grants/memory-grant-store';
 import { tokenDigest } from '../grants/token-digest';
+import { MemoryLimitStore } from '../limits/memory-limit-store';
+import { MetricsService } from '../observability/metrics.service';
+import { RunnerAuthMetrics } from './runner-auth.metrics';
+import { StoreUnavailableError } from '../store/store-unavailable-error';
 import { AuthOutcome } from './auth-outcome';
 import { mintCapability } from './job-capability';
 import { JobTokenCheck, JobTokenVerifier } from './job-token-verifier';
@@ -44,16 +48,20 @@ const grant = (overrides: Partial<Grant> = {}): Grant => ({
 });
 
 describe('RunnerAuthService (SPEC §5, §6)', () => {
-  const stores: GrantStore[] = [];
-  afterEach(async () => {
-    await Promise.all(stores.splice(0).map((store) => store.close()));
+  const stores: Array<MemoryGrantStore | MemoryLimitStore> = [];
+  afterEach(() => {
+    for (const store of stores.splice(0)) store.close();
   });
 
-  async function serviceWith(options: { grant?: Grant; store?: MemoryGrantStore; jobTokens?: ScriptedJobTokens } = {}) {
+  async function serviceWith(
+    options: { grant?: Grant; store?: MemoryGrantStore; limits?: MemoryLimitStore; jobTokens?: ScriptedJobTokens; metrics?: MetricsService } = {},
+  ) {
     const store = options.store ?? new MemoryGrantStore();
-    stores.push(store);
+    const limits = options.limits ?? new MemoryLimitStore();
+    stores.push(store, limits);
     if (options.grant !== undefined) await store.saveGrant(options.grant);
-    return new RunnerAuthService(config, secrets, store, (options.jobTokens ?? new ScriptedJobTokens()) as unknown as JobTokenVerifier);
+    const jobTokens = (options.jobTokens ?? new ScriptedJobTokens()) as unknown as JobTokenVerifier;
+    return new RunnerAuthService(config, secrets, store, limits, jobTokens, new RunnerAuthMetrics(options.metrics ?? new MetricsService()));
   }
   const tokens: RunnerCredential = { kind: 'tokens', jobToken: JOB_TOKEN, runnerToken: RUNNER_TOKEN };
 
@@ -135,17 +143,28 @@ describe('RunnerAuthService (SPEC §5, §6)', () => {
 
     it('still answers a revoked job 403, not 503, while only the rate window cannot be hit', async () => {
       let windowUp = true;
-      const store = new (class extends MemoryGrantStore {
+      const limits = new (class extends MemoryLimitStore {
         override async takeWindowBlock(key: string, wanted: number, limit: number, windowMs: number) {
           if (!windowUp) throw new StoreUnavailableError('rate window node down');
           return super.takeWindowBlock(key, wanted, limit, windowMs);
         }
       })();
-      const service = await serviceWith({ grant: grant(), store });
+      const store = new MemoryGrantStore();
+      const service = await serviceWith({ grant: grant(), store, limits });
       expect(await allowedTimes(service, tokens, 1)).toEqual(['allowed']);
       windowUp = false;
       await store.revokeGrant(1001, Date.now() - 1);
       expect(await service.authenticate(tokens)).toEqual({ kind: 'forbidden', reason: 'grant revoked' });
+    });
+
+    it('counts its store round trips for the runner windows in the metrics, as the gateway counts its own', async () => {
+      const metrics = new MetricsService();
+      const service = await serviceWith({ grant: grant(), metrics });
+      expect(await allowedTimes(service, tokens, 2)).toEqual(['allowed', 'allowed']);
+      const counted = await metrics.registry.getSingleMetric('ci_job_telemetry_auth_store_calls_total')!.get();
+      const windowCalls = counted.values.find((value) => value.labels.kind === 'window')?.value ?? 0;
+      expect(windowCalls).toBeGreaterThanOrEqual(2);
+      await service.onModuleDestroy();
     });
 
     it('charges the runner that picked the job up again, not the one that had it before', async () => {

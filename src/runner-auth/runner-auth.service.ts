@@ -4,15 +4,19 @@ import { AppConfig } from '../config/app-config';
 import { APP_CONFIG, SECRETS } from '../config/config.constants';
 import { Secrets } from '../config/secrets';
 import { startDecisionSpan } from '../observability/tracing';
-import { Grant, GrantStore, StoreUnavailableError } from '../grants/grant';
-import { WindowLedger } from '../grants/lease-ledger';
+import { Grant, GrantStore } from '../grants/grant';
 import { GRANT_STORE } from '../grants/grants.constants';
+import { LimitStore } from '../limits/limit-store';
+import { LIMIT_STORE } from '../limits/limits.constants';
+import { WindowLedger } from '../limits/window-ledger';
+import { StoreUnavailableError } from '../store/store-unavailable-error';
 import { digestsMatch, tokenDigest } from '../grants/token-digest';
 import { OUTAGE_RETRY_AFTER_SECONDS, retryAfterForWindow } from '../observability/retry-after';
 import { AuthOutcome, jobIdentityOf } from './auth-outcome';
 import { capabilityMatches } from './job-capability';
 import { JobTokenVerifier } from './job-token-verifier';
 import { JOB_TOKEN_VERIFIER } from './runner-auth.constants';
+import { RunnerAuthMetrics } from './runner-auth.metrics';
 import { RunnerCredential } from './runner-credential';
 
 /** Opaque job tokens whose grant was read lately, remembered per process: about 1 MB when full. */
@@ -41,9 +45,11 @@ export class RunnerAuthService implements OnModuleDestroy {
     @Inject(APP_CONFIG) private readonly config: AppConfig,
     @Inject(SECRETS) private readonly secrets: Secrets,
     @Inject(GRANT_STORE) private readonly store: GrantStore,
+    @Inject(LIMIT_STORE) limits: LimitStore,
     @Inject(JOB_TOKEN_VERIFIER) private readonly jobTokens: JobTokenVerifier,
+    metrics: RunnerAuthMetrics,
   ) {
-    this.windows = new WindowLedger(store);
+    this.windows = new WindowLedger(limits, { observer: metrics });
   }
 
   /** Unspent blocks go back to the store for the other replicas. */

@@ -1,6 +1,6 @@
-import { Inject, Injectable, Logger as NestLogger, OnModuleInit } from '@nestjs/common';
+import { Inject, Injectable, OnModuleInit } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
 import { CallerKeys } from '../internal-api/caller-keys';
 import { callerCheckHook, internalApiCallerRefusal } from '../internal-api/internal-api-caller';
@@ -9,7 +9,8 @@ import { InternalApiTokenVerifier } from '../internal-api/internal-api-token';
 import { sendError } from '../observability/http-error';
 import { SAMPLED_ACCESS_LOG } from '../observability/request-hooks';
 import { APP_LOGGER } from '../observability/logger';
-import { AuthOutcome, identityBodyOf, JobIdentity } from '../runner-auth/auth-outcome';
+import { registerPlainPost } from '../observability/plain-route';
+import { AuthOutcome, identityBodyOf, JobIdentity, refusalAnswer } from '../runner-auth/auth-outcome';
 import { CachedDecision, DecisionCache } from '../runner-auth/decision-cache';
 import { forwardedCredential } from '../runner-auth/runner-credential';
 import { AUTH_DECISIONS } from './token-auth.constants';
@@ -28,15 +29,11 @@ function identityJsonOf(identity: JobIdentity): string {
 }
 
 /**
- * `POST /internal/ci/telemetry/auth` (SPEC §5) as a plain Fastify route: nginx `auth_request` calls it
- * on every export, so Nest's per-request machinery (router proxy, guard, reflector, parameter
- * resolution) is not worth its CPU here (measured with bench/token-auth.bench.ts --cpu-prof). DI
- * still wires it; errors keep the internal API's one shape through sendError.
+ * `POST /internal/ci/telemetry/auth` (SPEC §5) as a plain Fastify route (registerPlainPost says why:
+ * nginx `auth_request` calls it on every export).
  */
 @Injectable()
 export class TokenAuthRoute implements OnModuleInit {
-  private readonly nestLogger = new NestLogger(TokenAuthRoute.name);
-
   constructor(
     private readonly adapterHost: HttpAdapterHost,
     @Inject(INTERNAL_API_VERIFIER) private readonly verifier: InternalApiTokenVerifier,
@@ -46,16 +43,13 @@ export class TokenAuthRoute implements OnModuleInit {
   ) {}
 
   onModuleInit(): void {
-    const fastify = this.adapterHost.httpAdapter.getInstance<FastifyInstance>();
-    fastify.route({
-      method: 'POST',
+    registerPlainPost(this.adapterHost, {
       url: AUTH_PATH,
       config: SAMPLED_ACCESS_LOG,
       // The internal-API JWT, or a caller key for gateways that cannot sign one (SPEC §3).
       onRequest: callerCheckHook((headers) => internalApiCallerRefusal(headers, this.verifier, this.callerKeys), this.logger),
       handler: (request, reply) => this.authenticate(request, reply),
     });
-    this.nestLogger.debug(`Mapped {${AUTH_PATH}, POST} route (plain Fastify)`);
   }
 
   /**
@@ -81,27 +75,16 @@ export class TokenAuthRoute implements OnModuleInit {
 
 /** `ageMs`: how long ago the decision was made, so a reused one promises only what is left of its max-age. */
 function sendAuthOutcome(request: FastifyRequest, reply: FastifyReply, outcome: AuthOutcome, ageMs: number): void {
-  // Only a positive decision may be reused; a refusal must be asked again (the gateway caps its own).
-  if (outcome.kind !== 'allowed') void reply.header('cache-control', 'no-store');
-  switch (outcome.kind) {
-    case 'allowed':
-      void reply
-        .header('cache-control', `private, max-age=${Math.max(0, outcome.maxAgeSeconds - Math.ceil(ageMs / 1000))}`)
-        .status(200)
-        .type('application/json; charset=utf-8')
-        .send(identityJsonOf(outcome.identity));
-      return;
-    case 'unauthenticated':
-      return sendError(request, reply, 401, outcome.reason);
-    case 'forbidden':
-      return sendError(request, reply, 403, outcome.reason);
-    case 'rate_limited':
-      return sendError(request, reply, 429, 'runner rate limit exceeded', { retryAfterSeconds: outcome.retryAfterSeconds });
-    case 'unavailable':
-      return sendError(request, reply, 503, outcome.reason, { retryAfterSeconds: outcome.retryAfterSeconds });
-    default: {
-      const unreachable: never = outcome;
-      throw new Error(`unhandled auth outcome ${JSON.stringify(unreachable)}`);
-    }
+  if (outcome.kind === 'allowed') {
+    void reply
+      .header('cache-control', `private, max-age=${Math.max(0, outcome.maxAgeSeconds - Math.ceil(ageMs / 1000))}`)
+      .status(200)
+      .type('application/json; charset=utf-8')
+      .send(identityJsonOf(outcome.identity));
+    return;
   }
+  // Only a positive decision may be reused; a refusal must be asked again (the gateway caps its own).
+  void reply.header('cache-control', 'no-store');
+  const answer = refusalAnswer(outcome);
+  sendError(request, reply, answer.httpStatus, answer.message, { retryAfterSeconds: answer.retryAfterSeconds });
 }

@@ -12,11 +12,11 @@ interface Row {
   readonly defaults: string[];
 }
 
-/** README's "Configuration" table: a row names one variable or several (`A` / `B`), with their defaults the same way. */
+/** The configuration table of docs/configuration.md: a row names one variable or several (`A` / `B`), with their defaults the same way. */
 function configurationTable(): Row[] {
-  const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
-  const section = readme.split(/^## Configuration$/m)[1]?.split(/^## /m)[0];
-  if (section === undefined) throw new Error('README.md has no "## Configuration" section');
+  const page = readFileSync(join(ROOT, 'docs', 'configuration.md'), 'utf8');
+  const section = page.split(/^# Configuration$/m)[1]?.split(/^#{1,2} /m)[0];
+  if (section === undefined) throw new Error('docs/configuration.md has no "# Configuration" heading');
   return section
     .split('\n')
     .filter((line) => line.startsWith('| `'))
@@ -40,7 +40,7 @@ function documents(text: string, value: unknown, defaults: AppConfig): boolean {
   return expanded === (Array.isArray(value) ? value.join(',') : String(value));
 }
 
-describe("README's configuration table", () => {
+describe("docs/configuration.md's table", () => {
   const rows = configurationTable();
   const defaults = loadConfig({});
   const documented = new Map(

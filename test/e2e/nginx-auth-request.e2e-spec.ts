@@ -12,7 +12,7 @@ import { pickUpJob } from '../helpers/ci-job';
 import { freePort, waitFor } from '../helpers/ports';
 import { RedisServer, startRedis } from '../helpers/redis';
 import { ServiceProcess, startService } from '../helpers/service';
-import { readTracingAsRunner } from '../helpers/stock-runner';
+import { readTracingAsRunner } from '../../demo/runner-tracing';
 
 const EXAMPLE = join(__dirname, '..', '..', 'deploy', 'nginx', 'ci-job-telemetry-auth.conf');
 const OTLP_BODY = JSON.stringify({ resourceSpans: [] });
@@ -120,7 +120,7 @@ describe('nginx auth_request in front of an OTLP endpoint', () => {
   const exportThroughNginx = (headers: Record<string, string>) =>
     fetch(`${nginx.url}/v1/traces`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: OTLP_BODY });
 
-  it('documents one envsubst command, naming every placeholder and none of nginx own variables, in README too', () => {
+  it('documents one envsubst command, naming every placeholder and none of nginx own variables, in docs/nginx.md too', () => {
     const template = readFileSync(EXAMPLE, 'utf8');
     const { command, variables } = documentedEnvsubst(template);
     const directives = template.replace(/^\s*#.*$/gm, '');
@@ -129,7 +129,7 @@ describe('nginx auth_request in front of an OTLP endpoint', () => {
     const nginxOwn = new Set([...directives.matchAll(/\$([a-z_][a-z0-9_]*)/g)].map((match) => match[1]));
     expect(nginxOwn.size).toBeGreaterThan(3);
     expect(variables.filter((name) => nginxOwn.has(name))).toEqual([]);
-    expect(readFileSync(join(__dirname, '..', '..', 'README.md'), 'utf8')).toContain(command);
+    expect(readFileSync(join(__dirname, '..', '..', 'docs', 'nginx.md'), 'utf8')).toContain(command);
   });
 
   it('passes an export with valid tokens to the upstream, without the runner credentials', async () => {

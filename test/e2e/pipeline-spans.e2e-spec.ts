@@ -1,10 +1,10 @@
 import { createHash, createHmac } from 'node:crypto';
 import { BUILD_STAGES, exportJobAsRunner, TracingFeature } from '../../demo/stock-runner';
-import { jobHook, pipelineHook, WebhookJob, WebhookPipeline } from '../fixtures/gitlab-webhooks';
+import { Delivered, deliverWebhook as deliver, jobHook, pipelineHook, WebhookJob, WebhookPipeline } from '../../demo/gitlab-webhooks';
 import { jobPayloadRequest } from '../fixtures/job-payload';
 import { pickUpJob } from '../helpers/ci-job';
 import { writeFlagsFile } from '../helpers/flags-file';
-import { Delivered, deliverWebhook as deliver, makeWebhookSecret, WebhookSecret } from '../helpers/gitlab-webhooks';
+import { makeWebhookSecret, WebhookSecret } from '../helpers/gitlab-webhooks';
 import { OtlpSink, ReceivedSpan, startOtlpSink } from '../helpers/otlp-sink';
 import { waitFor } from '../helpers/ports';
 import { RedisServer, startRedis } from '../helpers/redis';

@@ -1,11 +1,11 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { BUILD_STAGES, BuildStage, exportJobAsRunner } from '../../demo/stock-runner';
-import { jobHook, pipelineHook, WebhookJob, WebhookPipeline } from '../fixtures/gitlab-webhooks';
+import { deliverWebhook, jobHook, pipelineHook, WebhookJob, WebhookPipeline } from '../../demo/gitlab-webhooks';
 import { pickUpPipelineJob, PickedUpJob } from '../helpers/ci-pipeline';
 import { ClickHouse, ClickHouseRow, startClickHouse } from '../helpers/clickhouse';
 import { insertOtelTraces, otelTracesRows } from '../helpers/clickhouse-exporter';
-import { deliverWebhook, makeWebhookSecret, WebhookSecret } from '../helpers/gitlab-webhooks';
+import { makeWebhookSecret, WebhookSecret } from '../helpers/gitlab-webhooks';
 import { expandGrafanaQuery } from '../helpers/grafana-query';
 import { OtlpSink, ReceivedSpan, startOtlpSink } from '../helpers/otlp-sink';
 import { waitFor } from '../helpers/ports';

@@ -203,7 +203,7 @@ async function throughFailover(
 
 function expectAUsableFailover(outcome: Awaited<ReturnType<typeof throughFailover>>) {
   const { summary } = outcome;
-  // Printed for the record: the numbers the README's "Scaling out" section quotes.
+  // Printed for the record: the numbers docs/redis.md quotes under "Failover".
   process.stdout.write(`failover: ${JSON.stringify(summary)}\n`);
   expect(outcome.switchedAt).toBeDefined();
   expect(summary.pickupsNot200).toBe(0);

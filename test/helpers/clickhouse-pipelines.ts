@@ -1,8 +1,8 @@
 import { BUILD_STAGES, BuildStage, exportJobAsRunner } from '../../demo/stock-runner';
-import { jobHook, pipelineHook, WebhookJob, WebhookPipeline } from '../fixtures/gitlab-webhooks';
+import { deliverWebhook, jobHook, pipelineHook, WebhookJob, WebhookPipeline } from '../../demo/gitlab-webhooks';
 import { pickUpPipelineJob, PickedUpJob } from './ci-pipeline';
 import { OtelTracesRow, otelTracesRows } from './clickhouse-exporter';
-import { deliverWebhook, WebhookSecret } from './gitlab-webhooks';
+import { WebhookSecret } from './gitlab-webhooks';
 import type { OtlpSink } from './otlp-sink';
 import { waitFor } from './ports';
 import type { ServiceProcess } from './service';

@@ -4,7 +4,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { RedisConnectionSettings } from '../../src/grants/redis-connection';
+import { RedisConnectionSettings } from '../../src/store/redis-connection';
 import { freePort, waitFor } from './ports';
 
 /*

@@ -12,7 +12,7 @@ import { expectMatchesOpenApi } from '../helpers/openapi';
 import { freePort } from '../helpers/ports';
 import { RedisServer, startRedis } from '../helpers/redis';
 import { InProcessService, startInProcess } from '../helpers/service';
-import { readTracingAsRunner } from '../helpers/stock-runner';
+import { readTracingAsRunner } from '../../demo/runner-tracing';
 
 const PATH = '/internal/ci/telemetry/job_payload';
 

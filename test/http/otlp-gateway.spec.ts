@@ -2,10 +2,10 @@ import { JsonTraceSerializer } from '@opentelemetry/otlp-transformer';
 import type { FastifyInstance } from 'fastify';
 import { gzipSync } from 'node:zlib';
 import pino from 'pino';
-import { Registry } from 'prom-client';
+import { MetricsService } from '../../src/observability/metrics.service';
 import { loadConfig } from '../../src/config/app-config';
-import { StoreUnavailableError } from '../../src/grants/grant';
-import { MemoryGrantStore } from '../../src/grants/memory-grant-store';
+import { MemoryLimitStore } from '../../src/limits/memory-limit-store';
+import { StoreUnavailableError } from '../../src/store/store-unavailable-error';
 import { GatewayMetrics } from '../../src/otlp-gateway/gateway-metrics';
 import { buildGatewayServer } from '../../src/otlp-gateway/otlp-gateway.server';
 import { UpstreamAnswer, UpstreamFailure } from '../../src/collector/otlp-upstream';
@@ -34,7 +34,7 @@ class FakeCollector {
 }
 
 /** A store that refuses everything, as Redis does while it is down. */
-class UnreachableStore extends MemoryGrantStore {
+class UnreachableStore extends MemoryLimitStore {
   override async takeWindowBlock(): Promise<never> {
     throw new StoreUnavailableError('connection refused');
   }
@@ -61,12 +61,12 @@ interface ResourceSpans {
 describe('OTLP gateway in process (SPEC §6)', () => {
   let gateway: FastifyInstance;
   let collector: FakeCollector;
-  let store: MemoryGrantStore;
+  let store: MemoryLimitStore;
 
-  async function start(options: { store?: MemoryGrantStore; env?: Record<string, string> } = {}) {
+  async function start(options: { store?: MemoryLimitStore; env?: Record<string, string> } = {}) {
     const config = loadConfig({ SPANS_PER_JOB: '3', ...options.env });
-    const metrics = new GatewayMetrics(new Registry());
-    store = options.store ?? new MemoryGrantStore();
+    const metrics = new GatewayMetrics(new MetricsService());
+    store = options.store ?? new MemoryLimitStore();
     collector = new FakeCollector();
     gateway = buildGatewayServer({
       config,

@@ -1,5 +1,7 @@
-import { JobSpanLedger, LedgerObserver, WindowLedger } from './lease-ledger';
-import { MemoryGrantStore } from './memory-grant-store';
+import { LedgerObserver } from './block-lease';
+import { JobSpanLedger } from './job-span-ledger';
+import { MemoryLimitStore } from './memory-limit-store';
+import { WindowLedger } from './window-ledger';
 
 /** A clock the test moves by hand: leases and windows run out exactly when the test says. */
 class Clock {
@@ -23,7 +25,7 @@ const HOUR = 3_600_000;
 
 describe('the lease ledger (issue 21): limits shared by replicas, spent locally', () => {
   let clock: Clock;
-  let store: MemoryGrantStore;
+  let store: MemoryLimitStore;
   const ledgers: Array<WindowLedger | JobSpanLedger> = [];
   const windowLedger = (calls?: StoreCalls) => {
     const ledger = new WindowLedger(store, { clock, observer: calls, idleMs: 10_000 });
@@ -38,7 +40,7 @@ describe('the lease ledger (issue 21): limits shared by replicas, spent locally'
 
   beforeEach(() => {
     clock = new Clock();
-    store = new MemoryGrantStore(clock.now);
+    store = new MemoryLimitStore(clock.now);
   });
   afterEach(async () => {
     for (const ledger of ledgers.splice(0)) await ledger.close();

@@ -1,7 +1,6 @@
 /**
  * What the store keeps for the control-plane spans (SPEC §10): which jobs and pipelines the decorator
- * enabled, and the outbox of spans still to be delivered to the collector. Owned here, beside the
- * grant, because the same store (memory, Redis single, Sentinel or Cluster) keeps both.
+ * enabled, and the outbox of spans still to be delivered to the collector.
  */
 
 /** A job the decorator enabled, as known at its pickup. */
@@ -112,8 +111,8 @@ export interface PipelineStoryStore {
 }
 
 /**
- * The store's part of SPEC §10. Implemented by every grant store. A traced job is written with its grant
- * (`GrantStore.saveGrant`), in the same step, and lives as long as the grant (at least MIN_TRACED_MEMORY_MS).
+ * The store's part of SPEC §10. A traced job is written with its grant (`GrantStore.saveGrant`), in the
+ * same step, and lives as long as the grant (at least MIN_TRACED_MEMORY_MS); this port reads it.
  */
 export interface TracedWorkStore extends PipelineStoryStore {
   /** Remembers pipelines, each for its `ttlMs`; a pipeline's memory is only ever lengthened, whatever order its jobs' pickups come in. */

@@ -1,0 +1,50 @@
+import type { FastifyInstance } from 'fastify';
+import { DecoratedJobPayload } from './job-payload-decoration';
+import { JobPayload } from './job-payload-request';
+import { JsonTooDeepError, MAX_JSON_DEPTH, PayloadLayout, payloadJson, scanRequestText } from './job-payload-text';
+
+/** What the route's JSON parser hands the handler: the parsed body, and its text for the answer to reuse. */
+export interface JobPayloadBody {
+  readonly json: unknown;
+  readonly text: string;
+  readonly payloadLayout?: PayloadLayout;
+}
+
+/**
+ * Makes `scope` (a Fastify context of the decorator's own) take JSON bodies only, as JobPayloadBody: read
+ * against BODY_LIMIT_BYTES, refused with a 400 when nested beyond any job payload (not a stack overflow
+ * later), checked for prototype poisoning as on every other JSON route.
+ */
+export function useJobPayloadParser(scope: FastifyInstance): void {
+  const { onProtoPoisoning, onConstructorPoisoning } = scope.initialConfig;
+  const parseJson = scope.getDefaultJsonParser(onProtoPoisoning ?? 'error', onConstructorPoisoning ?? 'error');
+  // JSON only: Fastify's default text/plain parser would hand the handler a string, answered as a
+  // payload missing every field ("runner is required") instead of as the wrong media type.
+  scope.removeAllContentTypeParsers();
+  scope.addContentTypeParser('*', (request, _body, done) => done(new UnsupportedMediaTypeError(request.headers['content-type']), undefined));
+  scope.addContentTypeParser<string>('application/json', { parseAs: 'string' }, (request, text, done) => {
+    const scanned = scanRequestText(text, MAX_JSON_DEPTH);
+    if (scanned.tooDeep) return done(new JsonTooDeepError(MAX_JSON_DEPTH), undefined);
+    parseJson(request, text, (error, json) => {
+      if (error !== null) done(error, undefined);
+      else done(null, { json, text, payloadLayout: scanned.payload } satisfies JobPayloadBody);
+    });
+  });
+}
+
+/** The decorator's answer, the payload written back from the request's own text where it did not change. */
+export function decoratedAnswer(body: JobPayloadBody, sent: JobPayload, { payload, telemetry }: DecoratedJobPayload): string {
+  const payloadText = body.payloadLayout === undefined ? JSON.stringify(payload) : payloadJson(body.text, body.payloadLayout, sent, payload);
+  return `{"payload":${payloadText},"telemetry":${JSON.stringify(telemetry)}}`;
+}
+
+/** 415 through the internal API's error shape (AllExceptionsFilter reads `statusCode`), naming what was sent. */
+class UnsupportedMediaTypeError extends Error {
+  readonly statusCode = 415;
+
+  constructor(contentType: string | undefined) {
+    const sent = contentType === undefined || contentType === '' ? 'none' : contentType.slice(0, 100);
+    super(`content-type must be application/json (got ${sent})`);
+    this.name = 'UnsupportedMediaTypeError';
+  }
+}

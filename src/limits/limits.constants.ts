@@ -1,0 +1,1 @@
+export const LIMIT_STORE = Symbol('LIMIT_STORE');

@@ -1,0 +1,36 @@
+/*
+ * Every key the store writes, for every port. The names are what running installs already hold: a new
+ * release reads them as they are, so a name here never changes.
+ *
+ * Redis Cluster runs a multi-key command (MULTI, MGET, a script) only when all its keys hash to one slot,
+ * and only the part between the first `{` and `}` is hashed. So every key of one operation carries the
+ * same hash tag: a job's grant and revocation, its span quota, span rate and span leases, and its traced
+ * job share `{job:<id>}` (a pickup writes the grant and the traced job in one script). The job-token index
+ * is looked up by digest alone, before the job is known, so it lives in its own slot and is written beside
+ * the grant, never in the same script. Rate windows are one key each, tagged by their own name so they
+ * spread over the cluster.
+ */
+export const GRANT_KEY = (jobId: number) => `cjt:{job:${jobId}}:grant`;
+export const REVOKED_KEY = (jobId: number) => `cjt:{job:${jobId}}:revoked`;
+export const JOB_TOKEN_KEY = (digest: string) => `cjt:{jobtoken:${digest}}`;
+
+export const JOB_SPANS_KEY = (jobId: number) => `cjt:{job:${jobId}}:spans`;
+export const JOB_SPAN_RATE_KEY = (jobId: number) => `cjt:{job:${jobId}}:span-rate`;
+export const JOB_SPAN_LEASES_KEY = (jobId: number) => `cjt:{job:${jobId}}:span-leases`;
+export const RATE_KEY = (key: string) => `cjt:{rate:${key}}`;
+
+/*
+ * SPEC §10. A traced pipeline sits in its own slot. The outbox is one slot, `{outbox}`, so that enqueueing
+ * (dedup marker, entry, due time) is one atomic script on a cluster too: it holds a few spans per job, not
+ * the export traffic, so one slot carries it.
+ */
+export const TRACED_JOB_KEY = (jobId: number) => `cjt:{job:${jobId}}:traced`;
+export const TRACED_PIPELINE_KEY = (pipelineId: number) => `cjt:{pipeline:${pipelineId}}:traced`;
+/** SPEC §10's final story: the highest version of a pipeline's span emitted, and its jobs' runner ends. */
+export const PIPELINE_SPAN_VERSION_KEY = (pipelineId: number) => `cjt:{pipeline:${pipelineId}}:span-version`;
+export const RUNNER_JOB_ENDS_KEY = (pipelineId: number) => `cjt:{pipeline:${pipelineId}}:runner-job-ends`;
+export const OUTBOX_DUE_KEY = 'cjt:{outbox}:due';
+export const OUTBOX_ENQUEUED_KEY = 'cjt:{outbox}:enqueued';
+export const OUTBOX_SPANS_KEY = 'cjt:{outbox}:spans';
+export const OUTBOX_ATTEMPTS_KEY = 'cjt:{outbox}:attempts';
+export const OUTBOX_SEEN_KEY = (spanId: string) => `cjt:{outbox}:seen:${spanId}`;

@@ -1,0 +1,68 @@
+import { connectRedis, pingRedis, RedisClient, RedisConnectionEvents, RedisConnectionSettings } from './redis-connection';
+import { StoreUnavailableError } from './store-unavailable-error';
+
+/**
+ * The one Redis connection every port's Redis implementation shares (grants, limits, traced work): one
+ * auto-pipelining connection carries all their commands of an event-loop turn in one write. Each port
+ * defines its own scripts on `client`.
+ */
+export class RedisStore {
+  constructor(
+    readonly client: RedisClient,
+    private readonly durability: { readonly waitReplicas: number; readonly waitTimeoutMs: number } = { waitReplicas: 0, waitTimeoutMs: 0 },
+  ) {}
+
+  /**
+   * Connects, waiting at most `startWaitMs` for the first connection so the first pickups after a
+   * start find Redis ready. Redis being down is not fatal: the service starts, reports not ready,
+   * answers `degraded`, and ioredis keeps reconnecting.
+   */
+  static async open(settings: RedisConnectionSettings, events?: RedisConnectionEvents, startWaitMs = 2000): Promise<RedisStore> {
+    const client = connectRedis(settings, events);
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, startWaitMs);
+      client.once('ready', () => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
+    return new RedisStore(client, { waitReplicas: settings.waitReplicas ?? 0, waitTimeoutMs: settings.commandTimeoutMs });
+  }
+
+  /** Runs store commands; any failure is a StoreUnavailableError. */
+  async guard<T>(operation: () => Promise<T>): Promise<T> {
+    try {
+      return await operation();
+    } catch (error) {
+      // ioredis refuses a command while disconnected with "Stream isn't writeable and enableOfflineQueue
+      // options is false", which says nothing to whoever reads it in a log.
+      throw new StoreUnavailableError(this.client.status === 'ready' ? error : new Error(`not connected (${this.client.status})`, { cause: error }));
+    }
+  }
+
+  /**
+   * With REDIS_WAIT_REPLICAS, resolves once that many replicas have every write this connection made
+   * so far (Redis WAIT), including the write just acknowledged; a write they did not confirm within the
+   * command timeout counts as not stored (SPEC §7, failover). The key only routes WAIT to the primary
+   * that took the write, on a cluster.
+   */
+  async replicated(routingKey: string): Promise<void> {
+    const { waitReplicas, waitTimeoutMs } = this.durability;
+    if (waitReplicas === 0) return;
+    const results = await this.client.pipeline().exists(routingKey).wait(waitReplicas, waitTimeoutMs).exec();
+    const [error, acknowledged] = results?.[1] ?? [new Error('no answer to WAIT'), 0];
+    if (error !== null) throw error;
+    if (Number(acknowledged) < waitReplicas) {
+      throw new Error(`write reached ${Number(acknowledged)} of ${waitReplicas} replicas within ${waitTimeoutMs} ms`);
+    }
+  }
+
+  /** Resolves when the store can take writes; rejects with StoreUnavailableError otherwise. */
+  async ping(): Promise<void> {
+    await this.guard(() => pingRedis(this.client));
+  }
+
+  async close(): Promise<void> {
+    this.client.disconnect();
+  }
+}

@@ -1,0 +1,1 @@
+export const STORE_BACKEND = Symbol('STORE_BACKEND');

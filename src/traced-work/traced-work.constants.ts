@@ -1,0 +1,1 @@
+export const TRACED_WORK_STORE = Symbol('TRACED_WORK_STORE');

@@ -1,0 +1,197 @@
+import Redis from 'ioredis';
+import { RedisGrantStore } from '../../src/grants/redis-grant-store';
+import { RedisLimitStore } from '../../src/limits/redis-limit-store';
+import { RedisConnectionSettings } from '../../src/store/redis-connection';
+import { RedisStore } from '../../src/store/redis-store';
+import { StoreUnavailableError } from '../../src/store/store-unavailable-error';
+import { RedisTracedWorkStore } from '../../src/traced-work/redis-traced-work-store';
+import { testGrant } from '../helpers/grants';
+import { RedisServer, startRedis } from '../helpers/redis';
+import { RedisDeployment, SentinelDeployment, startRedisCluster, startSentinelRedis, startSingleRedis } from '../helpers/redis-topologies';
+import { behavesAsAGrantStore } from '../suites/grant-store.suite';
+import { behavesAsALimitStore } from '../suites/limit-store.suite';
+import { StoreWorld, redisWorld, testTracedJob } from '../suites/store-world';
+import { behavesAsATracedWorkStore } from '../suites/traced-work-store.suite';
+
+/*
+ * The store's ports on real Redis (SPEC §7): every behavioural suite on one server, then on each deployment
+ * operators scale out to. The memory stores run the same suites as unit specs, beside them in src/.
+ */
+
+const grant = testGrant;
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/**
+ * How long a test's store may take to become ready. `open` goes on without Redis after its default 2 s, as the
+ * service must; a TLS cluster of six nodes, with other suites busy on both cores, took longer than that in CI,
+ * and the test's first command then met "Cluster isn't ready". The suites are about a ready store, so they wait.
+ */
+const READY_WAIT_MS = 20_000;
+const openReady = (settings: RedisConnectionSettings) => RedisStore.open(settings, undefined, READY_WAIT_MS);
+
+function behavesAsAStore(world: StoreWorld) {
+  behavesAsAGrantStore(world);
+  behavesAsALimitStore(world);
+  behavesAsATracedWorkStore(world);
+}
+
+let redis: RedisServer;
+beforeAll(async () => (redis = await startRedis()));
+afterAll(() => redis.stop());
+const singleServer = (url: string): RedisConnectionSettings => ({ topology: { mode: 'single', url }, commandTimeoutMs: 500 });
+
+behavesAsAStore(
+  redisWorld('Redis', async () => {
+    await redis.flush();
+    return openReady(singleServer(redis.url));
+  }),
+);
+
+describe('Redis store key layout', () => {
+  let store: RedisStore;
+  beforeEach(async () => {
+    await redis.flush();
+    store = await openReady(singleServer(redis.url));
+  });
+  afterEach(() => store.close());
+
+  it("keeps a job's span counters and leases in one hash slot, so the script runs on Redis Cluster", async () => {
+    await new RedisLimitStore(store).leaseSpans(4242, {
+      leaseId: 'a',
+      spent: 0,
+      quotaWanted: 1,
+      rateWanted: 1,
+      limits: { perJob: 10, perSecond: 10 },
+      quotaTtlMs: 60_000,
+      leaseMs: 60_000,
+    });
+    const client = new Redis(redis.url);
+    const keys = await client.keys('*').finally(() => client.disconnect());
+    const tags = keys.filter((key) => key.includes('4242')).map((key) => /\{([^}]*)\}/.exec(key)?.[1]);
+    expect(tags).toHaveLength(3);
+    expect(new Set(tags)).toEqual(new Set(['job:4242']));
+  });
+
+  it('reads the records a running install already holds, under the key names it wrote them with', async () => {
+    const { expiresAt, ...fields } = grant({ jobId: 4343, jobTokenDigest: '9'.repeat(64) });
+    const client = new Redis(redis.url);
+    try {
+      await client.set('cjt:{job:4343}:grant', JSON.stringify({ ...fields, expiresAt }), 'PX', 60_000);
+      await client.set('cjt:{job:4343}:revoked', String(expiresAt - 1000), 'PX', 60_000);
+      await client.set(`cjt:{jobtoken:${'9'.repeat(64)}}`, '4343', 'PX', 60_000);
+      await client.set('cjt:{job:4343}:traced', JSON.stringify(testTracedJob({ jobId: 4343 })), 'PX', 60_000);
+      await client.set('cjt:{rate:runner:43}', '5', 'PX', 60_000);
+      await client.set('cjt:{job:4343}:spans', '7', 'PX', 60_000);
+    } finally {
+      client.disconnect();
+    }
+    const grants = new RedisGrantStore(store);
+    expect(await grants.findGrant(4343)).toEqual({ ...fields, expiresAt, revokedAt: expiresAt - 1000 });
+    expect((await grants.findGrantByJobTokenDigest('9'.repeat(64)))?.jobId).toBe(4343);
+    expect(await new RedisTracedWorkStore(store).findTracedJob(4343)).toEqual(testTracedJob({ jobId: 4343 }));
+    const limits = new RedisLimitStore(store);
+    expect((await limits.takeWindowBlock('runner:43', 10, 10, 60_000)).granted).toBe(5);
+    const lease = { leaseId: 'a', spent: 0, quotaWanted: 10, rateWanted: 0, limits: { perJob: 10, perSecond: 10 }, quotaTtlMs: 60_000, leaseMs: 60_000 };
+    expect((await limits.leaseSpans(4343, lease)).quotaGranted).toBe(3);
+  });
+});
+
+function onDeployment<D extends RedisDeployment>(name: string, start: () => Promise<D>, waitReplicas: number, more?: (deployment: () => D) => void) {
+  describe(name, () => {
+    let deployment: D;
+    beforeAll(async () => (deployment = await start()), 60_000);
+    afterAll(() => deployment?.stop());
+
+    // With replicas, every grant write here also waits for one (REDIS_WAIT_REPLICAS=1), so that
+    // path, one pipeline to the slot's primary, is exercised in each mode that has replicas.
+    behavesAsAStore(
+      redisWorld(`Redis (${name})`, async () => {
+        await deployment.flush();
+        return openReady({ ...deployment.settings(500), waitReplicas });
+      }),
+    );
+
+    it('answers a ping', async () => {
+      const store = await openReady(deployment.settings(500));
+      try {
+        await expect(store.ping()).resolves.toBeUndefined();
+      } finally {
+        await store.close();
+      }
+    });
+
+    it('is refused without its credentials, reported as unavailable', async () => {
+      const { password: _password, ...withoutPassword } = deployment.settings(500);
+      const store = await RedisStore.open(withoutPassword, undefined, 1000);
+      try {
+        await expect(store.ping()).rejects.toBeInstanceOf(StoreUnavailableError);
+      } finally {
+        await store.close();
+      }
+    });
+
+    more?.(() => deployment);
+  });
+}
+
+onDeployment('one server, TLS and ACL user', () => startSingleRedis({ tls: true }), 0);
+onDeployment(
+  'Sentinel: primary, replica, three sentinels, TLS and ACL user',
+  () => startSentinelRedis({ tls: true }),
+  1,
+  (deployment) => {
+    it('with REDIS_WAIT_REPLICAS, counts a grant write as done only once the replica has it', async () => {
+      const sentinel: SentinelDeployment = deployment();
+      const redis = await openReady({ ...sentinel.settings(300), waitReplicas: 1 });
+      const store = new RedisGrantStore(redis);
+      const primary = await sentinel.primaryPort();
+      const replica = sentinel.nodes.find((node) => node.port !== primary)!;
+      try {
+        await store.saveGrant(grant({ jobId: 7001 }));
+        replica.pause();
+        try {
+          await expect(store.saveGrant(grant({ jobId: 7002 }))).rejects.toBeInstanceOf(StoreUnavailableError);
+          await expect(store.revokeGrant(7001, Date.now())).rejects.toBeInstanceOf(StoreUnavailableError);
+        } finally {
+          replica.resume();
+        }
+        await store.saveGrant(grant({ jobId: 7003 }));
+        expect((await store.findGrant(7003))?.jobId).toBe(7003);
+      } finally {
+        await redis.close();
+      }
+    });
+  },
+);
+onDeployment('Cluster: 3 primaries, 3 replicas, TLS and ACL user', () => startRedisCluster({ tls: true }), 1);
+
+describe('Redis store when Redis is gone', () => {
+  it('fails at once with StoreUnavailableError instead of queueing, and recovers when Redis is back', async () => {
+    const connection = await openReady(singleServer(redis.url));
+    const store = new RedisGrantStore(connection);
+    try {
+      await connection.ping();
+      await redis.stop();
+      // A queued command would wait for the reconnect, forever here: the test would time out.
+      await expect(store.saveGrant(grant())).rejects.toBeInstanceOf(StoreUnavailableError);
+      await expect(store.findGrant(1001)).rejects.toBeInstanceOf(StoreUnavailableError);
+      await expect(new RedisLimitStore(connection).takeWindowBlock('runner:17', 1, 1, 1000)).rejects.toBeInstanceOf(StoreUnavailableError);
+      await expect(new RedisTracedWorkStore(connection).claimSpans(1, 1000)).rejects.toBeInstanceOf(StoreUnavailableError);
+      await expect(connection.ping()).rejects.toBeInstanceOf(StoreUnavailableError);
+
+      await redis.start();
+      const deadline = Date.now() + 10_000;
+      while (Date.now() < deadline) {
+        try {
+          await store.saveGrant(grant());
+          break;
+        } catch {
+          await sleep(100);
+        }
+      }
+      expect((await store.findGrant(1001))?.jobId).toBe(1001);
+    } finally {
+      await connection.close();
+    }
+  });
+});
