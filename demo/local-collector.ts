@@ -1,12 +1,9 @@
 import { createServer, IncomingMessage, Server, ServerResponse } from 'node:http';
 import { AddressInfo } from 'node:net';
-import { join } from 'node:path';
-import * as protobuf from 'protobufjs';
-import { repoRoot } from './repo-root';
+import { exportRequestType, exportResponseType } from '../src/otlp/otlp-proto';
 
-const root = protobuf.loadSync(join(repoRoot(), 'src', 'otlp-gateway', 'wire', 'proto', 'otlp.proto'));
-const ExportTraceServiceRequest = root.lookupType('otlp.ExportTraceServiceRequest');
-const ExportTraceServiceResponse = root.lookupType('otlp.ExportTraceServiceResponse');
+const ExportTraceServiceRequest = exportRequestType('traces');
+const ExportTraceServiceResponse = exportResponseType('traces');
 
 export type AttributeValue = string | number | boolean;
 

@@ -1,11 +1,10 @@
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import * as protobuf from 'protobufjs';
+import { exportRequestType } from '../otlp/otlp-proto';
 import { LocalCollector } from './local-collector';
 
-const root = protobuf.loadSync(join(__dirname, '..', 'otlp-gateway', 'wire', 'proto', 'otlp.proto'));
-const ExportTraceServiceRequest = root.lookupType('otlp.ExportTraceServiceRequest');
+const ExportTraceServiceRequest = exportRequestType('traces');
 
 const TRACE_ID = '5b8efff798038103d269b633813fc60c';
 const SPAN_ID = 'eee19b7ec3c1b174';

@@ -1,49 +1,26 @@
 import { join } from 'node:path';
-import * as protobuf from 'protobufjs';
+import { encodingOf, OTLP_MEDIA_TYPES, OTLP_SIGNALS, OtlpEncoding, OtlpSignal, signalOfPath } from '../otlp/otlp-encoding';
+import { exportRequestType } from '../otlp/otlp-proto';
 import { JsonLinesFile } from './json-lines-file';
 import type { CollectorClient, UpstreamAnswer } from './otlp-upstream';
 
-const SIGNALS = ['traces', 'metrics', 'logs'] as const;
-type Signal = (typeof SIGNALS)[number];
-
-const REQUEST_TYPES: Record<Signal, string> = {
-  traces: 'otlp.ExportTraceServiceRequest',
-  metrics: 'otlp.ExportMetricsServiceRequest',
-  logs: 'otlp.ExportLogsServiceRequest',
-};
+type Signal = OtlpSignal;
 
 /** The OTLP/JSON mapping writes these bytes fields as hex, every other one as base64. */
 const HEX_ID_FIELDS = new Set(['traceId', 'spanId', 'parentSpanId']);
-
-// Beside the compiled file in dist/ too: the build copies the .proto next to the wire code.
-const PROTO = join(__dirname, '..', 'otlp-gateway', 'wire', 'proto', 'otlp.proto');
-
-let requestTypes: Record<Signal, protobuf.Type> | undefined;
-
-function requestType(signal: Signal): protobuf.Type {
-  if (requestTypes === undefined) {
-    const root = protobuf.loadSync(PROTO);
-    requestTypes = {
-      traces: root.lookupType(REQUEST_TYPES.traces),
-      metrics: root.lookupType(REQUEST_TYPES.metrics),
-      logs: root.lookupType(REQUEST_TYPES.logs),
-    };
-  }
-  return requestTypes[signal];
-}
 
 /**
  * One export request as an OTLP/JSON line, the encoding of the Collector's file exporter: camelCase names,
  * trace and span ids in hex, 64-bit integers as decimal strings, enums as numbers.
  */
-export function otlpJsonLine(signal: Signal, contentType: string, body: Buffer): string {
-  if (contentType === 'application/json') {
+export function otlpJsonLine(signal: Signal, encoding: OtlpEncoding, body: Buffer): string {
+  if (encoding === 'json') {
     // A newline can only be whitespace in valid JSON (strings escape theirs), so this keeps the export exact.
     const line = body.toString('utf8').replace(/[\r\n]/g, ' ');
     JSON.parse(line);
     return line;
   }
-  const type = requestType(signal);
+  const type = exportRequestType(signal);
   const request = type.toObject(type.decode(body), { longs: String, enums: Number, bytes: String, defaults: false });
   return JSON.stringify(request, (key, value: unknown) =>
     HEX_ID_FIELDS.has(key) && typeof value === 'string' ? Buffer.from(value, 'base64').toString('hex') : value,
@@ -77,15 +54,15 @@ export class LocalCollector implements CollectorClient {
   }
 
   async send(path: string, contentType: string, body: Buffer): Promise<UpstreamAnswer> {
-    const signal = SIGNALS.find((name) => path === `/v1/${name}`);
+    const signal = signalOfPath(path);
     if (signal === undefined) return answer(404, 'text/plain', `${path} is not an OTLP/HTTP path`);
-    const mediaType = contentType.split(';')[0].trim().toLowerCase();
-    if (mediaType !== 'application/json' && mediaType !== 'application/x-protobuf') return answer(415, 'text/plain', `${mediaType} is not supported`);
+    const encoding = encodingOf(contentType);
+    if (encoding === undefined) return answer(415, 'text/plain', `${contentType} is not supported`);
     let line: string;
     try {
-      line = otlpJsonLine(signal, mediaType, body);
+      line = otlpJsonLine(signal, encoding, body);
     } catch (error) {
-      return answer(400, 'text/plain', `cannot decode the ${mediaType} body: ${(error as Error).message}`);
+      return answer(400, 'text/plain', `cannot decode the ${encoding} body: ${(error as Error).message}`);
     }
     try {
       await this.files[signal].append(line);
@@ -93,7 +70,7 @@ export class LocalCollector implements CollectorClient {
       return answer(503, 'text/plain', `cannot write ${this.files[signal].path}: ${(error as Error).message}`);
     }
     // An empty Export*ServiceResponse: no bytes in protobuf, `{}` in JSON.
-    return answer(200, mediaType, mediaType === 'application/json' ? '{}' : Buffer.alloc(0));
+    return answer(200, OTLP_MEDIA_TYPES[encoding], encoding === 'json' ? '{}' : Buffer.alloc(0));
   }
 
   /** Always there: it is this process. */
@@ -102,6 +79,6 @@ export class LocalCollector implements CollectorClient {
   }
 
   async close(): Promise<void> {
-    await Promise.all(SIGNALS.map((signal) => this.files[signal].close()));
+    await Promise.all(OTLP_SIGNALS.map((signal) => this.files[signal].close()));
   }
 }

@@ -1,5 +1,5 @@
 import { OUTAGE_RETRY_AFTER_SECONDS } from '../observability/retry-after';
-import type { RpcStatus } from './wire/otlp-response';
+import type { RpcStatus } from '../otlp/otlp-response';
 
 /**
  * Every way a gateway request can fail, the framework's own failures included (bad URL, body limit,

@@ -7,7 +7,11 @@ import { GrantStore, StoreUnavailableError } from '../grants/grant';
 import { drainAfterAnswer, drainUnreadBodies } from '../observability/body-drain';
 import { addRequestHooks, REQUEST_ID_HEADER, requestIdOf, rootLoggerForRequests } from '../observability/request-hooks';
 import { frameworkLogger } from '../observability/logger';
-import { OUTAGE_RETRY_AFTER_SECONDS, retryAfterForWindow, upstreamRetryAfter } from '../observability/retry-after';
+import { OUTAGE_RETRY_AFTER_SECONDS, retryAfterForWindow } from '../observability/retry-after';
+import { encodingOf, OTLP_MEDIA_TYPES, OTLP_SIGNALS, OtlpEncoding, OtlpSignal } from '../otlp/otlp-encoding';
+import { decodeExportResponse, encodeExportResponse, encodeRpcStatus, mergePartialSuccess, OtlpPartialSuccess } from '../otlp/otlp-response';
+import { parseRetryAfter } from '../otlp/retry-after';
+import { OtlpPayloadError } from '../otlp/otlp-wire';
 import { DecisionSpan, startDecisionSpan } from '../observability/tracing';
 import { headerCredential, RunnerCredential } from '../runner-auth/runner-credential';
 import { AuthOutcome } from '../runner-auth/auth-outcome';
@@ -16,17 +20,13 @@ import { JobSpanLedger, Receipt, WindowLedger } from '../grants/lease-ledger';
 import { GatewayMetrics } from './gateway-metrics';
 import { GatewayFailure, otlpErrorAnswer } from './otlp-errors';
 import { enforceExport } from './wire/otlp-payload';
-import { EnforcedExport, GatewayGrant, OtlpEncoding, OtlpSignal } from './wire/otlp-types';
-import { decodeExportResponse, encodeExportResponse, encodeRpcStatus, mergePartialSuccess, OtlpPartialSuccess } from './wire/otlp-response';
+import { EnforcedExport, GatewayGrant } from './wire/otlp-types';
 import { OtlpUpstream, UpstreamFailure } from '../collector/otlp-upstream';
-import { OtlpPayloadError } from './wire/otlp-wire';
 import { jobExecutionEnds, jobExecutionEndsOf } from './wire/job-execution-end';
 import type { PipelineSpansService } from '../pipeline-spans/pipeline-spans.service';
 
 const inflate = promisify(gunzip);
 
-const SIGNALS: readonly OtlpSignal[] = ['traces', 'metrics', 'logs'];
-const CONTENT_TYPES: Record<OtlpEncoding, string> = { protobuf: 'application/x-protobuf', json: 'application/json' };
 /** A span quota lives at least this long even for a grant about to end (clock skew between replicas). */
 const MIN_QUOTA_TTL_MS = 60_000;
 
@@ -66,13 +66,6 @@ export interface GatewayDependencies {
   readonly pipelineSpans?: Pick<PipelineSpansService, 'jobSpanToCloseFromRunner' | 'closeJobFromRunner'>;
 }
 
-function encodingOf(contentType: string | undefined): OtlpEncoding | undefined {
-  const mediaType = (contentType ?? '').split(';')[0].trim().toLowerCase();
-  if (mediaType === 'application/x-protobuf') return 'protobuf';
-  if (mediaType === 'application/json') return 'json';
-  return undefined;
-}
-
 /**
  * The runner-facing OTLP/HTTP endpoint (SPEC §6). Plain Fastify routes rather than Nest controllers:
  * every span of every job passes here, and Nest's per-request guard/pipe/interceptor machinery costs
@@ -93,7 +86,7 @@ export function buildGatewayServer(deps: GatewayDependencies): FastifyInstance {
     const answer = otlpErrorAnswer(failure);
     if (answer.retryAfterSeconds !== undefined) void reply.header('retry-after', String(answer.retryAfterSeconds));
     const body = Buffer.isBuffer(answer.status) ? answer.status : encodeRpcStatus(encoding, answer.status);
-    return reply.status(answer.httpStatus).header('content-type', CONTENT_TYPES[encoding]).send(body);
+    return reply.status(answer.httpStatus).header('content-type', OTLP_MEDIA_TYPES[encoding]).send(body);
   };
   const failureOf = (error: unknown): GatewayFailure => {
     if (error instanceof GatewayError) return error.failure;
@@ -193,12 +186,12 @@ export function buildGatewayServer(deps: GatewayDependencies): FastifyInstance {
     }
   };
 
-  for (const signal of SIGNALS) {
+  for (const signal of OTLP_SIGNALS) {
     const handler = async (request: FastifyRequest, reply: FastifyReply) => {
       const encoding = request.exportEncoding!;
       try {
         const answer = await exportItems(deps, ledgers, signal, encoding, request.exportBody!, request.exportGrant!);
-        void reply.status(200).header('content-type', CONTENT_TYPES[encoding]);
+        void reply.status(200).header('content-type', OTLP_MEDIA_TYPES[encoding]);
         return answer;
       } catch (error) {
         return sendFailure(request, reply, failureOf(error));
@@ -436,7 +429,7 @@ async function forward(deps: GatewayDependencies, signal: OtlpSignal, encoding: 
   const stopTimer = (outcome: string) => metrics.upstreamAnswered(signal, outcome, (performance.now() - started) / 1000);
   let answer;
   try {
-    answer = await upstream.send(`/v1/${signal}`, CONTENT_TYPES[encoding], body);
+    answer = await upstream.send(`/v1/${signal}`, OTLP_MEDIA_TYPES[encoding], body);
   } catch (error) {
     if (!(error instanceof UpstreamFailure)) throw error;
     stopTimer(error.kind);
@@ -444,7 +437,7 @@ async function forward(deps: GatewayDependencies, signal: OtlpSignal, encoding: 
   }
   stopTimer(String(answer.status));
   metrics.forwarded(signal, body.length);
-  const retryAfterSeconds = upstreamRetryAfter(answer.retryAfter);
+  const retryAfterSeconds = parseRetryAfter(answer.retryAfter);
   if (answer.status >= 400 && answer.status < 500) {
     // The collector's own Status goes on as it came when the client can read it (same encoding).
     const statusBody = answer.body.length > 0 && encodingOf(answer.contentType) === encoding ? answer.body : undefined;

@@ -1,8 +1,6 @@
 import { createServer, IncomingMessage, Server, ServerResponse } from 'node:http';
 import { Socket } from 'node:net';
-import { join } from 'node:path';
-import * as protobuf from 'protobufjs';
-import { repoRoot } from '../../demo/repo-root';
+import { exportRequestType, exportResponseType, rpcStatusType } from '../../src/otlp/otlp-proto';
 import { freePort } from './ports';
 
 /**
@@ -10,12 +8,10 @@ import { freePort } from './ports';
  * OTLP schema, or JSON) and answers as the test says. No Collector binary can be fetched here;
  * what this proves is what reached the collector, byte for byte decoded independently of the gateway.
  */
-// From the clone's root, so the helper also runs from a bench's build output.
-const root = protobuf.loadSync(join(repoRoot(), 'src', 'otlp-gateway', 'wire', 'proto', 'otlp.proto'));
 const REQUEST_TYPES = {
-  traces: root.lookupType('otlp.ExportTraceServiceRequest'),
-  metrics: root.lookupType('otlp.ExportMetricsServiceRequest'),
-  logs: root.lookupType('otlp.ExportLogsServiceRequest'),
+  traces: exportRequestType('traces'),
+  metrics: exportRequestType('metrics'),
+  logs: exportRequestType('logs'),
 };
 
 export type AttributeValue = string | number | boolean | undefined;
@@ -183,7 +179,7 @@ export async function startOtlpSink(): Promise<OtlpSink> {
         const httpStatus = typeof answer === 'number' ? answer : answer.status;
         // As a collector does: a google.rpc.Status in the request's encoding.
         const status = { code: httpStatus >= 500 ? 14 : 3, message: `sink answers ${httpStatus}` };
-        const type = root.lookupType('otlp.RpcStatus');
+        const type = rpcStatusType();
         const body = contentType.startsWith('application/json') ? JSON.stringify(status) : Buffer.from(type.encode(type.fromObject(status)).finish());
         const headers = typeof answer === 'number' ? {} : { 'retry-after': answer.retryAfter };
         response.writeHead(httpStatus, { 'content-type': contentType, ...headers }).end(body);
@@ -195,7 +191,7 @@ export async function startOtlpSink(): Promise<OtlpSink> {
         const body = partial ? { partialSuccess: { rejectedSpans: String(partial.rejectedSpans), errorMessage: partial.errorMessage } } : {};
         response.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(body));
       } else {
-        const type = root.lookupType('otlp.ExportTraceServiceResponse');
+        const type = exportResponseType('traces');
         const body = partial
           ? type.encode(type.fromObject({ partialSuccess: { rejectedSpans: partial.rejectedSpans, errorMessage: partial.errorMessage } })).finish()
           : new Uint8Array();
