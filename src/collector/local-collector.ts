@@ -1,8 +1,8 @@
 import { join } from 'node:path';
-import { encodingOf, OTLP_MEDIA_TYPES, OTLP_SIGNALS, OtlpEncoding, OtlpSignal, signalOfPath } from '../otlp/otlp-encoding';
+import { OTLP_MEDIA_TYPES, OTLP_SIGNALS, OtlpEncoding, OtlpSignal } from '../otlp/otlp-encoding';
 import { exportRequestType } from '../otlp/otlp-proto';
 import { JsonLinesFile } from './json-lines-file';
-import type { CollectorClient, UpstreamAnswer } from './otlp-upstream';
+import { CollectorAnswer, CollectorClient, exportResult, ExportResult } from './collector-client';
 
 type Signal = OtlpSignal;
 
@@ -27,7 +27,7 @@ export function otlpJsonLine(signal: Signal, encoding: OtlpEncoding, body: Buffe
   );
 }
 
-const answer = (status: number, contentType: string | undefined, body: string | Buffer = Buffer.alloc(0)): UpstreamAnswer => ({
+const answer = (status: number, contentType: string | undefined, body: string | Buffer = Buffer.alloc(0)): CollectorAnswer => ({
   status,
   contentType,
   retryAfter: undefined,
@@ -53,11 +53,11 @@ export class LocalCollector implements CollectorClient {
     this.files = { traces: file('traces'), metrics: file('metrics'), logs: file('logs') };
   }
 
-  async send(path: string, contentType: string, body: Buffer): Promise<UpstreamAnswer> {
-    const signal = signalOfPath(path);
-    if (signal === undefined) return answer(404, 'text/plain', `${path} is not an OTLP/HTTP path`);
-    const encoding = encodingOf(contentType);
-    if (encoding === undefined) return answer(415, 'text/plain', `${contentType} is not supported`);
+  async export(signal: Signal, encoding: OtlpEncoding, body: Buffer): Promise<ExportResult> {
+    return exportResult(signal, encoding, await this.receive(signal, encoding, body));
+  }
+
+  private async receive(signal: Signal, encoding: OtlpEncoding, body: Buffer): Promise<CollectorAnswer> {
     let line: string;
     try {
       line = otlpJsonLine(signal, encoding, body);

@@ -22,8 +22,8 @@ import { buildGatewayServer } from './otlp-gateway.server';
 import { CollectorModule } from '../collector/collector.module';
 import { PipelineSpansModule } from '../pipeline-spans/pipeline-spans.module';
 import { PipelineSpansService } from '../pipeline-spans/pipeline-spans.service';
-import { OTLP_UPSTREAM } from '../collector/collector.constants';
-import type { CollectorClient } from '../collector/otlp-upstream';
+import { COLLECTOR_CLIENT } from '../collector/collector.constants';
+import type { CollectorClient } from '../collector/collector-client';
 
 /** The gateway's own Fastify server, listening on GATEWAY_PORT; main.ts starts it, Nest closes it. */
 @Injectable()
@@ -35,18 +35,18 @@ export class GatewayServer implements OnModuleDestroy {
     @Inject(APP_LOGGER) logger: Logger,
     @Inject(GRANT_STORE) store: GrantStore,
     @Inject(GATEWAY_AUTHENTICATOR) private readonly authenticator: GatewayAuthenticator,
-    @Inject(OTLP_UPSTREAM) private readonly upstream: CollectorClient,
+    @Inject(COLLECTOR_CLIENT) private readonly collector: CollectorClient,
     metricsService: MetricsService,
     readiness: ReadinessChecks,
     pipelineSpans: PipelineSpansService,
   ) {
     const metrics = new GatewayMetrics(metricsService.registry);
     const decisions = new DecisionCache((credential: RunnerCredential) => authenticator.authenticate(credential), config.GATEWAY_DECISION_CACHE_SIZE, metrics);
-    this.instance = buildGatewayServer({ config, logger, decisions, store, upstream, metrics, pipelineSpans });
+    this.instance = buildGatewayServer({ config, logger, decisions, store, collector, metrics, pipelineSpans });
     // Only a gateway-only process is unready without its collector: in ROLE=all the same readiness
     // gates job pickup, which must not leave rotation because the collector is down (exports get a
     // retryable 502/503 meanwhile).
-    if (config.ROLE === 'gateway') readiness.register('upstream', () => upstream.reachable());
+    if (config.ROLE === 'gateway') readiness.register('upstream', () => collector.reachable());
   }
 
   async listen(port: number, host: string): Promise<string> {
