@@ -1,10 +1,10 @@
 import { Inject, Module, OnApplicationBootstrap, OnApplicationShutdown } from '@nestjs/common';
-import { resolve } from 'node:path';
 import type { Logger } from 'pino';
 import { AppConfig } from '../config/app-config';
 import { APP_CONFIG } from '../config/config.constants';
 import { APP_LOGGER } from '../observability/logger';
 import type { CollectorClient } from './collector-client';
+import { localCollectorDirectory, SIGNAL_FILE_NAMES } from './collector-files';
 import { COLLECTOR_CLIENT } from './collector.constants';
 import { HttpCollectorClient, parseHeaderList } from './http-collector-client';
 import { LocalCollector } from './local-collector';
@@ -21,7 +21,7 @@ import { LocalCollector } from './local-collector';
       inject: [APP_CONFIG],
       useFactory: (config: AppConfig): CollectorClient =>
         config.OTLP_UPSTREAM_URL === undefined
-          ? new LocalCollector(resolve(config.DATA_DIR, 'otlp'), config.LOCAL_COLLECTOR_MAX_BYTES)
+          ? new LocalCollector(localCollectorDirectory(config.DATA_DIR), config.LOCAL_COLLECTOR_MAX_BYTES)
           : new HttpCollectorClient(config.OTLP_UPSTREAM_URL, parseHeaderList(config.OTLP_UPSTREAM_HEADERS), config.OTLP_UPSTREAM_TIMEOUT_MS),
     },
   ],
@@ -37,7 +37,7 @@ export class CollectorModule implements OnApplicationBootstrap, OnApplicationShu
     if (this.collector instanceof LocalCollector) {
       this.logger.info(
         { directory: this.collector.directory, maxBytesPerFile: this.collector.maxBytesPerFile },
-        `no OTLP_UPSTREAM_URL: exports are kept in ${this.collector.directory} (traces.jsonl, metrics.jsonl, logs.jsonl); npm run -s trace prints the latest trace`,
+        `no OTLP_UPSTREAM_URL: exports are kept in ${this.collector.directory} (${SIGNAL_FILE_NAMES}); npm run -s trace prints the latest trace`,
       );
     }
   }

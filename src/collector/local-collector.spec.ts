@@ -2,6 +2,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { exportRequestType } from '../otlp/otlp-proto';
+import { previousFile, signalFile } from './collector-files';
 import { LocalCollector } from './local-collector';
 
 const ExportTraceServiceRequest = exportRequestType('traces');
@@ -59,7 +60,7 @@ describe('LocalCollector (the embedded default collector)', () => {
     await collector.close();
 
     expect(answer).toEqual({ kind: 'accepted', status: 200, partialSuccess: undefined });
-    const [line, ...more] = lines(join(dir, 'otlp', 'traces.jsonl'));
+    const [line, ...more] = lines(signalFile(join(dir, 'otlp'), 'traces'));
     expect(more).toEqual([]);
     expect(JSON.parse(line)).toEqual({
       resourceSpans: [
@@ -100,11 +101,11 @@ describe('LocalCollector (the embedded default collector)', () => {
 
     expect(answer).toEqual({ kind: 'accepted', status: 200, partialSuccess: undefined });
     expect(logs.kind).toBe('accepted');
-    const metrics = lines(join(dir, 'otlp', 'metrics.jsonl'));
+    const metrics = lines(signalFile(join(dir, 'otlp'), 'metrics'));
     expect(metrics).toHaveLength(1);
     expect(JSON.parse(metrics[0])).toEqual(JSON.parse(body));
-    expect(lines(join(dir, 'otlp', 'logs.jsonl'))).toEqual(['{"resourceLogs":[]}']);
-    expect(existsSync(join(dir, 'otlp', 'traces.jsonl'))).toBe(false);
+    expect(lines(signalFile(join(dir, 'otlp'), 'logs'))).toEqual(['{"resourceLogs":[]}']);
+    expect(existsSync(signalFile(join(dir, 'otlp'), 'traces'))).toBe(false);
   });
 
   it('refuses with 400 a body it cannot decode, as a receiver does, and writes nothing', async () => {
@@ -122,13 +123,13 @@ describe('LocalCollector (the embedded default collector)', () => {
     await collector.close();
 
     expect(answers.map((answer) => answer.kind)).toEqual(exports.map(() => 'accepted'));
-    const current = join(dir, 'otlp', 'traces.jsonl');
-    for (const file of [current, `${current}.1`]) expect(statSync(file).size).toBeLessThanOrEqual(1024);
+    const current = signalFile(join(dir, 'otlp'), 'traces');
+    for (const file of [current, previousFile(current)]) expect(statSync(file).size).toBeLessThanOrEqual(1024);
     // Older files are gone: what is kept is the newest exports, in the order they were sent.
-    const kept = [...lines(`${current}.1`), ...lines(current)];
+    const kept = [...lines(previousFile(current)), ...lines(current)];
     expect(kept.length).toBeGreaterThan(10);
     expect(kept).toEqual(exports.slice(exports.length - kept.length));
-    expect(statSync(`${current}.1`).size + 100).toBeGreaterThan(1024);
+    expect(statSync(previousFile(current)).size + 100).toBeGreaterThan(1024);
   });
 
   it('answers 503 when it cannot write, so the client retries, and writes again once it can', async () => {
@@ -137,12 +138,12 @@ describe('LocalCollector (the embedded default collector)', () => {
     const collector = new LocalCollector(blocked, 1024 * 1024);
     const refused = await collector.export('traces', 'protobuf', protobufExport());
     expect(refused).toMatchObject({ kind: 'retry', happened: 503 });
-    expect(refused.kind === 'retry' && refused.body?.toString()).toContain(join(blocked, 'traces.jsonl'));
+    expect(refused.kind === 'retry' && refused.body?.toString()).toContain(signalFile(blocked, 'traces'));
 
     rmSync(blocked);
     const accepted = await collector.export('traces', 'protobuf', protobufExport());
     await collector.close();
     expect(accepted.kind).toBe('accepted');
-    expect(lines(join(blocked, 'traces.jsonl'))).toHaveLength(1);
+    expect(lines(signalFile(blocked, 'traces'))).toHaveLength(1);
   });
 });

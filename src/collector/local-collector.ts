@@ -1,38 +1,8 @@
-import { join } from 'node:path';
-import { OTLP_MEDIA_TYPES, OTLP_SIGNALS, OtlpEncoding, OtlpSignal } from '../otlp/otlp-encoding';
-import { exportRequestType } from '../otlp/otlp-proto';
+import { OTLP_SIGNALS, OtlpEncoding, OtlpSignal } from '../otlp/otlp-encoding';
+import { exportRequestLine, ReceiverAnswer, receiverResponse } from '../otlp/otlp-receiver';
+import { CollectorClient, exportResult, ExportResult } from './collector-client';
+import { signalFile } from './collector-files';
 import { JsonLinesFile } from './json-lines-file';
-import { CollectorAnswer, CollectorClient, exportResult, ExportResult } from './collector-client';
-
-type Signal = OtlpSignal;
-
-/** The OTLP/JSON mapping writes these bytes fields as hex, every other one as base64. */
-const HEX_ID_FIELDS = new Set(['traceId', 'spanId', 'parentSpanId']);
-
-/**
- * One export request as an OTLP/JSON line, the encoding of the Collector's file exporter: camelCase names,
- * trace and span ids in hex, 64-bit integers as decimal strings, enums as numbers.
- */
-export function otlpJsonLine(signal: Signal, encoding: OtlpEncoding, body: Buffer): string {
-  if (encoding === 'json') {
-    // A newline can only be whitespace in valid JSON (strings escape theirs), so this keeps the export exact.
-    const line = body.toString('utf8').replace(/[\r\n]/g, ' ');
-    JSON.parse(line);
-    return line;
-  }
-  const type = exportRequestType(signal);
-  const request = type.toObject(type.decode(body), { longs: String, enums: Number, bytes: String, defaults: false });
-  return JSON.stringify(request, (key, value: unknown) =>
-    HEX_ID_FIELDS.has(key) && typeof value === 'string' ? Buffer.from(value, 'base64').toString('hex') : value,
-  );
-}
-
-const answer = (status: number, contentType: string | undefined, body: string | Buffer = Buffer.alloc(0)): CollectorAnswer => ({
-  status,
-  contentType,
-  retryAfter: undefined,
-  body: typeof body === 'string' ? Buffer.from(body) : body,
-});
 
 /**
  * The embedded default collector (issue 20): with no OTLP_UPSTREAM_URL, what the gateway and the pipeline
@@ -43,34 +13,35 @@ const answer = (status: number, contentType: string | undefined, body: string | 
  * nothing accepted is lost silently).
  */
 export class LocalCollector implements CollectorClient {
-  private readonly files: Record<Signal, JsonLinesFile>;
+  private readonly files: Record<OtlpSignal, JsonLinesFile>;
 
   constructor(
     readonly directory: string,
     readonly maxBytesPerFile: number,
   ) {
-    const file = (signal: Signal) => new JsonLinesFile(join(directory, `${signal}.jsonl`), maxBytesPerFile);
+    const file = (signal: OtlpSignal) => new JsonLinesFile(signalFile(directory, signal), maxBytesPerFile);
     this.files = { traces: file('traces'), metrics: file('metrics'), logs: file('logs') };
   }
 
-  async export(signal: Signal, encoding: OtlpEncoding, body: Buffer): Promise<ExportResult> {
-    return exportResult(signal, encoding, await this.receive(signal, encoding, body));
+  /** Decided as an answer of the Collector's receiver would be, from the very bytes it would send. */
+  async export(signal: OtlpSignal, encoding: OtlpEncoding, body: Buffer): Promise<ExportResult> {
+    const { status, headers, body: answer } = receiverResponse(signal, encoding, await this.receive(signal, encoding, body));
+    return exportResult(signal, encoding, { status, contentType: headers['content-type'], retryAfter: headers['retry-after'], body: answer });
   }
 
-  private async receive(signal: Signal, encoding: OtlpEncoding, body: Buffer): Promise<CollectorAnswer> {
+  private async receive(signal: OtlpSignal, encoding: OtlpEncoding, body: Buffer): Promise<ReceiverAnswer> {
     let line: string;
     try {
-      line = otlpJsonLine(signal, encoding, body);
+      line = exportRequestLine(signal, encoding, body);
     } catch (error) {
-      return answer(400, 'text/plain', `cannot decode the ${encoding} body: ${(error as Error).message}`);
+      return { kind: 'failed', status: 400, message: `cannot decode the ${encoding} body: ${(error as Error).message}` };
     }
     try {
       await this.files[signal].append(line);
     } catch (error) {
-      return answer(503, 'text/plain', `cannot write ${this.files[signal].path}: ${(error as Error).message}`);
+      return { kind: 'failed', status: 503, message: `cannot write ${this.files[signal].path}: ${(error as Error).message}` };
     }
-    // An empty Export*ServiceResponse: no bytes in protobuf, `{}` in JSON.
-    return answer(200, OTLP_MEDIA_TYPES[encoding], encoding === 'json' ? '{}' : Buffer.alloc(0));
+    return { kind: 'accepted' };
   }
 
   /** Always there: it is this process. */
