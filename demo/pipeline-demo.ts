@@ -9,7 +9,7 @@ import { deliverWebhook } from '../test/helpers/gitlab-webhooks';
 import { startLocalCollector } from './local-collector';
 import { repoRoot } from './repo-root';
 import { BUILD_STAGES, BuildStage, exportJobAsRunner, RunnerJob, TracingFeature } from './stock-runner';
-import { formatDuration, renderWaterfall } from './waterfall';
+import { formatDuration, renderWaterfall } from '../src/cli/waterfall';
 
 const ROOT = repoRoot();
 const PROJECT_ID = 7;
