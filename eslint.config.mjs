@@ -67,22 +67,48 @@ export default tseslint.config(
     ),
   ),
   {
-    // The OTLP wire code is a leaf: no Nest, nothing from above wire/ (it is benchmarked and tested alone).
-    files: ['src/otlp-gateway/wire/**/*.ts'],
-    ignores: ['src/otlp-gateway/wire/**/*.spec.ts'],
+    // src/otlp is the bottom of the house: OTLP itself, no Nest, nothing from src/ (the gateway, the outbox,
+    // the embedded collector, the demo and the tests all build on it).
+    files: ['src/otlp/**/*.ts'],
+    ignores: ['src/otlp/**/*.spec.ts'],
     rules: {
-      'no-restricted-imports': ['error', { patterns: [{ group: ['../*', '@nestjs/*'], message: 'otlp-gateway/wire imports nothing above it' }] }],
+      'no-restricted-imports': ['error', { patterns: [{ regex: '^(\\.\\./|@nestjs/)', message: 'src/otlp imports nothing from src/' }] }],
     },
   },
   {
-    // Its specs may use the shared test helpers, nothing else above wire/.
+    // Its specs may use the shared test helpers, nothing else from src/.
+    files: ['src/otlp/**/*.spec.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        { patterns: [{ regex: '^(\\.\\./(?!\\.\\./test/helpers/)|@nestjs/)', message: 'src/otlp specs import only test helpers from above it' }] },
+      ],
+    },
+  },
+  {
+    // The gateway's export policy over the wire is a leaf too: no Nest, nothing above wire/ but src/otlp
+    // (it is benchmarked and tested alone).
+    files: ['src/otlp-gateway/wire/**/*.ts'],
+    ignores: ['src/otlp-gateway/wire/**/*.spec.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        { patterns: [{ regex: '^(\\.\\./(?!\\.\\./otlp/)|@nestjs/)', message: 'otlp-gateway/wire imports nothing above it but src/otlp' }] },
+      ],
+    },
+  },
+  {
+    // Its specs may use src/otlp and the shared test helpers, nothing else above wire/.
     files: ['src/otlp-gateway/wire/**/*.spec.ts'],
     rules: {
       'no-restricted-imports': [
         'error',
         {
           patterns: [
-            { regex: '^(\\.\\./(?!\\.\\./\\.\\./test/helpers/)|@nestjs/)', message: 'otlp-gateway/wire specs import only test helpers from above it' },
+            {
+              regex: '^(\\.\\./(?!\\.\\./otlp/|\\.\\./\\.\\./test/helpers/)|@nestjs/)',
+              message: 'otlp-gateway/wire specs import only src/otlp and test helpers from above it',
+            },
           ],
         },
       ],

@@ -1,10 +1,8 @@
-import { join } from 'node:path';
-import * as protobuf from 'protobufjs';
+import { otlpProto } from '../../otlp/otlp-proto';
 import { jobExecutionEnds, jobExecutionEndsOf } from './job-execution-end';
 import { enforceExport } from './otlp-payload';
 
-const root = protobuf.loadSync(join(__dirname, 'proto', 'otlp.proto'));
-const Request = root.lookupType('otlp.ExportTraceServiceRequest');
+const Request = otlpProto().lookupType('otlp.ExportTraceServiceRequest');
 
 const JOB_SPAN = '1122334455667788';
 const span = (name: string, parent: string, endNanos: string, status?: string, errorCode?: number) => ({

@@ -1,5 +1,5 @@
-import { OtlpEncoding } from './otlp-types';
-import { WIRE_FIXED64, WIRE_LENGTH_DELIMITED, WireReader } from './otlp-wire';
+import type { OtlpEncoding } from '../../otlp/otlp-encoding';
+import { WIRE_FIXED64, WIRE_LENGTH_DELIMITED, WireReader } from '../../otlp/otlp-wire';
 
 /**
  * How a job ended, as its runner's `job_execution` span says: the span's end and its `ci.job.status`

@@ -24,9 +24,10 @@ import {
   identityAttributes,
   itemIdentityAttributes,
 } from './otlp-identity';
-import { jsonTextBytes } from './otlp-json-size';
-import type { EnforcedExport, GatewayGrant, OtlpSignal, SpanBudget, SpanLimits } from './otlp-types';
-import { OtlpPayloadError } from './otlp-wire';
+import type { OtlpSignal } from '../../otlp/otlp-encoding';
+import { jsonTextBytes } from '../../otlp/otlp-json-size';
+import { OtlpPayloadError } from '../../otlp/otlp-wire';
+import type { EnforcedExport, GatewayGrant, SpanBudget, SpanLimits } from './otlp-types';
 
 type JsonObject = Record<string, unknown>;
 type Spelling = [camel: string, snake: string | undefined];

@@ -1,4 +1,5 @@
-import { EnforcedExport, GatewayGrant, NO_SPAN_LIMITS, OtlpEncoding, OtlpSignal, SpanBudget, SpanLimits } from './otlp-types';
+import type { OtlpEncoding, OtlpSignal } from '../../otlp/otlp-encoding';
+import { EnforcedExport, GatewayGrant, NO_SPAN_LIMITS, SpanBudget, SpanLimits } from './otlp-types';
 import { enforceJsonExport } from './otlp-json-enforcement';
 import { enforceProtobufExport } from './otlp-protobuf-enforcement';
 

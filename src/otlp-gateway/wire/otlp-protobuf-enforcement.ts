@@ -26,7 +26,8 @@ import {
   identityAttributes,
   itemIdentityAttributes,
 } from './otlp-identity';
-import type { EnforcedExport, GatewayGrant, OtlpSignal, SpanBudget, SpanLimits } from './otlp-types';
+import type { OtlpSignal } from '../../otlp/otlp-encoding';
+import type { EnforcedExport, GatewayGrant, SpanBudget, SpanLimits } from './otlp-types';
 import {
   ChunkList,
   WIRE_FIXED32,
@@ -38,7 +39,7 @@ import {
   encodeStringField,
   encodeVarintField,
   lengthDelimitedHeader,
-} from './otlp-wire';
+} from '../../otlp/otlp-wire';
 
 // Export*ServiceRequest.resource_{spans,metrics,logs}
 const REQUEST_RESOURCES = 1;

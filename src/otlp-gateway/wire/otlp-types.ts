@@ -1,6 +1,4 @@
-/** The OTLP wire code's shared types, in one place so the enforcement files and the dispatcher import no one another. */
-export type OtlpSignal = 'traces' | 'metrics' | 'logs';
-export type OtlpEncoding = 'protobuf' | 'json';
+/** The export policy's shared types, in one place so the enforcement files and the dispatcher import no one another. */
 
 /** What the auth decision says the exporting job may write (SPEC §5, §6). */
 export interface GatewayGrant {
