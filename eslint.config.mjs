@@ -80,4 +80,31 @@ export default tseslint.config(
       ],
     },
   },
+  {
+    // The export policy and its walkers: no Nest, only the wire code and src/otlp below them (benchmarked and tested alone).
+    files: ['src/otlp-gateway/export-policy/**/*.ts'],
+    ignores: ['src/otlp-gateway/export-policy/**/*.spec.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        { patterns: [{ regex: '^(\\.\\./(?!wire/|\\.\\./otlp/)|@nestjs/)', message: 'otlp-gateway/export-policy imports only wire/ and src/otlp' }] },
+      ],
+    },
+  },
+  {
+    files: ['src/otlp-gateway/export-policy/**/*.spec.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              regex: '^(\\.\\./(?!wire/|\\.\\./otlp/|\\.\\./\\.\\./test/helpers/)|@nestjs/)',
+              message: 'otlp-gateway/export-policy specs import only wire/, src/otlp and test helpers from above it',
+            },
+          ],
+        },
+      ],
+    },
+  },
 );

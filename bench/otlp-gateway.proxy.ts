@@ -20,7 +20,7 @@ import { GrantStore } from '../src/grants/grant';
 import { JobSpanLedger, WindowLedger } from '../src/grants/lease-ledger';
 import { RedisGrantStore } from '../src/grants/redis-grant-store';
 import { OtlpUpstream } from '../src/collector/otlp-upstream';
-import { enforceExport } from '../src/otlp-gateway/wire/otlp-payload';
+import { enforceExport } from '../src/otlp-gateway/export-policy/enforce-export';
 import type { GatewayGrant } from '../src/otlp-gateway/wire/otlp-types';
 
 const UNLIMITED = 2_000_000_000;

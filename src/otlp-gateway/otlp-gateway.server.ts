@@ -15,12 +15,11 @@ import { DecisionCache } from '../runner-auth/decision-cache';
 import { JobSpanLedger, Receipt, WindowLedger } from '../grants/lease-ledger';
 import { GatewayMetrics } from './gateway-metrics';
 import { GatewayFailure, otlpErrorAnswer } from './otlp-errors';
-import { enforceExport } from './wire/otlp-payload';
+import { enforceExport } from './export-policy/enforce-export';
 import { EnforcedExport, GatewayGrant, OtlpEncoding, OtlpSignal } from './wire/otlp-types';
 import { decodeExportResponse, encodeExportResponse, encodeRpcStatus, mergePartialSuccess, OtlpPartialSuccess } from './wire/otlp-response';
 import { OtlpUpstream, UpstreamFailure } from '../collector/otlp-upstream';
 import { OtlpPayloadError } from './wire/otlp-wire';
-import { jobExecutionEnds, jobExecutionEndsOf } from './wire/job-execution-end';
 import type { PipelineSpansService } from '../pipeline-spans/pipeline-spans.service';
 
 const inflate = promisify(gunzip);
@@ -328,7 +327,7 @@ async function exportItems(
   }
   // Spans the collector itself rejected were not accepted either.
   receipt?.refund(theirs?.rejectedItems ?? 0);
-  if (signal === 'traces') reportJobEnds(deps, encoding, body, enforced, grant.jobId);
+  if (signal === 'traces') reportJobEnds(deps, enforced, grant.jobId);
   return encodeExportResponse(signal, encoding, mergePartialSuccess(ours, theirs));
 }
 
@@ -360,18 +359,13 @@ function countItems(metrics: GatewayMetrics, signal: OtlpSignal, enforced: Enfor
 }
 
 /** The runner's `job_execution` ends in what was forwarded, when they are what closes the job span (not awaited). */
-function reportJobEnds(deps: GatewayDependencies, encoding: OtlpEncoding, body: Buffer, enforced: EnforcedExport, jobId: number): void {
-  // Protobuf: enforcement noted the job_execution spans as it walked them; most exports have none.
-  if (encoding === 'protobuf' && enforced.jobExecutionSpans === undefined) return;
+function reportJobEnds(deps: GatewayDependencies, enforced: EnforcedExport, jobId: number): void {
+  // Enforcement noted the job_execution spans as it walked them; most exports have none.
+  if (enforced.jobExecutionEnds === undefined) return;
   const jobSpanId = deps.pipelineSpans?.jobSpanToCloseFromRunner(jobId);
   if (jobSpanId === undefined) return;
-  try {
-    const ends =
-      encoding === 'protobuf' ? jobExecutionEndsOf(body, enforced.jobExecutionSpans!, jobSpanId) : jobExecutionEnds(encoding, enforced.body, jobSpanId);
-    for (const end of ends) void deps.pipelineSpans!.closeJobFromRunner(jobId, end);
-  } catch (error) {
-    // The collector has the export: its answer must not turn into a failure for what is only a side look.
-    deps.logger.warn({ err: error, jobId }, "could not read the runner's job_execution end");
+  for (const end of enforced.jobExecutionEnds) {
+    if (end.parentSpanId === jobSpanId) void deps.pipelineSpans!.closeJobFromRunner(jobId, end);
   }
 }
 

@@ -4,12 +4,12 @@ import { JsonTraceSerializer, ProtobufTraceSerializer } from '@opentelemetry/otl
 import { resourceFromAttributes } from '@opentelemetry/resources';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
 import * as protobuf from 'protobufjs';
-import { enforceExport } from './otlp-payload';
-import type { GatewayGrant, OtlpSignal } from './otlp-types';
-import { OtlpPayloadError, lengthDelimitedHeader } from './otlp-wire';
+import { enforceExport } from './enforce-export';
+import type { GatewayGrant, OtlpSignal } from '../wire/otlp-types';
+import { OtlpPayloadError, lengthDelimitedHeader } from '../wire/otlp-wire';
 
 // Independent codec: protobufjs with the OTLP schema, nothing from the code under test.
-const schema = protobuf.loadSync(path.join(__dirname, 'proto', 'otlp.proto'));
+const schema = protobuf.loadSync(path.join(__dirname, '..', 'wire', 'proto', 'otlp.proto'));
 const REQUEST_TYPES: Record<OtlpSignal, protobuf.Type> = {
   traces: schema.lookupType('otlp.ExportTraceServiceRequest'),
   metrics: schema.lookupType('otlp.ExportMetricsServiceRequest'),
