@@ -84,20 +84,31 @@ function sameGrant(a: GatewayGrant, b: GatewayGrant): boolean {
 export const grantIdentity = new PerGrant<GrantIdentity>(deriveGrantIdentity);
 
 /**
- * One span as a walker saw it. Sizes are in the export's encoding (SpanLimits). A walker measures only as far as
- * the decision needs: nothing past the trace id of a span outside the grant's trace (dropped whatever it holds),
- * nothing more once one measure is over its limit, and a value's size only where its encoding could be over
- * `maxAttributeValueBytes` (any figure on the same side of a limit decides the same).
+ * One span as a walker saw it; a walker keeps one for a whole export. Sizes are in the export's encoding
+ * (SpanLimits). A walker measures only as far as the decision needs: nothing past the trace id of a span outside
+ * the grant's trace (dropped whatever it holds), nothing more once one measure is over its limit, and a value's
+ * size only where its encoding could be over `maxAttributeValueBytes` (any figure on the same side of a limit
+ * decides the same).
  */
-export interface SpanSeen {
-  inGrantedTrace: boolean;
-  bytes: number;
-  attributes: number;
-  largestAttributeValueBytes: number;
+export abstract class SpanSeen {
+  inGrantedTrace = false;
+  bytes = 0;
+  attributes = 0;
+  largestAttributeValueBytes = 0;
   /** Named JOB_EXECUTION_SPAN. */
-  jobExecution: boolean;
+  jobExecution = false;
+
   /** How a `job_execution` span ended; read only once it is admitted. Undefined when it does not say. */
-  jobExecutionEnd(): RunnerJobEnd | undefined;
+  abstract jobExecutionEnd(): RunnerJobEnd | undefined;
+
+  /** Forgets the span seen before. */
+  protected restart(bytes: number): void {
+    this.inGrantedTrace = false;
+    this.bytes = bytes;
+    this.attributes = 0;
+    this.largestAttributeValueBytes = 0;
+    this.jobExecution = false;
+  }
 }
 
 /**

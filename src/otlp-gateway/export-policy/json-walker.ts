@@ -195,14 +195,15 @@ function rewriteScope(enforcement: Enforcement, scope: JsonObject): JsonObject |
 }
 
 /** What the walk of one span found, for the policy; and its JSON text when it was measured. */
-class JsonSpanSeen implements SpanSeen {
-  inGrantedTrace = false;
-  bytes = 0;
-  attributes = 0;
-  largestAttributeValueBytes = 0;
-  jobExecution = false;
+class JsonSpanSeen extends SpanSeen {
   span: JsonObject = {};
   text: string | undefined = undefined;
+
+  begin(span: JsonObject): void {
+    this.restart(0);
+    this.span = span;
+    this.text = undefined;
+  }
 
   jobExecutionEnd(): RunnerJobEnd | undefined {
     return readJobExecutionEnd(this.span);
@@ -216,11 +217,7 @@ class JsonSpanSeen implements SpanSeen {
  */
 function admitSpan(enforcement: Enforcement, span: JsonObject): string | undefined {
   const seen = enforcement.span;
-  seen.span = span;
-  seen.text = undefined;
-  seen.bytes = 0;
-  seen.attributes = 0;
-  seen.largestAttributeValueBytes = 0;
+  seen.begin(span);
   seen.jobExecution = span.name === JOB_EXECUTION_SPAN;
   seen.inGrantedTrace = spanTraceId(span) === enforcement.traceIdHex;
   if (seen.inGrantedTrace) measureSpan(seen, span, enforcement.limits);

@@ -314,19 +314,25 @@ function rewriteScope(enforcement: Enforcement, start: number, end: number): Rew
 }
 
 /** What the walk of one span found, for the policy; and where its trace id is and whether it carries identity keys. */
-class SpanScan implements SpanSeen {
-  inGrantedTrace = false;
-  bytes = 0;
-  attributes = 0;
-  largestAttributeValueBytes = 0;
-  jobExecution = false;
+class SpanScan extends SpanSeen {
   start = 0;
   end = 0;
   idStart = -1;
   idEnd = -1;
   carriesIdentity = false;
 
-  constructor(private readonly body: Buffer) {}
+  constructor(private readonly body: Buffer) {
+    super();
+  }
+
+  begin(start: number, end: number): void {
+    this.restart(end - start);
+    this.start = start;
+    this.end = end;
+    this.idStart = -1;
+    this.idEnd = -1;
+    this.carriesIdentity = false;
+  }
 
   jobExecutionEnd(): RunnerJobEnd | undefined {
     return readJobExecutionEnd(this.body, this.start, this.end);
@@ -349,7 +355,7 @@ function admitSpan(enforcement: Enforcement, start: number, end: number): Rewrit
 
 /** Walks a span's fields with the general reader: any valid encoding, and the exact error for a malformed one. */
 function scanSpan(enforcement: Enforcement, start: number, end: number): void {
-  startSpanScan(enforcement, start, end);
+  enforcement.span.begin(start, end);
   const { body, span } = enforcement;
   const reader = new WireReader(body, start, end);
   while (!reader.atEnd()) {
@@ -379,7 +385,7 @@ function scanSpan(enforcement: Enforcement, start: number, end: number): void {
  * that scanSpan refuses.
  */
 function scanCanonicalSpan(enforcement: Enforcement, start: number, end: number): boolean {
-  startSpanScan(enforcement, start, end);
+  enforcement.span.begin(start, end);
   const { body, span } = enforcement;
   let pos = start;
   while (pos < end) {
@@ -429,19 +435,6 @@ function scanCanonicalSpan(enforcement: Enforcement, start: number, end: number)
 
 function isJobExecution(body: Buffer, start: number, end: number): boolean {
   return end - start === JOB_EXECUTION.length && body.compare(JOB_EXECUTION, 0, JOB_EXECUTION.length, start, end) === 0;
-}
-
-function startSpanScan(enforcement: Enforcement, start: number, end: number): void {
-  const { span } = enforcement;
-  span.start = start;
-  span.end = end;
-  span.idStart = -1;
-  span.idEnd = -1;
-  span.jobExecution = false;
-  span.attributes = 0;
-  span.carriesIdentity = false;
-  span.bytes = end - start;
-  span.largestAttributeValueBytes = 0;
 }
 
 function scanSpanAttribute(enforcement: Enforcement, start: number, end: number): void {
