@@ -86,20 +86,25 @@ export default tseslint.config(
     },
   },
   {
-    // The gateway's export policy over the wire is a leaf too: no Nest, nothing above wire/ but src/otlp
-    // (it is benchmarked and tested alone).
-    files: ['src/otlp-gateway/wire/**/*.ts'],
-    ignores: ['src/otlp-gateway/wire/**/*.spec.ts'],
+    // The demo runs on the product alone; tests may use the demo's pieces (hook builders, the stock runner), never the other way round.
+    files: ['demo/**/*.ts'],
+    rules: {
+      'no-restricted-imports': ['error', { patterns: [{ group: ['../test/*', '../bench/*'], message: 'demo/ imports only src/ and its own files' }] }],
+    },
+  },
+  {
+    // The export policy and its walkers: no Nest, nothing above them but src/otlp (benchmarked and tested alone).
+    files: ['src/otlp-gateway/export-policy/**/*.ts'],
+    ignores: ['src/otlp-gateway/export-policy/**/*.spec.ts'],
     rules: {
       'no-restricted-imports': [
         'error',
-        { patterns: [{ regex: '^(\\.\\./(?!\\.\\./otlp/)|@nestjs/)', message: 'otlp-gateway/wire imports nothing above it but src/otlp' }] },
+        { patterns: [{ regex: '^(\\.\\./(?!\\.\\./otlp/)|@nestjs/)', message: 'otlp-gateway/export-policy imports only src/otlp' }] },
       ],
     },
   },
   {
-    // Its specs may use src/otlp and the shared test helpers, nothing else above wire/.
-    files: ['src/otlp-gateway/wire/**/*.spec.ts'],
+    files: ['src/otlp-gateway/export-policy/**/*.spec.ts'],
     rules: {
       'no-restricted-imports': [
         'error',
@@ -107,18 +112,11 @@ export default tseslint.config(
           patterns: [
             {
               regex: '^(\\.\\./(?!\\.\\./otlp/|\\.\\./\\.\\./test/helpers/)|@nestjs/)',
-              message: 'otlp-gateway/wire specs import only src/otlp and test helpers from above it',
+              message: 'otlp-gateway/export-policy specs import only src/otlp and test helpers from above it',
             },
           ],
         },
       ],
-    },
-  },
-  {
-    // The demo runs on the product alone; tests may use the demo's pieces (hook builders, the stock runner), never the other way round.
-    files: ['demo/**/*.ts'],
-    rules: {
-      'no-restricted-imports': ['error', { patterns: [{ group: ['../test/*', '../bench/*'], message: 'demo/ imports only src/ and its own files' }] }],
     },
   },
 );

@@ -23,8 +23,8 @@ import { RedisStore } from '../src/store/redis-store';
 import { HttpCollectorClient } from '../src/collector/http-collector-client';
 import { encodingOf, OTLP_MEDIA_TYPES } from '../src/otlp/otlp-encoding';
 import { encodeExportResponse } from '../src/otlp/otlp-response';
-import { enforceExport } from '../src/otlp-gateway/wire/otlp-payload';
-import type { GatewayGrant } from '../src/otlp-gateway/wire/otlp-types';
+import { enforceExport } from '../src/otlp-gateway/export-policy/enforce-export';
+import type { GatewayGrant } from '../src/otlp-gateway/export-policy/otlp-types';
 
 const UNLIMITED = 2_000_000_000;
 

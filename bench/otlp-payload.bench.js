@@ -25,8 +25,8 @@ const { parseArgs } = require('node:util');
 
 require('./lib/require-ts');
 
-const { enforceExport } = require('../src/otlp-gateway/wire/otlp-payload.ts');
-const { IDENTITY_ATTRIBUTE_KEYS: IDENTITY_KEYS } = require('../src/otlp-gateway/wire/otlp-identity.ts');
+const { enforceExport } = require('../src/otlp-gateway/export-policy/enforce-export.ts');
+const { RESOURCE_IDENTITY_KEYS: IDENTITY_KEYS } = require('../src/otlp-gateway/export-policy/export-policy.ts');
 const { exportRequestType } = require('../src/otlp/otlp-proto.ts');
 const { ciJobSpanBatch, withBinaryIds } = require('./lib/otlp-batch.ts');
 const { summarizeCpuProfile } = require('./lib/cpu-profile-summary.ts');

@@ -21,10 +21,9 @@ import { WindowLedger } from '../limits/window-ledger';
 import { StoreUnavailableError } from '../store/store-unavailable-error';
 import { GatewayMetrics } from './gateway-metrics';
 import { GatewayFailure, otlpErrorAnswer } from './otlp-errors';
-import { enforceExport } from './wire/otlp-payload';
-import { EnforcedExport, GatewayGrant } from './wire/otlp-types';
+import { enforceExport } from './export-policy/enforce-export';
+import { EnforcedExport, GatewayGrant } from './export-policy/otlp-types';
 import type { CollectorClient } from '../collector/collector-client';
-import { jobExecutionEnds, jobExecutionEndsOf } from './wire/job-execution-end';
 import type { PipelineSpansService } from '../pipeline-spans/pipeline-spans.service';
 
 const inflate = promisify(gunzip);
@@ -325,7 +324,7 @@ async function exportItems(
   }
   // Spans the collector itself rejected were not accepted either.
   receipt?.refund(theirs?.rejectedItems ?? 0);
-  if (signal === 'traces') reportJobEnds(deps, encoding, body, enforced, grant.jobId);
+  if (signal === 'traces') reportJobEnds(deps, enforced, grant.jobId);
   return encodeExportResponse(signal, encoding, mergePartialSuccess(ours, theirs));
 }
 
@@ -357,18 +356,13 @@ function countItems(metrics: GatewayMetrics, signal: OtlpSignal, enforced: Enfor
 }
 
 /** The runner's `job_execution` ends in what was forwarded, when they are what closes the job span (not awaited). */
-function reportJobEnds(deps: GatewayDependencies, encoding: OtlpEncoding, body: Buffer, enforced: EnforcedExport, jobId: number): void {
-  // Protobuf: enforcement noted the job_execution spans as it walked them; most exports have none.
-  if (encoding === 'protobuf' && enforced.jobExecutionSpans === undefined) return;
+function reportJobEnds(deps: GatewayDependencies, enforced: EnforcedExport, jobId: number): void {
+  // Enforcement noted the job_execution spans as it walked them; most exports have none.
+  if (enforced.jobExecutionEnds === undefined) return;
   const jobSpanId = deps.pipelineSpans?.jobSpanToCloseFromRunner(jobId);
   if (jobSpanId === undefined) return;
-  try {
-    const ends =
-      encoding === 'protobuf' ? jobExecutionEndsOf(body, enforced.jobExecutionSpans!, jobSpanId) : jobExecutionEnds(encoding, enforced.body, jobSpanId);
-    for (const end of ends) void deps.pipelineSpans!.closeJobFromRunner(jobId, end);
-  } catch (error) {
-    // The collector has the export: its answer must not turn into a failure for what is only a side look.
-    deps.logger.warn({ err: error, jobId }, "could not read the runner's job_execution end");
+  for (const end of enforced.jobExecutionEnds) {
+    if (end.parentSpanId === jobSpanId) void deps.pipelineSpans!.closeJobFromRunner(jobId, end);
   }
 }
 

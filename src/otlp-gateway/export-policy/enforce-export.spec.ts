@@ -3,7 +3,7 @@ import { JsonTraceSerializer, ProtobufTraceSerializer } from '@opentelemetry/otl
 import { resourceFromAttributes } from '@opentelemetry/resources';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
 import * as protobuf from 'protobufjs';
-import { enforceExport } from './otlp-payload';
+import { enforceExport } from './enforce-export';
 import type { OtlpSignal } from '../../otlp/otlp-encoding';
 import { otlpProto } from '../../otlp/otlp-proto';
 import { OtlpPayloadError, lengthDelimitedHeader } from '../../otlp/otlp-wire';
