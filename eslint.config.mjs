@@ -67,24 +67,21 @@ export default tseslint.config(
     ),
   ),
   {
-    // The OTLP wire code is a leaf: no Nest, nothing from above wire/ (it is benchmarked and tested alone).
-    files: ['src/otlp-gateway/wire/**/*.ts'],
-    ignores: ['src/otlp-gateway/wire/**/*.spec.ts'],
+    // src/otlp is the bottom of the house: OTLP itself, no Nest, nothing from src/ (the gateway, the outbox,
+    // the embedded collector, the demo and the tests all build on it).
+    files: ['src/otlp/**/*.ts'],
+    ignores: ['src/otlp/**/*.spec.ts'],
     rules: {
-      'no-restricted-imports': ['error', { patterns: [{ group: ['../*', '@nestjs/*'], message: 'otlp-gateway/wire imports nothing above it' }] }],
+      'no-restricted-imports': ['error', { patterns: [{ regex: '^(\\.\\./|@nestjs/)', message: 'src/otlp imports nothing from src/' }] }],
     },
   },
   {
-    // Its specs may use the shared test helpers, nothing else above wire/.
-    files: ['src/otlp-gateway/wire/**/*.spec.ts'],
+    // Its specs may use the shared test helpers, nothing else from src/.
+    files: ['src/otlp/**/*.spec.ts'],
     rules: {
       'no-restricted-imports': [
         'error',
-        {
-          patterns: [
-            { regex: '^(\\.\\./(?!\\.\\./\\.\\./test/helpers/)|@nestjs/)', message: 'otlp-gateway/wire specs import only test helpers from above it' },
-          ],
-        },
+        { patterns: [{ regex: '^(\\.\\./(?!\\.\\./test/helpers/)|@nestjs/)', message: 'src/otlp specs import only test helpers from above it' }] },
       ],
     },
   },
@@ -93,6 +90,33 @@ export default tseslint.config(
     files: ['demo/**/*.ts'],
     rules: {
       'no-restricted-imports': ['error', { patterns: [{ group: ['../test/*', '../bench/*'], message: 'demo/ imports only src/ and its own files' }] }],
+    },
+  },
+  {
+    // The export policy and its walkers: no Nest, nothing above them but src/otlp (benchmarked and tested alone).
+    files: ['src/otlp-gateway/export-policy/**/*.ts'],
+    ignores: ['src/otlp-gateway/export-policy/**/*.spec.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        { patterns: [{ regex: '^(\\.\\./(?!\\.\\./otlp/)|@nestjs/)', message: 'otlp-gateway/export-policy imports only src/otlp' }] },
+      ],
+    },
+  },
+  {
+    files: ['src/otlp-gateway/export-policy/**/*.spec.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              regex: '^(\\.\\./(?!\\.\\./otlp/|\\.\\./\\.\\./test/helpers/)|@nestjs/)',
+              message: 'otlp-gateway/export-policy specs import only src/otlp and test helpers from above it',
+            },
+          ],
+        },
+      ],
     },
   },
 );

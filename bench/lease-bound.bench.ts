@@ -17,14 +17,14 @@ import { pickUpJob } from '../test/helpers/ci-job';
 import { startOtlpSink } from '../test/helpers/otlp-sink';
 import { startRedis } from '../test/helpers/redis';
 import { ServiceProcess, startService } from '../test/helpers/service';
-import { repositoryRoot, runBench } from './lib/bench-env';
+import { runBench } from './lib/bench-env';
 import { printTable } from './lib/table';
 import { otlpTypes, traceExport } from './otlp-gateway.payload';
 
 const SMOKE = process.argv.includes('--smoke');
 const QUOTA = SMOKE ? 2_000 : 20_000;
 const SPANS_PER_EXPORT = 100;
-const types = otlpTypes(repositoryRoot(__dirname));
+const types = otlpTypes();
 
 interface Row {
   readonly scenario: string;

@@ -282,7 +282,7 @@ async function main(): Promise<void> {
   watchdog.unref();
   process.once('SIGINT', () => void stopAll().finally(() => process.exit(130)));
 
-  const types = otlpTypes(root);
+  const types = otlpTypes();
   const secrets: SecretFiles = makeSecretFiles();
   const keys = await makeGitLabKeys();
   const callerKey = generateCallerKey();

@@ -1,14 +1,9 @@
-import { join } from 'node:path';
-import * as protobuf from 'protobufjs';
+import { exportRequestType, exportResponseType } from '../src/otlp/otlp-proto';
 import { ciJobSpanBatch, withBinaryIds } from './lib/otlp-batch';
 
 /** The repository's OTLP schema (protobufjs), used only to build the bench's export once and to check what arrived. */
-export function otlpTypes(root: string) {
-  const proto = protobuf.loadSync(join(root, 'src', 'otlp-gateway', 'wire', 'proto', 'otlp.proto'));
-  return {
-    request: proto.lookupType('otlp.ExportTraceServiceRequest'),
-    response: proto.lookupType('otlp.ExportTraceServiceResponse'),
-  };
+export function otlpTypes() {
+  return { request: exportRequestType('traces'), response: exportResponseType('traces') };
 }
 
 export interface ExportOptions {

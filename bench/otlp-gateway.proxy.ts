@@ -2,9 +2,9 @@
  * Proxy side of otlp-gateway.bench.ts (not run by hand), in two forms, each its own process:
  *
  *   proxy  the least a Node.js OTLP gateway can do, built from the same parts as ours (Fastify with the body
- *          kept as bytes, OtlpUpstream's pooled undici client) and nothing else: no credential, no store, no
+ *          kept as bytes, HttpCollectorClient's pooled undici client) and nothing else: no credential, no store, no
  *          enforcement, no log line, no metric. It forwards each export to the sink and answers what the sink
- *          answered. Its cost per export bounds what any gateway on this runtime can reach against nginx,
+ *          answered, as the client's result. Its cost per export bounds what any gateway on this runtime can reach against nginx,
  *          whatever it checks.
  *   floor  (FLOOR_IDENTITY set) the same plus the work SPEC §6 makes every export do, done the way the gateway
  *          does it: the runner's export window and the job's span quota charged from the lease ledger's blocks
@@ -20,9 +20,11 @@ import { JobSpanLedger } from '../src/limits/job-span-ledger';
 import { RedisLimitStore } from '../src/limits/redis-limit-store';
 import { WindowLedger } from '../src/limits/window-ledger';
 import { RedisStore } from '../src/store/redis-store';
-import { OtlpUpstream } from '../src/collector/otlp-upstream';
-import { enforceExport } from '../src/otlp-gateway/wire/otlp-payload';
-import type { GatewayGrant } from '../src/otlp-gateway/wire/otlp-types';
+import { HttpCollectorClient } from '../src/collector/http-collector-client';
+import { encodingOf, OTLP_MEDIA_TYPES } from '../src/otlp/otlp-encoding';
+import { encodeExportResponse } from '../src/otlp/otlp-response';
+import { enforceExport } from '../src/otlp-gateway/export-policy/enforce-export';
+import type { GatewayGrant } from '../src/otlp-gateway/export-policy/otlp-types';
 
 const UNLIMITED = 2_000_000_000;
 
@@ -57,16 +59,24 @@ async function floorWork(): Promise<((body: Buffer) => Promise<Buffer>) | undefi
 async function serve(): Promise<void> {
   const upstreamUrl = process.env.OTLP_UPSTREAM_URL;
   if (upstreamUrl === undefined) throw new Error('OTLP_UPSTREAM_URL is required');
-  const upstream = new OtlpUpstream(upstreamUrl, {}, 10_000);
+  const collector = new HttpCollectorClient(upstreamUrl, {}, 10_000);
   const work = await floorWork();
   const app = fastify({ bodyLimit: 64 * 1024 * 1024 });
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, body, done) => done(null, body));
   app.post('/v1/traces', async (request, reply) => {
     const body = work === undefined ? (request.body as Buffer) : await work(request.body as Buffer);
-    const answer = await upstream.send('/v1/traces', String(request.headers['content-type']), body);
-    void reply.status(answer.status).header('content-type', answer.contentType ?? 'application/x-protobuf');
-    return answer.body;
+    const encoding = encodingOf(request.headers['content-type']) ?? 'protobuf';
+    const result = await collector.export('traces', encoding, body);
+    if (result.kind === 'accepted') {
+      void reply.status(200).header('content-type', OTLP_MEDIA_TYPES[encoding]);
+      return encodeExportResponse('traces', encoding, result.partialSuccess);
+    }
+    if (result.kind === 'retry' && typeof result.happened !== 'number') return reply.status(result.happened === 'timeout' ? 504 : 502).send();
+    void reply
+      .status(result.kind === 'retry' ? (result.happened as number) : result.status)
+      .header('content-type', result.contentType ?? OTLP_MEDIA_TYPES[encoding]);
+    return result.body ?? Buffer.alloc(0);
   });
   await app.listen({ port: 0, host: '127.0.0.1' });
   process.send?.({ type: 'listening', port: (app.server.address() as AddressInfo).port });

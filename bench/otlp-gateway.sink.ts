@@ -1,14 +1,16 @@
 /**
- * Sink side of otlp-gateway.bench.ts (not run by hand): an OTLP/HTTP "collector" that reads the
- * whole body and answers 200 with the OTLP all-accepted answer (an empty ExportTrace/Metrics/Logs
- * ServiceResponse: zero bytes in protobuf, `{}` in JSON) without decoding anything, in its own
- * process so its CPU is counted apart from the gateway's and the load generator's.
+ * Sink side of otlp-gateway.bench.ts (not run by hand): the one OTLP receiver (src/otlp/otlp-receiver.ts)
+ * in its bytes mode, which reads the whole body and answers 200 with the OTLP all-accepted answer (an empty
+ * ExportTrace/Metrics/Logs ServiceResponse: zero bytes in protobuf, `{}` in JSON) without inflating or
+ * decoding anything, in its own process so its CPU is counted apart from the gateway's and the load
+ * generator's.
  *
  * GET /-/stats answers what it has received so far; GET /-/last the last body as received, so the
  * bench can check (once, outside the timed rounds) what really reached the collector.
  */
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { otlpRequestHandler } from '../src/otlp/otlp-receiver';
 
 export interface SinkStats {
   readonly requests: number;
@@ -25,44 +27,36 @@ const byPath: Record<string, number> = {};
 let last: { contentType: string; contentEncoding: string; body: Buffer } | undefined;
 
 const EMPTY = Buffer.alloc(0);
-const EMPTY_JSON = Buffer.from('{}');
 
-const server = createServer((request, response) => {
-  const chunks: Buffer[] = [];
-  request.on('data', (chunk: Buffer) => chunks.push(chunk));
-  request.on('end', () => {
-    const path = request.url ?? '';
-    if (request.method === 'GET' && path === '/-/stats') {
-      const stats: SinkStats = { requests, bytes, connections, byPath };
-      response.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(stats));
-      return;
-    }
-    if (request.method === 'GET' && path === '/-/last') {
-      response
-        .writeHead(last === undefined ? 404 : 200, {
-          'content-type': 'application/octet-stream',
-          'x-received-content-type': last?.contentType ?? '',
-          'x-received-content-encoding': last?.contentEncoding ?? '',
-        })
-        .end(last?.body ?? EMPTY);
-      return;
-    }
-    if (request.method !== 'POST' || !/^\/v1\/(traces|metrics|logs)$/.test(path)) {
-      response.writeHead(404).end();
-      return;
-    }
-    const body = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks);
+const receive = otlpRequestHandler({
+  mode: 'bytes',
+  onExport: ({ signal, headers, body }) => {
     requests++;
     bytes += body.length;
+    const path = `/v1/${signal}`;
     byPath[path] = (byPath[path] ?? 0) + 1;
-    const contentType = request.headers['content-type'] ?? '';
-    last = { contentType, contentEncoding: String(request.headers['content-encoding'] ?? ''), body };
-    if (contentType.startsWith('application/json')) {
-      response.writeHead(200, { 'content-type': 'application/json', 'content-length': EMPTY_JSON.length }).end(EMPTY_JSON);
-    } else {
-      response.writeHead(200, { 'content-type': 'application/x-protobuf', 'content-length': 0 }).end(EMPTY);
-    }
-  });
+    last = { contentType: headers['content-type'] ?? '', contentEncoding: String(headers['content-encoding'] ?? ''), body };
+    return { kind: 'accepted' };
+  },
+});
+
+const server = createServer((request, response) => {
+  if (request.method === 'GET' && request.url === '/-/stats') {
+    const stats: SinkStats = { requests, bytes, connections, byPath };
+    response.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(stats));
+    return;
+  }
+  if (request.method === 'GET' && request.url === '/-/last') {
+    response
+      .writeHead(last === undefined ? 404 : 200, {
+        'content-type': 'application/octet-stream',
+        'x-received-content-type': last?.contentType ?? '',
+        'x-received-content-encoding': last?.contentEncoding ?? '',
+      })
+      .end(last?.body ?? EMPTY);
+    return;
+  }
+  receive(request, response);
 });
 server.keepAliveTimeout = 65_000; // longer than any client's idle timeout, as a collector behind a proxy would be
 server.on('connection', () => connections++);

@@ -22,17 +22,16 @@ const os = require('node:os');
 const path = require('node:path');
 const { Session } = require('node:inspector');
 const { parseArgs } = require('node:util');
-const protobuf = require('protobufjs');
 
 require('./lib/require-ts');
 
-const { enforceExport } = require('../src/otlp-gateway/wire/otlp-payload.ts');
-const { IDENTITY_ATTRIBUTE_KEYS: IDENTITY_KEYS } = require('../src/otlp-gateway/wire/otlp-identity.ts');
+const { enforceExport } = require('../src/otlp-gateway/export-policy/enforce-export.ts');
+const { RESOURCE_IDENTITY_KEYS: IDENTITY_KEYS } = require('../src/otlp-gateway/export-policy/export-policy.ts');
+const { exportRequestType } = require('../src/otlp/otlp-proto.ts');
 const { ciJobSpanBatch, withBinaryIds } = require('./lib/otlp-batch.ts');
 const { summarizeCpuProfile } = require('./lib/cpu-profile-summary.ts');
 
-const root = protobuf.loadSync(path.join(__dirname, '../src/otlp-gateway/wire/proto/otlp.proto'));
-const Request = root.lookupType('otlp.ExportTraceServiceRequest');
+const Request = exportRequestType('traces');
 
 const { values: args, positionals } = parseArgs({
   allowPositionals: true,

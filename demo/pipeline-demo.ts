@@ -8,7 +8,7 @@ import { deliverWebhook, jobHook, pipelineHook, WebhookJob, WebhookPipeline } fr
 import { startLocalCollector } from './local-collector';
 import { repoRoot } from './repo-root';
 import { BUILD_STAGES, BuildStage, exportJobAsRunner, RunnerJob, TracingFeature } from './stock-runner';
-import { formatDuration, latestVersions, renderWaterfall } from './waterfall';
+import { formatDuration, latestVersions, renderWaterfall } from '../src/cli/waterfall';
 
 const ROOT = repoRoot();
 const PROJECT_ID = 7;

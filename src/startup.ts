@@ -1,4 +1,5 @@
 import { resolve } from 'node:path';
+import { localCollectorDirectory } from './collector/collector-files';
 import { AppConfig } from './config/app-config';
 import { describeStore } from './store/redis-connection';
 import type { CheckStatus } from './observability/readiness-checks';
@@ -81,6 +82,6 @@ export function startupSummary(config: AppConfig, started: StartedProcess): Reco
     summary.gitlabWebhooks = config.GITLAB_WEBHOOK_SECRET_FILE === undefined ? 'off (GITLAB_WEBHOOK_SECRET_FILE unset)' : 'on';
   }
   summary.upstream =
-    config.OTLP_UPSTREAM_URL === undefined ? `embedded collector, ${resolve(config.DATA_DIR, 'otlp')}` : withoutCredentials(config.OTLP_UPSTREAM_URL);
+    config.OTLP_UPSTREAM_URL === undefined ? `embedded collector, ${localCollectorDirectory(config.DATA_DIR)}` : withoutCredentials(config.OTLP_UPSTREAM_URL);
   return summary;
 }

@@ -1,14 +1,14 @@
 import { Inject, Module, OnApplicationBootstrap, OnApplicationShutdown } from '@nestjs/common';
-import { resolve } from 'node:path';
 import type { Logger } from 'pino';
 import { AppConfig } from '../config/app-config';
 import { APP_CONFIG } from '../config/config.constants';
 import { APP_LOGGER } from '../observability/logger';
 import { ReadinessChecks } from '../observability/readiness-checks';
-import { OTLP_UPSTREAM } from './collector.constants';
+import type { CollectorClient } from './collector-client';
+import { localCollectorDirectory, SIGNAL_FILE_NAMES } from './collector-files';
+import { COLLECTOR_CLIENT } from './collector.constants';
+import { HttpCollectorClient, parseHeaderList } from './http-collector-client';
 import { LocalCollector } from './local-collector';
-import type { CollectorClient } from './otlp-upstream';
-import { OtlpUpstream, parseHeaderList } from './otlp-upstream';
 
 /**
  * The collector's one client: pooled keep-alive connections to OTLP_UPSTREAM_URL, or with none configured the
@@ -18,19 +18,19 @@ import { OtlpUpstream, parseHeaderList } from './otlp-upstream';
 @Module({
   providers: [
     {
-      provide: OTLP_UPSTREAM,
+      provide: COLLECTOR_CLIENT,
       inject: [APP_CONFIG],
       useFactory: (config: AppConfig): CollectorClient =>
         config.OTLP_UPSTREAM_URL === undefined
-          ? new LocalCollector(resolve(config.DATA_DIR, 'otlp'), config.LOCAL_COLLECTOR_MAX_BYTES)
-          : new OtlpUpstream(config.OTLP_UPSTREAM_URL, parseHeaderList(config.OTLP_UPSTREAM_HEADERS), config.OTLP_UPSTREAM_TIMEOUT_MS),
+          ? new LocalCollector(localCollectorDirectory(config.DATA_DIR), config.LOCAL_COLLECTOR_MAX_BYTES)
+          : new HttpCollectorClient(config.OTLP_UPSTREAM_URL, parseHeaderList(config.OTLP_UPSTREAM_HEADERS), config.OTLP_UPSTREAM_TIMEOUT_MS),
     },
   ],
-  exports: [OTLP_UPSTREAM],
+  exports: [COLLECTOR_CLIENT],
 })
 export class CollectorModule implements OnApplicationBootstrap, OnApplicationShutdown {
   constructor(
-    @Inject(OTLP_UPSTREAM) private readonly upstream: CollectorClient,
+    @Inject(COLLECTOR_CLIENT) private readonly collector: CollectorClient,
     @Inject(APP_LOGGER) private readonly logger: Logger,
     @Inject(APP_CONFIG) config: AppConfig,
     readiness: ReadinessChecks,
@@ -38,20 +38,20 @@ export class CollectorModule implements OnApplicationBootstrap, OnApplicationShu
     // Only a gateway-only process is unready without its collector: in ROLE=all the same readiness
     // gates job pickup, which must not leave rotation because the collector is down (exports get a
     // retryable 502/503 meanwhile).
-    if (config.ROLE === 'gateway') readiness.register('upstream', () => upstream.reachable());
+    if (config.ROLE === 'gateway') readiness.register('upstream', () => collector.reachable());
   }
 
   onApplicationBootstrap(): void {
-    if (this.upstream instanceof LocalCollector) {
+    if (this.collector instanceof LocalCollector) {
       this.logger.info(
-        { directory: this.upstream.directory, maxBytesPerFile: this.upstream.maxBytesPerFile },
-        `no OTLP_UPSTREAM_URL: exports are kept in ${this.upstream.directory} (traces.jsonl, metrics.jsonl, logs.jsonl); npm run -s trace prints the latest trace`,
+        { directory: this.collector.directory, maxBytesPerFile: this.collector.maxBytesPerFile },
+        `no OTLP_UPSTREAM_URL: exports are kept in ${this.collector.directory} (${SIGNAL_FILE_NAMES}); npm run -s trace prints the latest trace`,
       );
     }
   }
 
   /** After every module's own shutdown: the gateway's in-flight exports and the outbox's last delivery use the pool until then. */
   async onApplicationShutdown(): Promise<void> {
-    await this.upstream.close();
+    await this.collector.close();
   }
 }

@@ -1,5 +1,6 @@
 import { FileHandle, mkdir, open, rename } from 'node:fs/promises';
 import { dirname } from 'node:path';
+import { previousFile } from './collector-files';
 
 interface PendingLine {
   readonly bytes: Buffer;
@@ -91,7 +92,7 @@ export class JsonLinesFile {
   private async rotate(): Promise<void> {
     await this.handle?.close();
     this.handle = undefined;
-    await rename(this.path, `${this.path}.1`);
+    await rename(this.path, previousFile(this.path));
     this.size = 0;
   }
 

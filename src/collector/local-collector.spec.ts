@@ -1,11 +1,11 @@
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import * as protobuf from 'protobufjs';
+import { exportRequestType } from '../otlp/otlp-proto';
+import { previousFile, signalFile } from './collector-files';
 import { LocalCollector } from './local-collector';
 
-const root = protobuf.loadSync(join(__dirname, '..', 'otlp-gateway', 'wire', 'proto', 'otlp.proto'));
-const ExportTraceServiceRequest = root.lookupType('otlp.ExportTraceServiceRequest');
+const ExportTraceServiceRequest = exportRequestType('traces');
 
 const TRACE_ID = '5b8efff798038103d269b633813fc60c';
 const SPAN_ID = 'eee19b7ec3c1b174';
@@ -54,14 +54,13 @@ describe('LocalCollector (the embedded default collector)', () => {
   beforeEach(() => (dir = mkdtempSync(join(tmpdir(), 'local-collector-'))));
   afterEach(() => rmSync(dir, { recursive: true, force: true }));
 
-  it('keeps a protobuf trace export as one OTLP/JSON line (hex ids, camelCase, int64 as strings) and answers an empty protobuf response', async () => {
+  it('keeps a protobuf trace export as one OTLP/JSON line (hex ids, camelCase, int64 as strings) and accepts it whole', async () => {
     const collector = new LocalCollector(join(dir, 'otlp'), 1024 * 1024);
-    const answer = await collector.send('/v1/traces', 'application/x-protobuf', protobufExport());
+    const answer = await collector.export('traces', 'protobuf', protobufExport());
     await collector.close();
 
-    expect(answer).toMatchObject({ status: 200, contentType: 'application/x-protobuf' });
-    expect(answer.body.length).toBe(0);
-    const [line, ...more] = lines(join(dir, 'otlp', 'traces.jsonl'));
+    expect(answer).toEqual({ kind: 'accepted', status: 200, partialSuccess: undefined });
+    const [line, ...more] = lines(signalFile(join(dir, 'otlp'), 'traces'));
     expect(more).toEqual([]);
     expect(JSON.parse(line)).toEqual({
       resourceSpans: [
@@ -93,29 +92,26 @@ describe('LocalCollector (the embedded default collector)', () => {
     });
   });
 
-  it('keeps a JSON export as it came, on one line, in the file of its signal, and answers {}', async () => {
+  it('keeps a JSON export as it came, on one line, in the file of its signal, and accepts it whole', async () => {
     const collector = new LocalCollector(join(dir, 'otlp'), 1024 * 1024);
     const body = '{\n  "resourceMetrics": [\r\n {"resource": {"attributes": [{"key": "k", "value": {"stringValue": "a\\nb"}}]}}]\n}';
-    const answer = await collector.send('/v1/metrics', 'application/json; charset=utf-8', Buffer.from(body));
-    const logs = await collector.send('/v1/logs', 'application/json', Buffer.from('{"resourceLogs":[]}'));
+    const answer = await collector.export('metrics', 'json', Buffer.from(body));
+    const logs = await collector.export('logs', 'json', Buffer.from('{"resourceLogs":[]}'));
     await collector.close();
 
-    expect(answer).toMatchObject({ status: 200, contentType: 'application/json' });
-    expect(answer.body.toString()).toBe('{}');
-    expect(logs.status).toBe(200);
-    const metrics = lines(join(dir, 'otlp', 'metrics.jsonl'));
+    expect(answer).toEqual({ kind: 'accepted', status: 200, partialSuccess: undefined });
+    expect(logs.kind).toBe('accepted');
+    const metrics = lines(signalFile(join(dir, 'otlp'), 'metrics'));
     expect(metrics).toHaveLength(1);
     expect(JSON.parse(metrics[0])).toEqual(JSON.parse(body));
-    expect(lines(join(dir, 'otlp', 'logs.jsonl'))).toEqual(['{"resourceLogs":[]}']);
-    expect(existsSync(join(dir, 'otlp', 'traces.jsonl'))).toBe(false);
+    expect(lines(signalFile(join(dir, 'otlp'), 'logs'))).toEqual(['{"resourceLogs":[]}']);
+    expect(existsSync(signalFile(join(dir, 'otlp'), 'traces'))).toBe(false);
   });
 
-  it('answers 400 for a body it cannot decode, 404 and 415 as a receiver does, and writes nothing', async () => {
+  it('refuses with 400 a body it cannot decode, as a receiver does, and writes nothing', async () => {
     const collector = new LocalCollector(join(dir, 'otlp'), 1024 * 1024);
-    expect((await collector.send('/v1/traces', 'application/json', Buffer.from('{"resourceSpans":'))).status).toBe(400);
-    expect((await collector.send('/v1/traces', 'application/x-protobuf', Buffer.from([0x0a, 0xff]))).status).toBe(400);
-    expect((await collector.send('/v1/profiles', 'application/json', Buffer.from('{}'))).status).toBe(404);
-    expect((await collector.send('/v1/traces', 'text/plain', Buffer.from('{}'))).status).toBe(415);
+    expect(await collector.export('traces', 'json', Buffer.from('{"resourceSpans":'))).toMatchObject({ kind: 'refused', status: 400 });
+    expect(await collector.export('traces', 'protobuf', Buffer.from([0x0a, 0xff]))).toMatchObject({ kind: 'refused', status: 400 });
     await collector.close();
     expect(existsSync(join(dir, 'otlp'))).toBe(false);
   });
@@ -123,31 +119,31 @@ describe('LocalCollector (the embedded default collector)', () => {
   it('keeps the order of exports sent at once, and rotates at the bound keeping one previous file', async () => {
     const collector = new LocalCollector(join(dir, 'otlp'), 1024);
     const exports = Array.from({ length: 40 }, (_, i) => `{"resourceSpans":[],"n":"${String(i).padStart(3, '0')}","pad":"${'x'.repeat(60)}"}`);
-    const answers = await Promise.all(exports.map((body) => collector.send('/v1/traces', 'application/json', Buffer.from(body))));
+    const answers = await Promise.all(exports.map((body) => collector.export('traces', 'json', Buffer.from(body))));
     await collector.close();
 
-    expect(answers.map((answer) => answer.status)).toEqual(exports.map(() => 200));
-    const current = join(dir, 'otlp', 'traces.jsonl');
-    for (const file of [current, `${current}.1`]) expect(statSync(file).size).toBeLessThanOrEqual(1024);
+    expect(answers.map((answer) => answer.kind)).toEqual(exports.map(() => 'accepted'));
+    const current = signalFile(join(dir, 'otlp'), 'traces');
+    for (const file of [current, previousFile(current)]) expect(statSync(file).size).toBeLessThanOrEqual(1024);
     // Older files are gone: what is kept is the newest exports, in the order they were sent.
-    const kept = [...lines(`${current}.1`), ...lines(current)];
+    const kept = [...lines(previousFile(current)), ...lines(current)];
     expect(kept.length).toBeGreaterThan(10);
     expect(kept).toEqual(exports.slice(exports.length - kept.length));
-    expect(statSync(`${current}.1`).size + 100).toBeGreaterThan(1024);
+    expect(statSync(previousFile(current)).size + 100).toBeGreaterThan(1024);
   });
 
   it('answers 503 when it cannot write, so the client retries, and writes again once it can', async () => {
     const blocked = join(dir, 'otlp');
     writeFileSync(blocked, 'a file where the directory should be');
     const collector = new LocalCollector(blocked, 1024 * 1024);
-    const refused = await collector.send('/v1/traces', 'application/x-protobuf', protobufExport());
-    expect(refused.status).toBe(503);
-    expect(refused.body.toString()).toContain(join(blocked, 'traces.jsonl'));
+    const refused = await collector.export('traces', 'protobuf', protobufExport());
+    expect(refused).toMatchObject({ kind: 'retry', happened: 503 });
+    expect(refused.kind === 'retry' && refused.body?.toString()).toContain(signalFile(blocked, 'traces'));
 
     rmSync(blocked);
-    const accepted = await collector.send('/v1/traces', 'application/x-protobuf', protobufExport());
+    const accepted = await collector.export('traces', 'protobuf', protobufExport());
     await collector.close();
-    expect(accepted.status).toBe(200);
-    expect(lines(join(blocked, 'traces.jsonl'))).toHaveLength(1);
+    expect(accepted.kind).toBe('accepted');
+    expect(lines(signalFile(blocked, 'traces'))).toHaveLength(1);
   });
 });

@@ -1,61 +1,8 @@
-import { join } from 'node:path';
-import * as protobuf from 'protobufjs';
+import { OTLP_SIGNALS, OtlpEncoding, OtlpSignal } from '../otlp/otlp-encoding';
+import { exportRequestLine, ReceiverAnswer, receiverResponse } from '../otlp/otlp-receiver';
+import { CollectorClient, exportResult, ExportResult } from './collector-client';
+import { signalFile } from './collector-files';
 import { JsonLinesFile } from './json-lines-file';
-import type { CollectorClient, UpstreamAnswer } from './otlp-upstream';
-
-const SIGNALS = ['traces', 'metrics', 'logs'] as const;
-type Signal = (typeof SIGNALS)[number];
-
-const REQUEST_TYPES: Record<Signal, string> = {
-  traces: 'otlp.ExportTraceServiceRequest',
-  metrics: 'otlp.ExportMetricsServiceRequest',
-  logs: 'otlp.ExportLogsServiceRequest',
-};
-
-/** The OTLP/JSON mapping writes these bytes fields as hex, every other one as base64. */
-const HEX_ID_FIELDS = new Set(['traceId', 'spanId', 'parentSpanId']);
-
-// Beside the compiled file in dist/ too: the build copies the .proto next to the wire code.
-const PROTO = join(__dirname, '..', 'otlp-gateway', 'wire', 'proto', 'otlp.proto');
-
-let requestTypes: Record<Signal, protobuf.Type> | undefined;
-
-function requestType(signal: Signal): protobuf.Type {
-  if (requestTypes === undefined) {
-    const root = protobuf.loadSync(PROTO);
-    requestTypes = {
-      traces: root.lookupType(REQUEST_TYPES.traces),
-      metrics: root.lookupType(REQUEST_TYPES.metrics),
-      logs: root.lookupType(REQUEST_TYPES.logs),
-    };
-  }
-  return requestTypes[signal];
-}
-
-/**
- * One export request as an OTLP/JSON line, the encoding of the Collector's file exporter: camelCase names,
- * trace and span ids in hex, 64-bit integers as decimal strings, enums as numbers.
- */
-export function otlpJsonLine(signal: Signal, contentType: string, body: Buffer): string {
-  if (contentType === 'application/json') {
-    // A newline can only be whitespace in valid JSON (strings escape theirs), so this keeps the export exact.
-    const line = body.toString('utf8').replace(/[\r\n]/g, ' ');
-    JSON.parse(line);
-    return line;
-  }
-  const type = requestType(signal);
-  const request = type.toObject(type.decode(body), { longs: String, enums: Number, bytes: String, defaults: false });
-  return JSON.stringify(request, (key, value: unknown) =>
-    HEX_ID_FIELDS.has(key) && typeof value === 'string' ? Buffer.from(value, 'base64').toString('hex') : value,
-  );
-}
-
-const answer = (status: number, contentType: string | undefined, body: string | Buffer = Buffer.alloc(0)): UpstreamAnswer => ({
-  status,
-  contentType,
-  retryAfter: undefined,
-  body: typeof body === 'string' ? Buffer.from(body) : body,
-});
 
 /**
  * The embedded default collector (issue 20): with no OTLP_UPSTREAM_URL, what the gateway and the pipeline
@@ -66,34 +13,35 @@ const answer = (status: number, contentType: string | undefined, body: string | 
  * nothing accepted is lost silently).
  */
 export class LocalCollector implements CollectorClient {
-  private readonly files: Record<Signal, JsonLinesFile>;
+  private readonly files: Record<OtlpSignal, JsonLinesFile>;
 
   constructor(
     readonly directory: string,
     readonly maxBytesPerFile: number,
   ) {
-    const file = (signal: Signal) => new JsonLinesFile(join(directory, `${signal}.jsonl`), maxBytesPerFile);
+    const file = (signal: OtlpSignal) => new JsonLinesFile(signalFile(directory, signal), maxBytesPerFile);
     this.files = { traces: file('traces'), metrics: file('metrics'), logs: file('logs') };
   }
 
-  async send(path: string, contentType: string, body: Buffer): Promise<UpstreamAnswer> {
-    const signal = SIGNALS.find((name) => path === `/v1/${name}`);
-    if (signal === undefined) return answer(404, 'text/plain', `${path} is not an OTLP/HTTP path`);
-    const mediaType = contentType.split(';')[0].trim().toLowerCase();
-    if (mediaType !== 'application/json' && mediaType !== 'application/x-protobuf') return answer(415, 'text/plain', `${mediaType} is not supported`);
+  /** Decided as an answer of the Collector's receiver would be, from the very bytes it would send. */
+  async export(signal: OtlpSignal, encoding: OtlpEncoding, body: Buffer): Promise<ExportResult> {
+    const { status, headers, body: answer } = receiverResponse(signal, encoding, await this.receive(signal, encoding, body));
+    return exportResult(signal, encoding, { status, contentType: headers['content-type'], retryAfter: headers['retry-after'], body: answer });
+  }
+
+  private async receive(signal: OtlpSignal, encoding: OtlpEncoding, body: Buffer): Promise<ReceiverAnswer> {
     let line: string;
     try {
-      line = otlpJsonLine(signal, mediaType, body);
+      line = exportRequestLine(signal, encoding, body);
     } catch (error) {
-      return answer(400, 'text/plain', `cannot decode the ${mediaType} body: ${(error as Error).message}`);
+      return { kind: 'failed', status: 400, message: `cannot decode the ${encoding} body: ${(error as Error).message}` };
     }
     try {
       await this.files[signal].append(line);
     } catch (error) {
-      return answer(503, 'text/plain', `cannot write ${this.files[signal].path}: ${(error as Error).message}`);
+      return { kind: 'failed', status: 503, message: `cannot write ${this.files[signal].path}: ${(error as Error).message}` };
     }
-    // An empty Export*ServiceResponse: no bytes in protobuf, `{}` in JSON.
-    return answer(200, mediaType, mediaType === 'application/json' ? '{}' : Buffer.alloc(0));
+    return { kind: 'accepted' };
   }
 
   /** Always there: it is this process. */
@@ -102,6 +50,6 @@ export class LocalCollector implements CollectorClient {
   }
 
   async close(): Promise<void> {
-    await Promise.all(SIGNALS.map((signal) => this.files[signal].close()));
+    await Promise.all(OTLP_SIGNALS.map((signal) => this.files[signal].close()));
   }
 }

@@ -1,4 +1,4 @@
-import { OUTAGE_RETRY_AFTER_SECONDS, retryAfterForWindow, upstreamRetryAfter } from './retry-after';
+import { OUTAGE_RETRY_AFTER_SECONDS, retryAfterForWindow } from './retry-after';
 
 /** The JS exporter's defaults: 10 s export timeout, 5 retries, a Retry-After replacing its backoff. */
 const EXPORT_TIMEOUT_SECONDS = 10;
@@ -7,25 +7,6 @@ describe('Retry-After policy', () => {
   it('lets a default OTLP exporter try several times within its export timeout after an outage', () => {
     expect(OUTAGE_RETRY_AFTER_SECONDS).toBeGreaterThanOrEqual(1);
     expect(Math.floor(EXPORT_TIMEOUT_SECONDS / OUTAGE_RETRY_AFTER_SECONDS)).toBeGreaterThanOrEqual(4);
-  });
-
-  it.each([
-    ['7', 7],
-    [' 120 ', 120],
-    ['0', 1],
-    ['1', 1],
-  ])("passes on an upstream's delay-seconds %j as %i whole seconds, never 0", (header, seconds) => {
-    expect(upstreamRetryAfter(header)).toBe(seconds);
-  });
-
-  it('turns an HTTP-date into the whole seconds left until it, the only form otel-go reads', () => {
-    const now = Date.parse('2026-11-22T10:00:00Z');
-    expect(upstreamRetryAfter('Sun, 22 Nov 2026 10:00:30 GMT', now)).toBe(30);
-    expect(upstreamRetryAfter('Sun, 22 Nov 2026 09:59:00 GMT', now)).toBe(1);
-  });
-
-  it.each([undefined, '', 'soon', '-3', '1.5'])('reads %j as no Retry-After at all', (header) => {
-    expect(upstreamRetryAfter(header)).toBeUndefined();
   });
 
   it('rounds a rate-limit window up, so a client never comes back before it resets', () => {

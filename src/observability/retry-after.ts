@@ -1,6 +1,7 @@
 /**
  * The one Retry-After policy of both ports (SPEC §5, §6). Always integer seconds: the only form
- * otel-go's exporters read, and what nginx passes on from the auth endpoint unchanged.
+ * otel-go's exporters read, and what nginx passes on from the auth endpoint unchanged. An upstream's own
+ * Retry-After is read by src/otlp/retry-after.ts.
  */
 
 /**
@@ -14,22 +15,4 @@ export const OUTAGE_RETRY_AFTER_SECONDS = 1;
 /** What is left of a rate-limit window, rounded up so a client never comes back before it has reset. */
 export function retryAfterForWindow(resetInMs: number): number {
   return Math.max(1, Math.ceil(resetInMs / 1000));
-}
-
-const DELAY_SECONDS = /^\s*(\d+)\s*$/;
-/** All three HTTP-date forms start with the day name; Date.parse alone takes "1.5" for a date. */
-const HTTP_DATE = /^\s*(Mon|Tue|Wed|Thu|Fri|Sat|Sun)/;
-
-/**
- * An upstream's own Retry-After, either form RFC 9110 §10.2.3 allows (delay-seconds or an HTTP-date), as
- * integer seconds of at least 1 (see OUTAGE_RETRY_AFTER_SECONDS for why never 0). Undefined when it sent
- * none or nothing readable.
- */
-export function upstreamRetryAfter(header: string | undefined, now = Date.now()): number | undefined {
-  if (header === undefined) return undefined;
-  const seconds = DELAY_SECONDS.exec(header)?.[1];
-  if (seconds !== undefined) return Math.max(1, Math.min(Number(seconds), Number.MAX_SAFE_INTEGER));
-  const at = HTTP_DATE.test(header) ? Date.parse(header) : NaN;
-  if (Number.isNaN(at)) return undefined;
-  return Math.max(1, Math.ceil((at - now) / 1000));
 }

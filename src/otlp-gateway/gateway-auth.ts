@@ -1,5 +1,6 @@
 import { Pool } from 'undici';
-import { OUTAGE_RETRY_AFTER_SECONDS, upstreamRetryAfter } from '../observability/retry-after';
+import { OUTAGE_RETRY_AFTER_SECONDS } from '../observability/retry-after';
+import { parseRetryAfter } from '../otlp/retry-after';
 import { AuthIdentityBody, AuthOutcome, identityFromBody } from '../runner-auth/auth-outcome';
 import { capabilityPath } from '../runner-auth/job-capability';
 import { RunnerCredential } from '../runner-auth/runner-credential';
@@ -64,7 +65,7 @@ export class RemoteAuthenticator implements GatewayAuthenticator {
       return { kind: 'unavailable', reason: 'control process unreachable', retryAfterSeconds: OUTAGE_RETRY_AFTER_SECONDS };
     }
     const text = await response.body.text();
-    const retryAfter = upstreamRetryAfter(headerValue(response.headers['retry-after'])) ?? OUTAGE_RETRY_AFTER_SECONDS;
+    const retryAfter = parseRetryAfter(headerValue(response.headers['retry-after'])) ?? OUTAGE_RETRY_AFTER_SECONDS;
     // The control process's own reason (never a token: SPEC §5), so this gateway's refusal log says why.
     const reason = (fallback: string) => errorOf(text) ?? fallback;
     switch (response.statusCode) {

@@ -1,6 +1,6 @@
 import { OUTAGE_RETRY_AFTER_SECONDS } from '../observability/retry-after';
 import { AuthRefusal, RefusalAnswer, refusalAnswer } from '../runner-auth/auth-outcome';
-import type { RpcStatus } from './wire/otlp-response';
+import type { RpcStatus } from '../otlp/otlp-response';
 
 /**
  * Every way a gateway request can fail, the framework's own failures included (bad URL, body limit,

@@ -20,8 +20,8 @@ import { buildGatewayServer } from './otlp-gateway.server';
 import { CollectorModule } from '../collector/collector.module';
 import { PipelineSpansModule } from '../pipeline-spans/pipeline-spans.module';
 import { PipelineSpansService } from '../pipeline-spans/pipeline-spans.service';
-import { OTLP_UPSTREAM } from '../collector/collector.constants';
-import type { CollectorClient } from '../collector/otlp-upstream';
+import { COLLECTOR_CLIENT } from '../collector/collector.constants';
+import type { CollectorClient } from '../collector/collector-client';
 
 /** The gateway's own Fastify server, listening on GATEWAY_PORT; main.ts starts it, Nest closes it. */
 @Injectable()
@@ -33,12 +33,12 @@ export class GatewayServer implements OnModuleDestroy {
     @Inject(APP_LOGGER) logger: Logger,
     @Inject(LIMIT_STORE) store: LimitStore,
     @Inject(GATEWAY_AUTHENTICATOR) private readonly authenticator: GatewayAuthenticator,
-    @Inject(OTLP_UPSTREAM) private readonly upstream: CollectorClient,
+    @Inject(COLLECTOR_CLIENT) private readonly collector: CollectorClient,
     metrics: GatewayMetrics,
     pipelineSpans: PipelineSpansService,
   ) {
     const decisions = new DecisionCache((credential: RunnerCredential) => authenticator.authenticate(credential), config.GATEWAY_DECISION_CACHE_SIZE, metrics);
-    this.instance = buildGatewayServer({ config, logger, decisions, store, upstream, metrics, pipelineSpans });
+    this.instance = buildGatewayServer({ config, logger, decisions, store, collector, metrics, pipelineSpans });
   }
 
   async listen(port: number, host: string): Promise<string> {

@@ -6,7 +6,10 @@ import { AppConfig } from '../config/app-config';
 import { drainAfterAnswer, drainUnreadBodies } from '../observability/body-drain';
 import { addRequestHooks, REQUEST_ID_HEADER, requestIdOf, rootLoggerForRequests } from '../observability/request-hooks';
 import { frameworkLogger } from '../observability/logger';
-import { OUTAGE_RETRY_AFTER_SECONDS, retryAfterForWindow, upstreamRetryAfter } from '../observability/retry-after';
+import { OUTAGE_RETRY_AFTER_SECONDS, retryAfterForWindow } from '../observability/retry-after';
+import { encodingOf, OTLP_MEDIA_TYPES, OTLP_SIGNALS, OtlpEncoding, OtlpSignal } from '../otlp/otlp-encoding';
+import { encodeExportResponse, encodeRpcStatus, mergePartialSuccess, OtlpPartialSuccess } from '../otlp/otlp-response';
+import { OtlpPayloadError } from '../otlp/otlp-wire';
 import { DecisionSpan, startDecisionSpan } from '../observability/tracing';
 import { headerCredential, RunnerCredential } from '../runner-auth/runner-credential';
 import { AuthOutcome } from '../runner-auth/auth-outcome';
@@ -18,18 +21,13 @@ import { WindowLedger } from '../limits/window-ledger';
 import { StoreUnavailableError } from '../store/store-unavailable-error';
 import { GatewayMetrics } from './gateway-metrics';
 import { GatewayFailure, otlpErrorAnswer } from './otlp-errors';
-import { enforceExport } from './wire/otlp-payload';
-import { EnforcedExport, GatewayGrant, OtlpEncoding, OtlpSignal } from './wire/otlp-types';
-import { decodeExportResponse, encodeExportResponse, encodeRpcStatus, mergePartialSuccess, OtlpPartialSuccess } from './wire/otlp-response';
-import { OtlpUpstream, UpstreamFailure } from '../collector/otlp-upstream';
-import { OtlpPayloadError } from './wire/otlp-wire';
-import { jobExecutionEnds, jobExecutionEndsOf } from './wire/job-execution-end';
+import { enforceExport } from './export-policy/enforce-export';
+import { EnforcedExport, GatewayGrant } from './export-policy/otlp-types';
+import type { CollectorClient } from '../collector/collector-client';
 import type { PipelineSpansService } from '../pipeline-spans/pipeline-spans.service';
 
 const inflate = promisify(gunzip);
 
-const SIGNALS: readonly OtlpSignal[] = ['traces', 'metrics', 'logs'];
-const CONTENT_TYPES: Record<OtlpEncoding, string> = { protobuf: 'application/x-protobuf', json: 'application/json' };
 /** A span quota lives at least this long even for a grant about to end (clock skew between replicas). */
 const MIN_QUOTA_TTL_MS = 60_000;
 
@@ -62,18 +60,11 @@ export interface GatewayDependencies {
   readonly decisions: DecisionCache;
   /** The runner windows and span quotas are leased from it (issue 21): see `GatewayLedgers`. */
   readonly store: LimitStore;
-  /** Only `send` is used here: the module owns the pool's life, and tests pass a fake collector. */
-  readonly upstream: Pick<OtlpUpstream, 'send'>;
+  /** Only `export` is used here: the module owns the client's life, and tests pass a fake collector. */
+  readonly collector: Pick<CollectorClient, 'export'>;
   readonly metrics: GatewayMetrics;
   /** Told of the runner's `job_execution` ends, which close job spans when no webhook will (SPEC §10). */
   readonly pipelineSpans?: Pick<PipelineSpansService, 'jobSpanToCloseFromRunner' | 'closeJobFromRunner'>;
-}
-
-function encodingOf(contentType: string | undefined): OtlpEncoding | undefined {
-  const mediaType = (contentType ?? '').split(';')[0].trim().toLowerCase();
-  if (mediaType === 'application/x-protobuf') return 'protobuf';
-  if (mediaType === 'application/json') return 'json';
-  return undefined;
 }
 
 /**
@@ -96,7 +87,7 @@ export function buildGatewayServer(deps: GatewayDependencies): FastifyInstance {
     const answer = otlpErrorAnswer(failure);
     if (answer.retryAfterSeconds !== undefined) void reply.header('retry-after', String(answer.retryAfterSeconds));
     const body = Buffer.isBuffer(answer.status) ? answer.status : encodeRpcStatus(encoding, answer.status);
-    return reply.status(answer.httpStatus).header('content-type', CONTENT_TYPES[encoding]).send(body);
+    return reply.status(answer.httpStatus).header('content-type', OTLP_MEDIA_TYPES[encoding]).send(body);
   };
   const failureOf = (error: unknown): GatewayFailure => {
     if (error instanceof GatewayError) return error.failure;
@@ -198,12 +189,12 @@ export function buildGatewayServer(deps: GatewayDependencies): FastifyInstance {
     }
   };
 
-  for (const signal of SIGNALS) {
+  for (const signal of OTLP_SIGNALS) {
     const handler = async (request: FastifyRequest, reply: FastifyReply) => {
       const encoding = request.exportEncoding!;
       try {
         const answer = await exportItems(deps, ledgers, signal, encoding, request.exportBody!, request.exportGrant!);
-        void reply.status(200).header('content-type', CONTENT_TYPES[encoding]);
+        void reply.status(200).header('content-type', OTLP_MEDIA_TYPES[encoding]);
         return answer;
       } catch (error) {
         return sendFailure(request, reply, failureOf(error));
@@ -333,7 +324,7 @@ async function exportItems(
   }
   // Spans the collector itself rejected were not accepted either.
   receipt?.refund(theirs?.rejectedItems ?? 0);
-  if (signal === 'traces') reportJobEnds(deps, encoding, body, enforced, grant.jobId);
+  if (signal === 'traces') reportJobEnds(deps, enforced, grant.jobId);
   return encodeExportResponse(signal, encoding, mergePartialSuccess(ours, theirs));
 }
 
@@ -365,18 +356,13 @@ function countItems(metrics: GatewayMetrics, signal: OtlpSignal, enforced: Enfor
 }
 
 /** The runner's `job_execution` ends in what was forwarded, when they are what closes the job span (not awaited). */
-function reportJobEnds(deps: GatewayDependencies, encoding: OtlpEncoding, body: Buffer, enforced: EnforcedExport, jobId: number): void {
-  // Protobuf: enforcement noted the job_execution spans as it walked them; most exports have none.
-  if (encoding === 'protobuf' && enforced.jobExecutionSpans === undefined) return;
+function reportJobEnds(deps: GatewayDependencies, enforced: EnforcedExport, jobId: number): void {
+  // Enforcement noted the job_execution spans as it walked them; most exports have none.
+  if (enforced.jobExecutionEnds === undefined) return;
   const jobSpanId = deps.pipelineSpans?.jobSpanToCloseFromRunner(jobId);
   if (jobSpanId === undefined) return;
-  try {
-    const ends =
-      encoding === 'protobuf' ? jobExecutionEndsOf(body, enforced.jobExecutionSpans!, jobSpanId) : jobExecutionEnds(encoding, enforced.body, jobSpanId);
-    for (const end of ends) void deps.pipelineSpans!.closeJobFromRunner(jobId, end);
-  } catch (error) {
-    // The collector has the export: its answer must not turn into a failure for what is only a side look.
-    deps.logger.warn({ err: error, jobId }, "could not read the runner's job_execution end");
+  for (const end of enforced.jobExecutionEnds) {
+    if (end.parentSpanId === jobSpanId) void deps.pipelineSpans!.closeJobFromRunner(jobId, end);
   }
 }
 
@@ -422,32 +408,22 @@ async function decompress(wire: Buffer, maxBytes: number): Promise<Buffer> {
 
 /** 2xx only when the collector answered 2xx; its partial success is returned for merging. */
 async function forward(deps: GatewayDependencies, signal: OtlpSignal, encoding: OtlpEncoding, body: Buffer): Promise<OtlpPartialSuccess | undefined> {
-  const { upstream, metrics } = deps;
+  const { collector, metrics } = deps;
   const started = performance.now();
-  const stopTimer = (outcome: string) => metrics.upstreamAnswered(signal, outcome, (performance.now() - started) / 1000);
-  let answer;
-  try {
-    answer = await upstream.send(`/v1/${signal}`, CONTENT_TYPES[encoding], body);
-  } catch (error) {
-    if (!(error instanceof UpstreamFailure)) throw error;
-    stopTimer(error.kind);
-    throw new GatewayError({ kind: error.kind === 'timeout' ? 'upstream_timeout' : 'upstream_unreachable' });
-  }
-  stopTimer(String(answer.status));
+  const result = await collector.export(signal, encoding, body);
+  const happened = result.kind === 'retry' ? result.happened : result.status;
+  metrics.upstreamAnswered(signal, String(happened), (performance.now() - started) / 1000);
+  if (happened === 'timeout') throw new GatewayError({ kind: 'upstream_timeout' });
+  if (happened === 'unreachable') throw new GatewayError({ kind: 'upstream_unreachable' });
   metrics.forwarded(signal, body.length);
-  const retryAfterSeconds = upstreamRetryAfter(answer.retryAfter);
-  if (answer.status >= 400 && answer.status < 500) {
+  if (result.kind === 'accepted') return result.partialSuccess;
+  const { retryAfterSeconds, contentType, body: answer } = result;
+  if (happened >= 400 && happened < 500) {
     // The collector's own Status goes on as it came when the client can read it (same encoding).
-    const statusBody = answer.body.length > 0 && encodingOf(answer.contentType) === encoding ? answer.body : undefined;
-    throw new GatewayError({ kind: 'upstream_refused', status: answer.status, retryAfterSeconds, statusBody });
+    const statusBody = answer !== undefined && answer.length > 0 && encodingOf(contentType) === encoding ? answer : undefined;
+    throw new GatewayError({ kind: 'upstream_refused', status: happened, retryAfterSeconds, statusBody });
   }
-  if (answer.status < 200 || answer.status >= 300) throw new GatewayError({ kind: 'upstream_error', status: answer.status, retryAfterSeconds });
-  try {
-    return decodeExportResponse(signal, encoding, answer.body);
-  } catch {
-    // The collector accepted the data; an unreadable answer must not make the client send it again.
-    return undefined;
-  }
+  throw new GatewayError({ kind: 'upstream_error', status: happened, retryAfterSeconds });
 }
 
 async function orUnavailable<T>(operation: Promise<T>): Promise<T> {

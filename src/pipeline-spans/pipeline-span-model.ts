@@ -1,4 +1,5 @@
 import type { RunnerJobEnd, TracedJob, TracedPipeline } from '../traced-work/traced-work';
+import { CiJobIdentity, ciIdentityValues } from '../otlp/ci-identity';
 
 /**
  * The control-plane spans of SPEC §10 as OTLP/JSON, from facts: pure functions, no I/O. Ids come from
@@ -187,7 +188,8 @@ export function cicdResult(status: string): string | undefined {
 
 /**
  * One span in its own `ResourceSpans`: the resource says who emitted it (`service.name`, never the
- * runner's) and whose it is (the `ci.*` identity, read first by the ClickHouse view, SPEC §6).
+ * runner's) and whose it is (the identity of SPEC §6 in the gateway's types: resource and span alike as the
+ * runner's spans carry it; the ClickHouse view reads the resource's first).
  */
 function span(
   serviceName: string,
@@ -196,7 +198,7 @@ function span(
   kind: number,
   startMs: number,
   endMs: number,
-  identity: Record<string, AttributeValue | undefined>,
+  identity: Partial<CiJobIdentity>,
   attributes: Record<string, AttributeValue | undefined>,
   outcome: Outcome | undefined,
   version?: number,
@@ -206,7 +208,7 @@ function span(
     spanId: place.spanId,
     ...(version === undefined ? {} : { version }),
     resourceSpans: {
-      resource: { attributes: keyValues({ 'service.name': serviceName, ...identity }) },
+      resource: { attributes: keyValues({ 'service.name': serviceName, ...ciIdentityValues(identity, 'resource') }) },
       scopeSpans: [
         {
           scope: SCOPE,
@@ -221,7 +223,7 @@ function span(
               startTimeUnixNano: nanos(startMs),
               // A span never ends before it starts, whatever clocks and rounding say.
               endTimeUnixNano: nanos(Math.max(startMs, endMs)),
-              attributes: keyValues({ ...identity, ...attributes, [SPAN_VERSION_ATTRIBUTE]: version }),
+              attributes: keyValues({ ...ciIdentityValues(identity, 'span'), ...attributes, [SPAN_VERSION_ATTRIBUTE]: version }),
               ...(failed ? { status: { code: STATUS_ERROR, message: outcome?.failureReason ?? 'failed' } } : {}),
             },
           ],
@@ -231,17 +233,8 @@ function span(
   };
 }
 
-/** The identity attributes of SPEC §6, in the types GitLab Runner writes them (`ci.pipeline.id` a string). */
-function jobIdentity(job: TracedJob, runnerId?: number): Record<string, AttributeValue | undefined> {
-  return {
-    'ci.job.id': job.jobId,
-    'ci.project.id': job.projectId,
-    'ci.pipeline.id': String(job.pipelineId),
-    'ci.runner.id': runnerId ?? job.runnerId,
-    'cicd.pipeline.run.id': String(job.pipelineId),
-    'cicd.pipeline.task.run.id': String(job.jobId),
-    'cicd.worker.id': String(runnerId ?? job.runnerId),
-  };
+function jobIdentity(job: TracedJob, runnerId?: number): Partial<CiJobIdentity> {
+  return { jobId: job.jobId, projectId: job.projectId, pipelineId: job.pipelineId, runnerId: runnerId ?? job.runnerId };
 }
 
 /** How long a job waited for a runner: from `queued_at` to the pickup. Emitted at the pickup. */
@@ -323,7 +316,7 @@ export function pipelineSpan(serviceName: string, place: SpanPlace, pipeline: Tr
     KIND_SERVER,
     end.createdAt,
     end.finishedAt,
-    { 'ci.project.id': pipeline.projectId, 'ci.pipeline.id': String(pipeline.pipelineId), 'cicd.pipeline.run.id': String(pipeline.pipelineId) },
+    { projectId: pipeline.projectId, pipelineId: pipeline.pipelineId },
     pipelineAttributes(pipeline, end),
     end,
     pipelineSpanVersion(end),
@@ -347,13 +340,7 @@ export function bridgeSpan(
     KIND_INTERNAL,
     child.createdAt,
     child.finishedAt,
-    {
-      'ci.job.id': bridge.jobId,
-      'ci.project.id': bridge.projectId,
-      'ci.pipeline.id': String(bridge.pipelineId),
-      'cicd.pipeline.run.id': String(bridge.pipelineId),
-      'cicd.pipeline.task.run.id': String(bridge.jobId),
-    },
+    { jobId: bridge.jobId, projectId: bridge.projectId, pipelineId: bridge.pipelineId },
     { 'ci.job.kind': 'bridge', 'ci.downstream_pipeline.id': String(bridge.downstreamPipelineId), 'ci.job.status': child.status },
     child,
     // It lasts as its child pipeline does, so it follows the child's versions.

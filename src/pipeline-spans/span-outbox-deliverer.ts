@@ -1,10 +1,10 @@
 import { Inject, Injectable, Logger, OnApplicationBootstrap, OnModuleDestroy } from '@nestjs/common';
-import { OTLP_UPSTREAM } from '../collector/collector.constants';
-import { OtlpUpstream, UpstreamFailure } from '../collector/otlp-upstream';
+import type { CollectorClient, ExportResult } from '../collector/collector-client';
+import { COLLECTOR_CLIENT } from '../collector/collector.constants';
 import { AppConfig } from '../config/app-config';
 import { APP_CONFIG } from '../config/config.constants';
 import { TRACED_WORK_STORE } from '../traced-work/traced-work.constants';
-import { ClaimedSpan, TracedWorkStore } from '../traced-work/traced-work';
+import { TracedWorkStore } from '../traced-work/traced-work';
 import { PipelineSpansMetrics } from './pipeline-spans.metrics';
 
 /** Spans sent to the collector in one export at most. */
@@ -23,8 +23,31 @@ const FIRST_BACKOFF_MS = 500;
 /** A collector's Retry-After is honoured up to this. */
 const MAX_RETRY_AFTER_MS = 300_000;
 
-/** What became of one delivery: accepted, to be tried again (after at least `delayMs`), or refused for good. */
-type Delivery = { kind: 'accepted'; rejected: number } | { kind: 'retry'; reason: string; delayMs?: number } | { kind: 'refused'; status: number };
+/** What becomes of one delivery: acknowledged, tried again after `delayMs`, or dropped as refused for good. */
+export type Delivery = { kind: 'accepted'; rejected: number } | { kind: 'retry'; reason: string; delayMs: number } | { kind: 'refused'; status: number };
+
+/**
+ * The collector's result as the outbox acts on it: a retry waits the longer of the span's exponential
+ * backoff (`attempts` deliveries tried before, with ±20 % jitter from `random`) and the collector's
+ * Retry-After, the latter honoured up to MAX_RETRY_AFTER_MS.
+ */
+export function deliveryOf(result: ExportResult, attempts: number, maxBackoffMs: number, random = Math.random()): Delivery {
+  switch (result.kind) {
+    case 'accepted':
+      return { kind: 'accepted', rejected: result.partialSuccess?.rejectedItems ?? 0 };
+    case 'retry': {
+      const backoff = Math.min(maxBackoffMs, FIRST_BACKOFF_MS * 2 ** Math.min(attempts, 20)) * (0.8 + random * 0.4);
+      const delayMs = Math.min(MAX_RETRY_AFTER_MS, Math.max(backoff, (result.retryAfterSeconds ?? 0) * 1000));
+      return { kind: 'retry', reason: String(result.happened), delayMs };
+    }
+    case 'refused':
+      return { kind: 'refused', status: result.status };
+    default: {
+      const unreachable: never = result;
+      throw new Error(`unhandled export result ${JSON.stringify(unreachable)}`);
+    }
+  }
+}
 
 /**
  * Sends the outbox to the collector (SPEC §10): claims due spans (each to one replica, for a lease, so a
@@ -50,7 +73,7 @@ export class SpanOutboxDeliverer implements OnApplicationBootstrap, OnModuleDest
   constructor(
     @Inject(APP_CONFIG) config: AppConfig,
     @Inject(TRACED_WORK_STORE) private readonly store: TracedWorkStore,
-    @Inject(OTLP_UPSTREAM) private readonly upstream: Pick<OtlpUpstream, 'send'>,
+    @Inject(COLLECTOR_CLIENT) private readonly collector: Pick<CollectorClient, 'export'>,
     private readonly metrics: PipelineSpansMetrics,
   ) {
     // Longer than one send can take, so a lease never runs out under a send still in flight.
@@ -97,7 +120,9 @@ export class SpanOutboxDeliverer implements OnApplicationBootstrap, OnModuleDest
       this.metrics.outboxDepth(await this.store.outboxDepth());
     }
     if (claimed.length === 0) return false;
-    const delivery = await this.send(claimed);
+    const body = Buffer.from(`{"resourceSpans":[${claimed.map((span) => span.resourceSpans).join(',')}]}`);
+    const result = await this.collector.export('traces', 'json', body);
+    const delivery = deliveryOf(result, Math.max(...claimed.map((span) => span.attempts)), this.maxBackoffMs);
     const ids = claimed.map((span) => span.spanId);
     switch (delivery.kind) {
       case 'accepted':
@@ -108,40 +133,21 @@ export class SpanOutboxDeliverer implements OnApplicationBootstrap, OnModuleDest
           this.logger.warn(`the collector rejected ${delivery.rejected} of ${ids.length} pipeline spans (partial success); not retried`);
         return claimed.length === BATCH_SPANS;
       case 'refused':
-        // A 4xx the collector will answer again to the same spans: retrying cannot help, and would hold them forever.
+        // An answer the collector will give again to the same spans: retrying cannot help, and would hold them forever.
         await this.store.acknowledgeSpans(ids);
         this.metrics.deliveryFailed(String(delivery.status));
         this.logger.error(`the collector refused ${ids.length} pipeline spans with ${delivery.status}; dropped`);
         return claimed.length === BATCH_SPANS;
       case 'retry': {
-        const attempts = Math.max(...claimed.map((span) => span.attempts));
-        const backoff = Math.min(this.maxBackoffMs, FIRST_BACKOFF_MS * 2 ** Math.min(attempts, 20)) * (0.8 + Math.random() * 0.4);
-        const delayMs = Math.min(MAX_RETRY_AFTER_MS, Math.max(backoff, delivery.delayMs ?? 0));
-        await this.store.retrySpans(ids, delayMs);
+        await this.store.retrySpans(ids, delivery.delayMs);
         this.metrics.deliveryFailed(delivery.reason);
-        this.failed('collector', `outbox: ${ids.length} pipeline spans not delivered (${delivery.reason}); next attempt in ${Math.round(delayMs)} ms`);
+        this.failed('collector', `outbox: ${ids.length} pipeline spans not delivered (${delivery.reason}); next attempt in ${Math.round(delivery.delayMs)} ms`);
         return false;
       }
       default: {
         const unreachable: never = delivery;
         throw new Error(`unhandled delivery ${JSON.stringify(unreachable)}`);
       }
-    }
-  }
-
-  private async send(spans: readonly ClaimedSpan[]): Promise<Delivery> {
-    const body = Buffer.from(`{"resourceSpans":[${spans.map((span) => span.resourceSpans).join(',')}]}`);
-    try {
-      const answer = await this.upstream.send('/v1/traces', 'application/json', body);
-      if (answer.status >= 200 && answer.status < 300) return { kind: 'accepted', rejected: rejectedSpans(answer.body) };
-      const retryAfter = Number(answer.retryAfter);
-      const delayMs = Number.isFinite(retryAfter) && retryAfter >= 0 ? retryAfter * 1000 : undefined;
-      // OTLP/HTTP's retryable answers; every other 4xx is permanent.
-      if (answer.status === 429 || answer.status === 408 || answer.status >= 500) return { kind: 'retry', reason: String(answer.status), delayMs };
-      return { kind: 'refused', status: answer.status };
-    } catch (error) {
-      if (error instanceof UpstreamFailure) return { kind: 'retry', reason: error.kind };
-      throw error;
     }
   }
 
@@ -183,16 +189,5 @@ export class SpanOutboxDeliverer implements OnApplicationBootstrap, OnModuleDest
     if (this.failing !== what) return;
     this.failing = undefined;
     this.logger.log(`outbox: ${what} reachable again, delivering`);
-  }
-}
-
-/** `partialSuccess.rejectedSpans` of an OTLP/JSON export response; 0 when absent or unreadable. */
-function rejectedSpans(body: Buffer): number {
-  if (body.length === 0) return 0;
-  try {
-    const parsed = JSON.parse(body.toString('utf8')) as { partialSuccess?: { rejectedSpans?: string | number } };
-    return Number(parsed.partialSuccess?.rejectedSpans ?? 0) || 0;
-  } catch {
-    return 0;
   }
 }

@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { BUILD_STAGES, exportJobAsRunner } from '../../demo/stock-runner';
+import { localCollectorDirectory, previousFile, signalFile } from '../../src/collector/collector-files';
 import { PickedUpJob, pickUpPipelineJob } from '../helpers/ci-pipeline';
 import { waitFor } from '../helpers/ports';
 import { ServiceProcess, startService } from '../helpers/service';
@@ -36,9 +37,9 @@ function spansOf(requests: Json[]): Array<Json & { attributes: Record<string, un
   );
 }
 
-/** `npm run -s trace [id]` in `cwd`: the script after its tsc step (done once in beforeAll). */
+/** `npm run -s trace [id]` in `cwd`: the built printer (the tests run after `npm run build`). */
 function showTrace(cwd: string, ...args: string[]) {
-  return run(process.execPath, [join(ROOT, 'build', 'demo', 'demo', 'show-trace.js'), ...args], { cwd, env: { PATH: process.env.PATH }, timeout: 30_000 });
+  return run(process.execPath, [join(ROOT, 'dist', 'cli', 'show-trace.js'), ...args], { cwd, env: { PATH: process.env.PATH }, timeout: 30_000 });
 }
 
 /**
@@ -50,10 +51,9 @@ describe('the embedded default collector (no OTLP_UPSTREAM_URL)', () => {
   let cwd: string;
   let service: ServiceProcess;
   let job: PickedUpJob;
-  const otlpDir = () => join(cwd, '.data', 'otlp');
+  const otlpDir = () => localCollectorDirectory(join(cwd, '.data'));
 
   beforeAll(async () => {
-    await run(process.execPath, [join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(ROOT, 'demo', 'tsconfig.json')], { cwd: ROOT });
     cwd = realpathSync(mkdtempSync(join(tmpdir(), 'cjt-local-collector-')));
     service = await startService({ LOCAL_COLLECTOR_MAX_BYTES: String(MAX_BYTES) }, { cwd });
     job = await pickUpPipelineJob(service, { jobId: 2001, projectId: 7, pipelineId: 600, queuedAt: new Date(Date.now() - 75_000) });
@@ -85,7 +85,7 @@ describe('the embedded default collector (no OTLP_UPSTREAM_URL)', () => {
   });
 
   it("keeps the runner's export as OTLP/JSON lines: its trace, the job_execution span under the payload's parent, the gateway's identity", () => {
-    const spans = spansOf(linesOf(join(otlpDir(), 'traces.jsonl'))).filter((span) => span.traceId === job.tracing.trace_id);
+    const spans = spansOf(linesOf(signalFile(otlpDir(), 'traces'))).filter((span) => span.traceId === job.tracing.trace_id);
     const jobExecution = spans.find((span) => span.name === 'job_execution');
     expect(jobExecution).toMatchObject({
       parentSpanId: job.tracing.span_parent_id,
@@ -116,7 +116,7 @@ describe('the embedded default collector (no OTLP_UPSTREAM_URL)', () => {
       (error: { code: number; stderr: string }) => error,
     );
     expect(missing?.code).toBe(1);
-    expect(missing?.stderr).toContain(`no trace ${'f'.repeat(32)} in ${join(otlpDir(), 'traces.jsonl')}; it holds:`);
+    expect(missing?.stderr).toContain(`no trace ${'f'.repeat(32)} in ${signalFile(otlpDir(), 'traces')}; it holds:`);
     expect(missing?.stderr).toMatch(new RegExp(`^  ${job.tracing.trace_id}  \\d+ spans, `, 'm'));
   });
 
@@ -143,16 +143,16 @@ describe('the embedded default collector (no OTLP_UPSTREAM_URL)', () => {
     };
     const metricsAnswer = await post('metrics', metrics);
     expect(metricsAnswer.status).toBe(200);
-    expect(JSON.stringify(linesOf(join(otlpDir(), 'metrics.jsonl')))).toContain('"name":"ci.job.test.count"');
+    expect(JSON.stringify(linesOf(signalFile(otlpDir(), 'metrics')))).toContain('"name":"ci.job.test.count"');
 
     // About 1.2 KiB a line: the 16 KiB bound is passed after some 14 exports.
     const logLine = (n: number) => ({
       resourceLogs: [{ scopeLogs: [{ logRecords: [{ timeUnixNano: '1700000000000000000', body: { stringValue: `line ${n} ${'x'.repeat(1200)}` } }] }] }],
     });
     for (let n = 0; n < 30; n++) expect((await post('logs', logLine(n))).status).toBe(200);
-    const current = join(otlpDir(), 'logs.jsonl');
-    const kept = [...linesOf(`${current}.1`), ...linesOf(current)];
-    for (const file of [current, `${current}.1`]) expect(readFileSync(file).length).toBeLessThanOrEqual(MAX_BYTES);
+    const current = signalFile(otlpDir(), 'logs');
+    const kept = [...linesOf(previousFile(current)), ...linesOf(current)];
+    for (const file of [current, previousFile(current)]) expect(readFileSync(file).length).toBeLessThanOrEqual(MAX_BYTES);
     const numbers = kept.map((request) => Number(/"line (\d+) x/.exec(JSON.stringify(request))![1]));
     // The newest exports, in order, and nothing older than the previous file.
     expect(numbers[numbers.length - 1]).toBe(29);
@@ -164,7 +164,7 @@ describe('the embedded default collector (no OTLP_UPSTREAM_URL)', () => {
   it('takes the pipeline spans of the control plane through the same collector', async () => {
     // Without webhooks the job span is closed from the runner's job_execution (SPEC §10): both land in the trace file.
     await waitFor('the job span in traces.jsonl', async () => {
-      const spans = spansOf(linesOf(join(otlpDir(), 'traces.jsonl')));
+      const spans = spansOf(linesOf(signalFile(otlpDir(), 'traces')));
       return spans.some((span) => span.traceId === job.tracing.trace_id && span.spanId === job.tracing.span_parent_id) ? true : undefined;
     });
   });

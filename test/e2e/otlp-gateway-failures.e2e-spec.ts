@@ -1,8 +1,6 @@
 import { diag, DiagLogLevel } from '@opentelemetry/api';
 import { ExportResultCode } from '@opentelemetry/core';
 import { request as httpRequest } from 'node:http';
-import { join } from 'node:path';
-import * as protobuf from 'protobufjs';
 import { Client } from 'undici';
 import { exportSpans, gatewayTraceExporter, jobCredentials, PickedUpJob, pickUpTracedJob, recordSpans } from '../helpers/ci-job';
 import { internalApiHeaders } from '../helpers/internal-api';
@@ -11,14 +9,14 @@ import { expectMatchesOpenApi } from '../helpers/openapi';
 import { OtlpSink, startOtlpSink } from '../helpers/otlp-sink';
 import { RedisServer, startRedis } from '../helpers/redis';
 import { ServiceProcess, startService } from '../helpers/service';
+import { rpcStatusType } from '../../src/otlp/otlp-proto';
 
 /**
  * How the gateway fails (issue 9 items 3, 6, 7, SPEC §6): what an exporter reads when the collector,
  * the framework or the body size says no, and what that costs the job's span quota.
  */
 
-const proto = protobuf.loadSync(join(__dirname, '..', '..', 'src', 'otlp-gateway', 'wire', 'proto', 'otlp.proto'));
-const RpcStatus = proto.lookupType('otlp.RpcStatus');
+const RpcStatus = rpcStatusType();
 
 /** Partial-success warnings the SDK logs when the gateway reports rejected spans. */
 const sdkWarnings: string[] = [];

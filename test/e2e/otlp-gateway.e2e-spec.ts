@@ -5,9 +5,7 @@ import { OTLPTraceExporter as ProtoTraceExporter } from '@opentelemetry/exporter
 import { resourceFromAttributes } from '@opentelemetry/resources';
 import { BasicTracerProvider, InMemorySpanExporter, ReadableSpan, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
 import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { gunzipSync, gzipSync } from 'node:zlib';
-import * as protobuf from 'protobufjs';
 import { RUNNER_TOKEN } from '../fixtures/job-payload';
 import { expectMatchesOpenApi } from '../helpers/openapi';
 import { GitLabKeys, makeGitLabKeys } from '../helpers/job-tokens';
@@ -15,9 +13,9 @@ import { OtlpSink, startOtlpSink } from '../helpers/otlp-sink';
 import { RedisServer, startRedis } from '../helpers/redis';
 import { ServiceProcess, startService } from '../helpers/service';
 import { PickedUpJob, pickUpTracedJob } from '../helpers/ci-job';
+import { rpcStatusType } from '../../src/otlp/otlp-proto';
 
-const proto = protobuf.loadSync(join(__dirname, '..', '..', 'src', 'otlp-gateway', 'wire', 'proto', 'otlp.proto'));
-const RpcStatus = proto.lookupType('otlp.RpcStatus');
+const RpcStatus = rpcStatusType();
 
 /** Partial-success warnings the SDK logs when the gateway reports rejected spans. */
 const sdkWarnings: string[] = [];

@@ -1,6 +1,5 @@
-import { join } from 'node:path';
-import * as protobuf from 'protobufjs';
 import type { ClickHouse } from './clickhouse';
+import { exportRequestType } from '../../src/otlp/otlp-proto';
 
 /**
  * What the OpenTelemetry Collector's clickhouse exporter (collector-contrib 0.136, Map attributes)
@@ -39,8 +38,7 @@ export interface OtelTracesRow {
   'Links.Attributes': Array<Record<string, string>>;
 }
 
-const root = protobuf.loadSync(join(__dirname, '..', '..', 'src', 'otlp-gateway', 'wire', 'proto', 'otlp.proto'));
-const ExportTraceServiceRequest = root.lookupType('otlp.ExportTraceServiceRequest');
+const ExportTraceServiceRequest = exportRequestType('traces');
 
 const SPAN_KINDS = ['Unspecified', 'Internal', 'Server', 'Client', 'Producer', 'Consumer'];
 const STATUS_CODES = ['Unset', 'Ok', 'Error'];

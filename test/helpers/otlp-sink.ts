@@ -1,22 +1,13 @@
-import { createServer, IncomingMessage, Server, ServerResponse } from 'node:http';
-import { Socket } from 'node:net';
-import { join } from 'node:path';
-import * as protobuf from 'protobufjs';
-import { repoRoot } from '../../demo/repo-root';
+import type { IncomingHttpHeaders } from 'node:http';
+import { OTLP_MEDIA_TYPES, OtlpSignal } from '../../src/otlp/otlp-encoding';
+import { OtlpJsonRequest, OtlpReceiver, ReceivedExport as Received, ReceiverAnswer, startOtlpReceiver } from '../../src/otlp/otlp-receiver';
 import { freePort } from './ports';
 
 /**
- * A stand-in OpenTelemetry Collector: decodes OTLP/HTTP exports on its own (protobufjs with the
- * OTLP schema, or JSON) and answers as the test says. No Collector binary can be fetched here;
- * what this proves is what reached the collector, byte for byte decoded independently of the gateway.
+ * A stand-in OpenTelemetry Collector: the one OTLP receiver (src/otlp/otlp-receiver.ts) decodes the
+ * exports, and the sink answers as the test says. No Collector binary can be fetched here; what this proves
+ * is what reached the collector, decoded by protobufjs with the OTLP schema, independently of the gateway.
  */
-// From the clone's root, so the helper also runs from a bench's build output.
-const root = protobuf.loadSync(join(repoRoot(), 'src', 'otlp-gateway', 'wire', 'proto', 'otlp.proto'));
-const REQUEST_TYPES = {
-  traces: root.lookupType('otlp.ExportTraceServiceRequest'),
-  metrics: root.lookupType('otlp.ExportMetricsServiceRequest'),
-  logs: root.lookupType('otlp.ExportLogsServiceRequest'),
-};
 
 export type AttributeValue = string | number | boolean | undefined;
 
@@ -41,9 +32,9 @@ export interface ReceivedSpan {
 }
 
 export interface ReceivedExport {
-  readonly signal: 'traces' | 'metrics' | 'logs';
+  readonly signal: OtlpSignal;
   readonly contentType: string;
-  readonly headers: IncomingMessage['headers'];
+  readonly headers: IncomingHttpHeaders;
   /** Resource attributes of each resource in the export. */
   readonly resources: Array<Record<string, AttributeValue>>;
   readonly spans: ReceivedSpan[];
@@ -81,7 +72,6 @@ export interface OtlpSink {
 }
 
 type Decoded = Record<string, unknown>;
-const hex = (value: unknown) => (typeof value === 'string' ? value : Buffer.from((value as Uint8Array | undefined) ?? []).toString('hex'));
 
 function anyValue(value: Decoded | undefined): AttributeValue {
   if (value === undefined) return undefined;
@@ -90,7 +80,7 @@ function anyValue(value: Decoded | undefined): AttributeValue {
   return typeof found === 'string' && /^-?\d+$/.test(found) && camel('int_value') !== undefined ? Number(found) : (found as AttributeValue);
 }
 
-/** protobufjs decodes the enum as its name or number; OTLP/JSON writes the number. */
+/** OTLP/JSON writes the enum as its number; a JSON client may write its name. */
 function statusCode(code: unknown): number {
   if (typeof code === 'number') return code;
   return ({ STATUS_CODE_UNSET: 0, STATUS_CODE_OK: 1, STATUS_CODE_ERROR: 2 } as Record<string, number>)[String(code)] ?? 0;
@@ -106,14 +96,8 @@ function attributes(list: Decoded[] | undefined): { map: Record<string, Attribut
   return { map, keys };
 }
 
-function decode(signal: ReceivedExport['signal'], contentType: string, body: Buffer): Decoded {
-  if (contentType.startsWith('application/json')) return JSON.parse(body.toString('utf8')) as Decoded;
-  const type = REQUEST_TYPES[signal];
-  return type.toObject(type.decode(body), { longs: String, defaults: false }) as Decoded;
-}
-
-function summarize(signal: ReceivedExport['signal'], contentType: string, headers: IncomingMessage['headers'], body: Buffer): ReceivedExport {
-  const request = decode(signal, contentType, body);
+function summarize({ signal, encoding, headers, body, request: decoded }: Received): ReceivedExport {
+  const request = decoded as OtlpJsonRequest;
   const top = (request.resourceSpans ?? request.resource_spans ?? request.resourceMetrics ?? request.resourceLogs ?? []) as Decoded[];
   const resources: Array<Record<string, AttributeValue>> = [];
   const spans: ReceivedSpan[] = [];
@@ -126,9 +110,9 @@ function summarize(signal: ReceivedExport['signal'], contentType: string, header
       for (const span of (scope.spans ?? []) as Decoded[]) {
         const own = attributes(span.attributes as Decoded[] | undefined);
         spans.push({
-          traceId: hex(span.traceId ?? span.trace_id).toLowerCase(),
-          spanId: hex(span.spanId ?? span.span_id).toLowerCase(),
-          parentSpanId: hex(span.parentSpanId ?? span.parent_span_id).toLowerCase(),
+          traceId: String(span.traceId ?? span.trace_id ?? '').toLowerCase(),
+          spanId: String(span.spanId ?? span.span_id ?? '').toLowerCase(),
+          parentSpanId: String(span.parentSpanId ?? span.parent_span_id ?? '').toLowerCase(),
           name: span.name as string,
           traceState: String(span.traceState ?? span.trace_state ?? ''),
           startNanos: BigInt(String(span.startTimeUnixNano ?? span.start_time_unix_nano ?? 0)),
@@ -145,7 +129,7 @@ function summarize(signal: ReceivedExport['signal'], contentType: string, header
   }
   return {
     signal,
-    contentType,
+    contentType: OTLP_MEDIA_TYPES[encoding],
     headers,
     resources,
     spans,
@@ -155,71 +139,39 @@ function summarize(signal: ReceivedExport['signal'], contentType: string, header
   };
 }
 
+/** What the sink tells the receiver for one scripted answer. */
+function receiverAnswer(answer: Exclude<SinkAnswer, 'hang'>): ReceiverAnswer {
+  if (answer === 'ok') return { kind: 'accepted' };
+  if (typeof answer === 'number') return { kind: 'failed', status: answer, message: `sink answers ${answer}` };
+  if ('status' in answer) return { kind: 'failed', status: answer.status, message: `sink answers ${answer.status}`, retryAfter: answer.retryAfter };
+  return { kind: 'accepted', partialSuccess: { rejectedItems: answer.rejectedSpans, errorMessage: answer.errorMessage } };
+}
+
 export async function startOtlpSink(): Promise<OtlpSink> {
   const port = await freePort();
   const exports: ReceivedExport[] = [];
   const controlPlaneExports: ReceivedExport[] = [];
   let standing: SinkAnswer = 'ok';
   const queued: SinkAnswer[] = [];
-  let server: Server | undefined;
-  const sockets = new Set<Socket>();
+  let receiver: OtlpReceiver | undefined;
 
-  const handle = (request: IncomingMessage, response: ServerResponse) => {
-    const chunks: Buffer[] = [];
-    request.on('data', (chunk: Buffer) => chunks.push(chunk));
-    request.on('end', () => {
-      const signal = (request.url ?? '').replace('/v1/', '') as ReceivedExport['signal'];
-      if (request.method !== 'POST' || !(signal in REQUEST_TYPES)) {
-        response.writeHead(404).end();
-        return;
-      }
-      const contentType = request.headers['content-type'] ?? '';
-      const received = summarize(signal, contentType, request.headers, Buffer.concat(chunks));
-      // The answers a test scripts are for the gateway's forwarding; the control plane's own deliveries
-      // (queue waits at pickup, job spans) are accepted beside them without taking one.
-      const answer = received.fromControlPlane ? 'ok' : (queued.shift() ?? standing);
-      if (answer === 'hang') return;
-      if (typeof answer === 'number' || (typeof answer === 'object' && 'status' in answer)) {
-        const httpStatus = typeof answer === 'number' ? answer : answer.status;
-        // As a collector does: a google.rpc.Status in the request's encoding.
-        const status = { code: httpStatus >= 500 ? 14 : 3, message: `sink answers ${httpStatus}` };
-        const type = root.lookupType('otlp.RpcStatus');
-        const body = contentType.startsWith('application/json') ? JSON.stringify(status) : Buffer.from(type.encode(type.fromObject(status)).finish());
-        const headers = typeof answer === 'number' ? {} : { 'retry-after': answer.retryAfter };
-        response.writeHead(httpStatus, { 'content-type': contentType, ...headers }).end(body);
-        return;
-      }
-      (received.fromControlPlane ? controlPlaneExports : exports).push(received);
-      const partial = typeof answer === 'object' ? answer : undefined;
-      if (contentType.startsWith('application/json')) {
-        const body = partial ? { partialSuccess: { rejectedSpans: String(partial.rejectedSpans), errorMessage: partial.errorMessage } } : {};
-        response.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(body));
-      } else {
-        const type = root.lookupType('otlp.ExportTraceServiceResponse');
-        const body = partial
-          ? type.encode(type.fromObject({ partialSuccess: { rejectedSpans: partial.rejectedSpans, errorMessage: partial.errorMessage } })).finish()
-          : new Uint8Array();
-        response.writeHead(200, { 'content-type': 'application/x-protobuf' }).end(Buffer.from(body));
-      }
-    });
+  const onExport = (exported: Received): ReceiverAnswer | 'hang' => {
+    const received = summarize(exported);
+    // The answers a test scripts are for the gateway's forwarding; the control plane's own deliveries
+    // (queue waits at pickup, job spans) are accepted beside them without taking one.
+    const answer = received.fromControlPlane ? 'ok' : (queued.shift() ?? standing);
+    if (answer === 'hang') return 'hang';
+    const reply = receiverAnswer(answer);
+    if (reply.kind === 'accepted') (received.fromControlPlane ? controlPlaneExports : exports).push(received);
+    return reply;
   };
-
-  const start = () =>
-    new Promise<void>((resolve) => {
-      server = createServer(handle);
-      server.on('connection', (socket) => {
-        sockets.add(socket);
-        socket.on('close', () => sockets.delete(socket));
-      });
-      server.listen(port, '127.0.0.1', () => resolve());
-    });
-  const stop = () =>
-    new Promise<void>((resolve) => {
-      for (const socket of sockets) socket.destroy();
-      if (server === undefined) return resolve();
-      server.close(() => resolve());
-      server = undefined;
-    });
+  const start = async () => {
+    receiver = await startOtlpReceiver({ port, onExport });
+  };
+  const stop = async () => {
+    await receiver?.stop();
+    receiver = undefined;
+  };
 
   await start();
   return {

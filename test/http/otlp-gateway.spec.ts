@@ -8,7 +8,8 @@ import { MemoryLimitStore } from '../../src/limits/memory-limit-store';
 import { StoreUnavailableError } from '../../src/store/store-unavailable-error';
 import { GatewayMetrics } from '../../src/otlp-gateway/gateway-metrics';
 import { buildGatewayServer } from '../../src/otlp-gateway/otlp-gateway.server';
-import { UpstreamAnswer, UpstreamFailure } from '../../src/collector/otlp-upstream';
+import { CollectorAnswer, exportResult, ExportResult } from '../../src/collector/collector-client';
+import type { OtlpEncoding, OtlpSignal } from '../../src/otlp/otlp-encoding';
 import { AuthOutcome, JobIdentity } from '../../src/runner-auth/auth-outcome';
 import { DecisionCache } from '../../src/runner-auth/decision-cache';
 import { RunnerCredential } from '../../src/runner-auth/runner-credential';
@@ -22,14 +23,17 @@ const TRACE_ID = '0af7651916cd43dd8448eb211c80319c';
 const identity: JobIdentity = { jobId: 1001, projectId: 7, pipelineId: 500, runnerId: 17, traceId: TRACE_ID, expiresAt: Date.now() + 3_600_000 };
 const GOOD = { authorization: 'Bearer glcbt-job-1001', 'runner-token': 'glrt-runner-17' };
 
-/** The collector as the gateway sees it: answers what the test says, remembers every body it was sent. */
+/**
+ * The collector as the gateway sees it: answers what the test says (an HTTP answer, decided as the real
+ * client decides it, or no answer at all), remembers every body it was sent.
+ */
 class FakeCollector {
   readonly received: Buffer[] = [];
-  answer: UpstreamAnswer | UpstreamFailure = { status: 200, contentType: 'application/json', retryAfter: undefined, body: Buffer.from('{}') };
-  async send(_path: string, _contentType: string, body: Buffer): Promise<UpstreamAnswer> {
-    if (this.answer instanceof UpstreamFailure) throw this.answer;
+  answer: CollectorAnswer | 'unreachable' = { status: 200, contentType: 'application/json', retryAfter: undefined, body: Buffer.from('{}') };
+  async export(signal: OtlpSignal, encoding: OtlpEncoding, body: Buffer): Promise<ExportResult> {
+    if (this.answer === 'unreachable') return { kind: 'retry', happened: 'unreachable' };
     this.received.push(body);
-    return this.answer;
+    return exportResult(signal, encoding, this.answer);
   }
 }
 
@@ -73,7 +77,7 @@ describe('OTLP gateway in process (SPEC §6)', () => {
       logger: pino({ level: 'silent' }),
       decisions: new DecisionCache(decide, 100, metrics),
       store,
-      upstream: collector,
+      collector,
       metrics,
     });
     await gateway.ready();
@@ -126,7 +130,7 @@ describe('OTLP gateway in process (SPEC §6)', () => {
 
   it('answers an unreachable collector 502 and a store outage 503, both retryable with Retry-After', async () => {
     await start();
-    collector.answer = new UpstreamFailure('unreachable', 'connect ECONNREFUSED');
+    collector.answer = 'unreachable';
     const unreachable = await post(exportBody(['compile']));
     expect([unreachable.statusCode, unreachable.headers['retry-after']]).toEqual([502, '1']);
     await gateway.close();

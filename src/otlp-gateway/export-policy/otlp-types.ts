@@ -1,6 +1,4 @@
-/** The OTLP wire code's shared types, in one place so the enforcement files and the dispatcher import no one another. */
-export type OtlpSignal = 'traces' | 'metrics' | 'logs';
-export type OtlpEncoding = 'protobuf' | 'json';
+/** The export policy's shared types, in one place so the enforcement files and the dispatcher import no one another. */
 
 /** What the auth decision says the exporting job may write (SPEC §5, §6). */
 export interface GatewayGrant {
@@ -52,11 +50,20 @@ export interface EnforcedExport {
    * the collector. Also true for an export that carried no items at all.
    */
   nothingToForward: boolean;
-  /**
-   * Byte ranges, in the body given to enforcement, of the `job_execution` spans forwarded (protobuf exports
-   * only; JSON exports are searched instead, see job-execution-end.ts).
-   */
-  jobExecutionSpans?: ReadonlyArray<readonly [number, number]>;
+  /** How the `job_execution` spans forwarded ended; absent when there were none (almost every export). */
+  jobExecutionEnds?: readonly RunnerJobEnd[];
+}
+
+/**
+ * How a job ended, as its runner's `job_execution` span says: the span's end and its `ci.job.status` attribute
+ * (GitLab Runner writes it there), else failed for an Error status. SPEC §10 closes the job span whose id is
+ * `parentSpanId` from this when no GitLab webhook will.
+ */
+export interface RunnerJobEnd {
+  /** Lowercase hex. */
+  readonly parentSpanId: string;
+  readonly endMs: number;
+  readonly status?: string;
 }
 
 export const NO_SPAN_LIMITS: SpanLimits = { maxBytes: Infinity, maxAttributes: Infinity, maxAttributeValueBytes: Infinity };

@@ -1,5 +1,5 @@
 import { jsonTextBytes } from './otlp-json-size';
-import { randomSource } from '../../../test/helpers/seeded-random';
+import { randomSource } from '../../test/helpers/seeded-random';
 
 // UTF-16 units and pairs from every class JSON.stringify treats differently: plain ASCII, the two escaped
 // printable characters, short and \u00XX control escapes, DEL, two- and three-byte UTF-8, U+2028 (not escaped

@@ -1,11 +1,11 @@
-import * as path from 'node:path';
 import * as protobuf from 'protobufjs';
-import type { OtlpSignal } from './otlp-types';
+import type { OtlpSignal } from './otlp-encoding';
+import { otlpProto } from './otlp-proto';
 import { decodeExportResponse, encodeExportResponse, encodeRpcStatus, mergePartialSuccess } from './otlp-response';
 import { OtlpPayloadError } from './otlp-wire';
 
 // Independent codec for the same messages: protobufjs with the OTLP schema.
-const schema = protobuf.loadSync(path.join(__dirname, 'proto', 'otlp.proto'));
+const schema = otlpProto();
 const RESPONSES: Record<OtlpSignal, { type: protobuf.Type; rejected: string }> = {
   traces: { type: schema.lookupType('otlp.ExportTraceServiceResponse'), rejected: 'rejectedSpans' },
   metrics: { type: schema.lookupType('otlp.ExportMetricsServiceResponse'), rejected: 'rejectedDataPoints' },

@@ -1,5 +1,6 @@
 /**
- * SPEC §6 enforcement on OTLP/HTTP protobuf bodies by editing the wire format in place.
+ * The protobuf walker of the export policy (export-policy.ts): reads OTLP/HTTP protobuf bodies and writes what the
+ * policy decides by editing the wire format in place.
  *
  * Chosen over decoding with protobufjs and re-encoding (bench/otlp-payload.bench.js): only the envelope is
  * walked (request → Resource* → Scope* → item) and every byte the gateway does not change is copied as a slice
@@ -16,19 +17,23 @@
  * field 1000 of Resource{Spans,Metrics,Logs}, which the Collector's pdata decoders still read.
  */
 import {
-  IDENTITY_ATTRIBUTE_KEYS,
-  ITEM_IDENTITY_KEY_LENGTHS,
+  ExportPolicy,
+  ITEM_IDENTITY_KEYS,
   IdentityAttribute,
+  ItemIdentityStamp,
+  JOB_EXECUTION_SPAN,
   PerGrant,
-  SpanAdmission,
-  countedResult,
-  grantTraceIdHex,
-  identityAttributes,
-  itemIdentityAttributes,
-} from './otlp-identity';
-import type { EnforcedExport, GatewayGrant, OtlpSignal, SpanBudget, SpanLimits } from './otlp-types';
+  RESOURCE_IDENTITY_KEYS,
+  SpanSeen,
+  deprecatedScopesStandIn,
+  grantIdentity,
+  keepsEnvelope,
+} from './export-policy';
+import type { OtlpSignal } from '../../otlp/otlp-encoding';
+import type { EnforcedExport, GatewayGrant, RunnerJobEnd, SpanBudget, SpanLimits } from './otlp-types';
 import {
   ChunkList,
+  OtlpPayloadError,
   WIRE_FIXED32,
   WIRE_FIXED64,
   WIRE_LENGTH_DELIMITED,
@@ -38,7 +43,7 @@ import {
   encodeStringField,
   encodeVarintField,
   lengthDelimitedHeader,
-} from './otlp-wire';
+} from '../../otlp/otlp-wire';
 
 // Export*ServiceRequest.resource_{spans,metrics,logs}
 const REQUEST_RESOURCES = 1;
@@ -54,10 +59,15 @@ const SCOPE_SCOPE = 1;
 const SCOPE_ITEMS = 2;
 const SCOPE_SCHEMA_URL = 3;
 const SPAN_TRACE_ID = 1;
+const SPAN_PARENT_SPAN_ID = 4;
 const SPAN_NAME = 5;
+const SPAN_END_TIME = 8;
 const SPAN_ATTRIBUTES = 9;
-/** GitLab Runner's span of a whole job: its end closes the job span when no webhook will (SPEC §10). */
-const JOB_EXECUTION = Buffer.from('job_execution');
+const SPAN_STATUS = 15;
+const STATUS_CODE = 3;
+const STATUS_CODE_ERROR = 2;
+const JOB_EXECUTION = Buffer.from(JOB_EXECUTION_SPAN);
+const JOB_STATUS_KEY = 'ci.job.status';
 // Metric: name, description, unit, metadata go on; the data oneof is enforced; anything else (the removed
 // int_gauge 4, int_sum 6, int_histogram 8 among them) is dropped.
 const METRIC_PLAIN_FIELDS: ReadonlySet<number> = new Set([1, 2, 3, 12]);
@@ -81,6 +91,9 @@ const KEY_VALUE_VALUE = 2;
 const KEY_VALUE_KEY_TAG = (KEY_VALUE_KEY << 3) | WIRE_LENGTH_DELIMITED;
 const KEY_VALUE_VALUE_TAG = (KEY_VALUE_VALUE << 3) | WIRE_LENGTH_DELIMITED;
 const CI_PREFIX = Buffer.from('ci.');
+// Item identity keys are recognised by their "ci." prefix and their length before any key is decoded.
+if (![...ITEM_IDENTITY_KEYS].every((key) => key.startsWith('ci.'))) throw new Error('item identity keys must start with "ci."');
+const ITEM_IDENTITY_KEY_LENGTHS: ReadonlySet<number> = new Set([...ITEM_IDENTITY_KEYS].map((key) => key.length));
 const ANY_VALUE_STRING = 1;
 const ANY_VALUE_INT = 3;
 const ANY_VALUE_BYTES = 7;
@@ -100,26 +113,25 @@ interface Enforcement {
   /** KeyValue messages (without tag) stamped over an item's own identity attributes, by key. */
   itemIdentity: ReadonlyMap<string, Buffer>;
   limits: SpanLimits;
-  admission: SpanAdmission;
-  /** Data points or log records seen (metrics, logs). */
-  items: number;
+  policy: ExportPolicy;
   /** The span being walked (reused: one object per export, not one per span). */
   span: SpanScan;
   /** Where the last search for "ci." started, and what it found (-1: nothing after it). */
   ciSearchFrom: number;
   ciFoundAt: number;
-  /** Byte ranges in `body` of the `job_execution` spans forwarded. */
-  jobExecutionSpans: Array<readonly [number, number]>;
 }
 
 /** An item or message the gateway left as it came, or its rewritten fields. */
 type Rewrite = 'unchanged' | ChunkList;
 
-const encodedGrants = new PerGrant((grant) => ({
-  traceId: Buffer.from(grantTraceIdHex(grant), 'hex'),
-  identity: encodeIdentityAttributes(identityAttributes(grant)),
-  itemIdentity: new Map([...itemIdentityAttributes(grant)].map(([key, attribute]) => [key, encodeKeyValue(attribute)])) as ReadonlyMap<string, Buffer>,
-}));
+const encodedGrants = new PerGrant((grant) => {
+  const { traceIdHex, resource, items } = grantIdentity.of(grant);
+  return {
+    traceId: Buffer.from(traceIdHex, 'hex'),
+    identity: encodeIdentityAttributes(resource),
+    itemIdentity: new Map([...items].map(([key, attribute]) => [key, encodeKeyValue(attribute)])) as ReadonlyMap<string, Buffer>,
+  };
+});
 
 export function enforceProtobufExport(
   signal: OtlpSignal,
@@ -136,10 +148,8 @@ export function enforceProtobufExport(
     identity,
     itemIdentity,
     limits: spanLimits,
-    admission: new SpanAdmission(spanBudget, spanLimits),
-    items: 0,
-    jobExecutionSpans: [],
-    span: { idStart: -1, idEnd: -1, jobExecution: false, attributes: 0, carriesIdentity: false, withinLimits: true },
+    policy: new ExportPolicy(signal, spanBudget, spanLimits),
+    span: new SpanScan(body),
     ciSearchFrom: Infinity,
     ciFoundAt: -1,
   };
@@ -157,10 +167,7 @@ export function enforceProtobufExport(
       reader.skipValue();
     }
   }
-  const forwarded = out.toBuffer();
-  if (signal !== 'traces') return countedResult(forwarded, enforcement.items);
-  const result = enforcement.admission.result(forwarded);
-  return enforcement.jobExecutionSpans.length === 0 ? result : { ...result, jobExecutionSpans: enforcement.jobExecutionSpans };
+  return enforcement.policy.result(out.toBuffer());
 }
 
 /**
@@ -211,15 +218,12 @@ function rewriteContainer(enforcement: Enforcement, start: number, end: number):
       reader.skipValue();
     }
   }
-  // The Collector reads the deprecated scopes only when there are no current ones, and drops them otherwise.
-  // Forwarded as current scopes, after the same checks, they mean the same to every collector version.
-  if (scopesSeen === 0) {
+  if (deprecatedScopesStandIn(scopesSeen)) {
     for (const [scopeStart, scopeEnd] of deprecatedScopes) {
       keepScope(rewriteScope(enforcement, scopeStart, scopeEnd), -1, scopeStart, scopeEnd);
     }
   }
-  // Scopes the filter emptied leave a resource that describes nothing: dropped with them.
-  if (scopesSeen > 0 && scopesKept === 0) return undefined;
+  if (!keepsEnvelope(scopesSeen, scopesKept)) return undefined;
   resource.push(enforcement.identity);
   const container = new ChunkList(body);
   container.pushMessage(CONTAINER_RESOURCE, resource);
@@ -235,7 +239,7 @@ function stripIdentityAttributes(body: Buffer, start: number, end: number, resou
     reader.readTag();
     if (reader.fieldNumber === RESOURCE_ATTRIBUTES) {
       const attributeEnd = reader.expectLengthDelimited('Resource.attributes');
-      if (!IDENTITY_ATTRIBUTE_KEYS.has(keyValueKey(body, reader.pos, attributeEnd))) {
+      if (!RESOURCE_IDENTITY_KEYS.has(keyValueKey(body, reader.pos, attributeEnd))) {
         resource.copy(fieldStart, attributeEnd);
       }
       reader.pos = attributeEnd;
@@ -282,7 +286,7 @@ function rewriteScope(enforcement: Enforcement, start: number, end: number): Rew
       } else if (signal === 'metrics') {
         rewrite = rewriteMetric(enforcement, reader.pos, itemEnd);
       } else {
-        enforcement.items++;
+        enforcement.policy.countItems(1);
         rewrite = stampItemAttributes(enforcement, reader.pos, itemEnd, LOG_RECORD_ATTRIBUTES);
       }
       if (rewrite === 'dropped') {
@@ -306,39 +310,53 @@ function rewriteScope(enforcement: Enforcement, start: number, end: number): Rew
       changed = true;
     }
   }
-  if (dropped > 0 && kept === 0) return 'emptied';
+  if (!keepsEnvelope(kept + dropped, kept)) return 'emptied';
   return changed ? scope : 'unchanged';
 }
 
-/** What the walk of one span found: where its trace id is, its attribute count, what its attributes need. */
-interface SpanScan {
-  idStart: number;
-  idEnd: number;
-  /** Named `job_execution`. */
-  jobExecution: boolean;
-  attributes: number;
-  carriesIdentity: boolean;
-  withinLimits: boolean;
+/** What the walk of one span found, for the policy; and where its trace id is and whether it carries identity keys. */
+class SpanScan extends SpanSeen {
+  start = 0;
+  end = 0;
+  idStart = -1;
+  idEnd = -1;
+  carriesIdentity = false;
+
+  constructor(private readonly body: Buffer) {
+    super();
+  }
+
+  begin(start: number, end: number): void {
+    this.restart(end - start);
+    this.start = start;
+    this.end = end;
+    this.idStart = -1;
+    this.idEnd = -1;
+    this.carriesIdentity = false;
+  }
+
+  jobExecutionEnd(): RunnerJobEnd | undefined {
+    return readJobExecutionEnd(this.body, this.start, this.end);
+  }
 }
 
-/** Trace binding, per-span limits and budget for one span, then its identity attributes stamped. */
+/** The span walked for the policy's decision, then its identity attributes stamped when it goes on. */
 function admitSpan(enforcement: Enforcement, start: number, end: number): Rewrite | 'dropped' {
-  const { body, limits, traceId, span } = enforcement;
+  const { body, traceId, span } = enforcement;
   if (!scanCanonicalSpan(enforcement, start, end)) scanSpan(enforcement, start, end);
-  const withinLimits = span.withinLimits && span.attributes <= limits.maxAttributes;
   const { idStart } = span;
   let inTrace = span.idEnd - idStart === traceId.length;
   for (let i = 0; inTrace && i < traceId.length; i++) {
     if (body[idStart + i] !== traceId[i]) inTrace = false;
   }
-  if (!enforcement.admission.admit(inTrace, withinLimits)) return 'dropped';
-  if (span.jobExecution) enforcement.jobExecutionSpans.push([start, end]);
+  span.inGrantedTrace = inTrace;
+  if (!enforcement.policy.admitSpan(span)) return 'dropped';
   return span.carriesIdentity ? stampItemAttributes(enforcement, start, end, SPAN_ATTRIBUTES) : 'unchanged';
 }
 
 /** Walks a span's fields with the general reader: any valid encoding, and the exact error for a malformed one. */
 function scanSpan(enforcement: Enforcement, start: number, end: number): void {
-  startSpanScan(enforcement, start, end);
+  enforcement.span.begin(start, end);
   const { body, span } = enforcement;
   const reader = new WireReader(body, start, end);
   while (!reader.atEnd()) {
@@ -368,7 +386,7 @@ function scanSpan(enforcement: Enforcement, start: number, end: number): void {
  * that scanSpan refuses.
  */
 function scanCanonicalSpan(enforcement: Enforcement, start: number, end: number): boolean {
-  startSpanScan(enforcement, start, end);
+  enforcement.span.begin(start, end);
   const { body, span } = enforcement;
   let pos = start;
   while (pos < end) {
@@ -420,29 +438,17 @@ function isJobExecution(body: Buffer, start: number, end: number): boolean {
   return end - start === JOB_EXECUTION.length && body.compare(JOB_EXECUTION, 0, JOB_EXECUTION.length, start, end) === 0;
 }
 
-function startSpanScan(enforcement: Enforcement, start: number, end: number): void {
-  const { span } = enforcement;
-  span.idStart = -1;
-  span.idEnd = -1;
-  span.jobExecution = false;
-  span.attributes = 0;
-  span.carriesIdentity = false;
-  span.withinLimits = end - start <= enforcement.limits.maxBytes;
-}
-
 function scanSpanAttribute(enforcement: Enforcement, start: number, end: number): void {
   const { body, limits, span } = enforcement;
   span.attributes++;
   if (!span.carriesIdentity && keyMayBeIdentity(body, start, end) && itemIdentityKey(enforcement, start, end) !== undefined) {
     span.carriesIdentity = true;
   }
-  // The whole KeyValue is an upper bound of its value's size: only a long one is looked into.
-  if (
-    span.withinLimits &&
-    end - start > limits.maxAttributeValueBytes &&
-    attributeValueBytes(body, start, end, limits.maxAttributeValueBytes) > limits.maxAttributeValueBytes
-  ) {
-    span.withinLimits = false;
+  // The whole KeyValue is an upper bound of its value's size: only a long one is looked into, and none once the
+  // span is over a limit.
+  const limit = limits.maxAttributeValueBytes;
+  if (end - start > limit && span.largestAttributeValueBytes <= limit && span.bytes <= limits.maxBytes) {
+    span.largestAttributeValueBytes = Math.max(span.largestAttributeValueBytes, attributeValueBytes(body, start, end, limit));
   }
 }
 
@@ -560,7 +566,7 @@ function stampItemAttributes(enforcement: Enforcement, start: number, end: numbe
   const { body } = enforcement;
   if (!bytesContainCiPrefix(enforcement, start, end)) return 'unchanged';
   const item = new ChunkList(body);
-  let stamped: Set<string> | undefined;
+  let stamp: ItemIdentityStamp | undefined;
   const reader = new WireReader(body, start, end);
   while (!reader.atEnd()) {
     const fieldStart = reader.pos;
@@ -569,12 +575,8 @@ function stampItemAttributes(enforcement: Enforcement, start: number, end: numbe
       const attributeEnd = reader.expectLengthDelimited('attributes');
       const key = itemIdentityKey(enforcement, reader.pos, attributeEnd);
       if (key === undefined) item.copy(fieldStart, attributeEnd);
-      else {
-        stamped ??= new Set();
-        if (!stamped.has(key)) {
-          stamped.add(key);
-          item.push(encodeBytesField(attributesField, enforcement.itemIdentity.get(key)!));
-        }
+      else if ((stamp ??= new ItemIdentityStamp()).overwrites(key)) {
+        item.push(encodeBytesField(attributesField, enforcement.itemIdentity.get(key)!));
       }
       reader.pos = attributeEnd;
     } else {
@@ -582,7 +584,7 @@ function stampItemAttributes(enforcement: Enforcement, start: number, end: numbe
       item.copy(fieldStart, reader.pos);
     }
   }
-  return stamped === undefined ? 'unchanged' : item;
+  return stamp === undefined ? 'unchanged' : item;
 }
 
 function rewriteMetric(enforcement: Enforcement, start: number, end: number): Rewrite {
@@ -619,7 +621,7 @@ function rewriteMetric(enforcement: Enforcement, start: number, end: number): Re
       changed = true;
     }
   }
-  enforcement.items += points;
+  enforcement.policy.countItems(points);
   return changed ? metric : 'unchanged';
 }
 
@@ -661,4 +663,75 @@ function encodeKeyValue({ key, value }: IdentityAttribute): Buffer {
 
 function encodeIdentityAttributes(attributes: IdentityAttribute[]): Buffer {
   return Buffer.concat(attributes.map((attribute) => encodeBytesField(RESOURCE_ATTRIBUTES, encodeKeyValue(attribute))));
+}
+
+/**
+ * The end of a `job_execution` span the walk admitted: its end time, `ci.job.status`, else failed for an Error
+ * status, and its parent. Undefined when the span's status or attributes are malformed inside (the walk checks
+ * a span's own fields only): this is a side look, and the export goes on.
+ */
+function readJobExecutionEnd(body: Buffer, start: number, end: number): RunnerJobEnd | undefined {
+  let parentSpanId = '';
+  let endMs = 0;
+  let status: string | undefined;
+  let failed = false;
+  const span = new WireReader(body, start, end);
+  try {
+    while (!span.atEnd()) {
+      span.readTag();
+      if (span.fieldNumber === SPAN_PARENT_SPAN_ID && span.wireType === WIRE_LENGTH_DELIMITED) {
+        const idEnd = span.readLengthDelimitedEnd();
+        parentSpanId = body.toString('hex', span.pos, idEnd);
+        span.pos = idEnd;
+      } else if (span.fieldNumber === SPAN_END_TIME && span.wireType === WIRE_FIXED64) {
+        endMs = Number(body.readBigUInt64LE(span.pos) / 1_000_000n);
+        span.pos += 8;
+      } else if (span.fieldNumber === SPAN_ATTRIBUTES && span.wireType === WIRE_LENGTH_DELIMITED) {
+        const attributeEnd = span.readLengthDelimitedEnd();
+        const attribute = stringKeyValue(new WireReader(body, span.pos, attributeEnd));
+        if (attribute.key === JOB_STATUS_KEY) status = attribute.value;
+        span.pos = attributeEnd;
+      } else if (span.fieldNumber === SPAN_STATUS && span.wireType === WIRE_LENGTH_DELIMITED) {
+        const statusEnd = span.readLengthDelimitedEnd();
+        const spanStatus = new WireReader(body, span.pos, statusEnd);
+        while (!spanStatus.atEnd()) {
+          spanStatus.readTag();
+          if (spanStatus.fieldNumber === STATUS_CODE && spanStatus.wireType === WIRE_VARINT) failed = spanStatus.readVarint() === STATUS_CODE_ERROR;
+          else spanStatus.skipValue();
+        }
+        span.pos = statusEnd;
+      } else span.skipValue();
+    }
+  } catch (error) {
+    if (error instanceof OtlpPayloadError) return undefined;
+    throw error;
+  }
+  return { parentSpanId, endMs, status: status ?? (failed ? 'failed' : undefined) };
+}
+
+/** A KeyValue's key, and its value when it is a string (AnyValue field 1). */
+function stringKeyValue(reader: WireReader): { key?: string; value?: string } {
+  let key: string | undefined;
+  let value: string | undefined;
+  while (!reader.atEnd()) {
+    reader.readTag();
+    if (reader.fieldNumber === KEY_VALUE_KEY && reader.wireType === WIRE_LENGTH_DELIMITED) {
+      const keyEnd = reader.readLengthDelimitedEnd();
+      key = reader.buf.toString('utf8', reader.pos, keyEnd);
+      reader.pos = keyEnd;
+    } else if (reader.fieldNumber === KEY_VALUE_VALUE && reader.wireType === WIRE_LENGTH_DELIMITED) {
+      const valueEnd = reader.readLengthDelimitedEnd();
+      const any = new WireReader(reader.buf, reader.pos, valueEnd);
+      while (!any.atEnd()) {
+        any.readTag();
+        if (any.fieldNumber === ANY_VALUE_STRING && any.wireType === WIRE_LENGTH_DELIMITED) {
+          const stringEnd = any.readLengthDelimitedEnd();
+          value = any.buf.toString('utf8', any.pos, stringEnd);
+          any.pos = stringEnd;
+        } else any.skipValue();
+      }
+      reader.pos = valueEnd;
+    } else reader.skipValue();
+  }
+  return { key, value };
 }

@@ -1,15 +1,16 @@
-import * as path from 'node:path';
 import { ROOT_CONTEXT, trace, TraceFlags } from '@opentelemetry/api';
 import { JsonTraceSerializer, ProtobufTraceSerializer } from '@opentelemetry/otlp-transformer';
 import { resourceFromAttributes } from '@opentelemetry/resources';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
 import * as protobuf from 'protobufjs';
-import { enforceExport } from './otlp-payload';
-import type { GatewayGrant, OtlpSignal } from './otlp-types';
-import { OtlpPayloadError, lengthDelimitedHeader } from './otlp-wire';
+import { enforceExport } from './enforce-export';
+import type { OtlpSignal } from '../../otlp/otlp-encoding';
+import { otlpProto } from '../../otlp/otlp-proto';
+import { OtlpPayloadError, lengthDelimitedHeader } from '../../otlp/otlp-wire';
+import type { GatewayGrant } from './otlp-types';
 
 // Independent codec: protobufjs with the OTLP schema, nothing from the code under test.
-const schema = protobuf.loadSync(path.join(__dirname, 'proto', 'otlp.proto'));
+const schema = otlpProto();
 const REQUEST_TYPES: Record<OtlpSignal, protobuf.Type> = {
   traces: schema.lookupType('otlp.ExportTraceServiceRequest'),
   metrics: schema.lookupType('otlp.ExportMetricsServiceRequest'),

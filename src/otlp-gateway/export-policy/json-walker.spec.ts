@@ -1,4 +1,4 @@
-import { quoteLossyNumbers } from './otlp-json-enforcement';
+import { quoteLossyNumbers } from './json-walker';
 import { randomSource } from '../../../test/helpers/seeded-random';
 
 // Number tokens JSON.parse keeps (small, safe 16-digit, fractions, exponents, -0, underflow) and ones it

@@ -1,29 +1,7 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import { Dispatcher, errors, Pool } from 'undici';
-
-export interface UpstreamAnswer {
-  readonly status: number;
-  readonly contentType: string | undefined;
-  readonly retryAfter: string | undefined;
-  readonly body: Buffer;
-}
-
-/** What the gateway and the pipeline spans send through: the collector at OTLP_UPSTREAM_URL, or the embedded one. */
-export interface CollectorClient {
-  send(path: string, contentType: string, body: Buffer): Promise<UpstreamAnswer>;
-  reachable(): Promise<boolean>;
-  close(): Promise<void>;
-}
-
-/** The collector could not give an answer at all: no connection, or no answer in time. */
-export class UpstreamFailure extends Error {
-  constructor(
-    readonly kind: 'unreachable' | 'timeout',
-    cause: unknown,
-  ) {
-    super(`collector ${kind}: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
-  }
-}
+import { OTLP_MEDIA_TYPES, OtlpEncoding, OtlpSignal } from '../otlp/otlp-encoding';
+import { CollectorClient, exportResult, ExportResult } from './collector-client';
 
 /** Headers given as `name=value,name=value` (the OTEL_EXPORTER_OTLP_HEADERS convention). */
 export function parseHeaderList(list: string | undefined): Record<string, string> {
@@ -39,7 +17,7 @@ export function parseHeaderList(list: string | undefined): Record<string, string
  * Pooled keep-alive connections to the collector (SPEC §6). Requests are built from scratch, so
  * nothing the runner sent (its tokens above all) reaches the collector but the payload itself.
  */
-export class OtlpUpstream implements CollectorClient {
+export class HttpCollectorClient implements CollectorClient {
   private readonly pool: Pool;
   private readonly basePath: string;
 
@@ -58,8 +36,8 @@ export class OtlpUpstream implements CollectorClient {
    * `request()` wraps every one in an async resource and a readable stream (a measurable share of an
    * export's cost in the gateway's profile).
    */
-  send(path: string, contentType: string, body: Buffer): Promise<UpstreamAnswer> {
-    return new Promise((resolve, reject) => {
+  export(signal: OtlpSignal, encoding: OtlpEncoding, body: Buffer): Promise<ExportResult> {
+    return new Promise((resolve) => {
       let status = 0;
       let headers: IncomingHttpHeaders = {};
       const chunks: Buffer[] = [];
@@ -76,31 +54,33 @@ export class OtlpUpstream implements CollectorClient {
         },
         onResponseData: (_controller, chunk) => void chunks.push(chunk),
         onResponseEnd: () =>
-          resolve({
-            status,
-            contentType: header('content-type'),
-            retryAfter: header('retry-after'),
-            body: chunks.length === 1 ? chunks[0] : Buffer.concat(chunks),
-          }),
+          resolve(
+            exportResult(signal, encoding, {
+              status,
+              contentType: header('content-type'),
+              retryAfter: header('retry-after'),
+              body: chunks.length === 1 ? chunks[0] : Buffer.concat(chunks),
+            }),
+          ),
         onResponseError: (_controller, error) => {
           const timedOut = error instanceof errors.HeadersTimeoutError || error instanceof errors.BodyTimeoutError;
-          reject(new UpstreamFailure(timedOut ? 'timeout' : 'unreachable', error));
+          resolve({ kind: 'retry', happened: timedOut ? 'timeout' : 'unreachable' });
         },
       };
       try {
         this.pool.dispatch(
           {
-            path: this.basePath + path,
+            path: `${this.basePath}/v1/${signal}`,
             method: 'POST',
-            headers: { ...this.extraHeaders, 'content-type': contentType },
+            headers: { ...this.extraHeaders, 'content-type': OTLP_MEDIA_TYPES[encoding] },
             body,
             headersTimeout: this.timeoutMs,
             bodyTimeout: this.timeoutMs,
           },
           handler,
         );
-      } catch (error) {
-        reject(new UpstreamFailure('unreachable', error));
+      } catch {
+        resolve({ kind: 'retry', happened: 'unreachable' });
       }
     });
   }

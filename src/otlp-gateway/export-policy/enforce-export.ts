@@ -1,13 +1,15 @@
-import { EnforcedExport, GatewayGrant, NO_SPAN_LIMITS, OtlpEncoding, OtlpSignal, SpanBudget, SpanLimits } from './otlp-types';
-import { enforceJsonExport } from './otlp-json-enforcement';
-import { enforceProtobufExport } from './otlp-protobuf-enforcement';
+import type { OtlpEncoding, OtlpSignal } from '../../otlp/otlp-encoding';
+import { EnforcedExport, GatewayGrant, NO_SPAN_LIMITS, SpanBudget, SpanLimits } from './otlp-types';
+import { enforceJsonExport } from './json-walker';
+import { enforceProtobufExport } from './protobuf-walker';
 
 /**
  * Applies SPEC §6 to one OTLP/HTTP export body: drops spans outside the grant's trace, over the per-span limits
  * or beyond the job's remaining budget; overwrites the CI identity attributes on every resource and wherever a
  * span, data point or log record carries them. Enforcement is an allow-list: every member that can hold spans,
  * metrics or logs is enforced (deprecated containers the Collector still reads are migrated into the current
- * ones) or dropped, never forwarded unchecked. Inside items, nothing else changes.
+ * ones) or dropped, never forwarded unchecked. Inside items, nothing else changes. Notes how the runner's
+ * `job_execution` spans forwarded ended (SPEC §10). One policy (export-policy.ts) decides for both encodings.
  *
  * @param spanBudget spans this job may still send; kept spans are counted in body order. A number is a quota
  *   with no rate. Ignored for metrics and logs.

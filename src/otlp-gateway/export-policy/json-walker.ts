@@ -1,6 +1,7 @@
 /**
- * SPEC §6 enforcement on OTLP/HTTP JSON bodies (OTLP spec "JSON Protobuf Encoding": lowerCamelCase keys,
- * hex trace and span ids, enums as integers, 64-bit integers as strings or numbers).
+ * The JSON walker of the export policy (export-policy.ts): reads OTLP/HTTP JSON bodies (OTLP spec "JSON Protobuf
+ * Encoding": lowerCamelCase keys, hex trace and span ids, enums as integers, 64-bit integers as strings or numbers)
+ * and writes what the policy decides.
  *
  * The body is parsed, edited and serialized again. Parser differences with the collector are closed on purpose:
  * - the collector's pdata JSON reader also accepts the original snake_case field names, so an export written
@@ -15,18 +16,21 @@
  *   unchanged.
  */
 import {
-  IDENTITY_ATTRIBUTE_KEYS,
+  ExportPolicy,
   IdentityAttribute,
+  ItemIdentityStamp,
+  JOB_EXECUTION_SPAN,
   PerGrant,
-  SpanAdmission,
-  countedResult,
-  grantTraceIdHex,
-  identityAttributes,
-  itemIdentityAttributes,
-} from './otlp-identity';
-import { jsonTextBytes } from './otlp-json-size';
-import type { EnforcedExport, GatewayGrant, OtlpSignal, SpanBudget, SpanLimits } from './otlp-types';
-import { OtlpPayloadError } from './otlp-wire';
+  RESOURCE_IDENTITY_KEYS,
+  SpanSeen,
+  deprecatedScopesStandIn,
+  grantIdentity,
+  keepsEnvelope,
+} from './export-policy';
+import type { OtlpSignal } from '../../otlp/otlp-encoding';
+import { jsonTextBytes } from '../../otlp/otlp-json-size';
+import { OtlpPayloadError } from '../../otlp/otlp-wire';
+import type { EnforcedExport, GatewayGrant, RunnerJobEnd, SpanBudget, SpanLimits } from './otlp-types';
 
 type JsonObject = Record<string, unknown>;
 type Spelling = [camel: string, snake: string | undefined];
@@ -83,6 +87,7 @@ const METRIC_DATA_FIELDS: ReadonlyArray<Spelling> = [
   ['summary', undefined],
 ];
 const METRIC_PLAIN_FIELDS = ['name', 'description', 'unit', 'metadata'];
+const STATUS_CODE_ERROR = 2;
 const METRIC_DATA_PLAIN_FIELDS: ReadonlyArray<Spelling> = [
   ['aggregationTemporality', 'aggregation_temporality'],
   ['isMonotonic', 'is_monotonic'],
@@ -95,18 +100,22 @@ interface Enforcement {
   identity: readonly JsonObject[];
   itemIdentity: ReadonlyMap<string, JsonObject>;
   limits: SpanLimits;
-  admission: SpanAdmission;
-  items: number;
+  policy: ExportPolicy;
+  /** The span being walked (reused: one object per export, not one per span). */
+  span: JsonSpanSeen;
   /** The JSON text of each kept span, by the rebuilt scope that holds it (traces). */
   spanTexts: Map<JsonObject, string[]>;
 }
 
 // Frozen: the same objects go into every export of a grant, so nothing may edit them in place.
-const jsonGrants = new PerGrant((grant) => ({
-  traceIdHex: grantTraceIdHex(grant),
-  identity: Object.freeze(identityAttributes(grant).map(jsonKeyValue)),
-  itemIdentity: new Map([...itemIdentityAttributes(grant)].map(([key, attribute]) => [key, jsonKeyValue(attribute)])) as ReadonlyMap<string, JsonObject>,
-}));
+const jsonGrants = new PerGrant((grant) => {
+  const { traceIdHex, resource, items } = grantIdentity.of(grant);
+  return {
+    traceIdHex,
+    identity: Object.freeze(resource.map(jsonKeyValue)),
+    itemIdentity: new Map([...items].map(([key, attribute]) => [key, jsonKeyValue(attribute)])) as ReadonlyMap<string, JsonObject>,
+  };
+});
 
 export function enforceJsonExport(
   signal: OtlpSignal,
@@ -122,8 +131,8 @@ export function enforceJsonExport(
     fields,
     ...jsonGrants.of(grant),
     limits: spanLimits,
-    admission: new SpanAdmission(spanBudget, spanLimits),
-    items: 0,
+    policy: new ExportPolicy(signal, spanBudget, spanLimits),
+    span: new JsonSpanSeen(),
     spanTexts: new Map(),
   };
 
@@ -133,16 +142,15 @@ export function enforceJsonExport(
     if (container !== undefined) kept.push(container);
   }
   // An export request has one member; any other is dropped with the rest of what the allow-list does not know.
-  if (signal === 'traces') return enforcement.admission.result(serializeTraces(kept, enforcement.spanTexts));
-  return countedResult(serialize({ [fields.resources[0]]: kept }), enforcement.items);
+  if (signal === 'traces') return enforcement.policy.result(serializeTraces(kept, enforcement.spanTexts));
+  return enforcement.policy.result(serialize({ [fields.resources[0]]: kept }));
 }
 
 /** Rebuilds one Resource{Spans,Metrics,Logs}; `undefined` when the spans filter emptied it. */
 function rewriteContainer(enforcement: Enforcement, container: JsonObject): JsonObject | undefined {
   const { fields } = enforcement;
   let scopes = arrayField(container, fields.scopes, fields.container);
-  if (scopes.length === 0) {
-    // As the Collector does: deprecated scopes stand in for empty current ones, and are ignored beside them.
+  if (deprecatedScopesStandIn(scopes.length)) {
     scopes = fields.deprecatedScopes.flatMap((name) => arrayField(container, [name, undefined], fields.container));
   }
   const keptScopes: JsonObject[] = [];
@@ -150,8 +158,7 @@ function rewriteContainer(enforcement: Enforcement, container: JsonObject): Json
     const rewritten = rewriteScope(enforcement, asObject(scope, fields.scope));
     if (rewritten !== undefined) keptScopes.push(rewritten);
   }
-  // Scopes the filter emptied leave a resource that describes nothing: dropped with them.
-  if (scopes.length > 0 && keptScopes.length === 0) return undefined;
+  if (!keepsEnvelope(scopes.length, keptScopes.length)) return undefined;
   const rebuilt: JsonObject = { resource: stampResource(container.resource, enforcement.identity, fields.container) };
   rebuilt[fields.scopes[0]] = keptScopes;
   copyPlainField(container, ['schemaUrl', 'schema_url'], fields.container, rebuilt);
@@ -174,50 +181,90 @@ function rewriteScope(enforcement: Enforcement, scope: JsonObject): JsonObject |
       if (text !== undefined) texts.push(text);
       return text !== undefined;
     });
-    if (items.length > 0 && kept.length === 0) return undefined;
+    if (!keepsEnvelope(items.length, kept.length)) return undefined;
     rebuilt.spans = kept;
     enforcement.spanTexts.set(rebuilt, texts);
   } else if (signal === 'metrics') {
     rebuilt.metrics = items.map((metric) => rewriteMetric(enforcement, asObject(metric, 'Metric')));
   } else {
     for (const record of items) stampItemAttributes(enforcement, asObject(record, 'LogRecord'), 'LogRecord');
-    enforcement.items += items.length;
+    enforcement.policy.countItems(items.length);
     rebuilt.logRecords = items;
   }
   copyPlainField(scope, ['schemaUrl', 'schema_url'], fields.scope, rebuilt);
   return rebuilt;
 }
 
+/** What the walk of one span found, for the policy; and its JSON text when it was measured. */
+class JsonSpanSeen extends SpanSeen {
+  span: JsonObject = {};
+  text: string | undefined = undefined;
+
+  begin(span: JsonObject): void {
+    this.restart(0);
+    this.span = span;
+    this.text = undefined;
+  }
+
+  jobExecutionEnd(): RunnerJobEnd | undefined {
+    return readJobExecutionEnd(this.span);
+  }
+}
+
 /**
- * Trace binding, per-span limits and budget for one span, then its identity attributes stamped. Returns the
+ * The span walked for the policy's decision, then its identity attributes stamped when it goes on. Returns the
  * span's JSON text when it goes on: written once, both to measure the span and as its part of the forwarded body
  * (a second JSON.stringify per span only to count its bytes cost a fifth of the JSON path, issue 12 profile).
  */
 function admitSpan(enforcement: Enforcement, span: JsonObject): string | undefined {
-  const { limits } = enforcement;
-  const inTrace = spanTraceId(span) === enforcement.traceIdHex;
-  const checked = inTrace && attributesWithinLimits(span, limits);
-  const text = checked && Number.isFinite(limits.maxBytes) ? stringify(span) : undefined;
-  const withinLimits = checked && (text === undefined || utf8WithinBytes(text, limits.maxBytes));
-  if (!enforcement.admission.admit(inTrace, withinLimits)) return undefined;
+  const seen = enforcement.span;
+  seen.begin(span);
+  seen.jobExecution = span.name === JOB_EXECUTION_SPAN;
+  seen.inGrantedTrace = spanTraceId(span) === enforcement.traceIdHex;
+  if (seen.inGrantedTrace) measureSpan(seen, span, enforcement.limits);
+  if (!enforcement.policy.admitSpan(seen)) return undefined;
+  const { text } = seen;
   return stampItemAttributes(enforcement, span, 'Span') || text === undefined ? stringify(span) : text;
 }
 
-function attributesWithinLimits(span: JsonObject, limits: SpanLimits): boolean {
+/** Measures as far as the limits need (SpanSeen): the attribute count, then each value, then the span's text. */
+function measureSpan(seen: JsonSpanSeen, span: JsonObject, limits: SpanLimits): void {
   const attributes = arrayField(span, ['attributes', undefined], 'Span');
-  if (attributes.length > limits.maxAttributes) return false;
+  seen.attributes = attributes.length;
+  if (attributes.length > limits.maxAttributes) return;
   for (const attribute of attributes) {
     const value = asObject(attribute, 'Span.attributes[]').value;
-    if (value !== undefined && value !== null && attributeValueBytes(value, limits.maxAttributeValueBytes) > limits.maxAttributeValueBytes) {
-      return false;
+    if (value === undefined || value === null) continue;
+    const bytes = attributeValueBytes(value, limits.maxAttributeValueBytes);
+    if (bytes > seen.largestAttributeValueBytes) {
+      seen.largestAttributeValueBytes = bytes;
+      if (bytes > limits.maxAttributeValueBytes) return;
     }
   }
-  return true;
+  if (!Number.isFinite(limits.maxBytes)) return;
+  const text = stringify(span);
+  seen.text = text;
+  // A UTF-16 code unit is 1 to 3 bytes of UTF-8: most spans are decided without counting.
+  seen.bytes = text.length * 3 <= limits.maxBytes || text.length > limits.maxBytes ? text.length : Buffer.byteLength(text);
 }
 
-function utf8WithinBytes(text: string, limit: number): boolean {
-  // A UTF-16 code unit is at most 3 bytes of UTF-8: most spans are decided without counting.
-  return text.length * 3 <= limit || (text.length <= limit && Buffer.byteLength(text) <= limit);
+/**
+ * The end of a `job_execution` span the walk admitted: its end time, `ci.job.status`, else failed for an Error
+ * status, and its parent. Undefined when its end time is not an integer: this is a side look, and the export goes on.
+ */
+function readJobExecutionEnd(span: JsonObject): RunnerJobEnd | undefined {
+  const end = span.endTimeUnixNano ?? span.end_time_unix_nano ?? '0';
+  if ((typeof end !== 'string' && typeof end !== 'number') || !/^\d+$/.test(String(end))) return undefined;
+  const parentSpanId = span.parentSpanId ?? span.parent_span_id;
+  const attributes = Array.isArray(span.attributes) ? (span.attributes as unknown[]) : [];
+  const status = attributes.find((attribute) => (attribute as JsonObject | null)?.key === 'ci.job.status') as JsonObject | undefined;
+  const statusValue = (status?.value as JsonObject | undefined)?.stringValue;
+  const failed = (span.status as JsonObject | undefined)?.code === STATUS_CODE_ERROR;
+  return {
+    parentSpanId: typeof parentSpanId === 'string' ? parentSpanId.toLowerCase() : '',
+    endMs: Number(BigInt(String(end)) / 1_000_000n),
+    status: typeof statusValue === 'string' ? statusValue : failed ? 'failed' : undefined,
+  };
 }
 
 /**
@@ -258,15 +305,12 @@ function stampItemAttributes(enforcement: Enforcement, item: JsonObject, where: 
   };
   // Most items carry no identity key: they are left alone without a copy.
   if (!attributes.some((attribute) => identityOf(attribute) !== undefined)) return false;
-  const stamped = new Set<JsonObject>();
+  const stamp = new ItemIdentityStamp();
   const result: unknown[] = [];
   for (const attribute of attributes) {
     const identity = identityOf(attribute);
     if (identity === undefined) result.push(attribute);
-    else if (!stamped.has(identity)) {
-      stamped.add(identity);
-      result.push(identity);
-    }
+    else if (stamp.overwrites(identity.key as string)) result.push(identity);
   }
   item.attributes = result;
   return true;
@@ -287,7 +331,7 @@ function rewriteMetric(enforcement: Enforcement, metric: JsonObject): JsonObject
     const dataObject = asObject(data, where);
     const points = arrayField(dataObject, ['dataPoints', 'data_points'], where);
     for (const point of points) stampItemAttributes(enforcement, asObject(point, `${where}.dataPoints[]`), `${where}.dataPoints[]`);
-    enforcement.items += points.length;
+    enforcement.policy.countItems(points.length);
     const rebuiltData: JsonObject = { dataPoints: points };
     for (const spelling of METRIC_DATA_PLAIN_FIELDS) copyPlainField(dataObject, spelling, where, rebuiltData);
     rebuilt[camel] = rebuiltData;
@@ -301,7 +345,7 @@ function stampResource(resource: unknown, identity: readonly JsonObject[], where
   const attributes = arrayField(resourceObject, ['attributes', undefined], 'Resource');
   const kept = attributes.filter((attribute) => {
     const keyValue = asObject(attribute, 'Resource.attributes[]');
-    return !(typeof keyValue.key === 'string' && IDENTITY_ATTRIBUTE_KEYS.has(keyValue.key));
+    return !(typeof keyValue.key === 'string' && RESOURCE_IDENTITY_KEYS.has(keyValue.key));
   });
   resourceObject.attributes = kept.concat(identity);
   return resourceObject;

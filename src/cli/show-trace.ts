@@ -1,20 +1,7 @@
-import { existsSync, readFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
-import { ConfigError, loadConfig } from '../src/config/app-config';
-import { CollectedSpan, decodeJsonTraceExport } from './local-collector';
-import { formatDuration, renderWaterfall } from './waterfall';
-
-/** The spans of the embedded collector's trace file, oldest first: the previous file (`.1`), then the current one. */
-export function readTraceFile(path: string): CollectedSpan[] {
-  const spans: CollectedSpan[] = [];
-  for (const file of [`${path}.1`, path]) {
-    if (!existsSync(file)) continue;
-    for (const line of readFileSync(file, 'utf8').split('\n')) {
-      if (line.trim().length > 0) spans.push(...decodeJsonTraceExport(Buffer.from(line)));
-    }
-  }
-  return spans;
-}
+import { localCollectorDirectory, readSignalLines, signalFile } from '../collector/collector-files';
+import { ConfigError, loadConfig } from '../config/app-config';
+import { decodeExportRequest } from '../otlp/otlp-receiver';
+import { CollectedSpan, collectedSpans, formatDuration, renderWaterfall } from './waterfall';
 
 function spanDuration(spans: readonly CollectedSpan[]): bigint {
   const start = spans.reduce((min, span) => (span.startNanos < min ? span.startNanos : min), spans[0].startNanos);
@@ -24,7 +11,7 @@ function spanDuration(spans: readonly CollectedSpan[]): bigint {
 
 /**
  * `npm run -s trace [trace id]`: one trace the embedded collector kept (the one written last when no id is
- * given) as the demo's waterfall. Asked for a trace it does not hold, it lists those it does.
+ * given) as a waterfall. Asked for a trace it does not hold, it lists those it does.
  */
 function main(): number {
   let dataDir: string;
@@ -35,8 +22,9 @@ function main(): number {
     for (const problem of error.problems) process.stderr.write(`invalid configuration: ${problem}\n`);
     return 78;
   }
-  const path = resolve(dataDir, 'otlp', 'traces.jsonl');
-  const spans = readTraceFile(path);
+  const directory = localCollectorDirectory(dataDir);
+  const path = signalFile(directory, 'traces');
+  const spans = readSignalLines(directory, 'traces').flatMap((line) => collectedSpans(decodeExportRequest('traces', 'json', Buffer.from(line))));
   if (spans.length === 0) {
     process.stderr.write(`no spans in ${path} yet: start the service with no OTLP_UPSTREAM_URL and let a runner export a job\n`);
     return 1;
@@ -50,7 +38,7 @@ function main(): number {
     for (const [traceId, list] of traces) process.stderr.write(`  ${traceId}  ${list.length} spans, ${formatDuration(spanDuration(list))}\n`);
     return 1;
   }
-  process.stdout.write(`trace ${wanted}: ${trace.length} spans, ${formatDuration(spanDuration(trace))} (${join(dataDir, 'otlp', 'traces.jsonl')})\n`);
+  process.stdout.write(`trace ${wanted}: ${trace.length} spans, ${formatDuration(spanDuration(trace))} (${path})\n`);
   for (const row of renderWaterfall(trace)) process.stdout.write(`${row}\n`);
   return 0;
 }

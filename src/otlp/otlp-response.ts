@@ -4,7 +4,7 @@
  * Export*PartialSuccess.rejected_{spans,data_points,log_records} = 1 (int64), error_message = 2;
  * google.rpc.Status code = 1 (int32), message = 2.
  */
-import type { OtlpEncoding, OtlpSignal } from './otlp-types';
+import type { OtlpEncoding, OtlpSignal } from './otlp-encoding';
 import { OtlpPayloadError, WIRE_VARINT, WireReader, encodeBytesField, encodeStringField, encodeVarintField } from './otlp-wire';
 
 /** The partial_success of an export response, whatever the signal. */

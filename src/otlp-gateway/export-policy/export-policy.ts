@@ -1,0 +1,232 @@
+/**
+ * SPEC §6 as one policy for both encodings: what goes on, what is dropped and why, which identity attributes are
+ * written and in which type, and the runner's `job_execution` ends (SPEC §10). The walkers (protobuf-walker.ts,
+ * json-walker.ts) only read their encoding: they report what they see per resource, scope, span and item, and
+ * write what this policy decides.
+ */
+import { CI_IDENTITY_ATTRIBUTES, CiIdentityValueType } from '../../otlp/ci-identity';
+import type { OtlpSignal } from '../../otlp/otlp-encoding';
+import type { EnforcedExport, GatewayGrant, RunnerJobEnd, SpanBudget, SpanLimits } from './otlp-types';
+
+export interface IdentityAttribute {
+  key: string;
+  value: { kind: 'int'; int: number } | { kind: 'string'; string: string };
+}
+
+/** GitLab Runner's span of a whole job: its end closes the job span when no webhook will (SPEC §10). */
+export const JOB_EXECUTION_SPAN = 'job_execution';
+
+/** Resource attribute keys the gateway owns: whatever the exporter put there is dropped, the grant's written instead. */
+export const RESOURCE_IDENTITY_KEYS: ReadonlySet<string> = new Set(CI_IDENTITY_ATTRIBUTES.map(({ key }) => key));
+
+/** Keys the gateway owns on spans, data points and log records: only those an item carries are overwritten. */
+export const ITEM_IDENTITY_KEYS: ReadonlySet<string> = new Set(CI_IDENTITY_ATTRIBUTES.filter(({ span }) => span !== undefined).map(({ key }) => key));
+
+/** What the policy derives from a grant: the trace it binds spans to and the identity it writes. */
+export interface GrantIdentity {
+  /** Lowercase hex. */
+  traceIdHex: string;
+  /** Written on every resource, in the table's resource types. */
+  resource: IdentityAttribute[];
+  /** Written over the same keys on items, in the types GitLab Runner writes on its `job_execution` span. */
+  items: ReadonlyMap<string, IdentityAttribute>;
+}
+
+function deriveGrantIdentity(grant: GatewayGrant): GrantIdentity {
+  for (const name of ['jobId', 'projectId', 'pipelineId', 'runnerId'] as const) {
+    // A bad id here is a bug upstream of the gateway, not a bad request: refuse to stamp garbage.
+    if (!Number.isSafeInteger(grant[name]) || grant[name] < 0) {
+      throw new TypeError(`grant.${name} must be a non-negative safe integer`);
+    }
+  }
+  if (typeof grant.traceId !== 'string' || !/^[0-9a-fA-F]{32}$/.test(grant.traceId)) {
+    throw new TypeError('grant.traceId must be 32 hex digits');
+  }
+  const attribute = (key: string, type: CiIdentityValueType, id: number): IdentityAttribute => ({
+    key,
+    value: type === 'int' ? { kind: 'int', int: id } : { kind: 'string', string: String(id) },
+  });
+  const items = new Map<string, IdentityAttribute>();
+  for (const { key, carries, span } of CI_IDENTITY_ATTRIBUTES) {
+    if (span !== undefined) items.set(key, attribute(key, span, grant[carries]));
+  }
+  return {
+    traceIdHex: grant.traceId.toLowerCase(),
+    resource: CI_IDENTITY_ATTRIBUTES.map(({ key, carries, resource }) => attribute(key, resource, grant[carries])),
+    items,
+  };
+}
+
+/**
+ * What an enforcement derives from a grant (its identity attributes encoded, its trace id as bytes), derived
+ * once per grant object rather than once per export: the gateway's decision cache hands the same grant object
+ * to every export of a reused decision (issue 12). Checked against the grant's fields on every use, so a grant
+ * changed in place is derived again rather than stamped with another job's identity.
+ */
+export class PerGrant<T> {
+  private readonly derived = new WeakMap<GatewayGrant, { grant: GatewayGrant; value: T }>();
+
+  constructor(private readonly derive: (grant: GatewayGrant) => T) {}
+
+  of(grant: GatewayGrant): T {
+    const entry = this.derived.get(grant);
+    if (entry !== undefined && sameGrant(entry.grant, grant)) return entry.value;
+    const value = this.derive(grant);
+    const { jobId, projectId, pipelineId, runnerId, traceId } = grant;
+    this.derived.set(grant, { grant: { jobId, projectId, pipelineId, runnerId, traceId }, value });
+    return value;
+  }
+}
+
+function sameGrant(a: GatewayGrant, b: GatewayGrant): boolean {
+  return a.jobId === b.jobId && a.projectId === b.projectId && a.pipelineId === b.pipelineId && a.runnerId === b.runnerId && a.traceId === b.traceId;
+}
+
+export const grantIdentity = new PerGrant<GrantIdentity>(deriveGrantIdentity);
+
+/**
+ * One span as a walker saw it; a walker keeps one for a whole export. Sizes are in the export's encoding
+ * (SpanLimits). A walker measures only as far as the decision needs: nothing past the trace id of a span outside
+ * the grant's trace (dropped whatever it holds), nothing more once one measure is over its limit, and a value's
+ * size only where its encoding could be over `maxAttributeValueBytes` (any figure on the same side of a limit
+ * decides the same).
+ */
+export abstract class SpanSeen {
+  inGrantedTrace = false;
+  bytes = 0;
+  attributes = 0;
+  largestAttributeValueBytes = 0;
+  /** Named JOB_EXECUTION_SPAN. */
+  jobExecution = false;
+
+  /** How a `job_execution` span ended; read only once it is admitted. Undefined when it does not say. */
+  abstract jobExecutionEnd(): RunnerJobEnd | undefined;
+
+  /** Forgets the span seen before. */
+  protected restart(bytes: number): void {
+    this.inGrantedTrace = false;
+    this.bytes = bytes;
+    this.attributes = 0;
+    this.largestAttributeValueBytes = 0;
+    this.jobExecution = false;
+  }
+}
+
+/**
+ * The Collector reads a container's deprecated scopes (`instrumentation_library_*`, field 1000) only when it has no
+ * current ones, and drops them otherwise: enforced and forwarded as current scopes in that case, they mean the
+ * same to every collector version.
+ */
+export function deprecatedScopesStandIn(currentScopes: number): boolean {
+  return currentScopes === 0;
+}
+
+/** A scope whose spans were all dropped, or a resource whose scopes were, describes nothing: dropped with them. */
+export function keepsEnvelope(held: number, kept: number): boolean {
+  return held === 0 || kept > 0;
+}
+
+/**
+ * An item's identity attributes in the order a walker meets them: the first occurrence of each owned key is
+ * overwritten with the grant's value, in place; later occurrences are dropped, so a decoder that keeps the last
+ * one cannot be fooled either.
+ */
+export class ItemIdentityStamp {
+  private readonly written = new Set<string>();
+
+  /** True: write the grant's value here; false: drop this occurrence. */
+  overwrites(key: string): boolean {
+    if (this.written.has(key)) return false;
+    this.written.add(key);
+    return true;
+  }
+}
+
+/**
+ * The decisions on one export, in body order (SPEC §6): a span goes on when it is in the grant's trace, within the
+ * per-span limits, within the job's span quota and then its span rate. A span is charged against quota and rate
+ * only when it passed the checks before, so a rejected span never uses up what an accepted one could have had.
+ * Metric data points and log records are counted, never dropped.
+ */
+export class ExportPolicy {
+  private kept = 0;
+  private foreignTrace = 0;
+  private overLimits = 0;
+  private overQuota = 0;
+  private overRate = 0;
+  private items = 0;
+  private readonly quota: number;
+  private readonly rate: number;
+  private jobExecutionEnds: RunnerJobEnd[] | undefined;
+
+  constructor(
+    private readonly signal: OtlpSignal,
+    spanBudget: number | SpanBudget,
+    readonly limits: SpanLimits,
+  ) {
+    const budget = typeof spanBudget === 'number' ? { quota: spanBudget, rate: Infinity } : spanBudget;
+    // NaN or a negative budget fails closed; Infinity means unlimited.
+    this.quota = budget.quota > 0 ? Math.floor(budget.quota) : 0;
+    this.rate = budget.rate > 0 ? Math.floor(budget.rate) : 0;
+  }
+
+  /** Whether the span goes on; an admitted `job_execution` span's end is noted. */
+  admitSpan(span: SpanSeen): boolean {
+    if (!span.inGrantedTrace) {
+      this.foreignTrace++;
+      return false;
+    }
+    const { limits } = this;
+    if (span.bytes > limits.maxBytes || span.attributes > limits.maxAttributes || span.largestAttributeValueBytes > limits.maxAttributeValueBytes) {
+      this.overLimits++;
+      return false;
+    }
+    // Position among the spans that passed the checks before: the first `rate` of them fit the rate, the first
+    // `quota` the quota, so each rejected span is counted under the limit that really stopped it.
+    const position = this.kept + this.overQuota + this.overRate;
+    if (position >= this.quota) {
+      this.overQuota++;
+      return false;
+    }
+    if (position >= this.rate) {
+      this.overRate++;
+      return false;
+    }
+    this.kept++;
+    if (span.jobExecution) {
+      const end = span.jobExecutionEnd();
+      if (end !== undefined) (this.jobExecutionEnds ??= []).push(end);
+    }
+    return true;
+  }
+
+  /** Metric data points or log records going on. */
+  countItems(items: number): void {
+    this.items += items;
+  }
+
+  result(body: Buffer): EnforcedExport {
+    if (this.signal !== 'traces') return { body, forwardedItems: this.items, rejectedItems: 0, nothingToForward: this.items === 0 };
+    const reasons: string[] = [];
+    const reason = (count: number, why: string) => {
+      if (count > 0) reasons.push(`${count} ${count === 1 ? 'span' : 'spans'} rejected: ${why}`);
+    };
+    reason(this.foreignTrace, "trace_id is not this CI job's trace");
+    const { maxBytes, maxAttributes, maxAttributeValueBytes } = this.limits;
+    reason(
+      this.overLimits,
+      `over the per-span limits (${maxBytes} bytes encoded, ${maxAttributes} attributes, ${maxAttributeValueBytes} bytes per attribute value)`,
+    );
+    reason(this.overQuota, "this CI job's span quota is exhausted");
+    reason(this.overRate, 'this CI job is sending more spans per second than it may');
+    return {
+      body,
+      forwardedItems: this.kept,
+      rejectedItems: this.foreignTrace + this.overLimits + this.overQuota + this.overRate,
+      rejections: { foreignTrace: this.foreignTrace, overLimits: this.overLimits, overQuota: this.overQuota, overRate: this.overRate },
+      errorMessage: reasons.length > 0 ? reasons.join('; ') : undefined,
+      nothingToForward: this.kept === 0,
+      ...(this.jobExecutionEnds === undefined ? {} : { jobExecutionEnds: this.jobExecutionEnds }),
+    };
+  }
+}
