@@ -131,7 +131,7 @@ const versionOf = (span: ReceivedSpan) => Number(span.attributes['ci.pipeline.sp
 function pipelineVersions(sink: OtlpSink, pipelineId: number): ReceivedSpan[] {
   return sink
     .allSpans()
-    .filter((span) => span.name === 'pipeline' && span.resource['ci.pipeline.id'] === String(pipelineId))
+    .filter((span) => span.name === 'pipeline' && span.attributes['ci.pipeline.id'] === String(pipelineId))
     .sort((a, b) => versionOf(a) - versionOf(b));
 }
 
