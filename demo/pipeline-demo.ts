@@ -8,7 +8,7 @@ import { deliverWebhook, jobHook, pipelineHook, WebhookJob, WebhookPipeline } fr
 import { startLocalCollector } from './local-collector';
 import { repoRoot } from './repo-root';
 import { BUILD_STAGES, BuildStage, exportJobAsRunner, RunnerJob, TracingFeature } from './stock-runner';
-import { formatDuration, renderWaterfall } from '../src/cli/waterfall';
+import { formatDuration, latestVersions, renderWaterfall } from '../src/cli/waterfall';
 
 const ROOT = repoRoot();
 const PROJECT_ID = 7;
@@ -98,7 +98,14 @@ interface PickedUp {
 }
 
 /** What GitLab's job-request API does when a runner picks a job up: the job, queued at `queuedAt`, through the decorator. */
-async function pickUp(internalUrl: string, internalApiSecret: Buffer, jobId: number, name: string, queuedAt: Date): Promise<PickedUp> {
+async function pickUp(
+  internalUrl: string,
+  internalApiSecret: Buffer,
+  jobId: number,
+  name: string,
+  queuedAt: Date,
+  pipelineId = PIPELINE_ID,
+): Promise<PickedUp> {
   const response = await fetch(`${internalUrl}/internal/ci/telemetry/job_payload`, {
     method: 'POST',
     headers: { 'content-type': 'application/json', 'gitlab-ci-telemetry-api-request': await signInternalApiToken(internalApiSecret, 'gitlab') },
@@ -107,8 +114,8 @@ async function pickUp(internalUrl: string, internalApiSecret: Buffer, jobId: num
       job: {
         id: jobId,
         project_id: PROJECT_ID,
-        pipeline_id: PIPELINE_ID,
-        root_pipeline_id: PIPELINE_ID,
+        pipeline_id: pipelineId,
+        root_pipeline_id: pipelineId,
         timeout: 3600,
         token: `glcbt-demo-${jobId}`,
         queued_at: queuedAt.toISOString(),
@@ -118,7 +125,7 @@ async function pickUp(internalUrl: string, internalApiSecret: Buffer, jobId: num
         token: `glcbt-demo-${jobId}`,
         variables: [
           { key: 'CI_JOB_NAME', value: name, public: true },
-          { key: 'CI_PIPELINE_ID', value: String(PIPELINE_ID), public: true },
+          { key: 'CI_PIPELINE_ID', value: String(pipelineId), public: true },
           { key: 'CI_PIPELINE_SOURCE', value: 'push', public: true },
         ],
         features: { trace_sections: true },
@@ -130,6 +137,119 @@ async function pickUp(internalUrl: string, internalApiSecret: Buffer, jobId: num
   const tracing = decorated.payload.features?.tracing;
   if (!decorated.telemetry.enabled || tracing === undefined) throw new Error(`job ${jobId}: telemetry not enabled (${decorated.telemetry.reason})`);
   return { tracing, variable: (key) => decorated.payload.variables?.find((entry) => entry.key === key)?.value ?? '' };
+}
+
+/** The next whole second at which a pickup can be stamped (see main), not before `notBefore`; waits until just before it. */
+async function pickupMoment(notBefore = 0): Promise<number> {
+  const pickup = Math.max(notBefore, Math.ceil((Date.now() + PICKUP_EARLY_MS + 1) / 1000) * 1000);
+  while (Date.now() < pickup - PICKUP_EARLY_MS) await new Promise((resolve) => setTimeout(resolve, Math.max(1, pickup - PICKUP_EARLY_MS - Date.now())));
+  return pickup;
+}
+
+const RETRIED_PIPELINE_ID = 501;
+/** Short jobs, so that the retry is picked up a few real seconds after the failure. */
+const quickStages = (script: number): Record<BuildStage, number> => ({
+  prepare_executor: 0.25,
+  get_sources: 0.25,
+  restore_cache: 0.25,
+  step_script: script,
+  after_script: 0.25,
+  archive_cache: 0.25,
+  upload_artifacts: 0.25,
+});
+
+/**
+ * The second pipeline: its `test` job fails, the pipeline with it; someone retries it (GitLab makes a new
+ * job, same name, `retries_count` 1, and puts the pipeline back to running), the retry passes, and the
+ * pipeline finishes again, `success`. Its span is sent again, same id, as a newer version (SPEC §10);
+ * printed is the final picture, each span in its latest version.
+ */
+async function retriedPipeline(demo: {
+  internalUrl: string;
+  internalApiSecret: Buffer;
+  collector: Awaited<ReturnType<typeof startLocalCollector>>;
+  deliver: (what: string, event: 'Job Hook' | 'Pipeline Hook', body: Record<string, unknown>) => Promise<void>;
+}): Promise<void> {
+  say();
+  say(`Then a flaky test: pipeline ${RETRIED_PIPELINE_ID}'s test job fails, is retried, and passes.`);
+  say();
+  const pickup = await pickupMoment();
+  const at = (seconds: number) => new Date(pickup + seconds * 1000);
+  const runner = { id: RUNNER.id, runnerType: RUNNER.runner_type, description: RUNNER_DESCRIPTION };
+  const run = async (jobId: number, name: string, status: 'success' | 'failed', queuedAt: Date, script: number, retriesCount = 0): Promise<WebhookJob> => {
+    const picked = await pickUp(demo.internalUrl, demo.internalApiSecret, jobId, name, queuedAt, RETRIED_PIPELINE_ID);
+    const startedAt = new Date(Math.round(Date.now() / 1000) * 1000);
+    const stages = quickStages(script);
+    await exportJobAsRunner(picked.tracing, {
+      jobId,
+      projectId: PROJECT_ID,
+      runnerId: RUNNER.id,
+      pipelineId: picked.variable('CI_PIPELINE_ID'),
+      pipelineSource: picked.variable('CI_PIPELINE_SOURCE'),
+      executor: 'shell',
+      status,
+      startedAt,
+      stageSeconds: stages,
+    });
+    const seconds = BUILD_STAGES.reduce((sum, stage) => sum + stages[stage], 0);
+    return {
+      id: jobId,
+      name,
+      stage: name,
+      status,
+      createdAt: queuedAt,
+      startedAt,
+      finishedAt: new Date(startedAt.getTime() + seconds * 1000),
+      queuedSeconds: (pickup - queuedAt.getTime()) / 1000,
+      retriesCount,
+      runner,
+      ...(status === 'failed' ? { failureReason: 'script_failure' } : {}),
+    };
+  };
+  // GitLab marks the pipeline finished on the whole second after its last job, as Pipeline Hooks write times.
+  const pipeline = (status: string, jobs: WebhookJob[], lastJobEnd?: Date): WebhookPipeline => ({
+    id: RETRIED_PIPELINE_ID,
+    projectId: PROJECT_ID,
+    status,
+    createdAt: at(-2),
+    finishedAt: lastJobEnd === undefined ? undefined : new Date(Math.ceil(lastJobEnd.getTime() / 1000 + GITLAB_SEES_THE_END) * 1000),
+    jobs,
+  });
+
+  const [build, test] = await Promise.all([run(2001, 'build', 'success', at(-2), 2), run(2002, 'test', 'failed', at(-2), 1)]);
+  for (const job of [test, build])
+    await demo.deliver(`job ${job.id} (${job.name}) ${job.status}`, 'Job Hook', jobHook(pipeline('running', [build, test]), job));
+  await demo.deliver(`pipeline ${RETRIED_PIPELINE_ID} failed`, 'Pipeline Hook', pipelineHook(pipeline('failed', [build, test], build.finishedAt)));
+
+  // Retried when the pipeline had failed: a new job, queued then, picked up a second later.
+  const retryQueued = build.finishedAt!;
+  await pickupMoment(retryQueued.getTime() + 1000);
+  const running = { ...test, id: 2003, status: 'running', createdAt: retryQueued, startedAt: undefined, finishedAt: undefined, retriesCount: 1 };
+  await demo.deliver(`pipeline ${RETRIED_PIPELINE_ID} running again`, 'Pipeline Hook', pipelineHook(pipeline('running', [build, running])));
+  const retry = await run(2003, 'test', 'success', retryQueued, 1, 1);
+  await demo.deliver(`job ${retry.id} (${retry.name}, retry 1) ${retry.status}`, 'Job Hook', jobHook(pipeline('running', [build, retry]), retry));
+  await demo.deliver(`pipeline ${RETRIED_PIPELINE_ID} success`, 'Pipeline Hook', pipelineHook(pipeline('success', [build, retry], retry.finishedAt)));
+
+  // Two versions of the pipeline span: 8 of the runners' spans, a job and a queue_wait span per job.
+  const traceOf = demo.collector.spans.find((span) => span.attributes['ci.job.id'] === 2001)?.traceId ?? '';
+  const expected = 3 * (1 + BUILD_STAGES.length) + 2 * 3 + 2;
+  const inTrace = () => demo.collector.spans.filter((span) => span.traceId === traceOf);
+  await until(`${expected} spans of pipeline ${RETRIED_PIPELINE_ID} at the collector`, () => (inTrace().length >= expected ? true : undefined));
+  const versions = inTrace()
+    .filter((span) => span.name === 'pipeline')
+    .sort((a, b) => Number(a.attributes['ci.pipeline.span.version']) - Number(b.attributes['ci.pipeline.span.version']));
+  const spans = latestVersions(inTrace());
+  const first = spans.reduce((min, span) => (span.startNanos < min ? span.startNanos : min), spans[0].startNanos);
+  const last = spans.reduce((max, span) => (span.endNanos > max ? span.endNanos : max), spans[0].endNanos);
+  say();
+  say(
+    `pipeline ${RETRIED_PIPELINE_ID}'s span reached the collector ${versions.length} times, one span id, each a newer version: ${versions.map((span) => span.attributes['ci.pipeline.status']).join(', then ')}`,
+  );
+  say(
+    `pipeline ${RETRIED_PIPELINE_ID} of project ${PROJECT_ID}, final picture: trace ${traceOf}, 3 jobs (test twice), ${spans.length} spans, ${formatDuration(last - first)}`,
+  );
+  say();
+  for (const line of renderWaterfall(spans)) say(line);
 }
 
 async function main(): Promise<void> {
@@ -181,8 +301,7 @@ async function main(): Promise<void> {
     // the pickup as it answers, tens to hundreds of milliseconds after it is called: called a quarter second
     // before that second, a pickup taking up to 750 ms lands within half a second of it, so each queue wait,
     // printed to the second, reads as planned.
-    const pickup = Math.ceil((Date.now() + PICKUP_EARLY_MS + 1) / 1000) * 1000;
-    while (Date.now() < pickup - PICKUP_EARLY_MS) await new Promise((resolve) => setTimeout(resolve, Math.max(1, pickup - PICKUP_EARLY_MS - Date.now())));
+    const pickup = await pickupMoment();
     const at = (seconds: number) => new Date(pickup + seconds * 1000);
     const runSeconds = (job: (typeof PIPELINE)[number]) => BUILD_STAGES.reduce((sum, stage) => sum + job.stageSeconds[stage], 0);
 
@@ -268,6 +387,8 @@ async function main(): Promise<void> {
     say(`pipeline ${PIPELINE_ID} of project ${PROJECT_ID}: trace ${traceId}, ${PIPELINE.length} jobs, ${spans.length} spans, ${formatDuration(last - first)}`);
     say();
     for (const line of renderWaterfall(spans)) say(line);
+
+    await retriedPipeline({ internalUrl, internalApiSecret, collector, deliver });
   } finally {
     if (service.exitCode === null) service.kill('SIGTERM');
     await new Promise((resolve) => (service.exitCode !== null ? resolve(undefined) : service.once('exit', resolve)));

@@ -108,6 +108,22 @@ function duration(span: CollectedSpan): string {
   return span.name === 'queue_wait' ? formatSeconds(nanos) : formatDuration(nanos);
 }
 
+const versionOf = (span: CollectedSpan) => Number(span.attributes['ci.pipeline.span.version'] ?? 0);
+
+/**
+ * Each span once, in its latest version: a pipeline that finished again (a job retried, a manual job
+ * played) had its span sent again under the same id with a higher `ci.pipeline.span.version` (SPEC §10),
+ * and a backend that keeps every copy shows them all; this is the picture the ClickHouse view gives.
+ */
+export function latestVersions(spans: readonly CollectedSpan[]): CollectedSpan[] {
+  const latest = new Map<string, CollectedSpan>();
+  for (const span of spans) {
+    const kept = latest.get(span.spanId);
+    if (kept === undefined || versionOf(span) > versionOf(kept)) latest.set(span.spanId, span);
+  }
+  return [...latest.values()];
+}
+
 const byStart = (a: CollectedSpan, b: CollectedSpan) =>
   a.startNanos < b.startNanos ? -1 : a.startNanos > b.startNanos ? 1 : label(a).localeCompare(label(b)) || a.spanId.localeCompare(b.spanId);
 

@@ -404,6 +404,39 @@ export class EnvironmentVariables {
   @Min(1)
   OUTBOX_MAX_BACKOFF_SECONDS = 30;
 
+  /**
+   * How long a webhook waits for the store before it is spooled and answered 202: well inside GitLab's own
+   * webhook timeout (10 s by default), after which GitLab counts the delivery failed.
+   */
+  @Transform(toInt)
+  @IsInt()
+  @Min(1)
+  @Max(5000)
+  WEBHOOK_STORE_TIMEOUT_MS = 2000;
+
+  /** Where this replica spools webhooks the store cannot take; unset: `<DATA_DIR>/webhook-spool`. One per replica. */
+  @IsOptional()
+  @IsString()
+  @MinLength(1)
+  WEBHOOK_SPOOL_DIR?: string;
+
+  /** Webhooks the spool holds; past either bound a webhook is answered 503, which GitLab counts as failed. */
+  @Transform(toInt)
+  @IsInt()
+  @Min(1)
+  WEBHOOK_SPOOL_MAX_HOOKS = 20_000;
+
+  @Transform(toInt)
+  @IsInt()
+  @Min(1024)
+  WEBHOOK_SPOOL_MAX_BYTES = 256 * 1024 * 1024;
+
+  /** Longest wait between two replays of the spool while the store is still down. */
+  @Transform(toInt)
+  @IsInt()
+  @Min(1)
+  WEBHOOK_REPLAY_MAX_BACKOFF_SECONDS = 30;
+
   // ── Store (SPEC §7) ──
 
   /** One Redis server (SPEC §7); `rediss://` for TLS. Exclusive with REDIS_SENTINELS and REDIS_CLUSTER_NODES. */

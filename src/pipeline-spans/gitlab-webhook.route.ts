@@ -3,28 +3,23 @@ import { HttpAdapterHost } from '@nestjs/core';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { AppConfig } from '../config/app-config';
 import { APP_CONFIG } from '../config/config.constants';
-import { StoreUnavailableError } from '../store/store-unavailable-error';
 import { sendError } from '../observability/http-error';
 import { registerPlainPost, refusalHook, RouteRefusal } from '../observability/plain-route';
 import { OUTAGE_RETRY_AFTER_SECONDS } from '../observability/retry-after';
-import { parseJobHook, parsePipelineHook, WebhookEvent, WebhookPayloadError } from './gitlab-webhook';
 import { PipelineSpansMetrics } from './pipeline-spans.metrics';
-import { PipelineSpansService } from './pipeline-spans.service';
 import { WebhookSecrets } from './webhook-secrets';
+import { SpoolReason, SpoolRefusal } from './webhook-spool.metrics';
+import { isReadEvent, WebhookSpoolService } from './webhook-spool.service';
 
 export const GITLAB_WEBHOOK_PATH = '/webhooks/gitlab';
 
-/** The event kinds SPEC §10 reads, by GitLab's `X-Gitlab-Event` header. */
-const PARSERS: Record<string, (body: unknown, receivedAt: number) => WebhookEvent> = {
-  'Pipeline Hook': parsePipelineHook,
-  'Job Hook': parseJobHook,
-};
-
 /**
  * `POST /webhooks/gitlab` on the internal port (SPEC §10): GitLab's Pipeline and Job events, for a group
- * or project webhook, as a plain Fastify route (registerPlainPost says why). A thin edge: the secret is checked before the body is read, the payload parsed, and
- * the spans it implies written to the outbox; the collector is never waited for, so GitLab gets its 2xx in
- * milliseconds whatever the collector does (it disables webhooks that keep failing or time out).
+ * or project webhook, as a plain Fastify route (registerPlainPost says why). A thin edge: the secret is
+ * checked before the body is read, then the hook is taken (WebhookSpoolService): recorded in the outbox,
+ * or spooled while the store cannot take it. The collector is never waited for, so GitLab gets its 2xx in
+ * milliseconds whatever the collector or the store does (it disables webhooks that keep failing or time
+ * out); only bad input and a full spool are refused.
  */
 @Injectable()
 export class GitlabWebhookRoute implements OnModuleInit {
@@ -34,7 +29,7 @@ export class GitlabWebhookRoute implements OnModuleInit {
   constructor(
     @Inject(APP_CONFIG) config: AppConfig,
     private readonly adapterHost: HttpAdapterHost,
-    private readonly pipelineSpans: PipelineSpansService,
+    private readonly spool: WebhookSpoolService,
     private readonly metrics: PipelineSpansMetrics,
   ) {
     this.secrets = config.GITLAB_WEBHOOK_SECRET_FILE === undefined ? undefined : new WebhookSecrets(config.GITLAB_WEBHOOK_SECRET_FILE);
@@ -66,38 +61,53 @@ export class GitlabWebhookRoute implements OnModuleInit {
     const started = performance.now();
     const event = eventOf(request);
     const uuid = request.headers['x-gitlab-event-uuid'];
+    const intake = await this.spool.take({
+      event: String(request.headers['x-gitlab-event']),
+      uuid: typeof uuid === 'string' ? uuid : undefined,
+      receivedAt: Date.now(),
+      body: request.body,
+    });
     const answered = (outcome: string) => this.metrics.webhook(event, outcome, (performance.now() - started) / 1000);
-    const parse = event in PARSERS ? PARSERS[event] : undefined;
-    if (parse === undefined) {
-      answered('ignored');
-      return { status: 'ignored', reason: 'only Pipeline Hook and Job Hook events are read' };
-    }
-    let parsed: WebhookEvent;
-    try {
-      parsed = parse(request.body, Date.now());
-    } catch (error) {
-      if (!(error instanceof WebhookPayloadError)) throw error;
-      answered('invalid');
-      this.logger.warn(`${event} ${String(uuid ?? '')} refused: ${error.message}`);
-      sendError(request, reply, 400, `invalid ${event}: ${error.message}`);
-      return reply;
-    }
-    try {
-      const outcome = await this.pipelineSpans.handleWebhook(parsed);
-      answered('accepted');
-      return { status: 'accepted', ...outcome };
-    } catch (error) {
-      if (!(error instanceof StoreUnavailableError)) throw error;
-      answered('unavailable');
-      this.logger.warn(`${event} ${String(uuid ?? '')} not recorded, the store is unavailable: ${error.message}`);
-      sendError(request, reply, 503, 'the store is unavailable; the webhook was not recorded', { retryAfterSeconds: OUTAGE_RETRY_AFTER_SECONDS });
-      return reply;
+    switch (intake.kind) {
+      case 'recorded':
+        answered('accepted');
+        return { status: 'accepted', ...intake.outcome };
+      case 'ignored':
+        answered('ignored');
+        return { status: 'ignored', reason: 'only Pipeline Hook and Job Hook events are read' };
+      case 'invalid':
+        answered('invalid');
+        this.logger.warn(`${event} ${String(uuid ?? '')} refused: ${intake.problem}`);
+        sendError(request, reply, 400, `invalid ${event}: ${intake.problem}`);
+        return reply;
+      case 'spooled':
+        answered('spooled');
+        void reply.status(202);
+        return { status: 'spooled', reason: SPOOLED[intake.reason] };
+      case 'refused':
+        answered('unavailable');
+        sendError(request, reply, 503, REFUSED[intake.reason], { retryAfterSeconds: OUTAGE_RETRY_AFTER_SECONDS });
+        return reply;
+      default:
+        return intake satisfies never;
     }
   }
 }
 
+const SPOOLED: Record<SpoolReason, string> = {
+  store_unavailable: 'the store is unavailable; the webhook is kept and recorded once it is back',
+  store_timeout: 'the store did not answer in time; the webhook is kept and recorded once it answers',
+  error: 'the webhook could not be handled now; it is kept and tried again',
+  behind_spooled: 'earlier webhooks of its pipeline wait for the store; it is kept and recorded after them',
+};
+
+const REFUSED: Record<SpoolRefusal, string> = {
+  full: 'the store is unavailable and the webhook spool is full; the webhook was not recorded',
+  unwritable: 'the store is unavailable and the webhook spool cannot be written; the webhook was not recorded',
+};
+
 /** The `X-Gitlab-Event` as a metric label: the kinds read, or `other` (the header is the caller's to choose). */
 function eventOf(request: FastifyRequest): string {
   const event = request.headers['x-gitlab-event'];
-  return typeof event === 'string' && event in PARSERS ? event : 'other';
+  return typeof event === 'string' && isReadEvent(event) ? event : 'other';
 }

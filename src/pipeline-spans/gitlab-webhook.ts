@@ -7,7 +7,11 @@ import type { JobEnd, PipelineEnd } from './pipeline-span-model';
  * child pipelines, and `object_attributes.root_pipeline_id` from newer GitLab versions.
  */
 
-/** Statuses after which a job or pipeline does not change again (a retry is a new job). */
+/**
+ * Statuses after which a job does not change again (a retry is a new job, with the same name and a
+ * `retries_count`), and after which a pipeline has finished, for now: a retried or played job sends it
+ * back to `running`, then to one of these again with a new `finished_at` (SPEC §10, the final story).
+ */
 const FINISHED = new Set(['success', 'failed', 'canceled', 'skipped']);
 
 export interface FinishedJob extends JobEnd {
@@ -135,14 +139,18 @@ export function parsePipelineHook(body: unknown, receivedAt: number): PipelineEv
   const projectUrl = text(project.web_url);
   const builds = Array.isArray(body.builds) ? body.builds : [];
   const status = text(attributes.status) ?? '';
+  const finishedJobs = builds.map((build) => finishedBuild(build, pipelineId, projectUrl, receivedAt)).filter((job): job is FinishedJob => job !== undefined);
   let end: PipelineEnd | undefined;
   if (FINISHED.has(status)) {
     const createdAt = parseGitlabTime(attributes.created_at, 'object_attributes.created_at') ?? receivedAt;
+    const finishedAt = endOf(parseGitlabTime(attributes.finished_at, 'object_attributes.finished_at'), createdAt, undefined, receivedAt);
     end = {
       status,
       failureReason: status === 'failed' ? (pipelineFailure(builds) ?? text(attributes.detailed_status) ?? 'failed') : undefined,
       createdAt,
-      finishedAt: endOf(parseGitlabTime(attributes.finished_at, 'object_attributes.finished_at'), createdAt, undefined, receivedAt),
+      // The pipeline span ends at or after each of its job spans, whatever rounding GitLab's times had.
+      // Only the times GitLab wrote: a redelivered hook must give the same end (and version) again.
+      finishedAt: Math.max(finishedAt, ...builds.map((build) => (isObject(build) ? (parseGitlabTime(build.finished_at, 'builds[].finished_at') ?? 0) : 0))),
       name: text(attributes.name),
       source: text(attributes.source),
       ref: text(attributes.ref),
@@ -160,7 +168,7 @@ export function parsePipelineHook(body: unknown, receivedAt: number): PipelineEv
     rootPipelineId: optionalId(attributes.root_pipeline_id, 'object_attributes.root_pipeline_id'),
     source: sourcePipeline(body.source_pipeline),
     end,
-    finishedJobs: builds.map((build) => finishedBuild(build, pipelineId, projectUrl, receivedAt)).filter((job): job is FinishedJob => job !== undefined),
+    finishedJobs,
   };
 }
 

@@ -1,4 +1,4 @@
-import type { TracedJob, TracedPipeline } from '../traced-work/traced-work';
+import type { RunnerJobEnd, TracedJob, TracedPipeline } from '../traced-work/traced-work';
 import { CiJobIdentity, ciIdentityValues } from '../otlp/ci-identity';
 
 /**
@@ -25,7 +25,20 @@ export type AttributeValue = string | number | boolean;
 /** One span ready for the outbox: its id and the OTLP/JSON `ResourceSpans` carrying it alone. */
 export interface ControlPlaneSpan {
   readonly spanId: string;
+  /** For a span drawn from a pipeline's story (pipeline, bridge): which version of it, see {@link pipelineSpanVersion}. */
+  readonly version?: number;
   readonly resourceSpans: OtlpResourceSpans;
+}
+
+/** The span attribute that carries a pipeline span's version: readers keep the highest per span id. */
+export const SPAN_VERSION_ATTRIBUTE = 'ci.pipeline.span.version';
+
+/**
+ * What makes a span unique in the outbox: its id, and for a versioned span its version too, so that
+ * each version is delivered once and a redelivered hook or a second replica adds no second copy.
+ */
+export function outboxKeyOf(span: Pick<ControlPlaneSpan, 'spanId' | 'version'>): string {
+  return span.version === undefined ? span.spanId : `${span.spanId}@${span.version}`;
 }
 
 export interface OtlpResourceSpans {
@@ -79,10 +92,15 @@ export interface JobEnd extends Outcome {
   readonly jobUrl?: string;
 }
 
-/** What a finished pipeline's webhook tells. */
+/** What a finished pipeline's webhook tells, or, without webhooks, what its traced jobs' runners told. */
 export interface PipelineEnd extends Outcome {
   readonly createdAt: number;
   readonly finishedAt: number;
+  /**
+   * Set when the facts come from the runners' `job_execution` spans, not from GitLab: how many traced jobs
+   * they cover. `status` is then the worst job status seen, not the pipeline's own (unknown without webhooks).
+   */
+  readonly jobsSeen?: number;
   readonly name?: string;
   readonly source?: string;
   readonly ref?: string;
@@ -103,6 +121,50 @@ function keyValues(attributes: Record<string, AttributeValue | undefined>): Otlp
   return Object.entries(attributes)
     .filter((entry): entry is [string, AttributeValue] => entry[1] !== undefined && entry[1] !== '')
     .map(([key, raw]) => ({ key, value: value(raw) }));
+}
+
+/**
+ * How a pipeline's statuses rank: the worst of its jobs without webhooks, and which of two versions
+ * ending at the same instant is the newer. Unknown statuses rank lowest.
+ */
+const STATUS_RANK: Readonly<Record<string, number>> = { skipped: 1, success: 2, canceled: 3, failed: 4 };
+const statusRank = (status: string) => STATUS_RANK[status] ?? 0;
+
+const VERSION_RANK_BITS = 3;
+const VERSION_SEEN_BITS = 7;
+const VERSION_SEEN_MAX = 2 ** VERSION_SEEN_BITS - 1;
+
+/**
+ * The version of a pipeline span (SPEC §10, the final story): a number derived from the facts alone,
+ * so that every replica, every redelivery and every order of arrival gives the same version to the same
+ * facts, and a newer story a higher one. Ordered by the pipeline's end (a pipeline that finishes again
+ * after a retry or a played manual job ends later), then its status's rank, then (without webhooks) how
+ * many traced jobs the facts cover: one more job seen can move the start earlier without moving the end.
+ * One integer (end in ms × 2^10 + rank × 2^7 + jobs seen, at most 127), exact in a double and in
+ * ClickHouse's UInt64 until the year 2248.
+ */
+export function pipelineSpanVersion(end: Pick<PipelineEnd, 'finishedAt' | 'status' | 'jobsSeen'>): number {
+  const seen = Math.min(VERSION_SEEN_MAX, Math.max(0, end.jobsSeen ?? 0));
+  return (Math.max(0, Math.round(end.finishedAt)) * 2 ** VERSION_RANK_BITS + statusRank(end.status)) * 2 ** VERSION_SEEN_BITS + seen;
+}
+
+/**
+ * A pipeline's span without webhooks, from what its traced jobs' runners told: from the earliest
+ * `queued_at` to the latest job end, with the worst job status. What it cannot know: jobs that never
+ * ran (no runner span), jobs allowed to fail, retries (a failed attempt stays the worst status), and so
+ * the pipeline's own status.
+ */
+export function pipelineSeenFromJobs(jobs: readonly RunnerJobEnd[]): PipelineEnd | undefined {
+  if (jobs.length === 0) return undefined;
+  const worst = jobs.reduce((found, job) => (statusRank(job.status) > statusRank(found.status) ? job : found));
+  const failed = jobs.filter((job) => job.status === 'failed').map((job) => `job ${job.jobId}: failed`);
+  return {
+    status: worst.status,
+    failureReason: failed.length === 0 ? undefined : failed.join(', '),
+    createdAt: Math.min(...jobs.map((job) => job.queuedAt)),
+    finishedAt: Math.max(...jobs.map((job) => job.finishedAt)),
+    jobsSeen: jobs.length,
+  };
 }
 
 const nanos = (epochMs: number) => `${BigInt(Math.round(epochMs)) * 1_000_000n}`;
@@ -139,10 +201,12 @@ function span(
   identity: Partial<CiJobIdentity>,
   attributes: Record<string, AttributeValue | undefined>,
   outcome: Outcome | undefined,
+  version?: number,
 ): ControlPlaneSpan {
   const failed = outcome?.status === 'failed';
   return {
     spanId: place.spanId,
+    ...(version === undefined ? {} : { version }),
     resourceSpans: {
       resource: { attributes: keyValues({ 'service.name': serviceName, ...ciIdentityValues(identity, 'resource') }) },
       scopeSpans: [
@@ -159,7 +223,7 @@ function span(
               startTimeUnixNano: nanos(startMs),
               // A span never ends before it starts, whatever clocks and rounding say.
               endTimeUnixNano: nanos(Math.max(startMs, endMs)),
-              attributes: keyValues({ ...ciIdentityValues(identity, 'span'), ...attributes }),
+              attributes: keyValues({ ...ciIdentityValues(identity, 'span'), ...attributes, [SPAN_VERSION_ATTRIBUTE]: version }),
               ...(failed ? { status: { code: STATUS_ERROR, message: outcome?.failureReason ?? 'failed' } } : {}),
             },
           ],
@@ -219,12 +283,15 @@ export function jobSpan(serviceName: string, place: SpanPlace, job: TracedJob, e
 }
 
 function pipelineAttributes(pipeline: TracedPipeline, end: PipelineEnd): Record<string, AttributeValue | undefined> {
+  const fromGitlab = end.jobsSeen === undefined;
   return {
     'cicd.pipeline.name': end.name,
-    'cicd.pipeline.result': cicdResult(end.status),
+    'cicd.pipeline.result': fromGitlab ? cicdResult(end.status) : undefined,
     'cicd.pipeline.run.url.full': end.url,
     'cicd.pipeline.action.name': 'RUN',
-    'ci.pipeline.status': end.status,
+    'ci.pipeline.status': fromGitlab ? end.status : undefined,
+    'ci.pipeline.worst_job_status': fromGitlab ? undefined : end.status,
+    'ci.pipeline.jobs_seen': end.jobsSeen,
     'ci.pipeline.source': end.source,
     'ci.pipeline.failure_reason': end.failureReason,
     'ci.root_pipeline.id': String(pipeline.rootPipelineId),
@@ -237,7 +304,10 @@ function pipelineAttributes(pipeline: TracedPipeline, end: PipelineEnd): Record<
   };
 }
 
-/** A pipeline's span: the trace's root for the root pipeline, else under its bridge job or the root. */
+/**
+ * A pipeline's span: the trace's root for the root pipeline, else under its bridge job or the root. Each
+ * version of the pipeline's story has the same span id, and its version as {@link SPAN_VERSION_ATTRIBUTE}.
+ */
 export function pipelineSpan(serviceName: string, place: SpanPlace, pipeline: TracedPipeline, end: PipelineEnd): ControlPlaneSpan {
   return span(
     serviceName,
@@ -249,6 +319,7 @@ export function pipelineSpan(serviceName: string, place: SpanPlace, pipeline: Tr
     { projectId: pipeline.projectId, pipelineId: pipeline.pipelineId },
     pipelineAttributes(pipeline, end),
     end,
+    pipelineSpanVersion(end),
   );
 }
 
@@ -272,5 +343,7 @@ export function bridgeSpan(
     { jobId: bridge.jobId, projectId: bridge.projectId, pipelineId: bridge.pipelineId },
     { 'ci.job.kind': 'bridge', 'ci.downstream_pipeline.id': String(bridge.downstreamPipelineId), 'ci.job.status': child.status },
     child,
+    // It lasts as its child pipeline does, so it follows the child's versions.
+    pipelineSpanVersion(child),
   );
 }

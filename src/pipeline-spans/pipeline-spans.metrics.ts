@@ -23,7 +23,7 @@ export class PipelineSpansMetrics {
     const registers = [metrics.registry];
     this.webhooks = new Counter({
       name: 'ci_job_telemetry_webhooks_total',
-      help: 'GitLab webhooks received, by X-Gitlab-Event and outcome (accepted, ignored, unauthorized, invalid, unavailable)',
+      help: 'GitLab webhooks received, by X-Gitlab-Event and outcome (accepted, spooled, ignored, unauthorized, invalid, unavailable: the spool could not take it)',
       labelNames: ['event', 'outcome'] as const,
       registers,
     });

@@ -8,6 +8,8 @@ import { GitlabWebhookRoute } from './gitlab-webhook.route';
 import { PipelineSpansMetrics } from './pipeline-spans.metrics';
 import { PipelineSpansService } from './pipeline-spans.service';
 import { SpanOutboxDeliverer } from './span-outbox-deliverer';
+import { WebhookSpoolMetrics } from './webhook-spool.metrics';
+import { WebhookSpoolService } from './webhook-spool.service';
 
 /**
  * The control-plane spans (SPEC §10): what the decorator and the gateway tell it through
@@ -25,9 +27,14 @@ export class PipelineSpansModule {
   }
 }
 
-/** GitLab's webhooks on the internal port of a control process (ROLE=all or control). */
+/** GitLab's webhooks on the internal port of a control process (ROLE=all or control), and their spool. */
 @Module({
   imports: [PipelineSpansModule],
-  providers: [GitlabWebhookRoute],
+  providers: [WebhookSpoolMetrics, WebhookSpoolService, GitlabWebhookRoute],
 })
-export class GitlabWebhookModule {}
+export class GitlabWebhookModule {
+  constructor(metrics: WebhookSpoolMetrics, readiness: ReadinessChecks) {
+    // Hooks waiting for the store are safe on disk; leaving rotation would only turn GitLab's next ones away.
+    readiness.register('webhook_spool', () => (metrics.lastDepth().hooks > 0 ? 'degraded' : true));
+  }
+}

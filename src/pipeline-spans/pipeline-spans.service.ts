@@ -9,6 +9,7 @@ import {
   MIN_TRACED_MEMORY_MS,
   OutboxSpan,
   Remembered,
+  RunnerJobEnd,
   TracedJob,
   TracedPipeline,
   tracedPipelineOf,
@@ -18,7 +19,18 @@ import { withTimeout } from '../observability/with-timeout';
 import { gitlabPipelineSpanIdFor, gitlabTraceIdFor, pipelineSpanIdFor, queueSpanIdFor, spanIdFor } from '../trace-context/trace-context';
 import { FinishedJob, PipelineEvent, WebhookEvent } from './gitlab-webhook';
 import { PipelineSpansMetrics } from './pipeline-spans.metrics';
-import { bridgeSpan, ControlPlaneSpan, jobSpan, JobEnd, pipelineSpan, queueWaitSpan } from './pipeline-span-model';
+import {
+  bridgeSpan,
+  ControlPlaneSpan,
+  jobSpan,
+  JobEnd,
+  outboxKeyOf,
+  pipelineSeenFromJobs,
+  pipelineSpan,
+  pipelineSpanVersion,
+  PipelineEnd,
+  queueWaitSpan,
+} from './pipeline-span-model';
 import { PickupBatch } from './pickup-batch';
 import { SpanOutboxDeliverer } from './span-outbox-deliverer';
 
@@ -52,6 +64,9 @@ interface Pickup {
  * GitLab's webhooks, and, without webhooks, the runner's `job_execution` span seen by the gateway; spans
  * go to the store's outbox, from which {@link SpanOutboxDeliverer} sends them to the collector. Each span
  * has a fixed id, so whichever source tells of it first emits it and the outbox drops any later copy.
+ * A pipeline's span (and a bridge's, drawn from its child pipeline) follows the pipeline's story instead:
+ * emitted again, same id, as each newer version of its facts appears (see pipelineSpanVersion); the outbox
+ * keeps each version once, and a version older than one emitted already is not emitted at all.
  */
 @Injectable()
 export class PipelineSpansService implements OnModuleDestroy {
@@ -149,11 +164,51 @@ export class PipelineSpansService implements OnModuleDestroy {
       const job = await this.store.findTracedJob(jobId);
       if (job === null) return;
       const status = end.status ?? 'success';
-      await this.enqueue([this.jobSpanOf(job, { status, finishedAt: end.endMs, failureReason: status === 'failed' ? 'failed' : undefined })], 'runner');
+      const closed = this.jobSpanOf(job, { status, finishedAt: end.endMs, failureReason: status === 'failed' ? 'failed' : undefined });
+      await this.enqueue(
+        [closed, ...(await this.pipelineSpansSeenFromRunners(job, { jobId, queuedAt: job.queuedAt ?? job.pickedUpAt, finishedAt: end.endMs, status }))],
+        'runner',
+      );
     } catch (error) {
       this.metrics.storeFailure('close_job');
       this.logger.warn(`job ${jobId}: job span not closed from its runner's span: ${(error as Error).message}`);
     }
+  }
+
+  /**
+   * Without webhooks, each trace still gets its root: the job's pipeline's span, and its root pipeline's
+   * when it is a child's (hung on the root, as nothing tells of its trigger job), drawn from the ends of
+   * the traced jobs its runners have reported so far, the root's from all of its pipelines' jobs.
+   */
+  private async pipelineSpansSeenFromRunners(job: TracedJob, end: RunnerJobEnd): Promise<ControlPlaneSpan[]> {
+    const pipelineIds = job.pipelineId === job.rootPipelineId ? [job.pipelineId] : [job.pipelineId, job.rootPipelineId];
+    const seen = await Promise.all(pipelineIds.map((pipelineId) => this.store.recordRunnerJobEnd(pipelineId, end, this.limits.rememberMs)));
+    const spans: ControlPlaneSpan[] = [];
+    for (const [i, pipelineId] of pipelineIds.entries()) {
+      const facts = pipelineSeenFromJobs(seen[i]);
+      if (facts === undefined) continue;
+      const place = {
+        traceId: job.traceId,
+        spanId: this.pipelineSpanId(pipelineId),
+        tracestate: job.tracestate,
+        ...(pipelineId === job.rootPipelineId ? {} : { parentSpanId: this.pipelineSpanId(job.rootPipelineId) }),
+      };
+      spans.push(...(await this.newerVersion('runner', pipelineId, facts, [pipelineSpan(this.serviceName, place, tracedPipelineOf(job, pipelineId), facts)])));
+    }
+    return spans;
+  }
+
+  /**
+   * The spans of a pipeline's version, unless a newer version of its span was emitted already. The same
+   * version goes on (the outbox keeps one copy), so a hook retried after a failed enqueue is not lost.
+   */
+  private async newerVersion(source: string, pipelineId: number, end: PipelineEnd, spans: ControlPlaneSpan[]): Promise<ControlPlaneSpan[]> {
+    const version = pipelineSpanVersion(end);
+    const highest = await this.store.raisePipelineSpanVersion(pipelineId, version, this.limits.rememberMs);
+    if (highest <= version) return spans;
+    // Told of already, by a newer version: counted as the outbox counts a copy it drops.
+    this.metrics.enqueued(source, { queued: 0, duplicates: spans.length, refused: 0 });
+    return [];
   }
 
   private jobSpanId(jobId: number): string {
@@ -192,13 +247,17 @@ export class PipelineSpansService implements OnModuleDestroy {
     if (this.config.TRACE_ID_SCHEME === 'gitlab') {
       // Rails emits the job spans under a pipeline parent it never emits: only the root's is ours.
       if (event.pipelineId !== root) return spans;
-      return [pipelineSpan(this.serviceName, { traceId: gitlabTraceIdFor(root), spanId: gitlabPipelineSpanIdFor(root) }, pipeline, event.end)];
+      const rootSpan = pipelineSpan(this.serviceName, { traceId: gitlabTraceIdFor(root), spanId: gitlabPipelineSpanIdFor(root) }, pipeline, event.end);
+      return this.newerVersion('pipeline_hook', event.pipelineId, event.end, [rootSpan]);
     }
     const place = { traceId: pipeline.traceId, spanId: this.pipelineSpanId(event.pipelineId), tracestate: pipeline.tracestate };
-    if (event.pipelineId === root) return [...spans, pipelineSpan(this.serviceName, place, pipeline, event.end)];
+    if (event.pipelineId === root) {
+      const rootSpan = pipelineSpan(this.serviceName, place, pipeline, event.end);
+      return [...spans, ...(await this.newerVersion('pipeline_hook', event.pipelineId, event.end, [rootSpan]))];
+    }
     const parent = await this.childPipelineParent(event, pipeline, root);
     const child = pipelineSpan(this.serviceName, { ...place, parentSpanId: parent.spanId }, pipeline, event.end);
-    return [...spans, ...parent.spans, child];
+    return [...spans, ...(await this.newerVersion('pipeline_hook', event.pipelineId, event.end, [...parent.spans, child]))];
   }
 
   /**
@@ -227,7 +286,7 @@ export class PipelineSpansService implements OnModuleDestroy {
   private async enqueue(spans: readonly ControlPlaneSpan[], source: string): Promise<EnqueueOutcome> {
     if (spans.length === 0) return NOTHING;
     const enqueuedAt = Date.now();
-    const entries: OutboxSpan[] = spans.map((span) => ({ spanId: span.spanId, resourceSpans: JSON.stringify(span.resourceSpans), enqueuedAt }));
+    const entries: OutboxSpan[] = spans.map((span) => ({ spanId: outboxKeyOf(span), resourceSpans: JSON.stringify(span.resourceSpans), enqueuedAt }));
     const outcome = await this.store.enqueueSpans(entries, this.limits);
     this.metrics.enqueued(source, outcome);
     if (outcome.refused > 0) {

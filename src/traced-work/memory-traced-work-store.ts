@@ -1,4 +1,15 @@
-import { ClaimedSpan, EnqueueOutcome, OutboxDepth, OutboxLimits, OutboxSpan, Remembered, TracedJob, TracedPipeline, TracedWorkStore } from './traced-work';
+import {
+  ClaimedSpan,
+  EnqueueOutcome,
+  OutboxDepth,
+  OutboxLimits,
+  OutboxSpan,
+  Remembered,
+  RunnerJobEnd,
+  TracedJob,
+  TracedPipeline,
+  TracedWorkStore,
+} from './traced-work';
 
 interface Expiring<T> {
   readonly value: T;
@@ -9,6 +20,8 @@ interface Expiring<T> {
 export class MemoryTracedWorkStore implements TracedWorkStore {
   private readonly tracedJobs = new Map<number, Expiring<TracedJob>>();
   private readonly tracedPipelines = new Map<number, Expiring<TracedPipeline>>();
+  private readonly pipelineSpanVersions = new Map<number, Expiring<number>>();
+  private readonly runnerJobEnds = new Map<number, Expiring<Map<number, RunnerJobEnd>>>();
   /** Span ids ever enqueued, until they are forgotten. */
   private readonly rememberedSpans = new Map<string, number>();
   /** Waiting spans by id, with the time each is next due. */
@@ -42,6 +55,22 @@ export class MemoryTracedWorkStore implements TracedWorkStore {
 
   async findTracedPipeline(pipelineId: number): Promise<TracedPipeline | null> {
     return this.live(this.tracedPipelines, pipelineId);
+  }
+
+  async raisePipelineSpanVersion(pipelineId: number, version: number, ttlMs: number): Promise<number> {
+    const entry = this.pipelineSpanVersions.get(pipelineId);
+    const kept = entry === undefined || entry.expiresAt <= this.now() ? 0 : entry.value;
+    if (version > kept) this.pipelineSpanVersions.set(pipelineId, { value: version, expiresAt: this.now() + ttlMs });
+    return Math.max(kept, version);
+  }
+
+  async recordRunnerJobEnd(pipelineId: number, end: RunnerJobEnd, ttlMs: number): Promise<RunnerJobEnd[]> {
+    const now = this.now();
+    const kept = this.runnerJobEnds.get(pipelineId);
+    const ends = kept === undefined || kept.expiresAt <= now ? new Map<number, RunnerJobEnd>() : kept.value;
+    ends.set(end.jobId, { ...end });
+    this.runnerJobEnds.set(pipelineId, { value: ends, expiresAt: Math.max(now + ttlMs, kept?.expiresAt ?? 0) });
+    return [...ends.values()].map((job) => ({ ...job }));
   }
 
   async enqueueSpans(spans: readonly OutboxSpan[], limits: OutboxLimits): Promise<EnqueueOutcome> {
@@ -97,6 +126,8 @@ export class MemoryTracedWorkStore implements TracedWorkStore {
     clearInterval(this.sweeper);
     this.tracedJobs.clear();
     this.tracedPipelines.clear();
+    this.pipelineSpanVersions.clear();
+    this.runnerJobEnds.clear();
     this.rememberedSpans.clear();
     this.outbox.clear();
   }
@@ -113,7 +144,7 @@ export class MemoryTracedWorkStore implements TracedWorkStore {
 
   private sweep(): void {
     const now = this.now();
-    for (const entries of [this.tracedJobs, this.tracedPipelines] as Array<Map<number, Expiring<unknown>>>) {
+    for (const entries of [this.tracedJobs, this.tracedPipelines, this.pipelineSpanVersions, this.runnerJobEnds] as Array<Map<number, Expiring<unknown>>>) {
       for (const [key, entry] of entries) if (entry.expiresAt <= now) entries.delete(key);
     }
     for (const [spanId, forgetAt] of this.rememberedSpans) if (forgetAt <= now && !this.outbox.has(spanId)) this.rememberedSpans.delete(spanId);

@@ -4,11 +4,24 @@ import {
   OUTBOX_ENQUEUED_KEY,
   OUTBOX_SEEN_KEY,
   OUTBOX_SPANS_KEY,
+  PIPELINE_SPAN_VERSION_KEY,
+  RUNNER_JOB_ENDS_KEY,
   TRACED_JOB_KEY,
   TRACED_PIPELINE_KEY,
 } from '../store/redis-keys';
 import { RedisStore } from '../store/redis-store';
-import { ClaimedSpan, EnqueueOutcome, OutboxDepth, OutboxLimits, OutboxSpan, Remembered, TracedJob, TracedPipeline, TracedWorkStore } from './traced-work';
+import {
+  ClaimedSpan,
+  EnqueueOutcome,
+  OutboxDepth,
+  OutboxLimits,
+  OutboxSpan,
+  Remembered,
+  RunnerJobEnd,
+  TracedJob,
+  TracedPipeline,
+  TracedWorkStore,
+} from './traced-work';
 
 const OUTBOX_KEYS = [OUTBOX_DUE_KEY, OUTBOX_ENQUEUED_KEY, OUTBOX_SPANS_KEY, OUTBOX_ATTEMPTS_KEY] as const;
 
@@ -20,6 +33,26 @@ else
   redis.call('SET', KEYS[1], ARGV[1], 'KEEPTTL')
 end
 return 1
+`;
+
+/**
+ * Raises a pipeline span's highest version to ARGV[1] (kept ARGV[2] ms) and answers the highest, as text:
+ * versions are integers up to 2^53, exact in Lua's doubles but not as its integer replies' `%d`.
+ */
+const RAISE_VERSION = `
+local kept = tonumber(redis.call('GET', KEYS[1]) or '0')
+if tonumber(ARGV[1]) > kept then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return ARGV[1]
+end
+return redis.call('GET', KEYS[1])
+`;
+
+/** Adds one job's end (ARGV[1] job id, ARGV[2] JSON) to its pipeline's, kept at least ARGV[3] ms; answers them all. */
+const RECORD_RUNNER_JOB_END = `
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
+return redis.call('HVALS', KEYS[1])
 `;
 
 /**
@@ -93,6 +126,8 @@ return 1
 /** The traced-work scripts as ioredis commands: sent by SHA (EVALSHA) after the first use, not as text. */
 interface TracedWorkScripts {
   cjtSetLonger(key: string, value: string, ttlMs: string): Promise<number>;
+  cjtRaiseVersion(key: string, version: string, ttlMs: string): Promise<string>;
+  cjtRecordRunnerJobEnd(key: string, jobId: string, endJson: string, ttlMs: string): Promise<string[]>;
   cjtEnqueueSpans(numberOfKeys: number, ...keysAndArgs: string[]): Promise<[number, number, number]>;
   cjtClaimSpans(due: string, enqueued: string, spans: string, attempts: string, now: string, max: string, leaseMs: string): Promise<string[]>;
   cjtAcknowledgeSpans(due: string, enqueued: string, spans: string, attempts: string, ...spanIds: string[]): Promise<number>;
@@ -105,6 +140,8 @@ export class RedisTracedWorkStore implements TracedWorkStore {
   constructor(private readonly store: RedisStore) {
     const redis = store.client;
     redis.defineCommand('cjtSetLonger', { numberOfKeys: 1, lua: SET_LONGER });
+    redis.defineCommand('cjtRaiseVersion', { numberOfKeys: 1, lua: RAISE_VERSION });
+    redis.defineCommand('cjtRecordRunnerJobEnd', { numberOfKeys: 1, lua: RECORD_RUNNER_JOB_END });
     // The number of keys varies with the spans enqueued: given first on each call.
     redis.defineCommand('cjtEnqueueSpans', { lua: ENQUEUE_SPANS });
     redis.defineCommand('cjtClaimSpans', { numberOfKeys: 4, lua: CLAIM_SPANS });
@@ -132,6 +169,17 @@ export class RedisTracedWorkStore implements TracedWorkStore {
   async findTracedPipeline(pipelineId: number): Promise<TracedPipeline | null> {
     const stored = await this.store.guard(() => this.store.client.get(TRACED_PIPELINE_KEY(pipelineId)));
     return stored === null ? null : (JSON.parse(stored) as TracedPipeline);
+  }
+
+  async raisePipelineSpanVersion(pipelineId: number, version: number, ttlMs: number): Promise<number> {
+    const ttl = String(Math.max(1, Math.round(ttlMs)));
+    return Number(await this.store.guard(() => this.scripts.cjtRaiseVersion(PIPELINE_SPAN_VERSION_KEY(pipelineId), String(version), ttl)));
+  }
+
+  async recordRunnerJobEnd(pipelineId: number, end: RunnerJobEnd, ttlMs: number): Promise<RunnerJobEnd[]> {
+    const ttl = String(Math.max(1, Math.round(ttlMs)));
+    const ends = await this.store.guard(() => this.scripts.cjtRecordRunnerJobEnd(RUNNER_JOB_ENDS_KEY(pipelineId), String(end.jobId), JSON.stringify(end), ttl));
+    return ends.map((stored) => JSON.parse(stored) as RunnerJobEnd);
   }
 
   async enqueueSpans(spans: readonly OutboxSpan[], limits: OutboxLimits): Promise<EnqueueOutcome> {

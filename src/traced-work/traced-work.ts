@@ -40,8 +40,9 @@ export function tracedPipelineOf(job: TracedJob, pipelineId: number): TracedPipe
   };
 }
 
-/** One span waiting for the collector: its id (the key that makes it unique) and its OTLP/JSON `ResourceSpans`. */
+/** One span waiting for the collector: the key that makes it unique and its OTLP/JSON `ResourceSpans`. */
 export interface OutboxSpan {
+  /** The span id; for a versioned span (a pipeline's, SPEC §10 the final story), the span id and its version. */
   readonly spanId: string;
   /** OTLP/JSON text of one `ResourceSpans` holding this one span. */
   readonly resourceSpans: string;
@@ -85,11 +86,35 @@ export interface Remembered<T> {
   readonly ttlMs: number;
 }
 
+/** What a traced job's runner told of its end, kept per pipeline when no webhook tells it (SPEC §10). */
+export interface RunnerJobEnd {
+  readonly jobId: number;
+  /** When the job was queued, else picked up: where its span starts. */
+  readonly queuedAt: number;
+  readonly finishedAt: number;
+  /** The runner's `ci.job.status`. */
+  readonly status: string;
+}
+
+/**
+ * The store's part of SPEC §10's final story (issue 27): a pipeline's span is emitted again as its
+ * story changes, in versions. Kept in the pipeline's slot.
+ */
+export interface PipelineStoryStore {
+  /**
+   * Raises the highest version of a pipeline's span emitted so far to `version`, and answers the highest
+   * after the call: above `version`, a newer story was emitted already and this one need not be.
+   */
+  raisePipelineSpanVersion(pipelineId: number, version: number, ttlMs: number): Promise<number>;
+  /** Without webhooks: adds one traced job's end to its pipeline's, and answers them all (each job once). */
+  recordRunnerJobEnd(pipelineId: number, end: RunnerJobEnd, ttlMs: number): Promise<RunnerJobEnd[]>;
+}
+
 /**
  * The store's part of SPEC §10. A traced job is written with its grant (`GrantStore.saveGrant`), in the
  * same step, and lives as long as the grant (at least MIN_TRACED_MEMORY_MS); this port reads it.
  */
-export interface TracedWorkStore {
+export interface TracedWorkStore extends PipelineStoryStore {
   /** Remembers pipelines, each for its `ttlMs`; a pipeline's memory is only ever lengthened, whatever order its jobs' pickups come in. */
   recordTracedPipelines(pipelines: readonly Remembered<TracedPipeline>[]): Promise<void>;
   findTracedJob(jobId: number): Promise<TracedJob | null>;

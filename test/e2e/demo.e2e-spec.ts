@@ -3,6 +3,8 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 
 const ROOT = join(__dirname, '..', '..');
+/** Where the demo's second pipeline, with a retried job, begins in its output. */
+const RETRY_STORY = "Then a flaky test: pipeline 501's test job fails, is retried, and passes.";
 const run = promisify(execFile);
 
 /**
@@ -48,7 +50,10 @@ describe('npm run demo (README "See a pipeline become a trace")', () => {
   });
 
   it('prints one connected waterfall: the pipeline, each job under it with its queue wait and its runner job, and the durations', () => {
-    const waterfall = stdout.split('\n').filter((line) => /\|[ █]{40}\|/.test(line));
+    const waterfall = stdout
+      .split(RETRY_STORY)[0]
+      .split('\n')
+      .filter((line) => /\|[ █]{40}\|/.test(line));
     const rows = waterfall.map((line) => {
       const [, indent, label, bar, duration] = /^( *)(.*?)\s*\|([ █]{40})\| +(\S+(?: \S+)?)$/.exec(line)!;
       return { depth: indent.length / 2, label, bar, duration, from: bar.indexOf('█'), to: bar.lastIndexOf('█') + 1 };
@@ -125,5 +130,34 @@ describe('npm run demo (README "See a pipeline become a trace")', () => {
       '      archive_cache                 |             █                          |      1.0s',
       '      upload_artifacts              |             █                          |      1.0s',
     ]);
+  });
+
+  it('then retries a failed job: the pipeline span is sent again as a newer version, and the final picture shows it passed', () => {
+    const story = stdout.split(RETRY_STORY)[1];
+    expect(story).toContain(
+      [
+        'GitLab Pipeline Hook for pipeline 501 failed: accepted, 1 span queued, 2 duplicates dropped',
+        'GitLab Pipeline Hook for pipeline 501 running again: accepted, 0 spans queued, 1 duplicate dropped',
+        'GitLab Job Hook for job 2003 (test, retry 1) success: accepted, 1 span queued',
+        'GitLab Pipeline Hook for pipeline 501 success: accepted, 1 span queued, 2 duplicates dropped',
+      ].join('\n'),
+    );
+    expect(story).toContain("pipeline 501's span reached the collector 2 times, one span id, each a newer version: failed, then success");
+    expect(story).toMatch(/pipeline 501 of project 7, final picture: trace [0-9a-f]{32}, 3 jobs \(test twice\), 31 spans, 10\.0s/);
+    const rows = story
+      .split('\n')
+      .filter((line) => /\|[ █]{40}\|/.test(line))
+      .map((line) => {
+        const [, indent, label, bar, rest] = /^( *)(.*?)\s*\|([ █]{40})\|(.*)$/.exec(line)!;
+        return { depth: indent.length / 2, label, bar, error: rest.includes('error'), to: bar.lastIndexOf('█') + 1 };
+      });
+    // One root, the pipeline, in its final version: success, covering every job, both attempts of test under it.
+    expect(rows.filter((row) => row.depth === 0).map((row) => [row.label, row.error, row.bar])).toEqual([['pipeline 501 success', false, '█'.repeat(40)]]);
+    expect(rows.filter((row) => row.depth === 1).map((row) => [row.label, row.error])).toEqual([
+      ['job 2001 build success', false],
+      ['job 2002 test failed', true],
+      ['job 2003 test success', false],
+    ]);
+    expect(story).not.toContain('orphan');
   });
 });

@@ -455,7 +455,7 @@ describe('control-plane spans without webhooks, and in the gitlab scheme', () =>
       await runAsRunner(job, 'failed', startedAt);
       const spans = await waitFor('the job span', async () => {
         const received = spansOf(sink, job.tracing.trace_id);
-        return named(received, 'job').length > 0 && named(received, 'queue_wait').length > 0 ? received : undefined;
+        return named(received, 'job').length > 0 && named(received, 'queue_wait').length > 0 && named(received, 'pipeline').length > 0 ? received : undefined;
       });
       const [jobSpan] = named(spans, 'job');
       const [execution] = named(spans, 'job_execution');
@@ -465,7 +465,11 @@ describe('control-plane spans without webhooks, and in the gitlab scheme', () =>
       expect(named(spans, 'queue_wait')[0].parentSpanId).toBe(jobSpan.spanId);
       expect(jobSpan.endNanos).toBe(execution.endNanos);
       expect(jobSpan).toMatchObject({ statusCode: 2, attributes: expect.objectContaining({ 'ci.job.status': 'failed' }) });
-      expect(traceShape(spans).orphans).toEqual([`job ${jobSpan.spanId} → ${jobSpan.parentSpanId}`]);
+      // And the trace its root (issue 27): a pipeline span drawn from the jobs its runners reported, no orphan.
+      const [pipeline] = named(spans, 'pipeline');
+      expect(jobSpan.parentSpanId).toBe(pipeline.spanId);
+      expect(pipeline).toMatchObject({ parentSpanId: '', startNanos: jobSpan.startNanos, endNanos: jobSpan.endNanos, statusCode: 2 });
+      expect(traceShape(spans).orphans).toEqual([]);
       // No webhook is accepted without a secret.
       expect(await deliverWebhook(service.url, 'Pipeline Hook', {}, { token: 'anything' })).toMatchObject({
         status: 401,

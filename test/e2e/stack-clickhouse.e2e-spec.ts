@@ -61,6 +61,7 @@ const VIEW_COLUMNS: Array<[string, string]> = [
   ['job_status', 'LowCardinality(String)'],
   ['pipeline_status', 'LowCardinality(String)'],
   ['duration_ns', 'UInt64'],
+  ['span_version', 'UInt64'],
 ];
 
 /**
@@ -291,6 +292,8 @@ describe("ci_job_telemetry_traces holds the control plane's spans too: pipeline,
       job_status: '',
       pipeline_status: 'failed',
       duration_ns: 420 * 1_000_000_000,
+      // Its one version (issue 27): the finish in ms, then the status's rank.
+      span_version: (finishedAt.getTime() * 8 + 4) * 128,
     });
   });
 

@@ -1,5 +1,8 @@
 import { ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
 import { connect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { freePort, waitFor } from './ports';
 
 export interface RedisServer {
@@ -8,7 +11,7 @@ export interface RedisServer {
   /** The running redis-server's pid (benches read its CPU from /proc); undefined while stopped. */
   readonly pid: number | undefined;
   stop(): Promise<void>;
-  /** Starts it again on the same port (data is not kept: it runs without persistence). */
+  /** Starts it again on the same port (data is kept only when started `persistent`). */
   start(): Promise<void>;
   /** Empties it, so tests sharing one server do not see each other's keys. */
   flush(): Promise<void>;
@@ -39,14 +42,21 @@ function answersPing(port: number): Promise<boolean | undefined> {
   });
 }
 
-/** A real redis-server on a free loopback port, no persistence, for one test file. */
-export async function startRedis(): Promise<RedisServer> {
+/**
+ * A real redis-server on a free loopback port, for one test file. No persistence, unless `persistent`: then
+ * every write is in its append-only file before it is acknowledged, so a stop and start keeps the data, as a
+ * failover to a replica or a restart of a persistent primary does.
+ */
+export async function startRedis(options: { persistent?: boolean } = {}): Promise<RedisServer> {
   const binary = redisBinary();
   const port = await freePort();
   let child: ChildProcess | undefined;
+  const persistence = options.persistent
+    ? ['--dir', mkdtempSync(join(tmpdir(), 'cjt-redis-')), '--appendonly', 'yes', '--appendfsync', 'always']
+    : ['--appendonly', 'no'];
 
   const start = async () => {
-    child = spawn(binary, ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], {
+    child = spawn(binary, ['--port', String(port), '--bind', '127.0.0.1', '--save', '', ...persistence], {
       stdio: 'ignore',
     });
     await waitFor(`redis-server on ${port}`, () => answersPing(port));

@@ -1,7 +1,7 @@
 import { OutboxSpan, TracedJob, TracedWorkStore, tracedPipelineOf } from '../../src/traced-work/traced-work';
 import { StoreWorld, testTracedJob } from './store-world';
 
-/** One behaviour, every traced-work store (SPEC §10): traced pipelines and the span outbox. */
+/** One behaviour, every traced-work store (SPEC §10): traced pipelines, pipeline span versions and runner ends, and the span outbox. */
 export function behavesAsATracedWorkStore(world: StoreWorld) {
   describe(`${world.name} traced-work store`, () => {
     let tracedWork: TracedWorkStore;
@@ -40,6 +40,25 @@ export function behavesAsATracedWorkStore(world: StoreWorld) {
       await tracedWork.recordTracedPipelines(pipelinesOf(testTracedJob({ jobId: 5002 }), 300));
       await world.elapse(450);
       expect(await tracedWork.findTracedPipeline(501)).not.toBeNull();
+    });
+
+    it("keeps a pipeline span's highest version whatever order versions come in, and says when one is stale", async () => {
+      const [older, newer] = [(2 ** 40 + 5) * 1024, (2 ** 40 + 9) * 1024 + 130];
+      expect(await tracedWork.raisePipelineSpanVersion(501, older, 60_000)).toBe(older);
+      expect(await tracedWork.raisePipelineSpanVersion(501, newer, 60_000)).toBe(newer);
+      expect(await tracedWork.raisePipelineSpanVersion(501, older, 60_000)).toBe(newer);
+      expect(await tracedWork.raisePipelineSpanVersion(501, newer, 60_000)).toBe(newer);
+      expect(await tracedWork.raisePipelineSpanVersion(502, older, 60_000)).toBe(older);
+    });
+
+    it("keeps each job's runner end once per pipeline and answers them all", async () => {
+      const end = (jobId: number, finishedAt: number, status = 'success') => ({ jobId, queuedAt: 1_000 + jobId, finishedAt, status });
+      expect(await tracedWork.recordRunnerJobEnd(501, end(1, 5_000), 60_000)).toEqual([end(1, 5_000)]);
+      const both = await tracedWork.recordRunnerJobEnd(501, end(2, 9_000, 'failed'), 60_000);
+      expect(both.sort((a, b) => a.jobId - b.jobId)).toEqual([end(1, 5_000), end(2, 9_000, 'failed')]);
+      // Reported twice (two exports with its job_execution): still one job.
+      expect(await tracedWork.recordRunnerJobEnd(501, end(2, 9_000, 'failed'), 60_000)).toHaveLength(2);
+      expect(await tracedWork.recordRunnerJobEnd(500, end(3, 7_000), 60_000)).toEqual([end(3, 7_000)]);
     });
 
     it('enqueues each span id once, refuses what does not fit, and says which was which', async () => {

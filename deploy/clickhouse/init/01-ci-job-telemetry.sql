@@ -74,6 +74,7 @@ CREATE TABLE IF NOT EXISTS otel.ci_job_telemetry_traces
     job_status      LowCardinality(String),
     pipeline_status LowCardinality(String),
     duration_ns     UInt64,
+    span_version    UInt64,
     INDEX idx_trace_id trace_id TYPE bloom_filter(0.001) GRANULARITY 1
 )
 ENGINE = MergeTree
@@ -92,6 +93,15 @@ ALTER TABLE otel.ci_job_telemetry_traces
     ADD COLUMN IF NOT EXISTS job_name LowCardinality(String) AFTER span_name,
     ADD COLUMN IF NOT EXISTS status_message String CODEC(ZSTD(1)) AFTER status_code,
     ADD COLUMN IF NOT EXISTS pipeline_status LowCardinality(String) AFTER job_status;
+
+-- Issue 27: a pipeline span (and a bridge span, drawn from its child pipeline) is emitted again, with the
+-- same span id, each time the pipeline's story changes (a retried job, a manual job played later), so this
+-- table holds one row per version of it; span_version is its ci.pipeline.span.version (0 for every other
+-- span, and for rows written before). The engine stays a MergeTree: an engine cannot be ALTERed, and a
+-- ReplacingMergeTree would only collapse versions at some merge anyway. Readers take the latest version
+-- through ci_job_telemetry_spans below, or with ORDER BY span_version DESC LIMIT 1 BY span_id.
+ALTER TABLE otel.ci_job_telemetry_traces
+    ADD COLUMN IF NOT EXISTS span_version UInt64 AFTER duration_ns;
 
 -- Identity is read from the resource first: the gateway overwrites the resource's ci.* attributes with
 -- the grant's values on every span it forwards, including the runner's stage spans and whatever a
@@ -132,6 +142,39 @@ SELECT
     SpanAttributes['ci.job.status'] AS job_status,
     -- GitLab's status of a pipeline span: success, failed, canceled, skipped.
     SpanAttributes['ci.pipeline.status'] AS pipeline_status,
-    Duration AS duration_ns
+    Duration AS duration_ns,
+    toUInt64OrZero(SpanAttributes['ci.pipeline.span.version']) AS span_version
 FROM otel.otel_traces
 WHERE project_id > 0 AND (job_id > 0 OR pipeline_id > 0) AND TraceId != '';
+
+-- What users look at: one row per span, its latest version (the highest span_version; for a span sent
+-- twice with no version, either copy). Grouped by the span's identity, which no version changes, so that
+-- a filter on any of those columns (a trace, a project, a pipeline, span_name) is applied before the
+-- grouping and reads only its rows. start is not among them: without webhooks a later version can start
+-- earlier (a job queued earlier reported later). Dashboard panels that filter on time read the table and
+-- keep the latest version themselves, after their time filter.
+CREATE OR REPLACE VIEW otel.ci_job_telemetry_spans AS
+SELECT
+    trace_id,
+    span_id,
+    project_id,
+    pipeline_id,
+    job_id,
+    service_name,
+    span_name,
+    argMax(start, version) AS start,
+    argMax(parent_span_id, version) AS parent_span_id,
+    argMax(runner_id, version) AS runner_id,
+    argMax(runner_type, version) AS runner_type,
+    argMax(job_name, version) AS job_name,
+    argMax(status_code, version) AS status_code,
+    argMax(status_message, version) AS status_message,
+    argMax(job_status, version) AS job_status,
+    argMax(pipeline_status, version) AS pipeline_status,
+    argMax(duration_ns, version) AS duration_ns,
+    max(version) AS span_version,
+    -- How many versions of the span arrived: more than one for a pipeline that finished again.
+    count() AS versions
+-- Under another name, so that the result's span_version (an aggregate) does not shadow the column.
+FROM (SELECT *, span_version AS version FROM otel.ci_job_telemetry_traces)
+GROUP BY trace_id, span_id, project_id, pipeline_id, job_id, service_name, span_name;
