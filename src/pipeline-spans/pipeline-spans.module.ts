@@ -33,7 +33,9 @@ export class PipelineSpansModule {
   providers: [WebhookSpoolMetrics, WebhookSpoolService, GitlabWebhookRoute],
 })
 export class GitlabWebhookModule {
-  constructor(metrics: WebhookSpoolMetrics, readiness: ReadinessChecks) {
+  constructor(@Inject(APP_CONFIG) config: AppConfig, metrics: WebhookSpoolMetrics, readiness: ReadinessChecks) {
+    // Without a webhook secret no hook is accepted, so none is ever spooled: nothing to report.
+    if (config.GITLAB_WEBHOOK_SECRET_FILE === undefined) return;
     // Hooks waiting for the store are safe on disk; leaving rotation would only turn GitLab's next ones away.
     readiness.register('webhook_spool', () => (metrics.lastDepth().hooks > 0 ? 'degraded' : true));
   }

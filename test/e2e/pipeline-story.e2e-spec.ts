@@ -45,7 +45,11 @@ interface RanJob {
 
 /** A pipeline as GitLab tells it in hooks, the story so far. */
 class GitlabPipeline {
-  readonly createdAt = new Date(Math.floor(Date.now() / 1000) * 1000);
+  /**
+   * GitLab writes whole seconds, and creates a pipeline before any of its jobs is queued (each job here is
+   * queued 200 ms before its pickup): a second back, so no job is queued before its pipeline was created.
+   */
+  readonly createdAt = new Date(Math.floor(Date.now() / 1000 - 1) * 1000);
   /** The latest attempt of each job, by name: what a Pipeline Hook's `builds` lists. */
   private readonly latest = new Map<string, WebhookJob>();
   readonly ran: RanJob[] = [];
