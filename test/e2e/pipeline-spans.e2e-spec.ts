@@ -8,7 +8,7 @@ import { makeWebhookSecret, WebhookSecret } from '../helpers/gitlab-webhooks';
 import { OtlpSink, ReceivedSpan, startOtlpSink } from '../helpers/otlp-sink';
 import { waitFor } from '../helpers/ports';
 import { RedisServer, startRedis } from '../helpers/redis';
-import { ServiceProcess, startService } from '../helpers/service';
+import { ServiceProcess, startService, metric } from '../helpers/service';
 import { expectMatchesOpenApi } from '../helpers/openapi';
 import { traceShape } from '../helpers/trace-shape';
 
@@ -93,14 +93,6 @@ function finished(job: PickedUp, name: string, stage: string, status: string, fa
     failureReason,
     runner: { id: RUNNER.id, runnerType: RUNNER.runner_type, description: RUNNER.description },
   };
-}
-
-async function metric(service: ServiceProcess, name: string): Promise<number> {
-  const text = await (await fetch(`${service.url}/metrics`)).text();
-  return text
-    .split('\n')
-    .filter((line) => line.startsWith(name) && !line.startsWith('#'))
-    .reduce((sum, line) => sum + Number(line.split(' ').pop()), 0);
 }
 
 /** Until the outbox of every replica is empty: everything enqueued so far has reached the collector. */

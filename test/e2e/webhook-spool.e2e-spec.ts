@@ -9,7 +9,7 @@ import { expectMatchesOpenApi } from '../helpers/openapi';
 import { OtlpSink, startOtlpSink } from '../helpers/otlp-sink';
 import { freePort, waitFor } from '../helpers/ports';
 import { RedisServer, startRedis } from '../helpers/redis';
-import { ServiceProcess, startService } from '../helpers/service';
+import { ServiceProcess, startService, metric } from '../helpers/service';
 import { traceShape } from '../helpers/trace-shape';
 
 /**
@@ -22,14 +22,6 @@ import { traceShape } from '../helpers/trace-shape';
 const PROJECT = 7;
 const RUNNER_ID = 17;
 const OUTAGE_MS = 60_000;
-
-async function metric(service: ServiceProcess, name: string): Promise<number> {
-  const text = await (await fetch(`${service.url}/metrics`)).text();
-  return text
-    .split('\n')
-    .filter((line) => line.startsWith(name) && !line.startsWith('#'))
-    .reduce((sum, line) => sum + Number(line.split(' ').pop()), 0);
-}
 
 async function readiness(service: ServiceProcess): Promise<{ status: number; checks: Record<string, string> }> {
   const response = await fetch(`${service.url}/-/readiness`);

@@ -134,3 +134,12 @@ export function runServiceToExit(env: Record<string, string>): Promise<{ code: n
     child.once('exit', (code) => resolve({ code, stderr }));
   });
 }
+
+/** The sum of every series of the service's metric `name` (all its labels), as /metrics says now. */
+export async function metric(service: ServiceProcess, name: string): Promise<number> {
+  const text = await (await fetch(`${service.url}/metrics`)).text();
+  return text
+    .split('\n')
+    .filter((line) => line.startsWith(name) && !line.startsWith('#'))
+    .reduce((sum, line) => sum + Number(line.split(' ').pop()), 0);
+}
