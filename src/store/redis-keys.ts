@@ -34,3 +34,15 @@ export const OUTBOX_ENQUEUED_KEY = 'cjt:{outbox}:enqueued';
 export const OUTBOX_SPANS_KEY = 'cjt:{outbox}:spans';
 export const OUTBOX_ATTEMPTS_KEY = 'cjt:{outbox}:attempts';
 export const OUTBOX_SEEN_KEY = (spanId: string) => `cjt:{outbox}:seen:${spanId}`;
+
+/*
+ * SPEC §11. A provisional pipeline's parked spans, its decision and the facts the decision reads sit in its
+ * trace's slot, so parking, deciding and releasing are each one atomic script on a cluster. The budget of all
+ * traces together and the index of time limits are one slot, `{parking}`.
+ */
+export const PARKED_KEY = (traceId: string) => `cjt:{trace:${traceId}}:parked`;
+export const PARKED_SIZE_KEY = (traceId: string) => `cjt:{trace:${traceId}}:parked-size`;
+export const TRACE_DECISION_KEY = (traceId: string) => `cjt:{trace:${traceId}}:decision`;
+export const OUTCOME_FACTS_KEY = (traceId: string) => `cjt:{trace:${traceId}}:facts`;
+export const PARKING_TOTAL_KEY = 'cjt:{parking}:total';
+export const PARKING_OVERDUE_KEY = 'cjt:{parking}:overdue';

@@ -10,6 +10,7 @@ import { RedisServer, startRedis } from '../helpers/redis';
 import { RedisDeployment, SentinelDeployment, startRedisCluster, startSentinelRedis, startSingleRedis } from '../helpers/redis-topologies';
 import { behavesAsAGrantStore } from '../suites/grant-store.suite';
 import { behavesAsALimitStore } from '../suites/limit-store.suite';
+import { behavesAsAParkingStore } from '../suites/parking-store.suite';
 import { StoreWorld, redisWorld, testTracedJob } from '../suites/store-world';
 import { behavesAsATracedWorkStore } from '../suites/traced-work-store.suite';
 
@@ -33,6 +34,7 @@ function behavesAsAStore(world: StoreWorld) {
   behavesAsAGrantStore(world);
   behavesAsALimitStore(world);
   behavesAsATracedWorkStore(world);
+  behavesAsAParkingStore(world);
 }
 
 let redis: RedisServer;

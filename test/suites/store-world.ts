@@ -4,6 +4,9 @@ import { RedisGrantStore } from '../../src/grants/redis-grant-store';
 import { LimitStore } from '../../src/limits/limit-store';
 import { MemoryLimitStore } from '../../src/limits/memory-limit-store';
 import { RedisLimitStore } from '../../src/limits/redis-limit-store';
+import { MemoryParkingStore } from '../../src/parking/memory-parking-store';
+import { ParkingStore } from '../../src/parking/parking';
+import { RedisParkingStore } from '../../src/parking/redis-parking-store';
 import { RedisStore } from '../../src/store/redis-store';
 import { MemoryTracedWorkStore } from '../../src/traced-work/memory-traced-work-store';
 import { RedisTracedWorkStore } from '../../src/traced-work/redis-traced-work-store';
@@ -21,6 +24,7 @@ export interface Stores {
   readonly grants: GrantStore;
   readonly limits: LimitStore;
   readonly tracedWork: TracedWorkStore;
+  readonly parking: ParkingStore;
 }
 
 export interface StoreWorld {
@@ -36,19 +40,20 @@ export interface StoreWorld {
 export function memoryWorld(): StoreWorld {
   let at = Date.now();
   const now = () => at;
-  let opened: { grants: MemoryGrantStore; limits: MemoryLimitStore; tracedWork: MemoryTracedWorkStore } | undefined;
+  let opened: { grants: MemoryGrantStore; limits: MemoryLimitStore; tracedWork: MemoryTracedWorkStore; parking: MemoryParkingStore } | undefined;
   return {
     name: 'in-memory',
     async open() {
       at = Date.now();
       const tracedWork = new MemoryTracedWorkStore(now);
-      opened = { grants: new MemoryGrantStore(now, tracedWork), limits: new MemoryLimitStore(now), tracedWork };
+      opened = { grants: new MemoryGrantStore(now, tracedWork), limits: new MemoryLimitStore(now), tracedWork, parking: new MemoryParkingStore(now) };
       return opened;
     },
     async close() {
       opened?.grants.close();
       opened?.limits.close();
       opened?.tracedWork.close();
+      opened?.parking.close();
     },
     now,
     async elapse(ms) {
@@ -64,7 +69,12 @@ export function redisWorld(name: string, connect: () => Promise<RedisStore>): St
     name,
     async open() {
       redis = await connect();
-      return { grants: new RedisGrantStore(redis), limits: new RedisLimitStore(redis), tracedWork: new RedisTracedWorkStore(redis) };
+      return {
+        grants: new RedisGrantStore(redis),
+        limits: new RedisLimitStore(redis),
+        tracedWork: new RedisTracedWorkStore(redis),
+        parking: new RedisParkingStore(redis),
+      };
     },
     async close() {
       await redis?.close();

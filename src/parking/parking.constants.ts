@@ -1,0 +1,1 @@
+export const PARKING_STORE = Symbol('PARKING_STORE');
