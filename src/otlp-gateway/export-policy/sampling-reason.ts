@@ -69,7 +69,9 @@ export function jsonSamplingReason(reason: ResourceSamplingReason): Readonly<Rec
 
 const JSON_PLACEHOLDER = Buffer.from(JSON.stringify(jsonSamplingReason(PENDING_SAMPLING_REASON)), 'utf8');
 const OUTCOME_REASONS = SAMPLING_REASONS.filter((reason) => reason !== 'head');
-const JSON_SETTLED: ReadonlyMap<string, Buffer> = new Map(OUTCOME_REASONS.map((reason) => [reason, Buffer.from(JSON.stringify(jsonSamplingReason(reason)), 'utf8')]));
+const JSON_SETTLED: ReadonlyMap<string, Buffer> = new Map(
+  OUTCOME_REASONS.map((reason) => [reason, Buffer.from(JSON.stringify(jsonSamplingReason(reason)), 'utf8')]),
+);
 
 /**
  * Writes the outcome into every `ci.sampling.reason` slot of a body the export policy enforced for a provisional
