@@ -26,7 +26,7 @@ const { parseArgs } = require('node:util');
 require('./lib/require-ts');
 
 const { enforceExport } = require('../src/otlp-gateway/export-policy/enforce-export.ts');
-const { RESOURCE_IDENTITY_KEYS: IDENTITY_KEYS } = require('../src/otlp-gateway/export-policy/export-policy.ts');
+const { RESOURCE_OWNED_KEYS: IDENTITY_KEYS } = require('../src/otlp-gateway/export-policy/export-policy.ts');
 const { exportRequestType } = require('../src/otlp/otlp-proto.ts');
 const { ciJobSpanBatch, withBinaryIds } = require('./lib/otlp-batch.ts');
 const { summarizeCpuProfile } = require('./lib/cpu-profile-summary.ts');
@@ -74,6 +74,7 @@ function enforceWithProtobufjs(body, grant, spanBudget) {
     { key: 'cicd.pipeline.run.id', value: { stringValue: String(grant.pipelineId) } },
     { key: 'cicd.pipeline.task.run.id', value: { stringValue: String(grant.jobId) } },
     { key: 'cicd.worker.id', value: { stringValue: String(grant.runnerId) } },
+    { key: 'ci.sampling.reason', value: { stringValue: 'head' } },
   ];
   const request = Request.decode(body);
   let kept = 0;

@@ -53,3 +53,14 @@ export function ciIdentityValues(identity: Partial<CiJobIdentity>, place: 'resou
   }
   return values;
 }
+
+/**
+ * Why a span reached the collector (SPEC §11): `head` for a pipeline the head decision sampled, the outcome that
+ * kept a provisionally traced pipeline otherwise. Like the identity attributes it is gateway-owned on resources
+ * (an exporter's own is dropped) and the control plane's spans carry it too; it is not in the table above, which
+ * holds the job facts a grant carries, since the reason is decided per pipeline, after the fact.
+ */
+export const SAMPLING_REASON_ATTRIBUTE = 'ci.sampling.reason';
+
+export const SAMPLING_REASONS = ['head', 'failed', 'slow', 'queued', 'no_outcome'] as const;
+export type SamplingReason = (typeof SAMPLING_REASONS)[number];

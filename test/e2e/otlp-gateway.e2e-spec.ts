@@ -110,7 +110,11 @@ describe('OTLP gateway with the OpenTelemetry JS SDK as the client (SPEC §6)', 
 
   it.each(['proto', 'json'] as const)('delivers %s exports into the job trace, identity stamped and spoofing overwritten', async (kind) => {
     const job = await pickUpTracedJob(service, keys, nextJob++);
-    const spans = recordSpans(job.traceparent, ['bundle install', 'rspec'], { 'ci.project.id': 999, 'cicd.worker.id': 'spoofed' });
+    const spans = recordSpans(job.traceparent, ['bundle install', 'rspec'], {
+      'ci.project.id': 999,
+      'cicd.worker.id': 'spoofed',
+      'ci.sampling.reason': 'failed',
+    });
     const before = sink.spans().length;
     const result = await exportSpans(exporterFor(kind, service.gatewayUrl, job), spans);
     expect(result.code).toBe(ExportResultCode.SUCCESS);
@@ -128,9 +132,12 @@ describe('OTLP gateway with the OpenTelemetry JS SDK as the client (SPEC §6)', 
         'cicd.pipeline.run.id': '500',
         'cicd.pipeline.task.run.id': String(job.jobId),
         'cicd.worker.id': '17',
+        // The head decision sampled this job's pipeline (SPEC §11); the exporter's own claim is dropped.
+        'ci.sampling.reason': 'head',
         'service.name': 'rspec',
       });
       expect(span.resourceKeys.filter((key) => key === 'ci.project.id')).toHaveLength(1);
+      expect(span.resourceKeys.filter((key) => key === 'ci.sampling.reason')).toHaveLength(1);
     }
     const forwarded = sink.exports.at(-1)!;
     expect(forwarded.headers.authorization).toBeUndefined();

@@ -115,6 +115,7 @@ describe('a stock GitLab Runner exports through the gateway (SPEC §4, §6)', ()
       'cicd.pipeline.run.id': '900',
       'cicd.pipeline.task.run.id': '7001',
       'cicd.worker.id': '17',
+      'ci.sampling.reason': 'head',
     });
     expect(received.attributes).toMatchObject({
       'ci.job.id': 7001,

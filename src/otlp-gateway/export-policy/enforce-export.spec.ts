@@ -26,7 +26,8 @@ const GRANT: GatewayGrant = {
 };
 const FOREIGN_TRACE = '0af7651916cd43dd8448eb211c80319c';
 
-const EXPECTED_IDENTITY = [
+/** What the gateway writes on every resource of a head-sampled job's export. */
+const EXPECTED_RESOURCE_STAMP = [
   { key: 'ci.job.id', value: { intValue: '1001' } },
   { key: 'ci.project.id', value: { intValue: '7' } },
   { key: 'ci.pipeline.id', value: { intValue: '500' } },
@@ -34,6 +35,8 @@ const EXPECTED_IDENTITY = [
   { key: 'cicd.pipeline.run.id', value: { stringValue: '500' } },
   { key: 'cicd.pipeline.task.run.id', value: { stringValue: '1001' } },
   { key: 'cicd.worker.id', value: { stringValue: '17' } },
+  // Not provisional: the head decision sampled the pipeline (SPEC §11).
+  { key: 'ci.sampling.reason', value: { stringValue: 'head' } },
 ];
 
 type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
@@ -101,10 +104,10 @@ function attributesOf(resourceEntry: Json): Json[] {
   return resourceEntry.resource?.attributes ?? [];
 }
 
-const IDENTITY_KEYS = new Set(EXPECTED_IDENTITY.map(({ key }) => key));
+const STAMPED_KEYS = new Set(EXPECTED_RESOURCE_STAMP.map(({ key }) => key));
 
-function identityOf(resourceEntry: Json): Json[] {
-  return attributesOf(resourceEntry).filter((kv) => IDENTITY_KEYS.has(kv.key));
+function stampedOf(resourceEntry: Json): Json[] {
+  return attributesOf(resourceEntry).filter((kv) => STAMPED_KEYS.has(kv.key));
 }
 
 function spanNames(request: Json): string[] {
@@ -151,6 +154,7 @@ function tracesRequest(): Json {
             { key: 'host.name', value: { stringValue: 'runner-abc' } },
             { key: 'ci.project.id', value: { stringValue: 'spoofed-again' } },
             { key: 'cicd.worker.id', value: { stringValue: 'not-my-runner' } },
+            { key: 'ci.sampling.reason', value: { stringValue: 'failed' } },
           ],
           droppedAttributesCount: 1,
         },
@@ -221,12 +225,12 @@ describe.each(['protobuf', 'json'] as const)('enforceExport traces (%s)', (encod
     expect(attributesOf(first)).toEqual([
       { key: 'service.name', value: { stringValue: 'rspec' } },
       { key: 'host.name', value: { stringValue: 'runner-abc' } },
-      ...EXPECTED_IDENTITY,
+      ...EXPECTED_RESOURCE_STAMP,
     ]);
     expect(first.resource.droppedAttributesCount).toBe(1);
     expect(first.schemaUrl).toBe('https://opentelemetry.io/schemas/1.26.0');
     // A resource the exporter left out is created, so its spans are attributed too.
-    expect(attributesOf(second)).toEqual(EXPECTED_IDENTITY);
+    expect(attributesOf(second)).toEqual(EXPECTED_RESOURCE_STAMP);
   });
 
   it('leaves spans it keeps untouched apart from their identity attributes: events, links, status, flags', () => {
@@ -316,7 +320,7 @@ describe('enforceExport protobuf wire preservation', () => {
       expect(result.body.includes(unknownIn(where))).toBe(false);
     }
     const [resourceSpans] = decode('traces', result.body, 'protobuf').resourceSpans;
-    expect(attributesOf(resourceSpans)).toEqual([{ key: 'k8s.pod.name', value: { stringValue: 'runner-pod' } }, ...EXPECTED_IDENTITY]);
+    expect(attributesOf(resourceSpans)).toEqual([{ key: 'k8s.pod.name', value: { stringValue: 'runner-pod' } }, ...EXPECTED_RESOURCE_STAMP]);
   });
 
   it('leaves a request without foreign spans identical apart from the stamped resource', () => {
@@ -523,8 +527,8 @@ describe.each(['protobuf', 'json'] as const)('enforceExport metrics and logs (%s
     expect(result).toMatchObject({ forwardedItems: 7, rejectedItems: 0, nothingToForward: false });
     const forwarded = decode('metrics', result.body, encoding);
     const sent = decode('metrics', encode('metrics', request, encoding), encoding);
-    expect(attributesOf(forwarded.resourceMetrics[0])).toEqual([{ key: 'service.name', value: { stringValue: 'm' } }, ...EXPECTED_IDENTITY]);
-    expect(attributesOf(forwarded.resourceMetrics[1])).toEqual(EXPECTED_IDENTITY);
+    expect(attributesOf(forwarded.resourceMetrics[0])).toEqual([{ key: 'service.name', value: { stringValue: 'm' } }, ...EXPECTED_RESOURCE_STAMP]);
+    expect(attributesOf(forwarded.resourceMetrics[1])).toEqual(EXPECTED_RESOURCE_STAMP);
     expect(forwarded.resourceMetrics.map((rm: Json) => rm.scopeMetrics)).toEqual(sent.resourceMetrics.map((rm: Json) => rm.scopeMetrics));
   });
 
@@ -535,7 +539,7 @@ describe.each(['protobuf', 'json'] as const)('enforceExport metrics and logs (%s
     expect(result).toMatchObject({ forwardedItems: 2, rejectedItems: 0, nothingToForward: false });
     const forwarded = decode('logs', result.body, encoding);
     const sent = decode('logs', encode('logs', request, encoding), encoding);
-    expect(identityOf(forwarded.resourceLogs[0])).toEqual(EXPECTED_IDENTITY);
+    expect(stampedOf(forwarded.resourceLogs[0])).toEqual(EXPECTED_RESOURCE_STAMP);
     expect(forwarded.resourceLogs[0].scopeLogs).toEqual(sent.resourceLogs[0].scopeLogs);
   });
 });
@@ -609,7 +613,7 @@ describe('enforceExport on corrupted bodies', () => {
       }
       forwarded++;
       for (const resourceSpans of decoded.resourceSpans ?? []) {
-        expect(identityOf(resourceSpans)).toEqual(EXPECTED_IDENTITY);
+        expect(stampedOf(resourceSpans)).toEqual(EXPECTED_RESOURCE_STAMP);
         for (const scopeSpans of resourceSpans.scopeSpans ?? []) {
           for (const forwardedSpan of scopeSpans.spans ?? []) {
             expect(String(forwardedSpan.traceId).toLowerCase()).toBe(GRANT.traceId);
@@ -794,7 +798,7 @@ describe.each(['traces', 'metrics', 'logs'] as const)('enforceExport deprecated 
     expect(forwarded[resources][0][`deprecated${scopes[0].toUpperCase()}${scopes.slice(1)}`]).toBeUndefined();
     const expectedName = signal === 'traces' ? 'own' : 'smuggled';
     expect(itemsOf(forwarded)).toEqual([{ name: expectedName, attributes: stamped }]);
-    expect(identityOf(forwarded[resources][0])).toEqual(EXPECTED_IDENTITY);
+    expect(stampedOf(forwarded[resources][0])).toEqual(EXPECTED_RESOURCE_STAMP);
     expect(result).toMatchObject({ forwardedItems: 1, rejectedItems: signal === 'traces' ? 1 : 0 });
   });
 
@@ -858,7 +862,7 @@ describe.each(['traces', 'metrics', 'logs'] as const)('enforceExport deprecated 
 
     const forwarded = JSON.parse(result.body.toString());
     expect(itemsOf(forwarded)).toEqual([{ name: signal === 'traces' ? 'own' : 'smuggled', attributes: stamped }]);
-    expect(identityOf(forwarded[resources][0])).toEqual(EXPECTED_IDENTITY);
+    expect(stampedOf(forwarded[resources][0])).toEqual(EXPECTED_RESOURCE_STAMP);
     expect(result).toMatchObject({ forwardedItems: 1, rejectedItems: signal === 'traces' ? 1 : 0 });
   });
 
@@ -976,8 +980,8 @@ describe.each(['protobuf', 'json'] as const)('enforceExport with a grant object 
     const changed = enforced();
 
     expect(spanNames(changed)).toEqual(['foreign-1', 'foreign-2', 'foreign-3']);
-    expect(identityOf(changed.resourceSpans[0])).toContainEqual({ key: 'ci.job.id', value: { intValue: '2002' } });
-    expect(identityOf(changed.resourceSpans[0])).toContainEqual({ key: 'cicd.pipeline.task.run.id', value: { stringValue: '2002' } });
+    expect(stampedOf(changed.resourceSpans[0])).toContainEqual({ key: 'ci.job.id', value: { intValue: '2002' } });
+    expect(stampedOf(changed.resourceSpans[0])).toContainEqual({ key: 'cicd.pipeline.task.run.id', value: { stringValue: '2002' } });
   });
 });
 

@@ -4,9 +4,10 @@
  * json-walker.ts) only read their encoding: they report what they see per resource, scope, span and item, and
  * write what this policy decides.
  */
-import { CI_IDENTITY_ATTRIBUTES, CiIdentityValueType } from '../../otlp/ci-identity';
+import { CI_IDENTITY_ATTRIBUTES, CiIdentityValueType, SAMPLING_REASON_ATTRIBUTE } from '../../otlp/ci-identity';
 import type { OtlpSignal } from '../../otlp/otlp-encoding';
 import type { EnforcedExport, GatewayGrant, RunnerJobEnd, SpanBudget, SpanLimits } from './otlp-types';
+import { PENDING_SAMPLING_REASON, ResourceSamplingReason } from './sampling-reason';
 
 export interface IdentityAttribute {
   key: string;
@@ -16,8 +17,17 @@ export interface IdentityAttribute {
 /** GitLab Runner's span of a whole job: its end closes the job span when no webhook will (SPEC §10). */
 export const JOB_EXECUTION_SPAN = 'job_execution';
 
-/** Resource attribute keys the gateway owns: whatever the exporter put there is dropped, the grant's written instead. */
-export const RESOURCE_IDENTITY_KEYS: ReadonlySet<string> = new Set(CI_IDENTITY_ATTRIBUTES.map(({ key }) => key));
+/**
+ * Resource attribute keys the gateway owns, the identity and `ci.sampling.reason`: whatever the exporter put there
+ * is dropped, the gateway's written instead.
+ */
+export const RESOURCE_OWNED_KEYS: ReadonlySet<string> = new Set([...CI_IDENTITY_ATTRIBUTES.map(({ key }) => key), SAMPLING_REASON_ATTRIBUTE]);
+
+/**
+ * trace_state of every span a provisional grant admits (SPEC §11): a span that reaches the collector through the
+ * outcome decision was kept with probability 1, whatever sampler the exporter ran.
+ */
+export const KEPT_BY_OUTCOME_TRACE_STATE = 'ot=th:0';
 
 /** Keys the gateway owns on spans, data points and log records: only those an item carries are overwritten. */
 export const ITEM_IDENTITY_KEYS: ReadonlySet<string> = new Set(CI_IDENTITY_ATTRIBUTES.filter(({ span }) => span !== undefined).map(({ key }) => key));
@@ -30,6 +40,13 @@ export interface GrantIdentity {
   resource: IdentityAttribute[];
   /** Written over the same keys on items, in the types GitLab Runner writes on its `job_execution` span. */
   items: ReadonlyMap<string, IdentityAttribute>;
+  /**
+   * `ci.sampling.reason` on every resource: `head`; for a provisional grant the placeholder of a slot that
+   * settleSamplingReason fills once the pipeline's outcome is known.
+   */
+  samplingReason: ResourceSamplingReason;
+  /** Written as the trace_state of every admitted span: for a provisional grant only, so no other export pays per span. */
+  spanTraceState: string | undefined;
 }
 
 function deriveGrantIdentity(grant: GatewayGrant): GrantIdentity {
@@ -54,6 +71,8 @@ function deriveGrantIdentity(grant: GatewayGrant): GrantIdentity {
     traceIdHex: grant.traceId.toLowerCase(),
     resource: CI_IDENTITY_ATTRIBUTES.map(({ key, carries, resource }) => attribute(key, resource, grant[carries])),
     items,
+    samplingReason: grant.provisional === true ? PENDING_SAMPLING_REASON : 'head',
+    spanTraceState: grant.provisional === true ? KEPT_BY_OUTCOME_TRACE_STATE : undefined,
   };
 }
 
@@ -72,14 +91,21 @@ export class PerGrant<T> {
     const entry = this.derived.get(grant);
     if (entry !== undefined && sameGrant(entry.grant, grant)) return entry.value;
     const value = this.derive(grant);
-    const { jobId, projectId, pipelineId, runnerId, traceId } = grant;
-    this.derived.set(grant, { grant: { jobId, projectId, pipelineId, runnerId, traceId }, value });
+    const { jobId, projectId, pipelineId, runnerId, traceId, provisional } = grant;
+    this.derived.set(grant, { grant: { jobId, projectId, pipelineId, runnerId, traceId, provisional }, value });
     return value;
   }
 }
 
 function sameGrant(a: GatewayGrant, b: GatewayGrant): boolean {
-  return a.jobId === b.jobId && a.projectId === b.projectId && a.pipelineId === b.pipelineId && a.runnerId === b.runnerId && a.traceId === b.traceId;
+  return (
+    a.jobId === b.jobId &&
+    a.projectId === b.projectId &&
+    a.pipelineId === b.pipelineId &&
+    a.runnerId === b.runnerId &&
+    a.traceId === b.traceId &&
+    (a.provisional === true) === (b.provisional === true)
+  );
 }
 
 export const grantIdentity = new PerGrant<GrantIdentity>(deriveGrantIdentity);

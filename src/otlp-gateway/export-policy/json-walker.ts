@@ -21,7 +21,7 @@ import {
   ItemIdentityStamp,
   JOB_EXECUTION_SPAN,
   PerGrant,
-  RESOURCE_IDENTITY_KEYS,
+  RESOURCE_OWNED_KEYS,
   SpanSeen,
   deprecatedScopesStandIn,
   grantIdentity,
@@ -31,6 +31,7 @@ import type { OtlpSignal } from '../../otlp/otlp-encoding';
 import { jsonTextBytes } from '../../otlp/otlp-json-size';
 import { OtlpPayloadError } from '../../otlp/otlp-wire';
 import type { EnforcedExport, GatewayGrant, RunnerJobEnd, SpanBudget, SpanLimits } from './otlp-types';
+import { jsonSamplingReason } from './sampling-reason';
 
 type JsonObject = Record<string, unknown>;
 type Spelling = [camel: string, snake: string | undefined];
@@ -97,7 +98,10 @@ interface Enforcement {
   signal: OtlpSignal;
   fields: SignalFields;
   traceIdHex: string;
+  /** The grant's identity and the sampling reason, written on every resource. */
   identity: readonly JsonObject[];
+  /** Set on every admitted span (provisional grants only). */
+  traceState: string | undefined;
   itemIdentity: ReadonlyMap<string, JsonObject>;
   limits: SpanLimits;
   policy: ExportPolicy;
@@ -109,10 +113,11 @@ interface Enforcement {
 
 // Frozen: the same objects go into every export of a grant, so nothing may edit them in place.
 const jsonGrants = new PerGrant((grant) => {
-  const { traceIdHex, resource, items } = grantIdentity.of(grant);
+  const { traceIdHex, resource, items, samplingReason, spanTraceState } = grantIdentity.of(grant);
   return {
     traceIdHex,
-    identity: Object.freeze(resource.map(jsonKeyValue)),
+    identity: Object.freeze([...resource.map(jsonKeyValue), jsonSamplingReason(samplingReason)]),
+    traceState: spanTraceState,
     itemIdentity: new Map([...items].map(([key, attribute]) => [key, jsonKeyValue(attribute)])) as ReadonlyMap<string, JsonObject>,
   };
 });
@@ -224,7 +229,14 @@ function admitSpan(enforcement: Enforcement, span: JsonObject): string | undefin
   if (seen.inGrantedTrace) measureSpan(seen, span, enforcement.limits);
   if (!enforcement.policy.admitSpan(seen)) return undefined;
   const { text } = seen;
-  return stampItemAttributes(enforcement, span, 'Span') || text === undefined ? stringify(span) : text;
+  const stamped = stampItemAttributes(enforcement, span, 'Span');
+  if (enforcement.traceState !== undefined) {
+    // The Collector reads either spelling: the snake_case one must not survive beside the value written here.
+    delete span.trace_state;
+    span.traceState = enforcement.traceState;
+    return stringify(span);
+  }
+  return stamped || text === undefined ? stringify(span) : text;
 }
 
 /** Measures as far as the limits need (SpanSeen): the attribute count, then each value, then the span's text. */
@@ -345,7 +357,7 @@ function stampResource(resource: unknown, identity: readonly JsonObject[], where
   const attributes = arrayField(resourceObject, ['attributes', undefined], 'Resource');
   const kept = attributes.filter((attribute) => {
     const keyValue = asObject(attribute, 'Resource.attributes[]');
-    return !(typeof keyValue.key === 'string' && RESOURCE_IDENTITY_KEYS.has(keyValue.key));
+    return !(typeof keyValue.key === 'string' && RESOURCE_OWNED_KEYS.has(keyValue.key));
   });
   resourceObject.attributes = kept.concat(identity);
   return resourceObject;

@@ -8,6 +8,11 @@ export interface GatewayGrant {
   runnerId: number;
   /** 32 lowercase or uppercase hex digits. */
   traceId: string;
+  /**
+   * The pipeline is traced provisionally (SPEC §11): the head decision left it out, its outcome decides. Its
+   * admitted spans say `ot=th:0` and its resources carry a `ci.sampling.reason` slot for settleSamplingReason.
+   */
+  provisional?: boolean;
 }
 
 /**

@@ -23,7 +23,7 @@ import {
   ItemIdentityStamp,
   JOB_EXECUTION_SPAN,
   PerGrant,
-  RESOURCE_IDENTITY_KEYS,
+  RESOURCE_OWNED_KEYS,
   SpanSeen,
   deprecatedScopesStandIn,
   grantIdentity,
@@ -31,6 +31,7 @@ import {
 } from './export-policy';
 import type { OtlpSignal } from '../../otlp/otlp-encoding';
 import type { EnforcedExport, GatewayGrant, RunnerJobEnd, SpanBudget, SpanLimits } from './otlp-types';
+import { protobufSamplingReason } from './sampling-reason';
 import {
   ChunkList,
   OtlpPayloadError,
@@ -59,6 +60,7 @@ const SCOPE_SCOPE = 1;
 const SCOPE_ITEMS = 2;
 const SCOPE_SCHEMA_URL = 3;
 const SPAN_TRACE_ID = 1;
+const SPAN_TRACE_STATE = 3;
 const SPAN_PARENT_SPAN_ID = 4;
 const SPAN_NAME = 5;
 const SPAN_END_TIME = 8;
@@ -108,8 +110,10 @@ interface Enforcement {
   signal: OtlpSignal;
   body: Buffer;
   traceId: Buffer;
-  /** Resource.attributes fields carrying the grant's identity, appended to every resource. */
+  /** Resource.attributes fields carrying the grant's identity and the sampling reason, appended to every resource. */
   identity: Buffer;
+  /** Span.trace_state field appended to every admitted span (provisional grants only). */
+  traceState: Buffer | undefined;
   /** KeyValue messages (without tag) stamped over an item's own identity attributes, by key. */
   itemIdentity: ReadonlyMap<string, Buffer>;
   limits: SpanLimits;
@@ -125,10 +129,11 @@ interface Enforcement {
 type Rewrite = 'unchanged' | ChunkList;
 
 const encodedGrants = new PerGrant((grant) => {
-  const { traceIdHex, resource, items } = grantIdentity.of(grant);
+  const { traceIdHex, resource, items, samplingReason, spanTraceState } = grantIdentity.of(grant);
   return {
     traceId: Buffer.from(traceIdHex, 'hex'),
-    identity: encodeIdentityAttributes(resource),
+    identity: Buffer.concat([encodeIdentityAttributes(resource), encodeBytesField(RESOURCE_ATTRIBUTES, protobufSamplingReason(samplingReason))]),
+    traceState: spanTraceState === undefined ? undefined : encodeStringField(SPAN_TRACE_STATE, spanTraceState),
     itemIdentity: new Map([...items].map(([key, attribute]) => [key, encodeKeyValue(attribute)])) as ReadonlyMap<string, Buffer>,
   };
 });
@@ -140,12 +145,13 @@ export function enforceProtobufExport(
   spanBudget: number | SpanBudget,
   spanLimits: SpanLimits,
 ): EnforcedExport {
-  const { traceId, identity, itemIdentity } = encodedGrants.of(grant);
+  const { traceId, identity, traceState, itemIdentity } = encodedGrants.of(grant);
   const enforcement: Enforcement = {
     signal,
     body,
     traceId,
     identity,
+    traceState,
     itemIdentity,
     limits: spanLimits,
     policy: new ExportPolicy(signal, spanBudget, spanLimits),
@@ -239,7 +245,7 @@ function stripIdentityAttributes(body: Buffer, start: number, end: number, resou
     reader.readTag();
     if (reader.fieldNumber === RESOURCE_ATTRIBUTES) {
       const attributeEnd = reader.expectLengthDelimited('Resource.attributes');
-      if (!RESOURCE_IDENTITY_KEYS.has(keyValueKey(body, reader.pos, attributeEnd))) {
+      if (!RESOURCE_OWNED_KEYS.has(keyValueKey(body, reader.pos, attributeEnd))) {
         resource.copy(fieldStart, attributeEnd);
       }
       reader.pos = attributeEnd;
@@ -351,7 +357,23 @@ function admitSpan(enforcement: Enforcement, start: number, end: number): Rewrit
   }
   span.inGrantedTrace = inTrace;
   if (!enforcement.policy.admitSpan(span)) return 'dropped';
-  return span.carriesIdentity ? stampItemAttributes(enforcement, start, end, SPAN_ATTRIBUTES) : 'unchanged';
+  const rewrite = span.carriesIdentity ? stampItemAttributes(enforcement, start, end, SPAN_ATTRIBUTES) : 'unchanged';
+  return enforcement.traceState === undefined ? rewrite : withTraceState(enforcement, rewrite, start, end);
+}
+
+/**
+ * The span with the provisional grant's trace_state appended last. trace_state is a singular proto3 field, and
+ * decoders keep the last occurrence of one, so this overrides a trace_state the exporter wrote without looking
+ * for it or rewriting the span.
+ */
+function withTraceState(enforcement: Enforcement, rewrite: Rewrite, start: number, end: number): ChunkList {
+  let span = rewrite;
+  if (span === 'unchanged') {
+    span = new ChunkList(enforcement.body);
+    span.copy(start, end);
+  }
+  span.push(enforcement.traceState!);
+  return span;
 }
 
 /** Walks a span's fields with the general reader: any valid encoding, and the exact error for a malformed one. */
