@@ -398,6 +398,38 @@ export class EnvironmentVariables {
   @Min(60)
   OUTBOX_DEDUP_SECONDS = 3 * 24 * 3600;
 
+  // ── Outcome-based sampling (SPEC §11): bounds of what provisional pipelines park ──
+
+  /** Time limit: how long after a provisional pipeline's first parked span its decision is taken without an outcome. */
+  @Transform(toInt)
+  @IsInt()
+  @Min(60)
+  OUTCOME_SAMPLING_MAX_WAIT_SECONDS = 6 * 3600;
+
+  /** Spans one provisional pipeline may park; beyond, its exports fall back to the head decision (dropped, counted). */
+  @Transform(toInt)
+  @IsInt()
+  @Min(1)
+  OUTCOME_SAMPLING_MAX_PIPELINE_SPANS = 50_000;
+
+  /** Bytes (as forwarded) one provisional pipeline may park. */
+  @Transform(toInt)
+  @IsInt()
+  @Min(1024)
+  OUTCOME_SAMPLING_MAX_PIPELINE_BYTES = 64 * 1024 * 1024;
+
+  /** Bytes all provisional pipelines may park together: size the store for it (docs/sampling.md). */
+  @Transform(toInt)
+  @IsInt()
+  @Min(1024)
+  OUTCOME_SAMPLING_MAX_TOTAL_BYTES = 512 * 1024 * 1024;
+
+  /** How long a decision is remembered, so a late export (a runner's last batch, a retried job) follows it. */
+  @Transform(toInt)
+  @IsInt()
+  @Min(60)
+  OUTCOME_SAMPLING_DECISION_MEMORY_SECONDS = 3 * 24 * 3600;
+
   /** Longest wait between two delivery attempts of the outbox while the collector is down. */
   @Transform(toInt)
   @IsInt()

@@ -1,7 +1,8 @@
 import { Inject, Injectable, Logger, OnModuleInit } from '@nestjs/common';
 import { Unleash, UnleashEvents } from 'unleash-client';
 import { MetricsService } from '../observability/metrics.service';
-import { SAMPLING_FLAG, TELEMETRY_FLAG, UNLEASH_CLIENT } from './flags.constants';
+import { OUTCOME_SAMPLING_FLAG, SAMPLING_FLAG, TELEMETRY_FLAG, UNLEASH_CLIENT } from './flags.constants';
+import { DEFAULT_OUTCOME_POLICY, OutcomePolicy, parseOutcomePolicy } from './outcome-policy';
 
 const START_WAIT_MS = 2000;
 
@@ -23,6 +24,8 @@ export class FlagsService implements OnModuleInit {
   private readonly logger = new Logger(FlagsService.name);
   private loaded = false;
   private lastRefreshAt: number | undefined;
+  /** Parsed policies by variant payload: a handful of distinct payloads, parsed once each. */
+  private readonly policies = new Map<string, OutcomePolicy>();
 
   constructor(
     @Inject(UNLEASH_CLIENT) private readonly unleash: Unleash,
@@ -54,14 +57,36 @@ export class FlagsService implements OnModuleInit {
   }
 
   isTelemetryEnabled(context: FlagContext): boolean {
-    const properties: Record<string, string> = {
-      projectId: String(context.projectId),
-      runnerId: String(context.runnerId),
-      runnerType: context.runnerType,
-    };
-    if (context.namespaceId !== undefined) properties.namespaceId = String(context.namespaceId);
-    if (context.rootNamespaceId !== undefined) properties.rootNamespaceId = String(context.rootNamespaceId);
-    return this.unleash.isEnabled(TELEMETRY_FLAG, { properties }, false);
+    return this.unleash.isEnabled(TELEMETRY_FLAG, { properties: propertiesOf(context) }, false);
+  }
+
+  /**
+   * The outcome-sampling policy for this job's pipeline (SPEC §11), or undefined when the toggle is off for it.
+   * Evaluated with the same context as `ci_job_telemetry`; the policy is the variant's JSON payload, parsed once
+   * per distinct payload. A payload that does not parse keeps the defaults, and is said once.
+   */
+  outcomeSamplingPolicy(context: FlagContext): OutcomePolicy | undefined {
+    const unleashContext = { properties: propertiesOf(context) };
+    if (!this.unleash.isEnabled(OUTCOME_SAMPLING_FLAG, unleashContext, false)) return undefined;
+    const variant = this.unleash.getVariant(OUTCOME_SAMPLING_FLAG, unleashContext);
+    const payload = variant.enabled ? variant.payload?.value : undefined;
+    let policy = this.policies.get(payload ?? '');
+    if (policy === undefined) {
+      try {
+        policy = parseOutcomePolicy(payload);
+      } catch (error) {
+        this.logger.warn(`${OUTCOME_SAMPLING_FLAG}: ${(error as Error).message}; keeping the defaults (failed pipelines kept)`);
+        policy = DEFAULT_OUTCOME_POLICY;
+      }
+      if (this.policies.size >= 64) this.policies.clear();
+      this.policies.set(payload ?? '', policy);
+    }
+    return policy;
+  }
+
+  /** Whether the outcome-sampling toggle is on for anyone (for the start-up warning and readiness). */
+  outcomeSamplingToggled(): boolean {
+    return this.unleash.getFeatureToggleDefinition(OUTCOME_SAMPLING_FLAG)?.enabled === true;
   }
 
   /**
@@ -86,4 +111,16 @@ export class FlagsService implements OnModuleInit {
   definitionsAgeSeconds(now = Date.now()): number | undefined {
     return this.lastRefreshAt === undefined ? undefined : (now - this.lastRefreshAt) / 1000;
   }
+}
+
+/** The context properties strategies and constraints see (SPEC §4 "Flags"). */
+function propertiesOf(context: FlagContext): Record<string, string> {
+  const properties: Record<string, string> = {
+    projectId: String(context.projectId),
+    runnerId: String(context.runnerId),
+    runnerType: context.runnerType,
+  };
+  if (context.namespaceId !== undefined) properties.namespaceId = String(context.namespaceId);
+  if (context.rootNamespaceId !== undefined) properties.rootNamespaceId = String(context.rootNamespaceId);
+  return properties;
 }

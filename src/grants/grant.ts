@@ -18,6 +18,8 @@ export interface Grant {
   readonly expiresAt: number;
   /** Epoch milliseconds from which the grant is revoked (job finished or canceled, plus grace). */
   readonly revokedAt?: number;
+  /** The pipeline is traced provisionally (SPEC §11): the head decision left it out, its outcome decides. */
+  readonly provisional?: true;
 }
 
 /** When the grant stops being usable: its expiry, or its revocation when that comes sooner. */

@@ -1,4 +1,5 @@
 import type { FlagContext } from '../flags/flags.service';
+import type { OutcomePolicy } from '../flags/outcome-policy';
 import { Grant, SaveGrantOptions } from '../grants/grant';
 import { TracedJob } from '../traced-work/traced-work';
 import { tokenDigest } from '../grants/token-digest';
@@ -43,6 +44,8 @@ export type Telemetry =
       readonly span_parent_id: string;
       readonly traceparent: string;
       readonly tracestate?: string;
+      /** Traced provisionally (SPEC §11): kept or dropped on the pipeline's outcome. */
+      readonly provisional?: true;
       readonly otel_endpoints: OtelEndpoint[];
       readonly expires_at: string;
     };
@@ -67,7 +70,7 @@ export function flagContextOf(runner: Runner, job: Job): FlagContext {
 }
 
 /** The answer's `telemetry` for an enabled job, whose grant ends at `endsAt` (epoch ms). */
-export function enabledTelemetry(context: TraceContext, endpoint: OtelEndpoint, endsAt: number): Telemetry {
+export function enabledTelemetry(context: TraceContext, endpoint: OtelEndpoint, endsAt: number, provisional = false): Telemetry {
   return {
     enabled: true,
     reason: 'enabled',
@@ -75,6 +78,7 @@ export function enabledTelemetry(context: TraceContext, endpoint: OtelEndpoint, 
     span_parent_id: context.spanParentId,
     traceparent: context.traceparent,
     ...(context.tracestate === undefined ? {} : { tracestate: context.tracestate }),
+    ...(provisional ? { provisional: true as const } : {}),
     otel_endpoints: [endpoint],
     expires_at: new Date(endsAt).toISOString(),
   };
@@ -92,6 +96,7 @@ export function pickupRecords(
   tokenDigestKey: Buffer,
   graceSeconds: number,
   now = Date.now(),
+  outcomePolicy?: OutcomePolicy,
 ): { readonly grant: Grant; readonly tracedJob: TracedJob; readonly saveOptions: SaveGrantOptions } {
   const grant: Grant = {
     jobId: job.id,
@@ -104,6 +109,7 @@ export function pickupRecords(
     runnerTokenDigest: runner.token === undefined ? undefined : tokenDigest(tokenDigestKey, runner.token),
     jobTokenDigest: job.token === undefined ? undefined : tokenDigest(tokenDigestKey, job.token),
     expiresAt: now + (job.timeout + graceSeconds) * 1000,
+    ...(outcomePolicy === undefined ? {} : { provisional: true as const }),
   };
   const tracedJob: TracedJob = {
     jobId: job.id,
@@ -116,6 +122,7 @@ export function pickupRecords(
     ...(context.tracestate === undefined ? {} : { tracestate: context.tracestate }),
     ...queuedAtOf(job.queued_at),
     pickedUpAt: now,
+    ...(outcomePolicy === undefined ? {} : { outcomePolicy }),
   };
   return { grant, tracedJob, saveOptions: { indexJobToken: job.token !== undefined && !isJwtJobToken(job.token) } };
 }

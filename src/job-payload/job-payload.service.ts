@@ -11,7 +11,9 @@ import { withTimeout } from '../observability/with-timeout';
 import { startDecisionSpan } from '../observability/tracing';
 import { PipelineSpansService } from '../pipeline-spans/pipeline-spans.service';
 import { capabilityPath, mintCapability } from '../runner-auth/job-capability';
-import { gitlabTraceContextOf, spanIdFor, TraceContext, traceContextOf, traceIdFor } from '../trace-context/trace-context';
+import { gitlabTraceContextOf, provisionalContextOf, spanIdFor, TraceContext, traceContextOf, traceIdFor } from '../trace-context/trace-context';
+import { OutcomePolicy } from '../flags/outcome-policy';
+import { FlagContext } from '../flags/flags.service';
 import {
   DecoratedJobPayload,
   decoratePayload,
@@ -84,16 +86,30 @@ export class JobPayloadService {
 
     if (!this.runnerSupportsTracing(runner.features)) return off('runner_unsupported');
 
-    if (!this.flags.isTelemetryEnabled(flagContextOf(runner, job))) return off('flag_disabled');
-
-    const context = this.traceContextFor(job.root_pipeline_id, job.id);
-    if (!context.sampled) return off('not_sampled');
+    const flagContext = flagContextOf(runner, job);
+    if (!this.flags.isTelemetryEnabled(flagContext)) return off('flag_disabled');
 
     const hosted = this.hostedRunnerTypes.has(runner.runner_type) || this.hostedRunnerIds.has(runner.id);
+    let context = this.traceContextFor(job.root_pipeline_id, job.id);
+    // Left out by the head decision: traced provisionally where its outcome can still keep it (SPEC §11).
+    const outcomePolicy = context.sampled ? undefined : this.provisionalPolicy(flagContext, hosted);
+    if (!context.sampled) {
+      if (outcomePolicy === undefined) return off('not_sampled');
+      context = provisionalContextOf(context);
+    }
+
     // Never enable a job with an endpoint it cannot use: header credentials need the runner token's
     // digest in the grant (SPEC §4).
     if (!hosted && this.config.RUNNER_ENDPOINT_FORM === 'headers' && runner.token === undefined) return off('runner_unsupported');
-    const { grant, tracedJob, saveOptions } = pickupRecords(runner, job, context, this.secrets.tokenDigestKey, this.config.GRANT_GRACE_SECONDS);
+    const { grant, tracedJob, saveOptions } = pickupRecords(
+      runner,
+      job,
+      context,
+      this.secrets.tokenDigestKey,
+      this.config.GRANT_GRACE_SECONDS,
+      Date.now(),
+      outcomePolicy,
+    );
     // Hosted runners authenticate to the collector with OIDC and never need the grant; a job bound
     // for the gateway without a stored grant would only collect 403s, so it is not enabled at all.
     const stored = await this.saveGrant(grant, tracedJob, saveOptions);
@@ -108,8 +124,18 @@ export class JobPayloadService {
     return {
       payload: decoratePayload(payload, context, endpoint, capabilityBase),
       // A job decorated again keeps its first expiry and any revocation: the store says which.
-      telemetry: enabledTelemetry(context, endpoint, grantEndsAt(stored ?? grant)),
+      telemetry: enabledTelemetry(context, endpoint, grantEndsAt(stored ?? grant), outcomePolicy !== undefined),
     };
+  }
+
+  /**
+   * The outcome-sampling policy a pipeline the head decision left out is traced under, or undefined when it is not:
+   * the toggle off for it, no webhooks to tell its outcome, GitLab's ids (Rails emits and samples its own spans), or
+   * a hosted runner, which exports straight to the collector and so could not be parked.
+   */
+  private provisionalPolicy(flagContext: FlagContext, hosted: boolean): OutcomePolicy | undefined {
+    if (hosted || this.config.TRACE_ID_SCHEME !== 'keyed' || !this.pipelineSpans.webhooksConfigured) return undefined;
+    return this.flags.outcomeSamplingPolicy(flagContext);
   }
 
   private traceContextFor(rootPipelineId: number, jobId: number): TraceContext {

@@ -20,6 +20,8 @@ import { buildGatewayServer } from './otlp-gateway.server';
 import { CollectorModule } from '../collector/collector.module';
 import { PipelineSpansModule } from '../pipeline-spans/pipeline-spans.module';
 import { PipelineSpansService } from '../pipeline-spans/pipeline-spans.service';
+import { OutcomeSamplingModule } from '../outcome-sampling/outcome-sampling.module';
+import { OutcomeSamplingService } from '../outcome-sampling/outcome-sampling.service';
 import { COLLECTOR_CLIENT } from '../collector/collector.constants';
 import type { CollectorClient } from '../collector/collector-client';
 
@@ -36,9 +38,10 @@ export class GatewayServer implements OnModuleDestroy {
     @Inject(COLLECTOR_CLIENT) private readonly collector: CollectorClient,
     metrics: GatewayMetrics,
     pipelineSpans: PipelineSpansService,
+    outcomeSampling: OutcomeSamplingService,
   ) {
     const decisions = new DecisionCache((credential: RunnerCredential) => authenticator.authenticate(credential), config.GATEWAY_DECISION_CACHE_SIZE, metrics);
-    this.instance = buildGatewayServer({ config, logger, decisions, store, collector, metrics, pipelineSpans });
+    this.instance = buildGatewayServer({ config, logger, decisions, store, collector, metrics, pipelineSpans, outcomeSampling });
   }
 
   async listen(port: number, host: string): Promise<string> {
@@ -84,7 +87,9 @@ export class OtlpGatewayModule {
       module: OtlpGatewayModule,
       // A ROLE=gateway process loads no auth decision of its own: it asks AUTH_URL.
       imports:
-        role === 'gateway' ? [LimitsModule, CollectorModule, PipelineSpansModule] : [LimitsModule, CollectorModule, PipelineSpansModule, RunnerAuthModule],
+        role === 'gateway'
+          ? [LimitsModule, CollectorModule, PipelineSpansModule, OutcomeSamplingModule]
+          : [LimitsModule, CollectorModule, PipelineSpansModule, OutcomeSamplingModule, RunnerAuthModule],
       providers: [authenticator, GatewayMetrics, GatewayServer],
       exports: [GatewayServer],
     };

@@ -25,6 +25,8 @@ import { enforceExport } from './export-policy/enforce-export';
 import { EnforcedExport, GatewayGrant } from './export-policy/otlp-types';
 import type { CollectorClient } from '../collector/collector-client';
 import type { PipelineSpansService } from '../pipeline-spans/pipeline-spans.service';
+import type { OutcomeSamplingService } from '../outcome-sampling/outcome-sampling.service';
+import { settleSamplingReason } from '../otlp/sampling-reason';
 
 const inflate = promisify(gunzip);
 
@@ -65,6 +67,8 @@ export interface GatewayDependencies {
   readonly metrics: GatewayMetrics;
   /** Told of the runner's `job_execution` ends, which close job spans when no webhook will (SPEC §10). */
   readonly pipelineSpans?: Pick<PipelineSpansService, 'jobSpanToCloseFromRunner' | 'closeJobFromRunner'>;
+  /** Where a provisional pipeline's traces are parked until its outcome decides (SPEC §11). */
+  readonly outcomeSampling?: Pick<OutcomeSamplingService, 'parkExport'>;
 }
 
 /**
@@ -290,7 +294,9 @@ async function exportItems(
   decision: AllowedDecision,
 ): Promise<Buffer> {
   const { config, metrics } = deps;
-  const grant: GatewayGrant = decision.identity;
+  // Only traces wait for a provisional pipeline's outcome (SPEC §11): its metrics and logs are not trace-sampled
+  // data and go on at once, saying `head` (forwarded without waiting), rather than being held a pipeline long.
+  const grant: GatewayGrant = signal !== 'traces' && decision.identity.provisional === true ? { ...decision.identity, provisional: false } : decision.identity;
   const spanLimits = {
     maxBytes: config.SPAN_MAX_BYTES,
     maxAttributes: config.SPAN_MAX_ATTRIBUTES,
@@ -314,9 +320,25 @@ async function exportItems(
     enforced.rejectedItems > 0 ? { rejectedItems: enforced.rejectedItems, errorMessage: enforced.errorMessage ?? '' } : undefined;
   if (enforced.nothingToForward) return encodeExportResponse(signal, encoding, ours);
 
+  let outgoing = enforced.body;
+  if (grant.provisional === true && deps.outcomeSampling !== undefined) {
+    let parked;
+    try {
+      // Acknowledged only once kept: a store that cannot keep it answers retryable and charges nothing.
+      parked = await orUnavailable(deps.outcomeSampling.parkExport(grant.traceId, encoding, outgoing, enforced.forwardedItems));
+    } catch (error) {
+      receipt?.refund();
+      throw error;
+    }
+    // Parked, or dropped as the decision (or a full budget falling back to the head decision) says.
+    if (parked.kind !== 'forward') return encodeExportResponse(signal, encoding, ours);
+    // A late export of a pipeline kept already goes on, saying why.
+    outgoing = settleSamplingReason(encoding, outgoing, parked.reason);
+  }
+
   let theirs: OtlpPartialSuccess | undefined;
   try {
-    theirs = await forward(deps, signal, encoding, enforced.body);
+    theirs = await forward(deps, signal, encoding, outgoing);
   } catch (error) {
     // Nothing was accepted: the client sends these spans again, and must not pay for them twice.
     receipt?.refund();

@@ -21,7 +21,7 @@ interface Remembered<T> {
 export class MemoryParkingStore implements ParkingStore {
   private readonly traces = new Map<string, ParkedTrace>();
   private readonly decisions = new Map<string, Remembered<TraceDecision>>();
-  private readonly facts = new Map<string, Remembered<{ statuses: Set<string>; longestQueueMs: number }>>();
+  private readonly facts = new Map<string, Remembered<{ statuses: Set<string>; longestQueueMs: number; whenNoOutcome?: 'keep' | 'drop' }>>();
   private totalBytes = 0;
 
   constructor(private readonly now: () => number = Date.now) {}
@@ -50,20 +50,25 @@ export class MemoryParkingStore implements ParkingStore {
     const known = this.live(this.facts, traceId) ?? { statuses: new Set<string>(), longestQueueMs: 0 };
     for (const status of facts.statuses ?? []) known.statuses.add(status);
     known.longestQueueMs = Math.max(known.longestQueueMs, facts.longestQueueMs ?? 0);
+    if (facts.whenNoOutcome !== undefined) known.whenNoOutcome = facts.whenNoOutcome;
     const expiresAt = Math.max(this.facts.get(traceId)?.expiresAt ?? 0, this.now() + ttlMs);
     this.facts.set(traceId, { value: known, expiresAt });
   }
 
   async readFacts(traceId: string): Promise<OutcomeFacts> {
     const known = this.live(this.facts, traceId);
-    return { statuses: [...(known?.statuses ?? [])].sort(), longestQueueMs: known?.longestQueueMs ?? 0 };
+    return {
+      statuses: [...(known?.statuses ?? [])].sort(),
+      longestQueueMs: known?.longestQueueMs ?? 0,
+      ...(known?.whenNoOutcome === undefined ? {} : { whenNoOutcome: known.whenNoOutcome }),
+    };
   }
 
-  async decide(traceId: string, decision: TraceDecision, rememberMs: number): Promise<TraceDecision> {
+  async decide(traceId: string, decision: TraceDecision, rememberMs: number): Promise<{ decision: TraceDecision; changed: boolean }> {
     const recorded = this.live(this.decisions, traceId);
-    if (recorded !== undefined && (recorded.keep || !decision.keep)) return recorded;
+    if (recorded !== undefined && (recorded.keep || !decision.keep)) return { decision: recorded, changed: false };
     this.decisions.set(traceId, { value: decision, expiresAt: this.now() + rememberMs });
-    return decision;
+    return { decision, changed: true };
   }
 
   async findDecision(traceId: string): Promise<TraceDecision | null> {

@@ -55,6 +55,8 @@ export interface OutcomeFacts {
   readonly statuses: readonly string[];
   /** The longest queue wait of any of its jobs, in milliseconds. */
   readonly longestQueueMs: number;
+  /** What the time limit decides without an outcome (the policy's `when_no_outcome` at pickup); absent: keep. */
+  readonly whenNoOutcome?: 'keep' | 'drop';
 }
 
 export interface ParkingUsage {
@@ -77,7 +79,7 @@ export interface ParkingStore {
    * a `drop`: a pipeline retried into failure after it was dropped is kept from then on). Answers the decision
    * recorded after the call; remembered `rememberMs`.
    */
-  decide(traceId: string, decision: TraceDecision, rememberMs: number): Promise<TraceDecision>;
+  decide(traceId: string, decision: TraceDecision, rememberMs: number): Promise<{ readonly decision: TraceDecision; readonly changed: boolean }>;
   findDecision(traceId: string): Promise<TraceDecision | null>;
   /** Every entry parked for the trace, in parking order. */
   parked(traceId: string): Promise<ParkedEntry[]>;

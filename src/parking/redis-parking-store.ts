@@ -66,14 +66,18 @@ return {bytes, spans}
 /** The first decision stands, except that a keep replaces a drop. ARGV: decision, remember ms. */
 const DECIDE = `
 local current = redis.call('GET', KEYS[1])
-if current and (string.sub(current, 1, 5) == 'keep:' or string.sub(ARGV[1], 1, 5) == 'drop:') then return current end
+if current and (string.sub(current, 1, 5) == 'keep:' or string.sub(ARGV[1], 1, 5) == 'drop:') then return {current, 0} end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return ARGV[1]
+return {ARGV[1], 1}
 `;
 
-/** Adds statuses (ARGV[3..]) and a queue wait (ARGV[2], ms) to a trace's facts, kept ARGV[1] ms at least. */
+/**
+ * Adds statuses (ARGV[4..]), a queue wait (ARGV[2], ms) and the no-outcome choice (ARGV[3], unless empty) to a
+ * trace's facts, kept ARGV[1] ms at least.
+ */
 const NOTE_FACTS = `
-for i = 3, #ARGV do redis.call('HSET', KEYS[1], 'status:' .. ARGV[i], '1') end
+if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'no_outcome', ARGV[3]) end
+for i = 4, #ARGV do redis.call('HSET', KEYS[1], 'status:' .. ARGV[i], '1') end
 local queue = tonumber(redis.call('HGET', KEYS[1], 'queue') or '0')
 if tonumber(ARGV[2]) > queue then redis.call('HSET', KEYS[1], 'queue', ARGV[2]) end
 if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[1]) then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
@@ -102,8 +106,8 @@ interface ParkingScripts {
     ttlMs: string,
   ): Promise<string[]>;
   cjtParkingRelease(parked: string, size: string, ...fields: string[]): Promise<[number, number]>;
-  cjtDecide(decision: string, value: string, rememberMs: string): Promise<string>;
-  cjtNoteFacts(facts: string, ttlMs: string, queueMs: string, ...statuses: string[]): Promise<number>;
+  cjtDecide(decision: string, value: string, rememberMs: string): Promise<[string, number]>;
+  cjtNoteFacts(facts: string, ttlMs: string, queueMs: string, whenNoOutcome: string, ...statuses: string[]): Promise<number>;
   cjtClaimOverdue(overdue: string, now: string, max: string, leaseMs: string): Promise<string[]>;
 }
 
@@ -181,7 +185,13 @@ export class RedisParkingStore implements ParkingStore {
   async noteFacts(traceId: string, facts: Partial<OutcomeFacts>, ttlMs: number): Promise<void> {
     const queue = String(Math.max(0, Math.round(facts.longestQueueMs ?? 0)));
     await this.store.guard(() =>
-      this.scripts.cjtNoteFacts(OUTCOME_FACTS_KEY(traceId), String(Math.max(1, Math.round(ttlMs))), queue, ...(facts.statuses ?? [])),
+      this.scripts.cjtNoteFacts(
+        OUTCOME_FACTS_KEY(traceId),
+        String(Math.max(1, Math.round(ttlMs))),
+        queue,
+        facts.whenNoOutcome ?? '',
+        ...(facts.statuses ?? []),
+      ),
     );
   }
 
@@ -191,17 +201,18 @@ export class RedisParkingStore implements ParkingStore {
       .filter((field) => field.startsWith('status:'))
       .map((field) => field.slice('status:'.length))
       .sort();
-    return { statuses, longestQueueMs: Number(stored.queue ?? 0) };
+    const whenNoOutcome = stored.no_outcome === 'keep' || stored.no_outcome === 'drop' ? stored.no_outcome : undefined;
+    return { statuses, longestQueueMs: Number(stored.queue ?? 0), ...(whenNoOutcome === undefined ? {} : { whenNoOutcome }) };
   }
 
-  async decide(traceId: string, decision: TraceDecision, rememberMs: number): Promise<TraceDecision> {
-    const recorded = await this.store.guard(async () => {
+  async decide(traceId: string, decision: TraceDecision, rememberMs: number): Promise<{ decision: TraceDecision; changed: boolean }> {
+    const [recorded, changed] = await this.store.guard(async () => {
       const key = TRACE_DECISION_KEY(traceId);
-      const value = await this.scripts.cjtDecide(key, encodeDecision(decision), String(Math.max(1, Math.round(rememberMs))));
+      const reply = await this.scripts.cjtDecide(key, encodeDecision(decision), String(Math.max(1, Math.round(rememberMs))));
       await this.store.replicated(key);
-      return value;
+      return reply;
     });
-    return decisionOf(recorded);
+    return { decision: decisionOf(recorded), changed: Number(changed) === 1 };
   }
 
   async findDecision(traceId: string): Promise<TraceDecision | null> {

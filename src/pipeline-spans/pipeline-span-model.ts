@@ -1,5 +1,7 @@
 import type { RunnerJobEnd, TracedJob, TracedPipeline } from '../traced-work/traced-work';
-import { CiJobIdentity, ciIdentityValues } from '../otlp/ci-identity';
+import { CiJobIdentity, ciIdentityValues, SAMPLING_REASON_ATTRIBUTE } from '../otlp/ci-identity';
+import { PROVISIONAL_TRACESTATE } from '../trace-context/trace-context';
+import { PENDING_SAMPLING_REASON } from '../otlp/sampling-reason';
 
 /**
  * The control-plane spans of SPEC §10 as OTLP/JSON, from facts: pure functions, no I/O. Ids come from
@@ -27,6 +29,11 @@ export interface ControlPlaneSpan {
   readonly spanId: string;
   /** For a span drawn from a pipeline's story (pipeline, bridge): which version of it, see {@link pipelineSpanVersion}. */
   readonly version?: number;
+  /**
+   * Of a pipeline traced provisionally (SPEC §11): parked with its runner's spans until the outcome decides, its
+   * `ci.sampling.reason` a placeholder settled then.
+   */
+  readonly provisional?: true;
   readonly resourceSpans: OtlpResourceSpans;
 }
 
@@ -204,11 +211,21 @@ function span(
   version?: number,
 ): ControlPlaneSpan {
   const failed = outcome?.status === 'failed';
+  // The pipeline's tracestate says how it is sampled: ot=th:0 only for a provisional one.
+  const provisional = place.tracestate === PROVISIONAL_TRACESTATE;
   return {
     spanId: place.spanId,
     ...(version === undefined ? {} : { version }),
+    ...(provisional ? { provisional: true as const } : {}),
     resourceSpans: {
-      resource: { attributes: keyValues({ 'service.name': serviceName, ...ciIdentityValues(identity, 'resource') }) },
+      resource: {
+        attributes: keyValues({
+          'service.name': serviceName,
+          ...ciIdentityValues(identity, 'resource'),
+          // As the gateway writes it on the runner's spans: the same placeholder, settled by the same function.
+          [SAMPLING_REASON_ATTRIBUTE]: provisional ? PENDING_SAMPLING_REASON : 'head',
+        }),
+      },
       scopeSpans: [
         {
           scope: SCOPE,

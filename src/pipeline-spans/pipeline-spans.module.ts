@@ -3,6 +3,7 @@ import { AppConfig } from '../config/app-config';
 import { APP_CONFIG } from '../config/config.constants';
 import { CollectorModule } from '../collector/collector.module';
 import { TracedWorkModule } from '../traced-work/traced-work.module';
+import { OutcomeSamplingModule } from '../outcome-sampling/outcome-sampling.module';
 import { ReadinessChecks } from '../observability/readiness-checks';
 import { GitlabWebhookRoute } from './gitlab-webhook.route';
 import { PipelineSpansMetrics } from './pipeline-spans.metrics';
@@ -16,7 +17,7 @@ import { WebhookSpoolService } from './webhook-spool.service';
  * PipelineSpansService, and the outbox's delivery to the collector, in every role that has a store.
  */
 @Module({
-  imports: [TracedWorkModule, CollectorModule],
+  imports: [TracedWorkModule, CollectorModule, OutcomeSamplingModule],
   providers: [PipelineSpansMetrics, SpanOutboxDeliverer, PipelineSpansService],
   exports: [PipelineSpansService, PipelineSpansMetrics],
 })

@@ -6,6 +6,7 @@ import { EnqueueOutcome, OutboxLimits, OutboxSpan, Remembered, TracedJob, Traced
 import { MetricsService } from '../observability/metrics.service';
 import { PipelineSpansMetrics } from './pipeline-spans.metrics';
 import { PipelineSpansService } from './pipeline-spans.service';
+import { OutcomeSamplingService } from '../outcome-sampling/outcome-sampling.service';
 import { SpanOutboxDeliverer } from './span-outbox-deliverer';
 
 const secrets = TEST_SECRETS;
@@ -52,7 +53,9 @@ describe('PipelineSpansService at pickup (SPEC §10)', () => {
     metrics = new MetricsService();
     const config = loadConfig({});
     const deliverer = { kick: () => undefined } as unknown as SpanOutboxDeliverer;
-    service = new PipelineSpansService(config, secrets, store, deliverer, new PipelineSpansMetrics(metrics));
+    // No pipeline here is traced provisionally (SPEC §11): outcome sampling is never asked.
+    const outcomeSampling = {} as OutcomeSamplingService;
+    service = new PipelineSpansService(config, secrets, store, deliverer, new PipelineSpansMetrics(metrics), outcomeSampling);
   });
   afterEach(() => store.close());
 

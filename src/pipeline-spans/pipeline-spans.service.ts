@@ -32,6 +32,7 @@ import {
   queueWaitSpan,
 } from './pipeline-span-model';
 import { PickupBatch } from './pickup-batch';
+import { OutcomeSamplingService } from '../outcome-sampling/outcome-sampling.service';
 import { SpanOutboxDeliverer } from './span-outbox-deliverer';
 
 const NOTHING: EnqueueOutcome = { queued: 0, duplicates: 0, refused: 0 };
@@ -83,6 +84,7 @@ export class PipelineSpansService implements OnModuleDestroy {
     @Inject(TRACED_WORK_STORE) private readonly store: TracedWorkStore,
     private readonly deliverer: SpanOutboxDeliverer,
     private readonly metrics: PipelineSpansMetrics,
+    private readonly outcomeSampling: OutcomeSamplingService,
   ) {
     this.serviceName = config.PIPELINE_SPANS_SERVICE_NAME;
     this.limits = { maxSpans: config.OUTBOX_MAX_SPANS, rememberMs: config.OUTBOX_DEDUP_SECONDS * 1000 };
@@ -125,8 +127,14 @@ export class PipelineSpansService implements OnModuleDestroy {
           spans.push(queueWaitSpan(this.serviceName, place, { ...job, queuedAt: job.queuedAt }));
         }
       }
+      const provisional = batch.filter(({ job }) => job.outcomePolicy !== undefined).map(({ job }) => job);
       await withTimeout(
-        () => Promise.all([pipelines.size === 0 ? undefined : this.store.recordTracedPipelines([...pipelines.values()]), this.enqueue(spans, 'pickup')]),
+        () =>
+          Promise.all([
+            pipelines.size === 0 ? undefined : this.store.recordTracedPipelines([...pipelines.values()]),
+            this.enqueue(spans, 'pickup'),
+            provisional.length === 0 ? undefined : this.outcomeSampling.notePickups(provisional),
+          ]),
         Math.max(this.config.STORE_TIMEOUT_MS, this.config.REDIS_COMMAND_TIMEOUT_MS),
       );
       for (const { value, ttlMs } of pipelines.values()) this.recordedPipelines.set(value.pipelineId, now + ttlMs);
@@ -142,7 +150,27 @@ export class PipelineSpansService implements OnModuleDestroy {
     // The traced work it reads may still wait in this process's pickup batch.
     await this.pickups.flushed();
     if (event.kind === 'job') return event.job === undefined ? NOTHING : this.enqueue(await this.finishedJobSpans([event.job]), 'job_hook');
-    return this.enqueue(await this.pipelineEventSpans(event), 'pipeline_hook');
+    const pipeline = await this.store.findTracedPipeline(event.pipelineId);
+    if (pipeline === null) return NOTHING;
+    // The hook's own spans first: parked, for a provisional pipeline, before its outcome decides on them.
+    const outcome = await this.enqueue(await this.pipelineEventSpans(event, pipeline), 'pipeline_hook');
+    if (pipeline.outcomePolicy !== undefined) await this.tellOutcome(event, pipeline);
+    return outcome;
+  }
+
+  /**
+   * What a provisional pipeline's hook tells outcome sampling (SPEC §11): its statuses and its jobs', gathered; and on
+   * the root pipeline's terminal hook (child pipelines end before their root), the decision.
+   */
+  private async tellOutcome(event: PipelineEvent, pipeline: TracedPipeline): Promise<void> {
+    const statuses = [...(event.end === undefined ? [] : [event.end.status]), ...event.finishedJobs.map((job) => job.status)];
+    const root = event.rootPipelineId ?? pipeline.rootPipelineId;
+    if (event.pipelineId === root && event.end !== undefined) {
+      const { status, createdAt, finishedAt } = event.end;
+      await this.outcomeSampling.decideOnRootOutcome(pipeline, { status, createdAt, finishedAt }, statuses);
+    } else {
+      await this.outcomeSampling.noteStatuses(pipeline.traceId, statuses);
+    }
   }
 
   /**
@@ -232,15 +260,17 @@ export class PipelineSpansService implements OnModuleDestroy {
   private async finishedJobSpans(finished: readonly FinishedJob[]): Promise<ControlPlaneSpan[]> {
     if (this.config.TRACE_ID_SCHEME !== 'keyed' || finished.length === 0) return [];
     const traced = await Promise.all(finished.map((job) => this.store.findTracedJob(job.jobId)));
+    // A provisional pipeline's job that failed keeps it even when the pipeline succeeds (allowed to fail).
+    await Promise.all(
+      finished.map((end, i) => (traced[i]?.outcomePolicy === undefined ? undefined : this.outcomeSampling.noteStatuses(traced[i]!.traceId, [end.status]))),
+    );
     return finished.flatMap((end, i) => {
       const job = traced[i];
       return job === null ? [] : [this.jobSpanOf(job, end)];
     });
   }
 
-  private async pipelineEventSpans(event: PipelineEvent): Promise<ControlPlaneSpan[]> {
-    const pipeline = await this.store.findTracedPipeline(event.pipelineId);
-    if (pipeline === null) return [];
+  private async pipelineEventSpans(event: PipelineEvent, pipeline: TracedPipeline): Promise<ControlPlaneSpan[]> {
     const spans = await this.finishedJobSpans(event.finishedJobs);
     if (event.end === undefined) return spans;
     const root = event.rootPipelineId ?? pipeline.rootPipelineId;
@@ -283,10 +313,36 @@ export class PipelineSpansService implements OnModuleDestroy {
     return { spanId: bridge.spanId, spans: [bridge] };
   }
 
+  /**
+   * A provisional pipeline's spans wait with its runner's (SPEC §11): parked per trace; those of a pipeline decided
+   * kept already go to the outbox settled with the reason, those of one dropped go nowhere. Answers what the outbox
+   * takes. A parked span's outbox key goes with it, so a redelivered hook's copy is dropped at delivery.
+   */
+  private async parkProvisional(entries: OutboxSpan[], provisional: OutboxSpan[], spans: readonly ControlPlaneSpan[]): Promise<OutboxSpan[]> {
+    if (provisional.length === 0) return entries;
+    const byTrace = new Map<string, OutboxSpan[]>();
+    for (const [i, span] of spans.filter((candidate) => candidate.provisional === true).entries()) {
+      const traceId = span.resourceSpans.scopeSpans[0].spans[0].traceId;
+      byTrace.set(traceId, [...(byTrace.get(traceId) ?? []), provisional[i]]);
+    }
+    for (const [traceId, traced] of byTrace) {
+      const answer = await this.outcomeSampling.parkSpans(traceId, traced);
+      if (answer.kind !== 'forward') continue;
+      for (const span of traced) entries.push({ ...span, resourceSpans: this.outcomeSampling.settledSpans(span.resourceSpans, answer.reason) });
+    }
+    return entries;
+  }
+
   private async enqueue(spans: readonly ControlPlaneSpan[], source: string): Promise<EnqueueOutcome> {
     if (spans.length === 0) return NOTHING;
     const enqueuedAt = Date.now();
-    const entries: OutboxSpan[] = spans.map((span) => ({ spanId: outboxKeyOf(span), resourceSpans: JSON.stringify(span.resourceSpans), enqueuedAt }));
+    const outboxSpan = (span: ControlPlaneSpan): OutboxSpan => ({ spanId: outboxKeyOf(span), resourceSpans: JSON.stringify(span.resourceSpans), enqueuedAt });
+    const entries = await this.parkProvisional(
+      spans.filter((span) => span.provisional !== true).map(outboxSpan),
+      spans.filter((span) => span.provisional === true).map(outboxSpan),
+      spans,
+    );
+    if (entries.length === 0) return NOTHING;
     const outcome = await this.store.enqueueSpans(entries, this.limits);
     this.metrics.enqueued(source, outcome);
     if (outcome.refused > 0) {

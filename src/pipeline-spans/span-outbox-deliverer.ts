@@ -1,10 +1,12 @@
-import { Inject, Injectable, Logger, OnApplicationBootstrap, OnModuleDestroy } from '@nestjs/common';
+import { Inject, Injectable, Logger, OnApplicationBootstrap, OnModuleDestroy, Optional } from '@nestjs/common';
 import type { CollectorClient, ExportResult } from '../collector/collector-client';
 import { COLLECTOR_CLIENT } from '../collector/collector.constants';
 import { AppConfig } from '../config/app-config';
 import { APP_CONFIG } from '../config/config.constants';
 import { TRACED_WORK_STORE } from '../traced-work/traced-work.constants';
-import { TracedWorkStore } from '../traced-work/traced-work';
+import { ClaimedSpan, parkedTraceOf, TracedWorkStore } from '../traced-work/traced-work';
+import type { KeepReason } from '../parking/parking';
+import { OutcomeSamplingService } from '../outcome-sampling/outcome-sampling.service';
 import { PipelineSpansMetrics } from './pipeline-spans.metrics';
 
 /** Spans sent to the collector in one export at most. */
@@ -75,6 +77,7 @@ export class SpanOutboxDeliverer implements OnApplicationBootstrap, OnModuleDest
     @Inject(TRACED_WORK_STORE) private readonly store: TracedWorkStore,
     @Inject(COLLECTOR_CLIENT) private readonly collector: Pick<CollectorClient, 'export'>,
     private readonly metrics: PipelineSpansMetrics,
+    @Optional() private readonly outcomeSampling?: Pick<OutcomeSamplingService, 'deliverParked'>,
   ) {
     // Longer than one send can take, so a lease never runs out under a send still in flight.
     this.leaseMs = config.OTLP_UPSTREAM_TIMEOUT_MS * 2 + 5000;
@@ -120,6 +123,15 @@ export class SpanOutboxDeliverer implements OnApplicationBootstrap, OnModuleDest
       this.metrics.outboxDepth(await this.store.outboxDepth());
     }
     if (claimed.length === 0) return false;
+    const spans = claimed.filter((span) => parkedTraceOf(span) === undefined);
+    // A pipeline kept by its outcome (SPEC §11): its parked spans, each trace delivered and settled on its own.
+    for (const pointer of claimed.filter((span) => parkedTraceOf(span) !== undefined)) await this.deliverParked(pointer);
+    if (spans.length === 0) return claimed.length === BATCH_SPANS;
+    return this.deliverSpans(spans, claimed.length === BATCH_SPANS);
+  }
+
+  /** The outbox's own spans, as one OTLP/JSON export. */
+  private async deliverSpans(claimed: ClaimedSpan[], full: boolean): Promise<boolean> {
     const body = Buffer.from(`{"resourceSpans":[${claimed.map((span) => span.resourceSpans).join(',')}]}`);
     const result = await this.collector.export('traces', 'json', body);
     const delivery = deliveryOf(result, Math.max(...claimed.map((span) => span.attempts)), this.maxBackoffMs);
@@ -131,13 +143,13 @@ export class SpanOutboxDeliverer implements OnApplicationBootstrap, OnModuleDest
         this.recovered('collector');
         if (delivery.rejected > 0)
           this.logger.warn(`the collector rejected ${delivery.rejected} of ${ids.length} pipeline spans (partial success); not retried`);
-        return claimed.length === BATCH_SPANS;
+        return full;
       case 'refused':
         // An answer the collector will give again to the same spans: retrying cannot help, and would hold them forever.
         await this.store.acknowledgeSpans(ids);
         this.metrics.deliveryFailed(String(delivery.status));
         this.logger.error(`the collector refused ${ids.length} pipeline spans with ${delivery.status}; dropped`);
-        return claimed.length === BATCH_SPANS;
+        return full;
       case 'retry': {
         await this.store.retrySpans(ids, delivery.delayMs);
         this.metrics.deliveryFailed(delivery.reason);
@@ -149,6 +161,25 @@ export class SpanOutboxDeliverer implements OnApplicationBootstrap, OnModuleDest
         throw new Error(`unhandled delivery ${JSON.stringify(unreachable)}`);
       }
     }
+  }
+
+  /** One kept trace's parked spans, through the outcome-sampling service: acknowledged once all reached the collector. */
+  private async deliverParked(pointer: ClaimedSpan): Promise<void> {
+    const { traceId, reason } = parkedTraceOf(pointer)!;
+    if (this.outcomeSampling === undefined) return;
+    const result = await this.outcomeSampling.deliverParked(traceId, reason as KeepReason, pointer.enqueuedAt);
+    const delivery = deliveryOf(result, pointer.attempts, this.maxBackoffMs);
+    if (delivery.kind === 'retry') {
+      await this.store.retrySpans([pointer.spanId], delivery.delayMs);
+      this.metrics.deliveryFailed(delivery.reason);
+      this.failed(
+        'collector',
+        `outbox: parked spans of trace ${traceId} not delivered (${delivery.reason}); next attempt in ${Math.round(delivery.delayMs)} ms`,
+      );
+      return;
+    }
+    await this.store.acknowledgeSpans([pointer.spanId]);
+    this.recovered('collector');
   }
 
   /**

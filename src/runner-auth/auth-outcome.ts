@@ -13,6 +13,8 @@ export interface JobIdentity {
   readonly traceId: string;
   /** Epoch ms: the grant's end, revocation grace included. */
   readonly expiresAt: number;
+  /** Its pipeline is traced provisionally (SPEC §11): its spans are parked until the pipeline's outcome decides. */
+  readonly provisional?: boolean;
 }
 
 /**
@@ -68,6 +70,7 @@ export function jobIdentityOf(grant: Grant): JobIdentity {
     runnerId: grant.runnerId,
     traceId: grant.traceId,
     expiresAt: grantEndsAt(grant),
+    ...(grant.provisional === true ? { provisional: true } : {}),
   };
 }
 
@@ -79,6 +82,7 @@ export interface AuthIdentityBody {
   readonly runner_id: number;
   readonly trace_id: string;
   readonly expires_at: string;
+  readonly provisional?: boolean;
 }
 
 export function identityBodyOf(identity: JobIdentity): AuthIdentityBody {
@@ -89,6 +93,7 @@ export function identityBodyOf(identity: JobIdentity): AuthIdentityBody {
     runner_id: identity.runnerId,
     trace_id: identity.traceId,
     expires_at: new Date(identity.expiresAt).toISOString(),
+    ...(identity.provisional === true ? { provisional: true } : {}),
   };
 }
 
@@ -100,5 +105,6 @@ export function identityFromBody(body: AuthIdentityBody): JobIdentity {
     runnerId: body.runner_id,
     traceId: body.trace_id,
     expiresAt: Date.parse(body.expires_at),
+    ...(body.provisional === true ? { provisional: true } : {}),
   };
 }

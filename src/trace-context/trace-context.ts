@@ -97,6 +97,18 @@ export function traceContextOf(traceId: string, spanParentId: string, samplingPe
 }
 
 /**
+ * A pipeline the head decision left out, traced provisionally (SPEC §11): the same ids, recorded (the traceparent
+ * says sampled), and `ot=th:0`, so no consistent sampler downstream drops what its outcome may keep; if it is kept,
+ * it is kept with probability 1, which is what th:0 says.
+ */
+export function provisionalContextOf(context: TraceContext): TraceContext {
+  return { ...context, tracestate: PROVISIONAL_TRACESTATE, sampled: true };
+}
+
+/** The tracestate of a provisional pipeline, and only of one: head sampling at 100 % writes none (SPEC §4). */
+export const PROVISIONAL_TRACESTATE = 'ot=th:0';
+
+/**
  * The `gitlab` scheme (SPEC §4): the ids GitLab Rails gives its own CI spans (`job_lifecycle`,
  * `job_pending`, `job_running`), so they and the runner's spans land in one trace. The trace id is
  * the root pipeline id as 32 hex digits; the job's parent span is Rails' `job_running` span.

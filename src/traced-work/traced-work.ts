@@ -1,3 +1,5 @@
+import type { OutcomePolicy } from '../flags/outcome-policy';
+
 /**
  * What the store keeps for the control-plane spans (SPEC §10): which jobs and pipelines the decorator
  * enabled, and the outbox of spans still to be delivered to the collector.
@@ -18,6 +20,8 @@ export interface TracedJob {
   readonly queuedAt?: number;
   /** Epoch milliseconds of the pickup. */
   readonly pickedUpAt: number;
+  /** Traced provisionally (SPEC §11), under this policy: its pipeline's outcome decides whether it is kept. */
+  readonly outcomePolicy?: OutcomePolicy;
 }
 
 /** A pipeline with at least one enabled job, or the root of one. */
@@ -27,6 +31,8 @@ export interface TracedPipeline {
   readonly projectId: number;
   readonly traceId: string;
   readonly tracestate?: string;
+  /** Traced provisionally (SPEC §11), under this policy. */
+  readonly outcomePolicy?: OutcomePolicy;
 }
 
 /** What a traced job's pickup tells of one of its pipelines (its own, or its root). */
@@ -37,6 +43,7 @@ export function tracedPipelineOf(job: TracedJob, pipelineId: number): TracedPipe
     projectId: job.projectId,
     traceId: job.traceId,
     ...(job.tracestate === undefined ? {} : { tracestate: job.tracestate }),
+    ...(job.outcomePolicy === undefined ? {} : { outcomePolicy: job.outcomePolicy }),
   };
 }
 
@@ -48,6 +55,23 @@ export interface OutboxSpan {
   readonly resourceSpans: string;
   /** Epoch milliseconds it entered the outbox. */
   readonly enqueuedAt: number;
+}
+
+/**
+ * A pipeline kept by its outcome (SPEC §11) waits in the outbox as one entry pointing at its parked spans: the
+ * outbox's claims, leases, retries and dedup then hold for them too, and the spans stay where they were parked
+ * (their trace's slot) until the collector has them.
+ */
+const PARKED_POINTER_PREFIX = 'parked:';
+
+export function parkedTracePointer(traceId: string, reason: string, enqueuedAt: number): OutboxSpan {
+  return { spanId: `${PARKED_POINTER_PREFIX}${traceId}`, resourceSpans: reason, enqueuedAt };
+}
+
+/** The trace and reason an outbox entry points at, when it is a pointer to parked spans. */
+export function parkedTraceOf(span: OutboxSpan): { readonly traceId: string; readonly reason: string } | undefined {
+  if (!span.spanId.startsWith(PARKED_POINTER_PREFIX)) return undefined;
+  return { traceId: span.spanId.slice(PARKED_POINTER_PREFIX.length), reason: span.resourceSpans };
 }
 
 /** An outbox span handed to one deliverer, which must acknowledge it or put it back. */

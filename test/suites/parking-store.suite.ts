@@ -1,4 +1,4 @@
-import { ParkingLimits, ParkingStore } from '../../src/parking/parking';
+import { ParkingLimits, ParkingStore, TraceDecision } from '../../src/parking/parking';
 import { StoreWorld } from './store-world';
 
 /** One behaviour, every parking store (SPEC §11): parking within bounds, the decision, release, the time limit. */
@@ -52,7 +52,7 @@ export function behavesAsAParkingStore(world: StoreWorld) {
 
     it('answers a decided trace with its decision instead of parking', async () => {
       expect(await parking.findDecision(trace)).toBeNull();
-      expect(await parking.decide(trace, { keep: true, reason: 'failed' }, 60_000)).toEqual({ keep: true, reason: 'failed' });
+      expect(await parking.decide(trace, { keep: true, reason: 'failed' }, 60_000)).toEqual({ decision: { keep: true, reason: 'failed' }, changed: true });
       expect(await parking.park(trace, { kind: 'protobuf', body: body(10), spans: 1 }, limits)).toEqual({
         kind: 'decided',
         decision: { keep: true, reason: 'failed' },
@@ -62,11 +62,12 @@ export function behavesAsAParkingStore(world: StoreWorld) {
     });
 
     it('keeps the first decision, except that a keep replaces a drop', async () => {
-      expect(await parking.decide(trace, { keep: false, reason: 'outcome' }, 60_000)).toEqual({ keep: false, reason: 'outcome' });
-      expect(await parking.decide(trace, { keep: false, reason: 'no_outcome' }, 60_000)).toEqual({ keep: false, reason: 'outcome' });
-      expect(await parking.decide(trace, { keep: true, reason: 'failed' }, 60_000)).toEqual({ keep: true, reason: 'failed' });
-      expect(await parking.decide(trace, { keep: true, reason: 'slow' }, 60_000)).toEqual({ keep: true, reason: 'failed' });
-      expect(await parking.decide(trace, { keep: false, reason: 'outcome' }, 60_000)).toEqual({ keep: true, reason: 'failed' });
+      const decided = async (decision: TraceDecision) => parking.decide(trace, decision, 60_000);
+      expect(await decided({ keep: false, reason: 'outcome' })).toEqual({ decision: { keep: false, reason: 'outcome' }, changed: true });
+      expect(await decided({ keep: false, reason: 'no_outcome' })).toEqual({ decision: { keep: false, reason: 'outcome' }, changed: false });
+      expect(await decided({ keep: true, reason: 'failed' })).toEqual({ decision: { keep: true, reason: 'failed' }, changed: true });
+      expect(await decided({ keep: true, reason: 'slow' })).toEqual({ decision: { keep: true, reason: 'failed' }, changed: false });
+      expect(await decided({ keep: false, reason: 'outcome' })).toEqual({ decision: { keep: true, reason: 'failed' }, changed: false });
       expect(await parking.findDecision(trace)).toEqual({ keep: true, reason: 'failed' });
     });
 
@@ -74,8 +75,8 @@ export function behavesAsAParkingStore(world: StoreWorld) {
       expect(await parking.readFacts(trace)).toEqual({ statuses: [], longestQueueMs: 0 });
       await parking.noteFacts(trace, { longestQueueMs: 4000 }, 60_000);
       await parking.noteFacts(trace, { statuses: ['failed', 'success'], longestQueueMs: 1000 }, 60_000);
-      await parking.noteFacts(trace, { statuses: ['failed'] }, 60_000);
-      expect(await parking.readFacts(trace)).toEqual({ statuses: ['failed', 'success'], longestQueueMs: 4000 });
+      await parking.noteFacts(trace, { statuses: ['failed'], whenNoOutcome: 'drop' }, 60_000);
+      expect(await parking.readFacts(trace)).toEqual({ statuses: ['failed', 'success'], longestQueueMs: 4000, whenNoOutcome: 'drop' });
     });
 
     it('hands a trace past its time limit to one caller at a time, until it is settled', async () => {

@@ -7,7 +7,7 @@
 import { CI_IDENTITY_ATTRIBUTES, CiIdentityValueType, SAMPLING_REASON_ATTRIBUTE } from '../../otlp/ci-identity';
 import type { OtlpSignal } from '../../otlp/otlp-encoding';
 import type { EnforcedExport, GatewayGrant, RunnerJobEnd, SpanBudget, SpanLimits } from './otlp-types';
-import { PENDING_SAMPLING_REASON, ResourceSamplingReason } from './sampling-reason';
+import { PENDING_SAMPLING_REASON, ResourceSamplingReason } from '../../otlp/sampling-reason';
 
 export interface IdentityAttribute {
   key: string;

@@ -31,7 +31,7 @@ import type { OtlpSignal } from '../../otlp/otlp-encoding';
 import { jsonTextBytes } from '../../otlp/otlp-json-size';
 import { OtlpPayloadError } from '../../otlp/otlp-wire';
 import type { EnforcedExport, GatewayGrant, RunnerJobEnd, SpanBudget, SpanLimits } from './otlp-types';
-import { jsonSamplingReason } from './sampling-reason';
+import { jsonSamplingReason } from '../../otlp/sampling-reason';
 
 type JsonObject = Record<string, unknown>;
 type Spelling = [camel: string, snake: string | undefined];

@@ -31,7 +31,7 @@ import {
 } from './export-policy';
 import type { OtlpSignal } from '../../otlp/otlp-encoding';
 import type { EnforcedExport, GatewayGrant, RunnerJobEnd, SpanBudget, SpanLimits } from './otlp-types';
-import { protobufSamplingReason } from './sampling-reason';
+import { protobufSamplingReason } from '../../otlp/sampling-reason';
 import {
   ChunkList,
   OtlpPayloadError,

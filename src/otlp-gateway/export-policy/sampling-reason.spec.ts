@@ -4,7 +4,7 @@ import type { OtlpEncoding, OtlpSignal } from '../../otlp/otlp-encoding';
 import { exportRequestType, otlpProto } from '../../otlp/otlp-proto';
 import { encodeBytesField, encodeStringField } from '../../otlp/otlp-wire';
 import type { GatewayGrant } from './otlp-types';
-import { OutcomeSamplingReason, SAMPLING_REASON_ATTRIBUTE, settleSamplingReason } from './sampling-reason';
+import { OutcomeSamplingReason, SAMPLING_REASON_ATTRIBUTE, settleSamplingReason } from '../../otlp/sampling-reason';
 
 type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 

@@ -4,9 +4,9 @@
  * resources carries a slot that `settleSamplingReason` later fills with the outcome, without enforcing or encoding
  * the body again: parked bodies go to the collector as stored, concatenated (issue 28).
  */
-import { SAMPLING_REASONS, SAMPLING_REASON_ATTRIBUTE, SamplingReason } from '../../otlp/ci-identity';
-import type { OtlpEncoding } from '../../otlp/otlp-encoding';
-import { WIRE_LENGTH_DELIMITED, WireReader, encodeBytesField, encodeStringField, lengthDelimitedHeader } from '../../otlp/otlp-wire';
+import { SAMPLING_REASONS, SAMPLING_REASON_ATTRIBUTE, SamplingReason } from './ci-identity';
+import type { OtlpEncoding } from './otlp-encoding';
+import { WIRE_LENGTH_DELIMITED, WireReader, encodeBytesField, encodeStringField, lengthDelimitedHeader } from './otlp-wire';
 
 export { SAMPLING_REASON_ATTRIBUTE };
 export type { SamplingReason };
