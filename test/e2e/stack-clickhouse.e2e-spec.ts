@@ -449,7 +449,9 @@ describe('ci_job_telemetry_spans says why a span was kept and how many it stands
   let clickhouse: ClickHouse;
   const createdAt = new Date('2026-11-21T10:00:00Z');
   const viewOf = (where: string) =>
-    clickhouse.query(`SELECT span_id, span_name, pipeline_id, sampling_reason, adjusted_count FROM otel.ci_job_telemetry_spans WHERE ${where} ORDER BY span_id`);
+    clickhouse.query(
+      `SELECT span_id, span_name, pipeline_id, sampling_reason, adjusted_count FROM otel.ci_job_telemetry_spans WHERE ${where} ORDER BY span_id`,
+    );
 
   beforeAll(async () => {
     clickhouse = await startClickHouse();

@@ -525,7 +525,7 @@ describe('Pipeline counts and rates from a sample that keeps every failure (issu
   });
 });
 
-describe('Pipelines kept and dropped by outcome sampling: a Prometheus panel on the service\'s decision counter', () => {
+describe("Pipelines kept and dropped by outcome sampling: a Prometheus panel on the service's decision counter", () => {
   it('counts ci_job_telemetry_outcome_decisions_total over the time range by decision and reason', () => {
     const decisions = panel('Pipelines kept and dropped by outcome sampling');
     expect(decisions.datasource).toEqual({ type: 'prometheus', uid: 'prometheus' });
