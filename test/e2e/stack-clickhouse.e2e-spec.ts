@@ -5,6 +5,7 @@ import { pickUpPipelineJob, PickedUpJob } from '../helpers/ci-pipeline';
 import { ClickHouse, ClickHouseRow, startClickHouse } from '../helpers/clickhouse';
 import { dateTime64, insertOtelTraces, OtelTracesRow, otelTracesRows } from '../helpers/clickhouse-exporter';
 import { PipelinesRun, runPipelines, stageSeconds } from '../helpers/clickhouse-pipelines';
+import { HEAD_10_PERCENT, otelSpanRow, sampledPipelineRows, sampledTraceId, tenPercentSample } from '../helpers/clickhouse-sampling';
 import { makeWebhookSecret, WebhookSecret } from '../helpers/gitlab-webhooks';
 import { OtlpSink, startOtlpSink } from '../helpers/otlp-sink';
 import { waitFor } from '../helpers/ports';
@@ -62,6 +63,8 @@ const VIEW_COLUMNS: Array<[string, string]> = [
   ['pipeline_status', 'LowCardinality(String)'],
   ['duration_ns', 'UInt64'],
   ['span_version', 'UInt64'],
+  ['sampling_reason', 'LowCardinality(String)'],
+  ['adjusted_count', 'Float64'],
 ];
 
 /**
@@ -294,6 +297,9 @@ describe("ci_job_telemetry_traces holds the control plane's spans too: pipeline,
       duration_ns: 420 * 1_000_000_000,
       // Its one version (issue 27): the finish in ms, then the status's rank.
       span_version: (finishedAt.getTime() * 8 + 4) * 128,
+      // Traced at 100 %: head-sampled, no threshold, standing for itself.
+      sampling_reason: 'head',
+      adjusted_count: 1,
     });
   });
 
@@ -422,6 +428,10 @@ describe('01-ci-job-telemetry.sql upgrades an install made before issue 19, and 
     await insertOtelTraces(clickhouse, [
       span('0000000000000005', 'queue_wait', { 'service.name': 'gitlab-ci', ...job, 'ci.job.id': '3112', 'ci.runner.type': 'group_type' }),
     ]);
+    // Written before the upgrade, with no tracestate kept: head-sampled, as every span was then, counting 1.
+    expect(await clickhouse.query("SELECT sampling_reason, adjusted_count FROM otel.ci_job_telemetry_traces WHERE span_id = '0000000000000001'")).toEqual([
+      { sampling_reason: 'head', adjusted_count: 1 },
+    ]);
     expect(
       await clickhouse.query('SELECT span_id, span_name, pipeline_id, job_id, runner_type, pipeline_status FROM otel.ci_job_telemetry_traces ORDER BY span_id'),
     ).toEqual([
@@ -431,6 +441,115 @@ describe('01-ci-job-telemetry.sql upgrades an install made before issue 19, and 
       { span_id: '0000000000000004', span_name: 'queue_wait', pipeline_id: 610, job_id: 3111, runner_type: 'instance_type', pipeline_status: '' },
       // ci.runner.type from the resource when the span has none.
       { span_id: '0000000000000005', span_name: 'queue_wait', pipeline_id: 610, job_id: 3112, runner_type: 'group_type', pipeline_status: '' },
+    ]);
+  });
+});
+
+describe('ci_job_telemetry_spans says why a span was kept and how many it stands for (issue 28, SPEC §11)', () => {
+  let clickhouse: ClickHouse;
+  const createdAt = new Date('2026-11-21T10:00:00Z');
+  const viewOf = (where: string) =>
+    clickhouse.query(
+      `SELECT span_id, span_name, pipeline_id, sampling_reason, adjusted_count FROM otel.ci_job_telemetry_spans WHERE ${where} ORDER BY span_id`,
+    );
+
+  beforeAll(async () => {
+    clickhouse = await startClickHouse();
+    await clickhouse.query(SCHEMA);
+  }, 60_000);
+  afterAll(async () => {
+    await clickhouse?.stop();
+  });
+
+  it('weighs a pipeline kept by outcome 1 and a head-sampled one 1/p, and reads back the reason', async () => {
+    await insertOtelTraces(clickhouse, tenPercentSample(createdAt).flatMap(sampledPipelineRows));
+    const pipelines = await viewOf("span_name = 'pipeline'");
+    expect(pipelines).toEqual([
+      { span_id: '0000000000000af1', span_name: 'pipeline', pipeline_id: 2801, sampling_reason: 'failed', adjusted_count: 1 },
+      { span_id: '0000000000000af2', span_name: 'pipeline', pipeline_id: 2802, sampling_reason: 'failed', adjusted_count: 1 },
+      { span_id: '0000000000000af3', span_name: 'pipeline', pipeline_id: 2803, sampling_reason: 'failed', adjusted_count: 1 },
+      { span_id: '0000000000000af4', span_name: 'pipeline', pipeline_id: 2804, sampling_reason: 'head', adjusted_count: expect.closeTo(10, 9) },
+      { span_id: '0000000000000af5', span_name: 'pipeline', pipeline_id: 2805, sampling_reason: 'head', adjusted_count: expect.closeTo(10, 9) },
+    ]);
+    // The runner's spans carry no tracestate: they count 1, and a pipeline's weight is its pipeline span's.
+    expect(await viewOf("span_name = 'job_execution'")).toEqual(
+      [2801, 2802, 2803, 2804, 2805].map((pipelineId, index) => ({
+        span_id: (pipelineId * 10 + 1).toString(16).padStart(16, '0'),
+        span_name: 'job_execution',
+        pipeline_id: pipelineId,
+        sampling_reason: index < 3 ? 'failed' : 'head',
+        adjusted_count: 1,
+      })),
+    );
+  });
+
+  it('reads th wherever the tracestate has it: among other sub-keys, after other vendors, short or padded', async () => {
+    const cases: Array<[string, number]> = [
+      ['', 1],
+      ['ot=th:0', 1],
+      // 10 % as SAMPLING.md writes it (13 digits, padded with one zero) and as the decorator hands it out (14).
+      ['ot=th:e666666666666;rv:0123456789abcd', 10],
+      [HEAD_10_PERCENT, 10],
+      ['foo=bar,ot=th:c', 4],
+      ['vendor=a:b;th:f , ot=rv:0123456789abcd;th:8 ,other=x', 2],
+      ['ot=th:f8', 32],
+      // Not a threshold: another vendor's th, a th-like sub-key, uppercase, more than 14 digits.
+      ['foo=th:8', 1],
+      ['ot=thx:8', 1],
+      ['ot=th:E6', 1],
+      ['ot=th:123456789abcdef', 1],
+    ];
+    await insertOtelTraces(
+      clickhouse,
+      cases.map(([traceState], index) =>
+        otelSpanRow({
+          Timestamp: dateTime64(BigInt(createdAt.getTime()) * 1_000_000n),
+          TraceId: 'd4d4d4d4d4d4d4d4d4d4d4d4d4d4d4d4',
+          SpanId: `00000000000001${index.toString(16).padStart(2, '0')}`,
+          SpanName: 'queue_wait',
+          TraceState: traceState,
+          ResourceAttributes: { 'service.name': 'gitlab-ci', 'ci.project.id': '7', 'ci.pipeline.id': '2900', 'ci.job.id': String(29000 + index) },
+        }),
+      ),
+    );
+    const counts = await viewOf("trace_id = 'd4d4d4d4d4d4d4d4d4d4d4d4d4d4d4d4'");
+    expect(counts.map((row) => row.adjusted_count)).toEqual(cases.map(([, count]) => expect.closeTo(count, 9)));
+  });
+
+  it('takes the reason from the resource, else from the span, else head; and from the latest version of a span', async () => {
+    const identity = { 'ci.project.id': '7', 'ci.pipeline.id': '2950' };
+    const pipeline = (version: number, resource: Record<string, string>) =>
+      otelSpanRow({
+        Timestamp: dateTime64(BigInt(createdAt.getTime()) * 1_000_000n),
+        TraceId: sampledTraceId(2950),
+        SpanId: '0000000000000b86',
+        SpanName: 'pipeline',
+        TraceState: 'ot=th:0',
+        ResourceAttributes: { 'service.name': 'gitlab-ci', ...identity, ...resource },
+        SpanAttributes: { ...identity, 'ci.pipeline.span.version': String(version) },
+      });
+    const job = (jobId: number, resource: Record<string, string>, span: Record<string, string>) =>
+      otelSpanRow({
+        Timestamp: dateTime64(BigInt(createdAt.getTime()) * 1_000_000n),
+        TraceId: sampledTraceId(2950),
+        SpanId: jobId.toString(16).padStart(16, '0'),
+        SpanName: 'job_execution',
+        ResourceAttributes: { 'service.name': 'runner', ...identity, 'ci.job.id': String(jobId), ...resource },
+        SpanAttributes: span,
+      });
+    await insertOtelTraces(clickhouse, [
+      job(29501, { 'ci.sampling.reason': 'slow' }, { 'ci.sampling.reason': 'queued' }),
+      job(29502, {}, { 'ci.sampling.reason': 'queued' }),
+      // A hosted runner's span that reached the Collector without the gateway.
+      job(29503, {}, {}),
+      pipeline(1, { 'ci.sampling.reason': 'no_outcome' }),
+      pipeline(2, { 'ci.sampling.reason': 'failed' }),
+    ]);
+    expect(await viewOf(`trace_id = '${sampledTraceId(2950)}'`)).toEqual([
+      { span_id: '0000000000000b86', span_name: 'pipeline', pipeline_id: 2950, sampling_reason: 'failed', adjusted_count: 1 },
+      { span_id: (29501).toString(16).padStart(16, '0'), span_name: 'job_execution', pipeline_id: 2950, sampling_reason: 'slow', adjusted_count: 1 },
+      { span_id: (29502).toString(16).padStart(16, '0'), span_name: 'job_execution', pipeline_id: 2950, sampling_reason: 'queued', adjusted_count: 1 },
+      { span_id: (29503).toString(16).padStart(16, '0'), span_name: 'job_execution', pipeline_id: 2950, sampling_reason: 'head', adjusted_count: 1 },
     ]);
   });
 });

@@ -5,6 +5,7 @@ import { pickUpPipelineJob } from '../helpers/ci-pipeline';
 import { ClickHouse, startClickHouse } from '../helpers/clickhouse';
 import { dateTime64, insertOtelTraces, OtelTracesRow } from '../helpers/clickhouse-exporter';
 import { PipelinesRun, runPipelines, stageSeconds } from '../helpers/clickhouse-pipelines';
+import { sampledPipelineRows, tenPercentSample } from '../helpers/clickhouse-sampling';
 import { makeWebhookSecret, WebhookSecret } from '../helpers/gitlab-webhooks';
 import { expandGrafanaQuery, GrafanaQueryContext } from '../helpers/grafana-query';
 import { OtlpSink, startOtlpSink } from '../helpers/otlp-sink';
@@ -398,7 +399,7 @@ describe("Queue wait and pipeline duration panels on the control plane's spans (
     ]);
   });
 
-  it('Slowest pipelines: the longest first, with GitLab status, what failed, and the trace to open', async () => {
+  it('Slowest pipelines: the longest first, with GitLab status, what failed, why it was kept, and the trace to open', async () => {
     const traceOf = (pipelineId: number) => run.jobs.find((job) => job.pipeline.pipelineId === pipelineId)!.picked.tracing.trace_id;
     expect(await runPanel('Slowest pipelines')).toEqual([
       {
@@ -408,10 +409,29 @@ describe("Queue wait and pipeline duration panels on the control plane's spans (
         duration_seconds: 480,
         created: dateTime(created),
         failure: 'rspec: script_failure',
+        sampling_reason: 'head',
         trace_id: traceOf(800),
       },
-      { project: 7, pipeline: 700, status: 'success', duration_seconds: 300, created: dateTime(created), failure: '', trace_id: traceOf(700) },
-      { project: 99, pipeline: 900, status: 'success', duration_seconds: 180, created: dateTime(created), failure: '', trace_id: traceOf(900) },
+      {
+        project: 7,
+        pipeline: 700,
+        status: 'success',
+        duration_seconds: 300,
+        created: dateTime(created),
+        failure: '',
+        sampling_reason: 'head',
+        trace_id: traceOf(700),
+      },
+      {
+        project: 99,
+        pipeline: 900,
+        status: 'success',
+        duration_seconds: 180,
+        created: dateTime(created),
+        failure: '',
+        sampling_reason: 'head',
+        trace_id: traceOf(900),
+      },
     ]);
   });
 
@@ -450,6 +470,67 @@ describe("Queue wait and pipeline duration panels on the control plane's spans (
     expect(await runPanel('Jobs by status')).toEqual([
       { status: 'success', jobs: 8 },
       { status: 'failed', jobs: 1 },
+    ]);
+  });
+});
+
+describe('Pipeline counts and rates from a sample that keeps every failure (issue 28, SPEC §11)', () => {
+  let clickhouse: ClickHouse;
+  // 23 pipelines at 10 % head sampling, outcome keeping failures: 3 failed (kept by outcome, 100 s each), 2 of
+  // the 20 that succeeded (head-sampled, 300 s each) in ClickHouse.
+  const created = new Date('2026-11-21T10:00:00Z');
+  const context: GrafanaQueryContext = { ...CONTEXT, variables: { ...CONTEXT.variables, project: ['7'] } };
+  const runPanel = (title: string) => clickhouse.query(expandGrafanaQuery(panel(title).targets[0].rawSql!, context));
+
+  beforeAll(async () => {
+    clickhouse = await startClickHouse();
+    await clickhouse.query(SCHEMA);
+    await insertOtelTraces(clickhouse, tenPercentSample(created).flatMap(sampledPipelineRows));
+  }, 60_000);
+  afterAll(async () => {
+    await clickhouse?.stop();
+  });
+
+  it('Pipelines and failure rate by project: 3 failed of 23, not 3 of the 5 traced', async () => {
+    expect(await runPanel('Pipelines and failure rate by project')).toEqual([
+      { project: 7, pipelines: 23, failed: 3, failure_rate: expect.closeTo(3 / 23, 9), kept: 5 },
+    ]);
+  });
+
+  it('Pipeline failure rate over time: the same true rate per bucket', async () => {
+    expect(await runPanel('Pipeline failure rate over time')).toEqual([{ time: '2026-11-21 10:00:00', failure_rate: expect.closeTo(3 / 23, 9) }]);
+  });
+
+  it('Pipelines by sampling reason: what is traced, and how many pipelines it stands for', async () => {
+    expect(await runPanel('Pipelines by sampling reason')).toEqual([
+      { reason: 'failed', kept: 3, estimated: 3 },
+      { reason: 'head', kept: 2, estimated: 20 },
+    ]);
+  });
+
+  it('Pipeline duration: the quantiles of the 23 pipelines, not of the 5 traced (3 of which were kept for failing)', async () => {
+    // Unweighted, the median of 100, 100, 100, 300, 300 would read 100 s.
+    expect(await runPanel('Pipeline duration p50/p95 over time')).toEqual([{ time: '2026-11-21 10:00:00', p50_seconds: 300, p95_seconds: 300 }]);
+  });
+
+  it('Slowest pipelines: says why each was kept', async () => {
+    const rows = await runPanel('Slowest pipelines');
+    expect(rows.map((row) => [row.pipeline, row.status, row.sampling_reason])).toEqual([
+      [2805, 'success', 'head'],
+      [2804, 'success', 'head'],
+      [2803, 'failed', 'failed'],
+      [2802, 'failed', 'failed'],
+      [2801, 'failed', 'failed'],
+    ]);
+  });
+});
+
+describe("Pipelines kept and dropped by outcome sampling: a Prometheus panel on the service's decision counter", () => {
+  it('counts ci_job_telemetry_outcome_decisions_total over the time range by decision and reason', () => {
+    const decisions = panel('Pipelines kept and dropped by outcome sampling');
+    expect(decisions.datasource).toEqual({ type: 'prometheus', uid: 'prometheus' });
+    expect(decisions.targets.map((target) => [target.datasource.uid, target.expr])).toEqual([
+      ['prometheus', 'sum by (decision, reason) (increase(ci_job_telemetry_outcome_decisions_total[$__range]))'],
     ]);
   });
 });

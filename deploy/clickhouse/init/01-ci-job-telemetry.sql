@@ -75,6 +75,8 @@ CREATE TABLE IF NOT EXISTS otel.ci_job_telemetry_traces
     pipeline_status LowCardinality(String),
     duration_ns     UInt64,
     span_version    UInt64,
+    sampling_reason LowCardinality(String) DEFAULT 'head',
+    adjusted_count  Float64 DEFAULT 1,
     INDEX idx_trace_id trace_id TYPE bloom_filter(0.001) GRANULARITY 1
 )
 ENGINE = MergeTree
@@ -102,6 +104,14 @@ ALTER TABLE otel.ci_job_telemetry_traces
 -- through ci_job_telemetry_spans below, or with ORDER BY span_version DESC LIMIT 1 BY span_id.
 ALTER TABLE otel.ci_job_telemetry_traces
     ADD COLUMN IF NOT EXISTS span_version UInt64 AFTER duration_ns;
+
+-- Issue 28 (outcome-based sampling, SPEC §11): why a span was kept, and how many pipelines it stands for.
+-- A sample no longer has one rate: failed and slow pipelines are kept whole (th:0) while the others are
+-- head-sampled (th:e666666666666 at 10 %), so a count of rows overstates what outcome sampling keeps.
+-- Rows written before have no tracestate left to read: they count 1 each, and were head-sampled.
+ALTER TABLE otel.ci_job_telemetry_traces
+    ADD COLUMN IF NOT EXISTS sampling_reason LowCardinality(String) DEFAULT 'head' AFTER span_version,
+    ADD COLUMN IF NOT EXISTS adjusted_count Float64 DEFAULT 1 AFTER sampling_reason;
 
 -- Identity is read from the resource first: the gateway overwrites the resource's ci.* attributes with
 -- the grant's values on every span it forwards, including the runner's stage spans and whatever a
@@ -143,7 +153,20 @@ SELECT
     -- GitLab's status of a pipeline span: success, failed, canceled, skipped.
     SpanAttributes['ci.pipeline.status'] AS pipeline_status,
     Duration AS duration_ns,
-    toUInt64OrZero(SpanAttributes['ci.pipeline.span.version']) AS span_version
+    toUInt64OrZero(SpanAttributes['ci.pipeline.span.version']) AS span_version,
+    -- head, failed, slow, queued or no_outcome: the gateway writes it on every resource it forwards; a
+    -- span that reached the Collector some other way (a hosted runner's) was head-sampled.
+    multiIf(ResourceAttributes['ci.sampling.reason'] != '', ResourceAttributes['ci.sampling.reason'],
+            SpanAttributes['ci.sampling.reason'] != '', SpanAttributes['ci.sampling.reason'], 'head') AS sampling_reason,
+    -- The adjusted count of OpenTelemetry's consistent probability sampling: the tracestate's `ot` entry
+    -- (a W3C list, `key=value` by commas, other vendors' entries anywhere) holds `th:T` among `;`-separated
+    -- sub-keys, T being 1 to 14 lowercase hex digits of a 56-bit rejection threshold, right-padded with
+    -- zeros. Kept with probability (2^56 - T) / 2^56, so it stands for 2^56 / (2^56 - T) spans. No th, th:0
+    -- (kept by outcome) or a malformed one (which the sampling spec says to ignore) count 1. The runner's
+    -- own spans carry no tracestate: a pipeline's weight is its pipeline span's, which always carries it.
+    72057594037927936 / (72057594037927936 - reinterpretAsUInt64(reverse(unhex(rightPad(
+        extract(concat(';', trimRight(extract(TraceState, '(?:^|,)[ \t]*ot=([^,]*)')), ';'), ';th:([0-9a-f]{1,14});'),
+        14, '0'))))) AS adjusted_count
 FROM otel.otel_traces
 WHERE project_id > 0 AND (job_id > 0 OR pipeline_id > 0) AND TraceId != '';
 
@@ -173,6 +196,8 @@ SELECT
     argMax(pipeline_status, version) AS pipeline_status,
     argMax(duration_ns, version) AS duration_ns,
     max(version) AS span_version,
+    argMax(sampling_reason, version) AS sampling_reason,
+    argMax(adjusted_count, version) AS adjusted_count,
     -- How many versions of the span arrived: more than one for a pipeline that finished again.
     count() AS versions
 -- Under another name, so that the result's span_version (an aggregate) does not shadow the column.
