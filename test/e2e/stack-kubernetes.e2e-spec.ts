@@ -170,6 +170,24 @@ describe('deploy/kubernetes manifests', () => {
       for (const port of rule.ports) expect(container(control).ports.map((candidate: { name: string }) => candidate.name)).toContain(port.port);
   });
 
+  it('start from the service image alone, and hand every runner the gateway: no hosted runners unless an operator names them', () => {
+    // Nothing else is pulled or run at start: no init container, no sidecar (docs/deployment.md "What each container needs at start").
+    const images = deployments.flatMap((deployment) =>
+      [...deployment.spec.template.spec.containers, ...(deployment.spec.template.spec.initContainers ?? [])].map((spec: { image: string }) => spec.image),
+    );
+    expect(images).toEqual(deployments.map(() => expect.stringMatching(/^ci-job-telemetry:\d+\.\d+\.\d+$/)));
+    // The manifests ship no Collector receiver for hosted runners, so none is named and no runner is handed one.
+    for (const deployment of deployments) {
+      const env = environmentOf(deployment);
+      const config = loadConfig(env);
+      expect({ name: deployment.metadata.name, hosted: [config.HOSTED_RUNNER_TYPES, config.HOSTED_RUNNER_IDS], url: env.COLLECTOR_PUBLIC_URL }).toEqual({
+        name: deployment.metadata.name,
+        hosted: [[], []],
+        url: undefined,
+      });
+    }
+  });
+
   it('points the edge gateway at the control Service and gives it only the internal-API key', () => {
     const edge = environmentOf(find('Deployment', 'ci-job-telemetry-gateway'));
     expect(edge.ROLE).toBe('gateway');
