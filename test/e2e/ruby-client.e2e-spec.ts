@@ -56,11 +56,11 @@ function minitest(files: readonly string[], env: Record<string, string> = {}): P
   });
 }
 
-/** Every Ruby test of the group ran and passed, none skipped. */
+/** Every Ruby test the group's files define ran and passed, none skipped: a test that failed to load is missed too. */
 async function expectAllPass(files: readonly string[], env?: Record<string, string>): Promise<void> {
-  const run = await minitest(files, env);
-  expect(run.runs).toBeGreaterThan(0);
-  expect(run).toEqual({ runs: run.runs, failures: 0, errors: 0, skips: 0 });
+  const defined = files.reduce((count, file) => count + (readFileSync(join(CLIENT, file), 'utf8').match(/^\s*def test_/gm) ?? []).length, 0);
+  expect(defined).toBeGreaterThan(0);
+  expect(await minitest(files, env)).toEqual({ runs: defined, failures: 0, errors: 0, skips: 0 });
 }
 
 describe('the shared internal-API token vector (test/fixtures/internal-api-token-vector.json)', () => {

@@ -57,7 +57,9 @@ class BreakerServiceTest < Minitest::Test
     sleep COOL_OFF * 1.5
 
     probe = Thread.new { client.decorate(job_request(job_id: 4021)) }
-    sleep 0.01 until calls_reaching_the_service > reached
+    wait_until = monotonic + 10
+    sleep 0.01 until calls_reaching_the_service > reached || monotonic > wait_until
+    assert_equal reached + 1, calls_reaching_the_service, "the probe reached the service"
     others = Array.new(3) { |i| client.decorate(job_request(job_id: 4022 + i)) && calls.pop.outcome }
     probe.join
     assert_equal [:skipped] * 3, others
