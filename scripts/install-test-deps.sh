@@ -14,7 +14,7 @@ command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx-light)
 # The nginx example is filled with envsubst, exactly as docs/nginx.md tells operators to.
 command -v envsubst >/dev/null 2>&1 || missing+=(gettext-base)
-# clients/ruby runs on Debian's Ruby with the one gem it uses (jwt) and minitest, all as Debian packages.
+# clients/ruby: Debian's Ruby and minitest; ruby-jwt only for the test that has a standard JWT library verify the header.
 command -v ruby >/dev/null 2>&1 || missing+=(ruby)
 { command -v ruby >/dev/null 2>&1 && ruby -e 'require "jwt"' >/dev/null 2>&1; } || missing+=(ruby-jwt)
 { command -v ruby >/dev/null 2>&1 && ruby -e 'require "minitest"' >/dev/null 2>&1; } || missing+=(ruby-minitest)
