@@ -403,7 +403,7 @@ export class EnvironmentVariables {
   /** Time limit: how long after a provisional pipeline's first parked span its decision is taken without an outcome. */
   @Transform(toInt)
   @IsInt()
-  @Min(60)
+  @Min(1)
   OUTCOME_SAMPLING_MAX_WAIT_SECONDS = 6 * 3600;
 
   /** Spans one provisional pipeline may park; beyond, its exports fall back to the head decision (dropped, counted). */

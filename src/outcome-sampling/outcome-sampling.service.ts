@@ -45,6 +45,8 @@ export class OutcomeSamplingService implements OnApplicationBootstrap, OnModuleD
   /** Set by the decorator's side (ROLE=all or control), which evaluates the toggle. */
   private toggled: () => boolean = () => false;
   private warnedWithoutWebhooks = false;
+  /** When an entry last found the total budget full (performance.now()). */
+  private totalFullAt = -Infinity;
 
   constructor(
     @Inject(APP_CONFIG) private readonly config: AppConfig,
@@ -106,6 +108,7 @@ export class OutcomeSamplingService implements OnApplicationBootstrap, OnModuleD
       case 'full':
         // The head decision left the pipeline out: falling back to it drops these spans, as sampling would have.
         this.metrics.fellBack(outcome.limit, spans);
+        if (outcome.limit === 'total_bytes') this.totalFullAt = performance.now();
         this.logger.warn(`trace ${traceId}: outcome sampling budget full (${outcome.limit}); ${spans} span(s) fall back to the head decision (dropped)`);
         return { kind: 'dropped' };
       default: {
@@ -131,6 +134,15 @@ export class OutcomeSamplingService implements OnApplicationBootstrap, OnModuleD
   /** Statuses GitLab reported for a provisional pipeline's jobs or child pipelines, before its root's outcome. */
   async noteStatuses(traceId: string, statuses: readonly string[]): Promise<void> {
     if (statuses.length > 0) await this.parking.noteFacts(traceId, { statuses }, this.limits.holdMs + this.limits.rememberMs);
+  }
+
+  /**
+   * The root pipeline runs again after its decision (a retry, a manual job played: GitLab puts it back to running). A
+   * kept pipeline stays kept; a dropped one is provisional again, so what comes now parks and its next outcome decides
+   * (what was dropped before is gone: the trace then tells the story from the retry on, under its latest pipeline span).
+   */
+  async reopen(traceId: string): Promise<void> {
+    if (await this.parking.reopen(traceId)) this.logger.log(`trace ${traceId}: its pipeline runs again after it was dropped; provisional again`);
   }
 
   /**
@@ -210,9 +222,12 @@ export class OutcomeSamplingService implements OnApplicationBootstrap, OnModuleD
     return missing;
   }
 
-  /** Whether the total budget is (nearly) full: readiness says degraded (SPEC §11 "Visible"). */
+  /**
+   * Whether the total budget is full: nearly all used, or an entry found no room in the last minute. Readiness then
+   * says degraded (SPEC §11 "Visible").
+   */
   budgetFull(): boolean {
-    return this.metrics.lastUsage().bytes >= this.limits.maxTotalBytes * 0.95;
+    return this.metrics.lastUsage().bytes >= this.limits.maxTotalBytes * 0.95 || performance.now() - this.totalFullAt < 60_000;
   }
 
   /**

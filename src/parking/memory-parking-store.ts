@@ -71,6 +71,12 @@ export class MemoryParkingStore implements ParkingStore {
     return { decision, changed: true };
   }
 
+  async reopen(traceId: string): Promise<boolean> {
+    if (this.live(this.decisions, traceId)?.keep !== false) return false;
+    this.decisions.delete(traceId);
+    return true;
+  }
+
   async findDecision(traceId: string): Promise<TraceDecision | null> {
     return this.live(this.decisions, traceId) ?? null;
   }

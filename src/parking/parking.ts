@@ -81,6 +81,11 @@ export interface ParkingStore {
    */
   decide(traceId: string, decision: TraceDecision, rememberMs: number): Promise<{ readonly decision: TraceDecision; readonly changed: boolean }>;
   findDecision(traceId: string): Promise<TraceDecision | null>;
+  /**
+   * Forgets a `drop` (a kept decision stays): the pipeline runs again (a retry, a manual job played), so what comes
+   * now parks and its next outcome decides. Answers whether a drop was forgotten.
+   */
+  reopen(traceId: string): Promise<boolean>;
   /** Every entry parked for the trace, in parking order. */
   parked(traceId: string): Promise<ParkedEntry[]>;
   /** Removes entries (delivered, or dropped with their trace) and gives their bytes back to the budget. */

@@ -71,6 +71,16 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return {ARGV[1], 1}
 `;
 
+/** Forgets a drop decision, never a keep. */
+const REOPEN = `
+local current = redis.call('GET', KEYS[1])
+if current and string.sub(current, 1, 5) == 'drop:' then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+`;
+
 /**
  * Adds statuses (ARGV[4..]), a queue wait (ARGV[2], ms) and the no-outcome choice (ARGV[3], unless empty) to a
  * trace's facts, kept ARGV[1] ms at least.
@@ -107,6 +117,7 @@ interface ParkingScripts {
   ): Promise<string[]>;
   cjtParkingRelease(parked: string, size: string, ...fields: string[]): Promise<[number, number]>;
   cjtDecide(decision: string, value: string, rememberMs: string): Promise<[string, number]>;
+  cjtReopen(decision: string): Promise<number>;
   cjtNoteFacts(facts: string, ttlMs: string, queueMs: string, whenNoOutcome: string, ...statuses: string[]): Promise<number>;
   cjtClaimOverdue(overdue: string, now: string, max: string, leaseMs: string): Promise<string[]>;
 }
@@ -142,6 +153,7 @@ export class RedisParkingStore implements ParkingStore {
     redis.defineCommand('cjtPark', { numberOfKeys: 3, lua: PARK });
     redis.defineCommand('cjtParkingRelease', { numberOfKeys: 2, lua: RELEASE });
     redis.defineCommand('cjtDecide', { numberOfKeys: 1, lua: DECIDE });
+    redis.defineCommand('cjtReopen', { numberOfKeys: 1, lua: REOPEN });
     redis.defineCommand('cjtNoteFacts', { numberOfKeys: 1, lua: NOTE_FACTS });
     redis.defineCommand('cjtClaimOverdue', { numberOfKeys: 1, lua: CLAIM_OVERDUE });
     this.scripts = redis as unknown as ParkingScripts;
@@ -213,6 +225,10 @@ export class RedisParkingStore implements ParkingStore {
       return reply;
     });
     return { decision: decisionOf(recorded), changed: Number(changed) === 1 };
+  }
+
+  async reopen(traceId: string): Promise<boolean> {
+    return Number(await this.store.guard(() => this.scripts.cjtReopen(TRACE_DECISION_KEY(traceId)))) === 1;
   }
 
   async findDecision(traceId: string): Promise<TraceDecision | null> {

@@ -168,6 +168,9 @@ export class PipelineSpansService implements OnModuleDestroy {
     if (event.pipelineId === root && event.end !== undefined) {
       const { status, createdAt, finishedAt } = event.end;
       await this.outcomeSampling.decideOnRootOutcome(pipeline, { status, createdAt, finishedAt }, statuses);
+    } else if (event.pipelineId === root) {
+      // Running (again): a pipeline dropped on an earlier outcome is provisional again.
+      await this.outcomeSampling.reopen(pipeline.traceId);
     } else {
       await this.outcomeSampling.noteStatuses(pipeline.traceId, statuses);
     }

@@ -77,7 +77,8 @@ export class SpanOutboxDeliverer implements OnApplicationBootstrap, OnModuleDest
     @Inject(TRACED_WORK_STORE) private readonly store: TracedWorkStore,
     @Inject(COLLECTOR_CLIENT) private readonly collector: Pick<CollectorClient, 'export'>,
     private readonly metrics: PipelineSpansMetrics,
-    @Optional() private readonly outcomeSampling?: Pick<OutcomeSamplingService, 'deliverParked'>,
+    // The class itself as the type: Nest injects by the parameter's design type, which a Pick<> would erase.
+    @Optional() private readonly outcomeSampling?: OutcomeSamplingService,
   ) {
     // Longer than one send can take, so a lease never runs out under a send still in flight.
     this.leaseMs = config.OTLP_UPSTREAM_TIMEOUT_MS * 2 + 5000;

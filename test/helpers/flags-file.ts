@@ -11,9 +11,14 @@ export interface FlagSettings {
   constraints?: Constraint[];
   /** Pipeline sampling percentage; omitted = no sampling toggle. */
   sampling?: number;
+  /**
+   * Outcome-based sampling (SPEC §11): on, with this policy as its variant's JSON payload (`{}` for the defaults);
+   * omitted = no toggle.
+   */
+  outcomeSampling?: Record<string, unknown>;
 }
 
-export function flagDefinitions({ rollout = 100, enabled = true, constraints = [], sampling }: FlagSettings) {
+export function flagDefinitions({ rollout = 100, enabled = true, constraints = [], sampling, outcomeSampling }: FlagSettings) {
   const features: unknown[] = [
     {
       name: 'ci_job_telemetry',
@@ -26,6 +31,17 @@ export function flagDefinitions({ rollout = 100, enabled = true, constraints = [
       name: 'ci_job_telemetry_sampling',
       enabled: true,
       strategies: [{ name: 'flexibleRollout', parameters: { rollout: String(sampling), stickiness: 'default', groupId: 's' }, constraints: [] }],
+    });
+  }
+  if (outcomeSampling !== undefined) {
+    features.push({
+      name: 'ci_job_telemetry_outcome_sampling',
+      enabled: true,
+      strategies: [{ name: 'flexibleRollout', parameters: { rollout: '100', stickiness: 'projectId', groupId: 'o' }, constraints: [] }],
+      // As an operator writes the policy in Unleash: one variant, its payload JSON.
+      variants: [
+        { name: 'policy', weight: 1000, weightType: 'variable', stickiness: 'default', payload: { type: 'json', value: JSON.stringify(outcomeSampling) } },
+      ],
     });
   }
   return { version: 2, features };

@@ -71,6 +71,17 @@ export function behavesAsAParkingStore(world: StoreWorld) {
       expect(await parking.findDecision(trace)).toEqual({ keep: true, reason: 'failed' });
     });
 
+    it('reopens a dropped trace, never a kept one', async () => {
+      expect(await parking.reopen(trace)).toBe(false);
+      await parking.decide(trace, { keep: false, reason: 'outcome' }, 60_000);
+      expect(await parking.reopen(trace)).toBe(true);
+      expect(await parking.findDecision(trace)).toBeNull();
+      expect(await parking.park(trace, { kind: 'protobuf', body: body(10), spans: 1 }, limits)).toEqual({ kind: 'parked' });
+      await parking.decide(trace, { keep: true, reason: 'failed' }, 60_000);
+      expect(await parking.reopen(trace)).toBe(false);
+      expect(await parking.findDecision(trace)).toEqual({ keep: true, reason: 'failed' });
+    });
+
     it('collects the facts a decision reads: statuses once each, the longest queue wait', async () => {
       expect(await parking.readFacts(trace)).toEqual({ statuses: [], longestQueueMs: 0 });
       await parking.noteFacts(trace, { longestQueueMs: 4000 }, 60_000);
