@@ -2,7 +2,8 @@
  * Proxy side of otlp-gateway.bench.ts (not run by hand), in two forms, each its own process:
  *
  *   proxy  the least a Node.js OTLP gateway can do, built from the same parts as ours (Fastify with the body
- *          kept as bytes, HttpCollectorClient's pooled undici client) and nothing else: no credential, no store, no
+ *          kept as bytes, HttpCollectorClient's pooled undici client behind the same coalescing as the gateway's,
+ *          OTLP_UPSTREAM_LINGER_MS) and nothing else: no credential, no store, no
  *          enforcement, no log line, no metric. It forwards each export to the sink and answers what the sink
  *          answered, as the client's result. Its cost per export bounds what any gateway on this runtime can reach against nginx,
  *          whatever it checks.
@@ -20,6 +21,7 @@ import { JobSpanLedger } from '../src/limits/job-span-ledger';
 import { RedisLimitStore } from '../src/limits/redis-limit-store';
 import { WindowLedger } from '../src/limits/window-ledger';
 import { RedisStore } from '../src/store/redis-store';
+import { CoalescingCollectorClient } from '../src/collector/coalescing-collector-client';
 import { HttpCollectorClient } from '../src/collector/http-collector-client';
 import { encodingOf, OTLP_MEDIA_TYPES } from '../src/otlp/otlp-encoding';
 import { encodeExportResponse } from '../src/otlp/otlp-response';
@@ -59,7 +61,9 @@ async function floorWork(): Promise<((body: Buffer) => Promise<Buffer>) | undefi
 async function serve(): Promise<void> {
   const upstreamUrl = process.env.OTLP_UPSTREAM_URL;
   if (upstreamUrl === undefined) throw new Error('OTLP_UPSTREAM_URL is required');
-  const collector = new HttpCollectorClient(upstreamUrl, {}, 10_000);
+  // Exports joined upstream as the gateway joins them (issue 29), with the same linger, so the floor is remeasured with it.
+  const lingerMs = Number(process.env.OTLP_UPSTREAM_LINGER_MS ?? 2);
+  const collector = new CoalescingCollectorClient(new HttpCollectorClient(upstreamUrl, {}, 10_000), { lingerMs, maxBytes: 1024 * 1024 });
   const work = await floorWork();
   const app = fastify({ bodyLimit: 64 * 1024 * 1024 });
   app.removeAllContentTypeParsers();

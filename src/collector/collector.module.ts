@@ -4,9 +4,11 @@ import { AppConfig } from '../config/app-config';
 import { APP_CONFIG } from '../config/config.constants';
 import { APP_LOGGER } from '../observability/logger';
 import { ReadinessChecks } from '../observability/readiness-checks';
+import { CoalescingCollectorClient } from './coalescing-collector-client';
 import type { CollectorClient } from './collector-client';
 import { localCollectorDirectory, SIGNAL_FILE_NAMES } from './collector-files';
 import { COLLECTOR_CLIENT } from './collector.constants';
+import { CollectorMetrics } from './collector.metrics';
 import { HttpCollectorClient, parseHeaderList } from './http-collector-client';
 import { LocalCollector } from './local-collector';
 
@@ -17,13 +19,19 @@ import { LocalCollector } from './local-collector';
  */
 @Module({
   providers: [
+    CollectorMetrics,
     {
       provide: COLLECTOR_CLIENT,
-      inject: [APP_CONFIG],
-      useFactory: (config: AppConfig): CollectorClient =>
+      inject: [APP_CONFIG, CollectorMetrics],
+      // Coalescing sits in front of the HTTP collector only: the embedded one writes a line per export, with no request to save.
+      useFactory: (config: AppConfig, metrics: CollectorMetrics): CollectorClient =>
         config.OTLP_UPSTREAM_URL === undefined
           ? new LocalCollector(localCollectorDirectory(config.DATA_DIR), config.LOCAL_COLLECTOR_MAX_BYTES)
-          : new HttpCollectorClient(config.OTLP_UPSTREAM_URL, parseHeaderList(config.OTLP_UPSTREAM_HEADERS), config.OTLP_UPSTREAM_TIMEOUT_MS),
+          : new CoalescingCollectorClient(
+              new HttpCollectorClient(config.OTLP_UPSTREAM_URL, parseHeaderList(config.OTLP_UPSTREAM_HEADERS), config.OTLP_UPSTREAM_TIMEOUT_MS),
+              { lingerMs: config.OTLP_UPSTREAM_LINGER_MS, maxBytes: config.OTLP_UPSTREAM_BATCH_MAX_BYTES },
+              metrics,
+            ),
     },
   ],
   exports: [COLLECTOR_CLIENT],

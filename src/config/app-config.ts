@@ -282,6 +282,22 @@ export class EnvironmentVariables {
   @Min(100)
   OTLP_UPSTREAM_TIMEOUT_MS = 10_000;
 
+  /**
+   * How long a protobuf traces export may wait to share one upstream request with others (issue 29). It waits
+   * only while a request to the collector is in flight, so an idle gateway adds nothing; 0 sends each alone.
+   */
+  @Transform(toInt)
+  @IsInt()
+  @Min(0)
+  @Max(1000)
+  OTLP_UPSTREAM_LINGER_MS = 2;
+
+  /** The most bytes one coalesced upstream request carries; a batch that would grow past it leaves at once. */
+  @Transform(toInt)
+  @IsInt()
+  @Min(1024)
+  OTLP_UPSTREAM_BATCH_MAX_BYTES = 1024 * 1024;
+
   /** Control process auth endpoint for ROLE=gateway (SPEC §2), e.g. http://control:8080/internal/ci/telemetry/auth. */
   @IsOptional()
   @IsHttpUrl()

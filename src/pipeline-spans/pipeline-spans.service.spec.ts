@@ -15,7 +15,14 @@ const secrets = TEST_SECRETS;
 class RecordingStore extends MemoryTracedWorkStore {
   readonly pipelineWrites: number[][] = [];
   readonly enqueued: string[][] = [];
+  jobLookups = 0;
   failing = false;
+
+  override async findTracedJob(jobId: number): Promise<TracedJob | null> {
+    this.jobLookups += 1;
+    if (this.failing) throw new StoreUnavailableError('connection refused');
+    return super.findTracedJob(jobId);
+  }
 
   override async recordTracedPipelines(pipelines: readonly Remembered<TracedPipeline>[]): Promise<void> {
     if (this.failing) throw new StoreUnavailableError('connection refused');
@@ -112,5 +119,41 @@ describe('PipelineSpansService at pickup (SPEC §10)', () => {
     service.recordPickup(pickedUp(1002), grantEnd(), '0000000000000002');
     await service.onModuleDestroy();
     expect(store.pipelineWrites).toEqual([[501, 500]]);
+  });
+
+  describe("closing a job span from its runner's job_execution span (issue 29)", () => {
+    // A traced job is written with its grant (the grant store does it); here straight into the store.
+    const pickUp = (jobId: number) => {
+      store.rememberTracedJob(pickedUp(jobId), grantEnd());
+      service.recordPickup(pickedUp(jobId), grantEnd(), jobId.toString(16).padStart(16, '0'));
+    };
+
+    it('writes once per job: a job_execution sent again makes no store call, and another job still closes', async () => {
+      pickUp(1001);
+      pickUp(1002);
+      await service.onModuleDestroy();
+      const before = store.enqueued.length;
+      const lookups = store.jobLookups;
+      await Promise.all([service.closeJobFromRunner(1001, { endMs: Date.now() }), service.closeJobFromRunner(1001, { endMs: Date.now() })]);
+      await service.closeJobFromRunner(1001, { endMs: Date.now(), status: 'failed' });
+      expect(store.jobLookups).toBe(lookups + 1);
+      expect(store.enqueued.length).toBe(before + 1);
+      await service.closeJobFromRunner(1002, { endMs: Date.now() });
+      expect(store.jobLookups).toBe(lookups + 2);
+      expect(store.enqueued.length).toBe(before + 2);
+    });
+
+    it('tries again on the next job_execution when the store failed the first time', async () => {
+      pickUp(1001);
+      await service.onModuleDestroy();
+      const before = store.enqueued.length;
+      const lookups = store.jobLookups;
+      store.failing = true;
+      await service.closeJobFromRunner(1001, { endMs: Date.now() });
+      store.failing = false;
+      await service.closeJobFromRunner(1001, { endMs: Date.now() });
+      expect(store.jobLookups).toBe(lookups + 2);
+      expect(store.enqueued.length).toBe(before + 1);
+    });
   });
 });

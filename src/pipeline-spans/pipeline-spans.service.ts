@@ -51,6 +51,12 @@ const PICKUP_BATCH_MAX = 500;
  */
 const RECORDED_PIPELINES_MAX = 10_000;
 const RECORDED_PIPELINE_MEMO_MS = 60_000;
+/**
+ * Jobs whose span this process closed from their runner's `job_execution` span: a repeat costs nothing
+ * (issue 29). Bounded: a job forgotten here and repeated later costs one store write again, which the
+ * outbox drops as the copy it is, as it does a close by another replica.
+ */
+const CLOSED_FROM_RUNNER_MAX = 10_000;
 
 /** One enabled pickup, waiting in the batch. */
 interface Pickup {
@@ -77,6 +83,7 @@ export class PipelineSpansService implements OnModuleDestroy {
   private readonly pickups = new PickupBatch<Pickup>((batch) => this.writePickups(batch), PICKUP_LINGER_MS, PICKUP_BATCH_MAX);
   /** Epoch ms until which this process has had each pipeline recorded (see RECORDED_PIPELINE_MEMO_MS). */
   private readonly recordedPipelines = new LRUCache<number, number>({ max: RECORDED_PIPELINES_MAX, ttl: RECORDED_PIPELINE_MEMO_MS });
+  private readonly closedFromRunner = new LRUCache<number, true>({ max: CLOSED_FROM_RUNNER_MAX });
 
   constructor(
     @Inject(APP_CONFIG) private readonly config: AppConfig,
@@ -190,17 +197,26 @@ export class PipelineSpansService implements OnModuleDestroy {
    * runner's `job_execution` span. Never throws: the export it came with is answered already.
    */
   async closeJobFromRunner(jobId: number, end: { endMs: number; status?: string }): Promise<void> {
+    // Once per job and process; marked before the first await, so exports repeating it at once wait for nothing either.
+    if (this.closedFromRunner.has(jobId)) return;
+    this.closedFromRunner.set(jobId, true);
     try {
       await this.pickups.flushed();
       const job = await this.store.findTracedJob(jobId);
-      if (job === null) return;
+      if (job === null) {
+        this.closedFromRunner.delete(jobId);
+        return;
+      }
       const status = end.status ?? 'success';
       const closed = this.jobSpanOf(job, { status, finishedAt: end.endMs, failureReason: status === 'failed' ? 'failed' : undefined });
-      await this.enqueue(
+      const outcome = await this.enqueue(
         [closed, ...(await this.pipelineSpansSeenFromRunners(job, { jobId, queuedAt: job.queuedAt ?? job.pickedUpAt, finishedAt: end.endMs, status }))],
         'runner',
       );
+      // A full outbox took nothing: a repeat may close the job yet.
+      if (outcome.refused > 0) this.closedFromRunner.delete(jobId);
     } catch (error) {
+      this.closedFromRunner.delete(jobId);
       this.metrics.storeFailure('close_job');
       this.logger.warn(`job ${jobId}: job span not closed from its runner's span: ${(error as Error).message}`);
     }

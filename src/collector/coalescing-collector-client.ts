@@ -1,0 +1,181 @@
+import { OtlpEncoding, OtlpSignal } from '../otlp/otlp-encoding';
+import { OtlpPartialSuccess } from '../otlp/otlp-response';
+import { WIRE_LENGTH_DELIMITED, WireReader } from '../otlp/otlp-wire';
+import { CollectorClient, ExportResult } from './collector-client';
+
+/** What an operator sees of the coalescing (src/collector/collector.metrics.ts). */
+export interface CoalescingObserver {
+  /** One request went upstream carrying `exports` exports (1 when one went alone). */
+  requestSent(signal: OtlpSignal, exports: number, bytes: number): void;
+  /** How long one export waited for others before its request left. */
+  lingered(signal: OtlpSignal, seconds: number): void;
+}
+
+export interface CoalescingOptions {
+  /** The longest an export waits for others; 0 sends each alone. */
+  readonly lingerMs: number;
+  /** The most bytes one request carries. */
+  readonly maxBytes: number;
+}
+
+interface Waiting {
+  readonly body: Buffer;
+  readonly joinedAt: number;
+  readonly answer: (result: ExportResult) => void;
+}
+
+interface Batch {
+  readonly waiting: Waiting[];
+  bytes: number;
+  readonly timer: NodeJS.Timeout;
+}
+
+/**
+ * Joins protobuf traces exports bound for the collector into one request (issue 29): an
+ * ExportTraceServiceRequest is one repeated field (`resource_spans`), so bodies placed one after another are
+ * one valid request carrying every export's spans. Every export's caller is answered from the collector's
+ * answer to the request that carried its spans, and from nothing else: accepted, retry or refused alike.
+ *
+ * When an export waits is clocked by the collector, as Nagle's algorithm is by acknowledgements: with no
+ * request of ours in flight, an export leaves at the end of this event-loop turn (with whatever arrived in
+ * the same turn), so an idle gateway adds nothing; while one is in flight, exports gather until it is
+ * answered, the linger runs out or the byte budget is full, whichever comes first. A busy gateway thereby
+ * sends fewer, larger requests, which is also what the Collector's own batching wants.
+ *
+ * JSON exports go alone: joining them means parsing and writing every body again, which costs more than the
+ * request it saves (docs/gateway.md); metrics and logs go alone too (only traces are forwarded in bulk, and
+ * their partial success counts data points and log records this client does not count).
+ */
+export class CoalescingCollectorClient implements CollectorClient {
+  private open: Batch | undefined;
+  private inFlight = 0;
+  private readonly sending = new Set<Promise<void>>();
+
+  constructor(
+    private readonly upstream: CollectorClient,
+    private readonly options: CoalescingOptions,
+    private readonly observer?: CoalescingObserver,
+  ) {}
+
+  export(signal: OtlpSignal, encoding: OtlpEncoding, body: Buffer): Promise<ExportResult> {
+    if (signal !== 'traces' || encoding !== 'protobuf' || this.options.lingerMs === 0 || body.length >= this.options.maxBytes) {
+      this.observer?.requestSent(signal, 1, body.length);
+      return this.upstream.export(signal, encoding, body);
+    }
+    if (this.open !== undefined && this.open.bytes + body.length > this.options.maxBytes) this.flush(this.open);
+    return new Promise((answer) => {
+      let batch = this.open;
+      if (batch === undefined) {
+        const timer = setTimeout(() => this.flush(batch!), this.options.lingerMs);
+        batch = this.open = { waiting: [], bytes: 0, timer };
+        // Nothing of ours upstream: nothing will come back to clock this batch out, so it leaves with what
+        // arrives in this turn of the event loop.
+        if (this.inFlight === 0) setImmediate(() => this.flush(batch!));
+      }
+      batch.waiting.push({ body, joinedAt: performance.now(), answer });
+      batch.bytes += body.length;
+    });
+  }
+
+  reachable(): Promise<boolean> {
+    return this.upstream.reachable();
+  }
+
+  /** Sends what still waits and lets every request be answered before the pool closes. */
+  async close(): Promise<void> {
+    if (this.open !== undefined) this.flush(this.open);
+    await Promise.all(this.sending);
+    await this.upstream.close();
+  }
+
+  private flush(batch: Batch): void {
+    // A batch leaves once; its timer, the turn's end or a returning request may each try.
+    if (this.open !== batch) return;
+    this.open = undefined;
+    clearTimeout(batch.timer);
+    const sent = this.send(batch).finally(() => this.sending.delete(sent));
+    this.sending.add(sent);
+  }
+
+  private async send(batch: Batch): Promise<void> {
+    const { waiting, bytes } = batch;
+    const leftAt = performance.now();
+    for (const one of waiting) this.observer?.lingered('traces', (leftAt - one.joinedAt) / 1000);
+    this.observer?.requestSent('traces', waiting.length, bytes);
+    this.inFlight += 1;
+    let result: ExportResult;
+    try {
+      const body =
+        waiting.length === 1
+          ? waiting[0].body
+          : Buffer.concat(
+              waiting.map((one) => one.body),
+              bytes,
+            );
+      result = await this.upstream.export('traces', 'protobuf', body);
+    } catch {
+      // CollectorClient.export never rejects; should one, no caller may be told its spans arrived.
+      result = { kind: 'retry', happened: 'unreachable' };
+    } finally {
+      this.inFlight -= 1;
+    }
+    const results = attribute(result, waiting);
+    for (const [i, one] of waiting.entries()) one.answer(results[i]);
+    // The collector answered: what gathered meanwhile leaves now, rather than at its linger's end.
+    if (this.open !== undefined) this.flush(this.open);
+  }
+}
+
+/**
+ * Each export's share of the answer to the request that carried it. A retry or a refusal is every export's:
+ * none of their spans may count as delivered. An acceptance is every export's too; its partial success
+ * counts rejected spans of the whole request without saying whose, so it is attributed
+ * - exactly when the request carried one export, when nothing was rejected, or when every span was;
+ * - conservatively otherwise: each export is told min(rejected, its spans) were rejected, so none is told
+ *   its spans arrived when they may not have. The gateway refunds the job's span quota by what its runner was
+ *   told, as for an export sent alone, so where the attribution is conservative the quota errs toward the
+ *   runners, by at most the spans the collector accepted of that one request.
+ */
+function attribute(result: ExportResult, waiting: readonly Waiting[]): ExportResult[] {
+  const rejected = result.kind === 'accepted' ? (result.partialSuccess?.rejectedItems ?? 0) : 0;
+  if (result.kind !== 'accepted' || waiting.length === 1 || rejected === 0) return waiting.map(() => result);
+  const spans = waiting.map((one) => countTraceSpans(one.body));
+  const everySpan = rejected >= spans.reduce((sum, count) => sum + count, 0);
+  return spans.map((count) => {
+    const partialSuccess: OtlpPartialSuccess | undefined =
+      count === 0 ? undefined : { rejectedItems: everySpan ? count : Math.min(rejected, count), errorMessage: result.partialSuccess?.errorMessage ?? '' };
+    return { ...result, partialSuccess };
+  });
+}
+
+/** Spans in an ExportTraceServiceRequest: resource_spans (1) → scope_spans (2) → spans (2), everything else skipped. */
+export function countTraceSpans(body: Buffer): number {
+  let spans = 0;
+  const request = new WireReader(body, 0, body.length);
+  while (!request.atEnd()) {
+    request.readTag();
+    if (request.fieldNumber !== 1 || request.wireType !== WIRE_LENGTH_DELIMITED) {
+      request.skipValue();
+      continue;
+    }
+    const resourceEnd = request.readLengthDelimitedEnd();
+    const resourceSpans = new WireReader(body, request.pos, resourceEnd);
+    request.pos = resourceEnd;
+    while (!resourceSpans.atEnd()) {
+      resourceSpans.readTag();
+      if (resourceSpans.fieldNumber !== 2 || resourceSpans.wireType !== WIRE_LENGTH_DELIMITED) {
+        resourceSpans.skipValue();
+        continue;
+      }
+      const scopeEnd = resourceSpans.readLengthDelimitedEnd();
+      const scopeSpans = new WireReader(body, resourceSpans.pos, scopeEnd);
+      resourceSpans.pos = scopeEnd;
+      while (!scopeSpans.atEnd()) {
+        scopeSpans.readTag();
+        if (scopeSpans.fieldNumber === 2) spans += 1;
+        scopeSpans.skipValue();
+      }
+    }
+  }
+  return spans;
+}
