@@ -174,7 +174,9 @@ export class PipelineSpansService implements OnModuleDestroy {
     const root = event.rootPipelineId ?? pipeline.rootPipelineId;
     if (event.pipelineId === root && event.end !== undefined) {
       const { status, createdAt, finishedAt } = event.end;
-      await this.outcomeSampling.decideOnRootOutcome(pipeline, { status, createdAt, finishedAt }, statuses);
+      const decision = await this.outcomeSampling.decideOnRootOutcome(pipeline, { status, createdAt, finishedAt }, statuses);
+      // Kept: its pointer is in the outbox; delivered after the linger, not at the next idle poll.
+      if (decision?.keep === true) this.deliverer.kick();
     } else if (event.pipelineId === root) {
       // Running (again): a pipeline dropped on an earlier outcome is provisional again.
       await this.outcomeSampling.reopen(pipeline.traceId);
@@ -279,10 +281,14 @@ export class PipelineSpansService implements OnModuleDestroy {
   private async finishedJobSpans(finished: readonly FinishedJob[]): Promise<ControlPlaneSpan[]> {
     if (this.config.TRACE_ID_SCHEME !== 'keyed' || finished.length === 0) return [];
     const traced = await Promise.all(finished.map((job) => this.store.findTracedJob(job.jobId)));
-    // A provisional pipeline's job that failed keeps it even when the pipeline succeeds (allowed to fail).
-    await Promise.all(
-      finished.map((end, i) => (traced[i]?.outcomePolicy === undefined ? undefined : this.outcomeSampling.noteStatuses(traced[i]!.traceId, [end.status]))),
-    );
+    // A provisional pipeline's job that failed keeps it even when the pipeline succeeds (allowed to fail): its jobs'
+    // statuses are gathered, one write per trace.
+    const statuses = new Map<string, string[]>();
+    for (const [i, end] of finished.entries()) {
+      const job = traced[i];
+      if (job?.outcomePolicy !== undefined) statuses.set(job.traceId, [...(statuses.get(job.traceId) ?? []), end.status]);
+    }
+    await Promise.all([...statuses].map(([traceId, seen]) => this.outcomeSampling.noteStatuses(traceId, seen)));
     return finished.flatMap((end, i) => {
       const job = traced[i];
       return job === null ? [] : [this.jobSpanOf(job, end)];

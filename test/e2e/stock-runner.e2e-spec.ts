@@ -16,6 +16,8 @@ import { waitFor } from '../helpers/ports';
 import { RedisServer, startRedis } from '../helpers/redis';
 import { ServiceProcess, startService } from '../helpers/service';
 import { readTracingAsRunner, RunnerExportPlan } from '../../demo/runner-tracing';
+import { writeFlagsFile } from '../helpers/flags-file';
+import { makeWebhookSecret } from '../helpers/gitlab-webhooks';
 
 /**
  * A stock GitLab Runner exporting through the gateway (SPEC §4, §6): the client reads the decorated
@@ -193,6 +195,65 @@ describe('a stock GitLab Runner exports through the gateway (SPEC §4, §6)', ()
       expect((await runAsStockRunner(at(forgotten), parent, identity)).code).toBe(ExportResultCode.FAILED);
     } finally {
       await Promise.all([rotated.stop(), forgotten.stop()]);
+    }
+  });
+
+  it('reads a provisionally traced job (SPEC §11) as a sampled one, and its export is parked, not forwarded; a hosted runner keeps the head decision', async () => {
+    const outcome = await startService({
+      REDIS_URL: redis.url,
+      OTLP_UPSTREAM_URL: sink.url,
+      GITLAB_WEBHOOK_SECRET_FILE: makeWebhookSecret().file,
+      FLAGS_FILE: writeFlagsFile({ sampling: 10, outcomeSampling: {} }),
+      HOSTED_RUNNER_TYPES: 'instance_type',
+      COLLECTOR_PUBLIC_URL: 'https://otel.example.com',
+    });
+    try {
+      // The first pipeline the head decision leaves out (nine in ten at 10 %).
+      let decorated: DecoratedJob | undefined;
+      let pipelineId = 9099;
+      while (decorated === undefined) {
+        pipelineId++;
+        const candidate = await pickUp(outcome, pipelineId * 10, pipelineId);
+        if (candidate.telemetry.enabled && candidate.telemetry.provisional === true) decorated = candidate;
+      }
+      const { payload, telemetry } = decorated;
+      const view = readTracingAsRunner(payload.features);
+      expect(view.warnings).toEqual([]);
+      expect(view.plans).toHaveLength(1);
+      expect(view.parent).toEqual({ traceId: telemetry.trace_id, spanId: telemetry.span_parent_id });
+      // Recorded (sampled flag), and a threshold no consistent sampler drops anything under.
+      expect(payload.variables).toEqual(
+        expect.arrayContaining([
+          expect.objectContaining({ key: 'TRACEPARENT', value: expect.stringMatching(/-03$/) }),
+          expect.objectContaining({ key: 'TRACESTATE', value: 'ot=th:0' }),
+        ]),
+      );
+      const before = sink.spans().length;
+      const result = await runAsStockRunner(view.plans[0], view.parent!, {
+        jobId: pipelineId * 10,
+        projectId: 7,
+        pipelineId: String(pipelineId),
+        runnerId: 17,
+      });
+      expect(result.code).toBe(ExportResultCode.SUCCESS);
+      expect(
+        sink
+          .spans()
+          .slice(before)
+          .filter((span) => span.traceId === telemetry.trace_id),
+      ).toEqual([]);
+
+      // A hosted runner would export straight to the collector, past the parking: the head decision stands.
+      const hosted = await pickUpJob(
+        outcome,
+        jobPayloadRequest({
+          job: { id: pipelineId * 10 + 1, pipeline_id: pipelineId, root_pipeline_id: pipelineId },
+          runner: { runner_type: 'instance_type' },
+        }),
+      );
+      expect(hosted.telemetry).toEqual({ enabled: false, reason: 'not_sampled' });
+    } finally {
+      await outcome.stop();
     }
   });
 

@@ -12,7 +12,7 @@ import { ServiceProcess } from './service';
 export interface DecoratedJob {
   readonly status: number;
   readonly payload: { features: Record<string, unknown>; variables: Array<{ key: string; value: string; public?: boolean; masked?: boolean }> };
-  readonly telemetry: { enabled: boolean; reason: string; trace_id: string; span_parent_id: string; traceparent: string };
+  readonly telemetry: { enabled: boolean; reason: string; trace_id: string; span_parent_id: string; traceparent: string; provisional?: boolean };
 }
 
 /** GitLab's job-request API picking a job up: the decorator call, signed as GitLab signs it. */
