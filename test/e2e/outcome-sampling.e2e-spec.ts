@@ -283,28 +283,27 @@ describe('outcome-based sampling across replicas on a Redis Cluster, through a c
     await Promise.all([sink?.stop(), cluster?.stop()]);
   });
 
-  it('loses nothing and sends nothing twice when the replica that parked is killed and the collector is down when the hook arrives', async () => {
-    const found = await pipelineSampled(first, secret, 40_000, 'provisional');
-    const pipeline = found.pipeline;
-    await pipeline.run(first, pipeline.id * 100, 'build', 'success', second);
-    await pipeline.run(first, pipeline.id * 100 + 1, 'test', 'failed', second);
+  it('loses nothing and sends nothing twice when the replica that parked is killed and the collector is down when the hook arrives; sends nothing of a dropped one', async () => {
+    const kept = (await pipelineSampled(first, secret, 40_000, 'provisional')).pipeline;
+    const dropped = (await pipelineSampled(first, secret, kept.id + 1, 'provisional')).pipeline;
+    await kept.run(first, kept.id * 100, 'build', 'success', second);
+    await kept.run(first, kept.id * 100 + 1, 'test', 'failed', second);
+    await dropped.run(first, dropped.id * 100, 'build', 'success', second);
     // Parked and acknowledged by the first replica, which then dies without a goodbye. (Its pickups' queue waits are
     // written within 50 ms after each answer, SPEC §10: a crash sooner than that loses those, as it always has.)
     await sleep(300);
     await first.stop('SIGKILL');
     await sink.stop();
-    await pipeline.finish(second, 'failed');
+    await kept.finish(second, 'failed');
+    await dropped.finish(second, 'success');
     await waitFor('a failed delivery', async () => ((await metric(second, 'ci_job_telemetry_outbox_delivery_failures_total')) > 0 ? true : undefined));
-    expect(spansOf(sink, pipeline.traceId)).toEqual([]);
+    expect(spansOf(sink, kept.traceId)).toEqual([]);
 
     await sink.start();
-    await waitFor(
-      'the kept pipeline at the collector',
-      async () => (spansOf(sink, pipeline.traceId).length >= 1 + 2 * SPANS_PER_JOB ? true : undefined),
-      20_000,
-    );
+    await waitFor('the kept pipeline at the collector', async () => (spansOf(sink, kept.traceId).length >= 1 + 2 * SPANS_PER_JOB ? true : undefined), 20_000);
     await sleep(SETTLE_MS * 2);
-    expectKeptWhole(sink, pipeline, 'failed');
+    expectKeptWhole(sink, kept, 'failed');
+    expect(spansOf(sink, dropped.traceId)).toEqual([]);
   }, 120_000);
 });
 
