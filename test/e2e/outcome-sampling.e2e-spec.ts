@@ -1,6 +1,6 @@
-import { BUILD_STAGES, BuildStage, exportJobAsRunner, TracingFeature } from '../../demo/stock-runner';
+import { BUILD_STAGES, BuildStage, TracingFeature } from '../../demo/stock-runner';
 import { deliverWebhook, jobHook, pipelineHook, WebhookJob, WebhookPipeline } from '../../demo/gitlab-webhooks';
-import { pickUpPipelineJob } from '../helpers/ci-pipeline';
+import { pickUpPipelineJob, runJobAsStockRunner } from '../helpers/ci-pipeline';
 import { writeFlagsFile } from '../helpers/flags-file';
 import { makeWebhookSecret, WebhookSecret } from '../helpers/gitlab-webhooks';
 import { OtlpSink, ReceivedSpan, startOtlpSink } from '../helpers/otlp-sink';
@@ -49,33 +49,19 @@ class Pipeline {
 
   /** Picked up by `service`, exported to its gateway (the capability URL), then its Job Hook to `hooks`. */
   async run(service: ServiceProcess, jobId: number, name: string, status: 'success' | 'failed', hooks: ServiceProcess = service): Promise<Sampling> {
-    const queuedAt = new Date(Date.now() - 300);
-    const picked = await pickUpPipelineJob(service, { jobId, projectId: PROJECT, pipelineId: this.id, queuedAt });
-    this.traceId = picked.tracing.trace_id;
     const startedAt = new Date(Date.now() - RUN_MS);
-    await exportJobAsRunner(picked.tracing, {
+    const run = {
       jobId,
       projectId: PROJECT,
-      runnerId: 17,
-      pipelineId: picked.pipelineVariable,
-      pipelineSource: 'push',
-      executor: 'shell',
+      pipelineId: this.id,
+      name,
       status,
+      queuedAt: new Date(startedAt.getTime() - 300),
       startedAt,
       stageSeconds: STAGES,
-    });
-    const job: WebhookJob = {
-      id: jobId,
-      name,
-      stage: name,
-      status,
-      createdAt: queuedAt,
-      startedAt,
-      finishedAt: new Date(startedAt.getTime() + RUN_MS),
-      queuedSeconds: 0.3,
-      runner: { id: 17, runnerType: 'project_type', description: 'runner-17' },
-      ...(status === 'failed' ? { failureReason: 'script_failure' } : {}),
     };
+    const { picked, hook: job } = await runJobAsStockRunner(service, run);
+    this.traceId = picked.tracing.trace_id;
     this.jobs.push(job);
     await this.deliver(hooks, 'Job Hook', jobHook(this.hook('running'), job));
     return samplingOf(picked.tracing);
@@ -290,8 +276,9 @@ describe('outcome-based sampling across replicas on a Redis Cluster, through a c
     await kept.run(first, kept.id * 100 + 1, 'test', 'failed', second);
     await dropped.run(first, dropped.id * 100, 'build', 'success', second);
     // Parked and acknowledged by the first replica, which then dies without a goodbye. (Its pickups' queue waits are
-    // written within 50 ms after each answer, SPEC §10: a crash sooner than that loses those, as it always has.)
-    await sleep(300);
+    // written within 50 ms after each answer, SPEC §10: a crash sooner than that loses those, as it always has; a
+    // second leaves room for a busy machine.)
+    await sleep(1000);
     await first.stop('SIGKILL');
     await sink.stop();
     await kept.finish(second, 'failed');

@@ -1,8 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { BUILD_STAGES, BuildStage, exportJobAsRunner } from '../../demo/stock-runner';
+import { BUILD_STAGES, BuildStage } from '../../demo/stock-runner';
 import { deliverWebhook, jobHook, pipelineHook, WebhookJob, WebhookPipeline } from '../../demo/gitlab-webhooks';
-import { pickUpPipelineJob, PickedUpJob } from '../helpers/ci-pipeline';
+import { PickedUpJob, runJobAsStockRunner } from '../helpers/ci-pipeline';
 import { ClickHouse, ClickHouseRow, startClickHouse } from '../helpers/clickhouse';
 import { insertOtelTraces, otelTracesRows } from '../helpers/clickhouse-exporter';
 import { makeWebhookSecret, WebhookSecret } from '../helpers/gitlab-webhooks';
@@ -68,34 +68,24 @@ class GitlabPipeline {
   /** Picked up by a runner, run, exported as a stock runner does, then its Job Hook. */
   async run(jobId: number, name: string, status: 'success' | 'failed', retriesCount = 0): Promise<RanJob> {
     const queuedAt = new Date(Date.now() - 200);
-    const picked = await pickUpPipelineJob(this.service, { jobId, projectId: PROJECT, pipelineId: this.id, rootPipelineId: this.root, queuedAt });
     const startedAt = new Date();
-    this.list({ id: jobId, name, stage: name, status: 'running', createdAt: queuedAt, startedAt, retriesCount });
-    await sleep(RUN_MS);
-    await exportJobAsRunner(picked.tracing, {
+    const run = {
       jobId,
       projectId: PROJECT,
-      runnerId: 17,
-      pipelineId: picked.pipelineVariable,
-      pipelineSource: 'push',
-      executor: 'shell',
+      pipelineId: this.id,
+      rootPipelineId: this.root,
+      name,
       status,
+      queuedAt,
       startedAt,
       stageSeconds: STAGES,
-    });
-    const hook: WebhookJob = {
-      id: jobId,
-      name,
-      stage: name,
-      status,
-      createdAt: queuedAt,
-      startedAt,
-      finishedAt: new Date(startedAt.getTime() + RUN_MS),
-      queuedSeconds: 0.2,
       retriesCount,
-      runner: { id: 17, runnerType: 'project_type', description: 'runner-17' },
-      ...(status === 'failed' ? { failureReason: 'script_failure' } : {}),
     };
+    // The job runs in real time after its pickup, listed running meanwhile: its spans and hooks come when they would.
+    const { picked, hook } = await runJobAsStockRunner(this.service, run, async () => {
+      this.list({ id: jobId, name, stage: name, status: 'running', createdAt: queuedAt, startedAt, retriesCount });
+      await sleep(RUN_MS);
+    });
     this.list(hook);
     if (this.secret !== undefined) await this.deliver('Job Hook', jobHook(this.hook('running'), hook));
     this.ran.push({ hook, picked });

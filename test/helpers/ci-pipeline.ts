@@ -1,4 +1,5 @@
-import type { TracingFeature } from '../../demo/stock-runner';
+import type { WebhookJob } from '../../demo/gitlab-webhooks';
+import { BuildStage, exportJobAsRunner, TracingFeature } from '../../demo/stock-runner';
 import { jobPayloadRequest } from '../fixtures/job-payload';
 import { pickUpJob } from './ci-job';
 import type { ServiceProcess } from './service';
@@ -46,3 +47,63 @@ export async function pickUpPipelineJob(
 
 /** The opaque job token each job of {@link pickUpPipelineJob} was picked up with. */
 export const jobToken = (jobId: number) => `glcbt-opaque-job-token-${jobId}`;
+
+/** One job as it runs: picked up at its `queuedAt` plus a moment, run by runner 17 from `startedAt` for its stages. */
+export interface JobRun {
+  readonly jobId: number;
+  readonly projectId: number;
+  readonly pipelineId: number;
+  readonly rootPipelineId?: number;
+  readonly name: string;
+  readonly status: 'success' | 'failed';
+  readonly queuedAt: Date;
+  readonly startedAt: Date;
+  readonly stageSeconds: Readonly<Record<BuildStage, number>>;
+  readonly retriesCount?: number;
+}
+
+/**
+ * A job picked up (the decorator call), exported as a stock runner does (job_execution and its build stages, to the
+ * endpoint the payload names), and what GitLab's hooks then say of it.
+ */
+export async function runJobAsStockRunner(
+  service: ServiceProcess,
+  run: JobRun,
+  running: () => Promise<void> = async () => undefined,
+): Promise<{ picked: PickedUpJob; hook: WebhookJob }> {
+  const picked = await pickUpPipelineJob(service, {
+    jobId: run.jobId,
+    projectId: run.projectId,
+    pipelineId: run.pipelineId,
+    rootPipelineId: run.rootPipelineId,
+    queuedAt: run.queuedAt,
+  });
+  // Between its pickup and its export: a test that runs the job in real time waits here.
+  await running();
+  await exportJobAsRunner(picked.tracing, {
+    jobId: run.jobId,
+    projectId: run.projectId,
+    runnerId: 17,
+    pipelineId: picked.pipelineVariable,
+    pipelineSource: 'push',
+    executor: 'shell',
+    status: run.status,
+    startedAt: run.startedAt,
+    stageSeconds: run.stageSeconds,
+  });
+  const runMs = Object.values(run.stageSeconds).reduce((sum, seconds) => sum + seconds, 0) * 1000;
+  const hook: WebhookJob = {
+    id: run.jobId,
+    name: run.name,
+    stage: run.name,
+    status: run.status,
+    createdAt: run.queuedAt,
+    startedAt: run.startedAt,
+    finishedAt: new Date(run.startedAt.getTime() + runMs),
+    queuedSeconds: (run.startedAt.getTime() - run.queuedAt.getTime()) / 1000,
+    retriesCount: run.retriesCount ?? 0,
+    runner: { id: 17, runnerType: 'project_type', description: 'runner-17' },
+    ...(run.status === 'failed' ? { failureReason: 'script_failure' } : {}),
+  };
+  return { picked, hook };
+}
