@@ -1,10 +1,28 @@
 import { CollectedSpan, collectedSpans } from '../src/cli/waterfall';
-import { startOtlpReceiver } from '../src/otlp/otlp-receiver';
+import { OtlpJsonRequest, startOtlpReceiver } from '../src/otlp/otlp-receiver';
+
+/** A span as the collector received it, with its `trace_state`: what says how it was sampled (SPEC §11). */
+export interface ReceivedSpan extends CollectedSpan {
+  /** W3C tracestate, `` when none: `ot=th:0` for a pipeline kept by its outcome. */
+  readonly traceState: string;
+}
 
 export interface LocalCollector {
   readonly url: string;
-  readonly spans: CollectedSpan[];
+  readonly spans: ReceivedSpan[];
   stop(): Promise<void>;
+}
+
+type Decoded = Record<string, unknown>;
+
+/** `trace_state` of each span of a request, by trace and span id (the OTLP/JSON mapping writes both in hex). */
+function traceStates(request: OtlpJsonRequest): Map<string, string> {
+  const states = new Map<string, string>();
+  for (const resourceSpans of (request.resourceSpans ?? []) as Decoded[])
+    for (const scopeSpans of (resourceSpans.scopeSpans ?? []) as Decoded[])
+      for (const span of (scopeSpans.spans ?? []) as Decoded[])
+        states.set(`${String(span.traceId).toLowerCase()}/${String(span.spanId).toLowerCase()}`, typeof span.traceState === 'string' ? span.traceState : '');
+  return states;
 }
 
 /**
@@ -13,10 +31,13 @@ export interface LocalCollector {
  * service's own pipeline spans): enough for the demo to show what reached the collector, with no Docker.
  */
 export async function startLocalCollector(): Promise<LocalCollector> {
-  const spans: CollectedSpan[] = [];
+  const spans: ReceivedSpan[] = [];
   const receiver = await startOtlpReceiver({
     onExport: ({ signal, request }) => {
-      if (signal === 'traces') spans.push(...collectedSpans(request!));
+      if (signal === 'traces') {
+        const states = traceStates(request!);
+        spans.push(...collectedSpans(request!).map((span) => ({ ...span, traceState: states.get(`${span.traceId}/${span.spanId}`) ?? '' })));
+      }
       return { kind: 'accepted' };
     },
   });

@@ -1,11 +1,11 @@
 import { ChildProcess, spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { signInternalApiToken } from '../src/internal-api/internal-api-token';
 import { deliverWebhook, jobHook, pipelineHook, WebhookJob, WebhookPipeline } from './gitlab-webhooks';
-import { startLocalCollector } from './local-collector';
+import { ReceivedSpan, startLocalCollector } from './local-collector';
 import { repoRoot } from './repo-root';
 import { BUILD_STAGES, BuildStage, exportJobAsRunner, RunnerJob, TracingFeature } from './stock-runner';
 import { formatDuration, latestVersions, renderWaterfall } from '../src/cli/waterfall';
@@ -88,13 +88,17 @@ async function until<T>(what: string, probe: () => Promise<T | undefined> | T | 
 
 interface Decorated {
   readonly payload: { features?: { tracing?: TracingFeature }; variables?: Array<{ key: string; value: string }> };
-  readonly telemetry: { enabled: boolean; reason: string; trace_id?: string };
+  readonly telemetry: { enabled: boolean; reason: string; trace_id?: string; tracestate?: string; provisional?: boolean };
 }
 
-/** A job picked up through the decorator: its `features.tracing`, and its payload's variables. */
+/** A job picked up through the decorator: its `features.tracing`, its payload's variables, and how it is sampled. */
 interface PickedUp {
   readonly tracing: TracingFeature;
   readonly variable: (key: string) => string;
+  /** The decorator's `telemetry.tracestate`: the head decision's `ot=th`, or `ot=th:0` for a provisional pipeline. */
+  readonly tracestate?: string;
+  /** `telemetry.provisional`: head sampling left the pipeline out, and its outcome will keep or drop it (SPEC §11). */
+  readonly provisional: boolean;
 }
 
 /** What GitLab's job-request API does when a runner picks a job up: the job, queued at `queuedAt`, through the decorator. */
@@ -136,7 +140,12 @@ async function pickUp(
   const decorated = (await response.json()) as Decorated;
   const tracing = decorated.payload.features?.tracing;
   if (!decorated.telemetry.enabled || tracing === undefined) throw new Error(`job ${jobId}: telemetry not enabled (${decorated.telemetry.reason})`);
-  return { tracing, variable: (key) => decorated.payload.variables?.find((entry) => entry.key === key)?.value ?? '' };
+  return {
+    tracing,
+    variable: (key) => decorated.payload.variables?.find((entry) => entry.key === key)?.value ?? '',
+    ...(decorated.telemetry.tracestate === undefined ? {} : { tracestate: decorated.telemetry.tracestate }),
+    provisional: decorated.telemetry.provisional === true,
+  };
 }
 
 /** The next whole second at which a pickup can be stamped (see main), not before `notBefore`; waits until just before it. */
@@ -144,6 +153,14 @@ async function pickupMoment(notBefore = 0): Promise<number> {
   const pickup = Math.max(notBefore, Math.ceil((Date.now() + PICKUP_EARLY_MS + 1) / 1000) * 1000);
   while (Date.now() < pickup - PICKUP_EARLY_MS) await new Promise((resolve) => setTimeout(resolve, Math.max(1, pickup - PICKUP_EARLY_MS - Date.now())));
   return pickup;
+}
+
+/** What the stories after the first one run on: the service, the local collector, and how hooks are delivered. */
+interface Demo {
+  readonly internalUrl: string;
+  readonly internalApiSecret: Buffer;
+  readonly collector: Awaited<ReturnType<typeof startLocalCollector>>;
+  readonly deliver: (what: string, event: 'Job Hook' | 'Pipeline Hook', body: Record<string, unknown>) => Promise<void>;
 }
 
 const RETRIED_PIPELINE_ID = 501;
@@ -164,12 +181,7 @@ const quickStages = (script: number): Record<BuildStage, number> => ({
  * pipeline finishes again, `success`. Its span is sent again, same id, as a newer version (SPEC §10);
  * printed is the final picture, each span in its latest version.
  */
-async function retriedPipeline(demo: {
-  internalUrl: string;
-  internalApiSecret: Buffer;
-  collector: Awaited<ReturnType<typeof startLocalCollector>>;
-  deliver: (what: string, event: 'Job Hook' | 'Pipeline Hook', body: Record<string, unknown>) => Promise<void>;
-}): Promise<void> {
+async function retriedPipeline(demo: Demo): Promise<void> {
   say();
   say(`Then a flaky test: pipeline ${RETRIED_PIPELINE_ID}'s test job fails, is retried, and passes.`);
   say();
@@ -252,6 +264,272 @@ async function retriedPipeline(demo: {
   for (const line of renderWaterfall(spans)) say(line);
 }
 
+/** The service's Prometheus samples of `name`, by their labels as written (`decision="kept",reason="failed"`; `` when none). */
+async function samples(internalUrl: string, name: string): Promise<Map<string, number>> {
+  const text = await (await fetch(`${internalUrl}/metrics`)).text();
+  const found = new Map<string, number>();
+  for (const line of text.split('\n')) {
+    const sample = /^([a-zA-Z_:][\w:]*)(?:\{([^}]*)\})? (\S+)$/.exec(line);
+    if (sample?.[1] === name) found.set(sample[2] ?? '', Number(sample[3]));
+  }
+  return found;
+}
+
+const SAMPLED_PERCENT = 10;
+/**
+ * What outcome keeping keeps, the policy docs/sampling.md shows: failed pipelines, those over 30 minutes, those with
+ * a job that waited over 10 minutes for a runner; and those whose outcome never comes.
+ */
+const OUTCOME_POLICY = { keep: { statuses: ['failed'], slower_than_seconds: 1800, queued_longer_than_seconds: 600 }, when_no_outcome: 'keep' };
+/** Why a pipeline was kept, by its `ci.sampling.reason`, as a person says it. */
+const KEPT_BECAUSE: Record<string, string> = {
+  failed: 'it failed',
+  slow: `it ran longer than ${OUTCOME_POLICY.keep.slower_than_seconds / 60} minutes`,
+  queued: `a job of it waited longer than ${OUTCOME_POLICY.keep.queued_longer_than_seconds / 60} minutes for a runner`,
+  no_outcome: 'its outcome never came',
+};
+
+/**
+ * The flag file at 10 % head sampling with outcome keeping on: the repository's example (config/flags.json) with
+ * the sampling toggle's rollout at 10, and `ci_job_telemetry_outcome_sampling` on for every project, its policy the
+ * variant's JSON payload, as an operator writes it in Unleash (docs/sampling.md).
+ */
+function flagsWithOutcomeKeeping(example: string): string {
+  const flags = JSON.parse(example) as { features: Array<{ name: string; strategies: Array<{ parameters: Record<string, string> }> }> };
+  for (const feature of flags.features) if (feature.name === 'ci_job_telemetry_sampling') feature.strategies[0].parameters.rollout = String(SAMPLED_PERCENT);
+  const outcomeSampling = {
+    name: 'ci_job_telemetry_outcome_sampling',
+    description: 'Keep the pipelines head sampling left out when their outcome is worth it (SPEC §11)',
+    enabled: true,
+    strategies: [
+      {
+        name: 'flexibleRollout',
+        parameters: { rollout: '100', stickiness: 'projectId', groupId: 'ci_job_telemetry_outcome_sampling' },
+        constraints: [],
+      },
+    ],
+    variants: [
+      { name: 'policy', weight: 1000, weightType: 'variable', stickiness: 'default', payload: { type: 'json', value: JSON.stringify(OUTCOME_POLICY) } },
+    ],
+  };
+  return `${JSON.stringify({ ...flags, features: [...flags.features, outcomeSampling] }, null, 2)}\n`;
+}
+
+/** The two jobs of the pipelines of the outcome story, side by side, on the demo's timeline (seconds). */
+const OUTCOME_JOBS: ReadonlyArray<{ name: string; queuedSeconds: number; stageSeconds: Record<BuildStage, number> }> = [
+  {
+    name: 'build',
+    queuedSeconds: 8,
+    stageSeconds: { prepare_executor: 3, get_sources: 2, restore_cache: 4, step_script: 38, after_script: 1, archive_cache: 3, upload_artifacts: 2 },
+  },
+  {
+    name: 'test',
+    queuedSeconds: 6,
+    stageSeconds: { prepare_executor: 3, get_sources: 2, restore_cache: 5, step_script: 64, after_script: 1, archive_cache: 2, upload_artifacts: 1 },
+  },
+];
+const OUTCOME_PIPELINE_CREATED = -10;
+const FIRST_OUTCOME_PIPELINE_ID = 600;
+/** Job ids: pipeline 601's are 6011 and 6012. */
+const outcomeJobId = (pipelineId: number, index: number) => pipelineId * 10 + 1 + index;
+/** Every span of such a pipeline: the pipeline's; per job, the runner's job_execution and its stages, and the job's and its queue wait's. */
+const OUTCOME_PIPELINE_SPANS = 1 + OUTCOME_JOBS.length * (1 + BUILD_STAGES.length + 2);
+
+interface ProvisionalRun {
+  readonly pipeline: WebhookPipeline;
+  readonly traceId: string;
+  /** Spans the service parked for it before its Pipeline Hook (its counter `ci_job_telemetry_parked_spans_total`). */
+  readonly parked: number;
+}
+
+/**
+ * The first pipeline from `fromId` that head sampling leaves out, run as in the first story with the `test` job
+ * ending `testStatus`: found by picking up its first job, whose answer says `telemetry.provisional: true` (a
+ * pipeline's jobs share its trace id, so its head decision). One the head decision keeps is said and left there.
+ * Everything up to the pipeline's terminal Pipeline Hook, which is the caller's to deliver.
+ */
+async function provisionalPipeline(
+  demo: Demo,
+  fromId: number,
+  testStatus: 'success' | 'failed',
+): Promise<{ run: ProvisionalRun; finish: () => Promise<void> }> {
+  const parkedBefore = (await samples(demo.internalUrl, 'ci_job_telemetry_parked_spans_total')).get('') ?? 0;
+  for (let pipelineId = fromId; pipelineId < fromId + 100; pipelineId++) {
+    const pickup = await pickupMoment();
+    const at = (seconds: number) => new Date(pickup + seconds * 1000);
+    const first = await pickUp(
+      demo.internalUrl,
+      demo.internalApiSecret,
+      outcomeJobId(pipelineId, 0),
+      OUTCOME_JOBS[0].name,
+      at(-OUTCOME_JOBS[0].queuedSeconds),
+      pipelineId,
+    );
+    if (!first.provisional) {
+      // Its first job is traced now, as any head-sampled job: not the case this story is about.
+      say(
+        `pipeline ${pipelineId}: head sampling keeps it (one in ${100 / SAMPLED_PERCENT}, tracestate ${first.tracestate ?? 'none'}), traced as before; the next one`,
+      );
+      continue;
+    }
+    const picked = [first];
+    for (const [i, job] of OUTCOME_JOBS.entries())
+      if (i > 0) picked.push(await pickUp(demo.internalUrl, demo.internalApiSecret, outcomeJobId(pipelineId, i), job.name, at(-job.queuedSeconds), pipelineId));
+    const traceId = first.tracing.trace_id;
+    for (const [i, job] of OUTCOME_JOBS.entries()) {
+      say(
+        `job ${outcomeJobId(pipelineId, i)} (${job.name}) of pipeline ${pipelineId} picked up after ${job.queuedSeconds}s in the queue: trace ${picked[i].tracing.trace_id}, ` +
+          `left out by head sampling, traced provisionally (telemetry.provisional: ${picked[i].provisional}, tracestate ${picked[i].tracestate ?? 'none'})`,
+      );
+    }
+
+    const status = (i: number) => (OUTCOME_JOBS[i].name === 'test' ? testStatus : 'success');
+    await Promise.all(
+      OUTCOME_JOBS.map((job, i) =>
+        exportJobAsRunner(picked[i].tracing, {
+          jobId: outcomeJobId(pipelineId, i),
+          projectId: PROJECT_ID,
+          runnerId: RUNNER.id,
+          pipelineId: picked[i].variable('CI_PIPELINE_ID'),
+          pipelineSource: picked[i].variable('CI_PIPELINE_SOURCE'),
+          executor: 'shell',
+          status: status(i),
+          startedAt: at(RUNNER_STARTS),
+          stageSeconds: job.stageSeconds,
+        }),
+      ),
+    );
+    const jobs: WebhookJob[] = OUTCOME_JOBS.map((job, i) => ({
+      id: outcomeJobId(pipelineId, i),
+      name: job.name,
+      stage: job.name,
+      status: status(i),
+      createdAt: at(OUTCOME_PIPELINE_CREATED),
+      startedAt: at(0),
+      finishedAt: at(RUNNER_STARTS + BUILD_STAGES.reduce((sum, stage) => sum + job.stageSeconds[stage], 0) + GITLAB_SEES_THE_END),
+      queuedSeconds: job.queuedSeconds,
+      runner: { id: RUNNER.id, runnerType: RUNNER.runner_type, description: RUNNER_DESCRIPTION },
+      ...(status(i) === 'failed' ? { failureReason: 'script_failure' } : {}),
+    }));
+    const pipeline: WebhookPipeline = {
+      id: pipelineId,
+      projectId: PROJECT_ID,
+      status: testStatus,
+      createdAt: at(OUTCOME_PIPELINE_CREATED),
+      finishedAt: new Date(Math.max(...jobs.map((job) => job.finishedAt!.getTime())) + GITLAB_SEES_THE_END * 1000),
+      jobs,
+    };
+    for (const job of [...jobs].sort((a, b) => a.finishedAt!.getTime() - b.finishedAt!.getTime()))
+      await demo.deliver(`job ${job.id} (${job.name}) ${job.status}`, 'Job Hook', jobHook({ ...pipeline, status: 'running', finishedAt: undefined }, job));
+
+    // Before the outcome: the runners' spans and the control plane's (a job span and a queue wait per job) are
+    // parked in the service, and none has reached the collector.
+    const before = OUTCOME_PIPELINE_SPANS - 1;
+    const parked = await until(`${before} spans of pipeline ${pipelineId} parked`, async () => {
+      const count = ((await samples(demo.internalUrl, 'ci_job_telemetry_parked_spans_total')).get('') ?? 0) - parkedBefore;
+      return count >= before ? count : undefined;
+    });
+    const arrived = demo.collector.spans.filter((span) => span.traceId === traceId).length;
+    say(`Before its outcome: ${spanCount(parked)} of pipeline ${pipelineId} parked in the service, ${spanCount(arrived)} at the collector`);
+    return {
+      run: { pipeline, traceId, parked },
+      finish: () => demo.deliver(`pipeline ${pipelineId} ${pipeline.status}`, 'Pipeline Hook', pipelineHook(pipeline)),
+    };
+  }
+  throw new Error(`head sampling at ${SAMPLED_PERCENT} % kept 100 pipelines in a row from ${fromId}: is the flag file in force?`);
+}
+
+const durationOf = (pipeline: WebhookPipeline) => formatDuration(BigInt(pipeline.finishedAt!.getTime() - pipeline.createdAt.getTime()) * 1_000_000n);
+/** The decisions the service counted since `before` (`ci_job_telemetry_outcome_decisions_total`), by their labels. */
+async function decisionsSince(internalUrl: string, before: Map<string, number>): Promise<Map<string, number>> {
+  const now = await samples(internalUrl, 'ci_job_telemetry_outcome_decisions_total');
+  return new Map([...now].filter(([labels, value]) => value > (before.get(labels) ?? 0)).map(([labels, value]) => [labels, value - (before.get(labels) ?? 0)]));
+}
+const labelsOf = (labels: string) => Object.fromEntries([...labels.matchAll(/(\w+)="([^"]*)"/g)].map(([, name, value]) => [name, value]));
+
+/**
+ * The third story (SPEC §11): the operator samples 10 % of pipelines and turns outcome keeping on, in the flag file,
+ * live. Pipelines head sampling leaves out are traced provisionally and parked; each one's terminal Pipeline Hook
+ * decides: the one that failed reaches the collector whole, the one that passed fast never does.
+ */
+async function outcomeKeeping(demo: Demo & { flagsFile: string }): Promise<void> {
+  say();
+  say(`Then the operator samples ${SAMPLED_PERCENT} % of pipelines and turns outcome keeping on, in the flag file, with no restart:`);
+  say(`ci_job_telemetry_sampling at ${SAMPLED_PERCENT} %, ci_job_telemetry_outcome_sampling on with the policy ${JSON.stringify(OUTCOME_POLICY)}`);
+  // Written whole and renamed over the old one, as an editor saves: the service never reads half a file.
+  const writtenAt = Date.now();
+  writeFileSync(`${demo.flagsFile}.new`, flagsWithOutcomeKeeping(readFileSync(join(ROOT, 'config', 'flags.json'), 'utf8')));
+  renameSync(`${demo.flagsFile}.new`, demo.flagsFile);
+  // In force once the service has read it: its flag definitions are younger than the file.
+  await until('the service to read the new flag file', async () => {
+    const asked = Date.now();
+    const age = (await samples(demo.internalUrl, 'ci_job_telemetry_flag_definitions_age_seconds')).get('');
+    return age !== undefined && age * 1000 < asked - writtenAt ? true : undefined;
+  });
+  say('Two pipelines that head sampling leaves out: one fails, one passes.');
+  say();
+
+  const decisionsBefore = await samples(demo.internalUrl, 'ci_job_telemetry_outcome_decisions_total');
+  const failing = await provisionalPipeline(demo, FIRST_OUTCOME_PIPELINE_ID, 'failed');
+  say();
+  const passing = await provisionalPipeline(demo, failing.run.pipeline.id + 1, 'success');
+  say();
+  // The passing one ends first; its decision is read before the failing one's Pipeline Hook, so each decision
+  // counted is known to be whose. The failing one's kept spans then go through the outbox: by the time they have
+  // all arrived, anything of the dropped one that had been on its way would have too.
+  await passing.finish();
+  const decided = await until(`the decision on pipeline ${passing.run.pipeline.id}`, async () => {
+    const counted = await decisionsSince(demo.internalUrl, decisionsBefore);
+    return counted.size > 0 ? counted : undefined;
+  });
+  await failing.finish();
+  const { pipeline, traceId } = failing.run;
+  const inTrace = () => demo.collector.spans.filter((span) => span.traceId === traceId);
+  await until(`${OUTCOME_PIPELINE_SPANS} spans of pipeline ${pipeline.id} at the collector`, () =>
+    inTrace().length >= OUTCOME_PIPELINE_SPANS ? true : undefined,
+  );
+
+  const kept = inTrace();
+  const ids = new Set(kept.map((span) => span.spanId));
+  const roots = kept.filter((span) => !ids.has(span.parentSpanId));
+  const values = (of: (span: ReceivedSpan) => unknown) => [...new Set(kept.map((span) => String(of(span))))].join(', ');
+  const reasons = [...new Set(kept.map((span) => String(span.resource['ci.sampling.reason'])))];
+  const because = reasons.map((reason) => KEPT_BECAUSE[reason] ?? `of ${reason}`).join(' and ');
+  const first = kept.reduce((min, span) => (span.startNanos < min ? span.startNanos : min), kept[0].startNanos);
+  const last = kept.reduce((max, span) => (span.endNanos > max ? span.endNanos : max), kept[0].endNanos);
+  say();
+  say(`pipeline ${pipeline.id} ${pipeline.status}: kept. Head sampling left it out; outcome keeping kept it because ${because}.`);
+  say(
+    `It reached the collector whole: trace ${traceId}, ${OUTCOME_JOBS.length} jobs, ${kept.length} spans, ` +
+      `${roots.length} root (${roots.map((span) => span.name).join(', ')}), ${formatDuration(last - first)}; ` +
+      `every span: trace_state ${values((span) => span.traceState)}, ci.sampling.reason ${values((span) => span.resource['ci.sampling.reason'])}`,
+  );
+  say();
+  for (const line of renderWaterfall(kept)) say(line);
+
+  const dropped = passing.run.pipeline;
+  const decision = labelsOf([...decided.keys()][0]);
+  const reached = demo.collector.spans.filter((span) => span.traceId === passing.run.traceId).length;
+  say();
+  say(
+    decision.decision === 'dropped' && decision.reason === 'outcome'
+      ? `pipeline ${dropped.id} ${dropped.status}: dropped. Head sampling left it out; outcome keeping dropped it because it passed fast: ` +
+          `${dropped.status} in ${durationOf(dropped)}, under the policy's ${OUTCOME_POLICY.keep.slower_than_seconds / 60} minutes, ` +
+          `no job failed and none waited ${OUTCOME_POLICY.keep.queued_longer_than_seconds / 60} minutes for a runner.`
+      : `pipeline ${dropped.id} ${dropped.status}: ${decision.decision}, reason ${decision.reason}.`,
+  );
+  say(
+    `Nothing of it reached the collector: ${spanCount(reached)} of trace ${passing.run.traceId} among the ${demo.collector.spans.length} it received; ` +
+      `the ${spanCount(passing.run.parked)} parked for it were dropped with it.`,
+  );
+  const counted = await decisionsSince(demo.internalUrl, decisionsBefore);
+  say(
+    `The service counted both (ci_job_telemetry_outcome_decisions_total): ${[...counted]
+      .map(([labels, value]) => `${labelsOf(labels).decision}, reason ${labelsOf(labels).reason}: ${value}`)
+      .join('; ')}`,
+  );
+}
+
 async function main(): Promise<void> {
   const entry = join(ROOT, 'dist', 'main.js');
   if (!existsSync(entry)) throw new Error('dist/main.js is missing: run `npm run demo`, which builds it first');
@@ -262,6 +540,9 @@ async function main(): Promise<void> {
   // GitLab's webhooks close the job and pipeline spans (SPEC §10): the secret their X-Gitlab-Token carries.
   const webhookSecretFile = join(workDir, 'gitlab_webhook_secret');
   writeFileSync(webhookSecretFile, `${WEBHOOK_SECRET}\n`, { mode: 0o600 });
+  // The demo's own flag file, the repository's example to begin with: its last story edits it, as an operator would.
+  const flagsFile = join(workDir, 'flags.json');
+  writeFileSync(flagsFile, readFileSync(join(ROOT, 'config', 'flags.json')));
   const collector = await startLocalCollector();
   const [internalPort, gatewayPort] = [await freePort(), await freePort()];
   const gatewayUrl = `http://127.0.0.1:${gatewayPort}`;
@@ -276,7 +557,7 @@ async function main(): Promise<void> {
       GATEWAY_PUBLIC_URL: gatewayUrl,
       OTLP_UPSTREAM_URL: collector.url,
       GITLAB_WEBHOOK_SECRET_FILE: webhookSecretFile,
-      FLAGS_FILE: join(ROOT, 'config', 'flags.json'),
+      FLAGS_FILE: flagsFile,
       LOG_LEVEL: 'warn',
     },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -389,6 +670,7 @@ async function main(): Promise<void> {
     for (const line of renderWaterfall(spans)) say(line);
 
     await retriedPipeline({ internalUrl, internalApiSecret, collector, deliver });
+    await outcomeKeeping({ internalUrl, internalApiSecret, collector, deliver, flagsFile });
   } finally {
     if (service.exitCode === null) service.kill('SIGTERM');
     await new Promise((resolve) => (service.exitCode !== null ? resolve(undefined) : service.once('exit', resolve)));

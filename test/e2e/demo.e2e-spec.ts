@@ -5,12 +5,25 @@ import { promisify } from 'node:util';
 const ROOT = join(__dirname, '..', '..');
 /** Where the demo's second pipeline, with a retried job, begins in its output. */
 const RETRY_STORY = "Then a flaky test: pipeline 501's test job fails, is retried, and passes.";
+/** Where its third part, outcome-based sampling (SPEC §11), begins. */
+const OUTCOME_STORY = 'Then the operator samples 10 % of pipelines and turns outcome keeping on, in the flag file, with no restart:';
 const run = promisify(execFile);
 
 /**
  * `npm run demo` on the built service: the same two steps as the script after its `npm run build`
  * (which `npm test` has done already, and which must not rewrite dist/ under the other e2e tests).
  */
+/** The waterfall's rows in `text`: depth, label, bar, and whether the span says error. */
+function waterfallRows(text: string) {
+  return text
+    .split('\n')
+    .filter((line) => /\|[ █]{40}\|/.test(line))
+    .map((line) => {
+      const [, indent, label, bar, rest] = /^( *)(.*?)\s*\|([ █]{40})\|(.*)$/.exec(line)!;
+      return { depth: indent.length / 2, label, bar, error: rest.includes('error') };
+    });
+}
+
 describe('npm run demo (README "See a pipeline become a trace")', () => {
   let stdout = '';
 
@@ -133,7 +146,7 @@ describe('npm run demo (README "See a pipeline become a trace")', () => {
   });
 
   it('then retries a failed job: the pipeline span is sent again as a newer version, and the final picture shows it passed', () => {
-    const story = stdout.split(RETRY_STORY)[1];
+    const story = stdout.split(RETRY_STORY)[1].split(OUTCOME_STORY)[0];
     expect(story).toContain(
       [
         'GitLab Pipeline Hook for pipeline 501 failed: accepted, 1 span queued, 2 duplicates dropped',
@@ -159,5 +172,68 @@ describe('npm run demo (README "See a pipeline become a trace")', () => {
       ['job 2003 test success', false],
     ]);
     expect(story).not.toContain('orphan');
+  });
+
+  it('at 10 % head sampling with outcome keeping on: prints whole the failed pipeline head sampling left out, says why, and the passing one dropped, absent from the collector', () => {
+    const story = stdout.split(OUTCOME_STORY)[1];
+    expect(story).toContain(
+      'ci_job_telemetry_sampling at 10 %, ci_job_telemetry_outcome_sampling on with the policy {"keep":{"statuses":["failed"],"slower_than_seconds":1800,"queued_longer_than_seconds":600},"when_no_outcome":"keep"}',
+    );
+    // Two pipelines the head decision left out, each job's answer provisional; which ids they are depends on the
+    // run's trace key (a pipeline head sampling keeps is said and skipped).
+    const pickups = [
+      ...story.matchAll(
+        /job (\d+) \((build|test)\) of pipeline (\d+) picked up after (\d+)s in the queue: trace ([0-9a-f]{32}), left out by head sampling, traced provisionally \(telemetry\.provisional: true, tracestate ot=th:0\)/g,
+      ),
+    ].map(([, job, name, pipeline, waited, trace]) => ({ job: Number(job), name, pipeline: Number(pipeline), waited: Number(waited), trace }));
+    expect(pickups.map(({ name, waited }) => [name, waited])).toEqual([
+      ['build', 8],
+      ['test', 6],
+      ['build', 8],
+      ['test', 6],
+    ]);
+    const [failed, , passed] = pickups;
+    expect(pickups.map((pickup) => [pickup.pipeline, pickup.trace])).toEqual([
+      [failed.pipeline, failed.trace],
+      [failed.pipeline, failed.trace],
+      [passed.pipeline, passed.trace],
+      [passed.pipeline, passed.trace],
+    ]);
+    expect(passed.trace).not.toBe(failed.trace);
+    // Before its outcome, each one's spans wait in the service, none at the collector.
+    for (const { pipeline } of [failed, passed])
+      expect(story).toContain(`Before its outcome: 20 spans of pipeline ${pipeline} parked in the service, 0 spans at the collector`);
+
+    // The failed one: said kept and why, and printed whole from what the collector received.
+    expect(story).toContain(`pipeline ${failed.pipeline} failed: kept. Head sampling left it out; outcome keeping kept it because it failed.`);
+    expect(story).toContain(
+      `It reached the collector whole: trace ${failed.trace}, 2 jobs, 21 spans, 1 root (pipeline), 1m 31.0s; every span: trace_state ot=th:0, ci.sampling.reason failed`,
+    );
+    const stages = ['prepare_executor', 'get_sources', 'restore_cache', 'step_script', 'after_script', 'archive_cache', 'upload_artifacts'].map((stage) => [
+      3,
+      stage,
+      false,
+    ]);
+    expect(waterfallRows(story).map((row) => [row.depth, row.label, row.error])).toEqual([
+      [0, `pipeline ${failed.pipeline} failed`, true],
+      [1, `job ${failed.job} build success`, false],
+      [2, 'queue_wait', false],
+      [2, 'job_execution  runner 17 shell', false],
+      ...stages,
+      [1, `job ${failed.job + 1} test failed`, true],
+      [2, 'queue_wait', false],
+      [2, 'job_execution  runner 17 shell', true],
+      ...stages,
+    ]);
+    expect(story).not.toContain('orphan');
+
+    // The passing one: said dropped and why, and nothing of its trace among what the collector received.
+    expect(story).toContain(
+      `pipeline ${passed.pipeline} success: dropped. Head sampling left it out; outcome keeping dropped it because it passed fast: success in 1m 31.0s, under the policy's 30 minutes, no job failed and none waited 10 minutes for a runner.`,
+    );
+    expect(story).toMatch(new RegExp(`Nothing of it reached the collector: 0 spans of trace ${passed.trace} among the \\d+ it received`));
+    // Its trace is named only where its jobs were picked up and where it is said absent.
+    expect(story.split('\n').filter((line) => line.includes(passed.trace))).toHaveLength(3);
+    expect(story).toContain('The service counted both (ci_job_telemetry_outcome_decisions_total): dropped, reason outcome: 1; kept, reason failed: 1');
   });
 });
