@@ -299,10 +299,7 @@ async function main(): Promise<void> {
     for (const stop of stops.splice(0).reverse()) await stop().catch(() => undefined);
   };
 
-  const planned = options.variants.reduce(
-    (sum, variant) => sum + lanesOf(variant).length * (options.warmupSeconds + options.rounds * options.roundSeconds),
-    0,
-  );
+  const planned = options.variants.reduce((sum, variant) => sum + lanesOf(variant).length * (options.warmupSeconds + options.rounds * options.roundSeconds), 0);
   // Bounded: a hung target cannot keep the bench (and its child processes) alive.
   const watchdog = setTimeout(
     () => {
