@@ -168,7 +168,8 @@ interface Sink {
   readonly origin: string;
   readonly pid: number;
   stats(): Promise<SinkStats>;
-  last(): Promise<{ contentType: string; contentEncoding: string; body: Buffer }>;
+  /** The last body of that content type the sink received. */
+  last(contentType: string): Promise<{ contentType: string; contentEncoding: string; body: Buffer }>;
   stop(): Promise<void>;
 }
 
@@ -211,8 +212,8 @@ async function startSink(script: string): Promise<Sink> {
     origin,
     pid,
     stats: async () => (await (await fetch(`${origin}/-/stats`)).json()) as SinkStats,
-    last: async () => {
-      const response = await fetch(`${origin}/-/last`);
+    last: async (contentType) => {
+      const response = await fetch(`${origin}/-/last?type=${encodeURIComponent(contentType)}`);
       return {
         contentType: response.headers.get('x-received-content-type') ?? '',
         contentEncoding: response.headers.get('x-received-content-encoding') ?? '',
@@ -474,7 +475,7 @@ async function main(): Promise<void> {
         const response = await fetch(urlOf(lane), { method: 'POST', headers: headersFor(variant, lane), body: bodies[variant] });
         const answer = Buffer.from(await response.arrayBuffer());
         if (response.status !== 200) throw new Error(`${lane} ${variant}: smoke export answered ${response.status}: ${answer.toString('utf8', 0, 300)}`);
-        const received = await sink.last();
+        const received = await sink.last('application/x-protobuf');
         // The floor enforces as the gateway does, so the sink must get the same.
         if (target === 'gateway' || target === 'floor') {
           const partial = types.response.toObject(types.response.decode(answer)) as { partialSuccess?: unknown };
