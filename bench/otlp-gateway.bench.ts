@@ -14,13 +14,20 @@
  *   ledger   (not run unless asked) the floor without enforcement: the window and quota charged, the body forwarded
  *            as it came. Beside the floor, what enforcement costs inside a busy process,
  * plus a gzip variant of the export for direct and gateway.
+ * The gateway and nginx run in both credential forms (issue 29's targets hold for each), side by side in every round:
+ *   gateway, nginx          header credentials (`Authorization: Bearer <job token>`, `Runner-Token`) on /v1/traces,
+ *   gateway-cap, nginx-cap  the capability URL a stock runner is handed: the path of the job_payload answer's
+ *                           features.tracing.otel_endpoints[0].url (RUNNER_ENDPOINT_FORM=capability), no header;
+ *                           nginx takes it as the example configuration does, through its second server
+ *                           (${CAPABILITY_HOP}), which passes it to the auth endpoint as X-Original-URI.
  *
  * Run from the repository root (needs redis-server and nginx; the service is the BUILT one, dist/main.js,
  * so build it first; the bench builds itself, incrementally, into node_modules/.cache):
  *
  *   npm run -s build && npx tsc -p bench/otlp-gateway.tsconfig.json && node node_modules/.cache/otlp-gateway-bench/bench/otlp-gateway.bench.js
  *
- * Options: --targets direct,gateway,nginx,proxy,floor (and ledger)  --variants protobuf,gzip  --rounds 3  --round-seconds 5
+ * Options: --targets direct,gateway,nginx,proxy,floor (and ledger)  --credentials headers,capability (the forms of
+ *          gateway and nginx)  --variants protobuf,gzip  --rounds 3  --round-seconds 5
  *          --warmup-seconds 2  --connections 16  --spans 100  --attributes 10
  *          --cpu-prof (profiles the service and the proxy, floor and ledger processes, prints each one's busiest
  *                      functions and keeps the .cpuprofile files, named after the process)
@@ -70,6 +77,10 @@ import { describeExport, otlpTypes, traceExport } from './otlp-gateway.payload';
 import type { SinkStats } from './otlp-gateway.sink';
 
 type Target = 'direct' | 'gateway' | 'nginx' | 'proxy' | 'floor' | 'ledger';
+/** How the runner authenticates: tokens in headers, or the per-job capability URL (docs/gateway.md). */
+type Form = 'headers' | 'capability';
+/** What one round measures: a target, and for the gateway and nginx one credential form (the plain name is headers). */
+type Lane = Target | 'gateway-cap' | 'nginx-cap';
 type Variant = 'protobuf' | 'gzip';
 type Component = 'generator' | 'service' | 'sink' | 'redis' | 'nginx' | 'proxy' | 'floor' | 'ledger';
 /** The service's kernel time apart: syscalls, and on loopback the receiving side's TCP work too. */
@@ -77,14 +88,19 @@ type Measured = Component | 'serviceSystem';
 const COMPONENTS: readonly Component[] = ['generator', 'service', 'sink', 'redis', 'nginx', 'proxy', 'floor', 'ledger'];
 const DEFAULT_TARGETS: readonly Target[] = ['direct', 'gateway', 'nginx', 'proxy', 'floor'];
 const ALL_TARGETS: readonly Target[] = [...DEFAULT_TARGETS, 'ledger'];
-/** nginx and the bare proxy only see the wire bytes, so their gzip figures would say nothing new. */
-const GZIP_TARGETS: readonly Target[] = ['direct', 'gateway'];
+/**
+ * nginx and the bare proxy only see the wire bytes, so their gzip figures would say nothing new; the gateway's gzip
+ * cost is the same whatever credential came with the export, so it is measured once.
+ */
+const GZIP_LANES: readonly Lane[] = ['direct', 'gateway', 'gateway-cap'];
+const FORMS: readonly Form[] = ['headers', 'capability'];
 const JOB_ID = 7_300_001;
 const EXPORT_PATH = '/v1/traces';
 
 const { values: args } = parseArgs({
   options: {
     targets: { type: 'string', default: DEFAULT_TARGETS.join(',') },
+    credentials: { type: 'string', default: FORMS.join(',') },
     variants: { type: 'string', default: 'protobuf,gzip' },
     rounds: { type: 'string', default: '3' },
     'round-seconds': { type: 'string', default: '5' },
@@ -99,6 +115,7 @@ const { values: args } = parseArgs({
 });
 const options = {
   targets: args.targets.split(',').map((target) => target.trim()) as Target[],
+  credentials: args.credentials.split(',').map((form) => form.trim()) as Form[],
   variants: args.variants.split(',').map((variant) => variant.trim()) as Variant[],
   rounds: Number(args.rounds),
   roundSeconds: Number(args['round-seconds']),
@@ -117,7 +134,16 @@ for (const target of options.targets) if (!ALL_TARGETS.includes(target)) throw n
 if (options.store === 'memory') options.targets = options.targets.filter((target) => target !== 'floor' && target !== 'ledger');
 for (const variant of options.variants) if (variant !== 'protobuf' && variant !== 'gzip') throw new Error(`unknown variant ${variant}`);
 
-const targetsOf = (variant: Variant) => options.targets.filter((target) => variant === 'protobuf' || GZIP_TARGETS.includes(target));
+for (const form of options.credentials) if (!FORMS.includes(form)) throw new Error(`unknown credential form ${form}`);
+
+const targetOf = (lane: Lane): Target => (lane === 'gateway-cap' ? 'gateway' : lane === 'nginx-cap' ? 'nginx' : lane);
+const formOf = (lane: Lane): Form => (lane === 'gateway-cap' || lane === 'nginx-cap' ? 'capability' : 'headers');
+const lanes: readonly Lane[] = options.targets.flatMap((target): Lane[] =>
+  target === 'gateway' || target === 'nginx' ? options.credentials.map((form) => (form === 'headers' ? target : (`${target}-cap` as const))) : [target],
+);
+/** gzip once for the gateway: with header credentials when they are measured, else with the capability. */
+const gzipLanes = GZIP_LANES.filter((lane) => lane !== 'gateway-cap' || !lanes.includes('gateway'));
+const lanesOf = (variant: Variant) => lanes.filter((lane) => variant === 'protobuf' || gzipLanes.includes(lane));
 
 /** One load run against one target. CPU figures are µs per answered request, NaN when not measured. */
 interface RunStats {
@@ -142,7 +168,8 @@ interface Sink {
   readonly origin: string;
   readonly pid: number;
   stats(): Promise<SinkStats>;
-  last(): Promise<{ contentType: string; contentEncoding: string; body: Buffer }>;
+  /** The last body of that content type the sink received. */
+  last(contentType: string): Promise<{ contentType: string; contentEncoding: string; body: Buffer }>;
   stop(): Promise<void>;
 }
 
@@ -185,8 +212,8 @@ async function startSink(script: string): Promise<Sink> {
     origin,
     pid,
     stats: async () => (await (await fetch(`${origin}/-/stats`)).json()) as SinkStats,
-    last: async () => {
-      const response = await fetch(`${origin}/-/last`);
+    last: async (contentType) => {
+      const response = await fetch(`${origin}/-/last?type=${encodeURIComponent(contentType)}`);
       return {
         contentType: response.headers.get('x-received-content-type') ?? '',
         contentEncoding: response.headers.get('x-received-content-encoding') ?? '',
@@ -273,10 +300,7 @@ async function main(): Promise<void> {
     for (const stop of stops.splice(0).reverse()) await stop().catch(() => undefined);
   };
 
-  const planned = options.variants.reduce(
-    (sum, variant) => sum + targetsOf(variant).length * (options.warmupSeconds + options.rounds * options.roundSeconds),
-    0,
-  );
+  const planned = options.variants.reduce((sum, variant) => sum + lanesOf(variant).length * (options.warmupSeconds + options.rounds * options.roundSeconds), 0);
   // Bounded: a hung target cannot keep the bench (and its child processes) alive.
   const watchdog = setTimeout(
     () => {
@@ -299,7 +323,7 @@ async function main(): Promise<void> {
   let proxy: { origin: string; pid: number; stop(): Promise<void> } | undefined;
   let floor: { origin: string; pid: number; stop(): Promise<void> } | undefined;
   let ledger: { origin: string; pid: number; stop(): Promise<void> } | undefined;
-  const reports: Record<Variant, Partial<Record<Target, RunStats[]>>> = { protobuf: {}, gzip: {} };
+  const reports: Record<Variant, Partial<Record<Lane, RunStats[]>>> = { protobuf: {}, gzip: {} };
   let payloadBytes = 0;
   let gzipBytes = 0;
   let counters: { before: string; after: string } | undefined;
@@ -322,6 +346,9 @@ async function main(): Promise<void> {
         LOG_LEVEL: 'info',
         INTERNAL_API_SECRET_FILE: secrets.internalApiSecretFile,
         TRACE_KEY_FILE: secrets.traceKeyFile,
+        CAPABILITY_KEY_FILE: secrets.capabilityKeyFile,
+        // What a stock runner is handed (the default, said here since the capability lanes depend on it).
+        RUNNER_ENDPOINT_FORM: 'capability',
         FLAGS_FILE: join(root, 'config', 'flags.json'),
         ...(redis === undefined ? {} : { REDIS_URL: redis.url }),
         OTLP_UPSTREAM_URL: sink.origin,
@@ -377,11 +404,18 @@ async function main(): Promise<void> {
       headers: { 'content-type': 'application/json', ...(await internalApiHeaders(secrets.internalApiSecret)) },
       body: JSON.stringify(pickupRequest),
     });
-    const decorated = (await pickup.json()) as { telemetry?: { reason?: string; trace_id?: string } };
-    if (pickup.status !== 200 || decorated.telemetry?.trace_id === undefined) {
-      throw new Error(`job_payload answered ${pickup.status} ${JSON.stringify(decorated.telemetry)}`);
+    const decorated = (await pickup.json()) as {
+      telemetry?: { reason?: string; trace_id?: string };
+      payload?: { features?: { tracing?: { otel_endpoints?: Array<{ url: string }> } } };
+    };
+    const endpoint = decorated.payload?.features?.tracing?.otel_endpoints?.[0]?.url;
+    if (pickup.status !== 200 || decorated.telemetry?.trace_id === undefined || endpoint === undefined) {
+      throw new Error(`job_payload answered ${pickup.status} ${JSON.stringify(decorated.telemetry)}, endpoint ${endpoint === undefined ? 'none' : 'given'}`);
     }
     const traceId = decorated.telemetry.trace_id;
+    // The runner exports to the URL it was handed; here its path, on the gateway's port or nginx's. Never printed.
+    const capabilityPath = new URL(endpoint).pathname;
+    if (!/^\/jobs\/\d+\/[A-Za-z0-9_-]+\/v1\/traces$/.test(capabilityPath)) throw new Error('job_payload handed no capability URL');
     const { job, runner } = pickupRequest;
     const identity = { jobId: job.id, projectId: job.project_id, pipelineId: job.pipeline_id, runnerId: runner.id, traceId };
     const floorEnv = { OTLP_UPSTREAM_URL: sink.origin, REDIS_URL: redis?.url ?? '', FLOOR_IDENTITY: JSON.stringify(identity), ...lingerEnv };
@@ -405,10 +439,11 @@ async function main(): Promise<void> {
     payloadBytes = payload.length;
     gzipBytes = gzipped.length;
     const bodies: Record<Variant, Buffer> = { protobuf: payload, gzip: gzipped };
-    const headersFor = (variant: Variant): Record<string, string> => ({
+    const headersFor = (variant: Variant, lane: Lane): Record<string, string> => ({
       'content-type': 'application/x-protobuf',
-      authorization: `Bearer ${jobToken}`,
-      'runner-token': RUNNER_TOKEN,
+      ...(formOf(lane) === 'headers' && (targetOf(lane) === 'gateway' || targetOf(lane) === 'nginx')
+        ? { authorization: `Bearer ${jobToken}`, 'runner-token': RUNNER_TOKEN }
+        : {}),
       ...(variant === 'gzip' ? { 'content-encoding': 'gzip' } : {}),
     });
     const origins: Record<Target, string> = {
@@ -419,6 +454,7 @@ async function main(): Promise<void> {
       floor: floor?.origin ?? '',
       ledger: ledger?.origin ?? '',
     };
+    const urlOf = (lane: Lane) => origins[targetOf(lane)] + (formOf(lane) === 'capability' ? capabilityPath : EXPORT_PATH);
 
     console.log(
       'OTLP gateway: protobuf trace exports direct to a sink vs through the gateway vs through nginx auth_request (ratios are the result; absolute numbers are noise)',
@@ -434,11 +470,12 @@ async function main(): Promise<void> {
 
     // Smoke: one export each, checked where it landed: a gateway that answers 200 without forwarding would be a cheap lie.
     for (const variant of options.variants) {
-      for (const target of targetsOf(variant)) {
-        const response = await fetch(origins[target] + EXPORT_PATH, { method: 'POST', headers: headersFor(variant), body: bodies[variant] });
+      for (const lane of lanesOf(variant)) {
+        const target = targetOf(lane);
+        const response = await fetch(urlOf(lane), { method: 'POST', headers: headersFor(variant, lane), body: bodies[variant] });
         const answer = Buffer.from(await response.arrayBuffer());
-        if (response.status !== 200) throw new Error(`${target} ${variant}: smoke export answered ${response.status}: ${answer.toString('utf8', 0, 300)}`);
-        const received = await sink.last();
+        if (response.status !== 200) throw new Error(`${lane} ${variant}: smoke export answered ${response.status}: ${answer.toString('utf8', 0, 300)}`);
+        const received = await sink.last('application/x-protobuf');
         // The floor enforces as the gateway does, so the sink must get the same.
         if (target === 'gateway' || target === 'floor') {
           const partial = types.response.toObject(types.response.decode(answer)) as { partialSuccess?: unknown };
@@ -453,19 +490,20 @@ async function main(): Promise<void> {
             String(identity['ci.project.id']) !== '7'
           ) {
             throw new Error(
-              `gateway ${variant}: the sink got ${forwarded.spans} spans in ${forwarded.traceIds.join()} with ${JSON.stringify(identity)} (encoding '${received.contentEncoding}')`,
+              `${lane} ${variant}: the sink got ${forwarded.spans} spans in ${forwarded.traceIds.join()} with ${JSON.stringify(identity)} (encoding '${received.contentEncoding}')`,
             );
           }
         } else if (!received.body.equals(bodies[variant])) {
-          throw new Error(`${target} ${variant}: the sink did not get the export as sent (${received.body.length} bytes)`);
+          throw new Error(`${lane} ${variant}: the sink did not get the export as sent (${received.body.length} bytes)`);
         }
       }
     }
-    // Auth really is in the path of both: no tokens, no export.
-    for (const target of options.targets.filter((t) => t === 'gateway' || t === 'nginx')) {
-      const refused = await fetch(origins[target] + EXPORT_PATH, { method: 'POST', headers: { 'content-type': 'application/x-protobuf' }, body: payload });
+    // Auth really is in the path of both, in either form: no tokens, or a forged capability, no export.
+    for (const lane of lanes.filter((l) => targetOf(l) === 'gateway' || targetOf(l) === 'nginx')) {
+      const forged = urlOf(lane).replace(/\/jobs\/(\d+)\/[^/]+\//, (_, job: string) => `/jobs/${job}/${'A'.repeat(32)}/`);
+      const refused = await fetch(forged, { method: 'POST', headers: { 'content-type': 'application/x-protobuf' }, body: payload });
       await refused.arrayBuffer();
-      if (refused.status !== 401) throw new Error(`${target}: an export without tokens answered ${refused.status}, not 401`);
+      if (refused.status !== 401) throw new Error(`${lane}: an export without credentials answered ${refused.status}, not 401`);
     }
 
     const cpuNow = (): Record<Measured, number> => {
@@ -485,14 +523,14 @@ async function main(): Promise<void> {
       };
     };
 
-    const run = async (target: Target, variant: Variant, seconds: number, label: string): Promise<RunStats> => {
+    const run = async (lane: Lane, variant: Variant, seconds: number, label: string): Promise<RunStats> => {
       const sinkBefore = await sink!.stats();
       const cpuBefore = cpuNow();
       const wallBefore = performance.now();
       const result = await autocannon({
-        url: origins[target] + EXPORT_PATH,
+        url: urlOf(lane),
         method: 'POST',
-        headers: headersFor(variant),
+        headers: headersFor(variant, lane),
         body: bodies[variant],
         connections: options.connections,
         pipelining: 1,
@@ -516,7 +554,7 @@ async function main(): Promise<void> {
       if (sinkDelta.bytes < result['2xx'] * bodies[variant].length) {
         failures.push(`${label}: ${result['2xx']} exports answered 2xx but the sink got ${sinkDelta.bytes} bytes, less than they were sent with`);
       }
-      totalOk += target === 'gateway' ? result['2xx'] : 0;
+      totalOk += targetOf(lane) === 'gateway' ? result['2xx'] : 0;
       const cpuPerRequest = Object.fromEntries(
         [...COMPONENTS, 'serviceSystem' as const].map((component) => [
           component,
@@ -537,13 +575,13 @@ async function main(): Promise<void> {
 
     counters = { before: await metricsText(service), after: '' };
     for (const variant of options.variants) {
-      const targets = targetsOf(variant);
-      for (const target of targets) await run(target, variant, options.warmupSeconds, `${target} ${variant} warm-up`);
+      const measured = lanesOf(variant);
+      for (const lane of measured) await run(lane, variant, options.warmupSeconds, `${lane} ${variant} warm-up`);
       for (let round = 0; round < options.rounds; round++) {
-        const order = targets.map((_, i) => targets[(i + round) % targets.length]);
-        for (const target of order) {
-          const stats = await run(target, variant, options.roundSeconds, `${target} ${variant} round ${round + 1}`);
-          (reports[variant][target] ??= []).push(stats);
+        const order = measured.map((_, i) => measured[(i + round) % measured.length]);
+        for (const lane of order) {
+          const stats = await run(lane, variant, options.roundSeconds, `${lane} ${variant} round ${round + 1}`);
+          (reports[variant][lane] ??= []).push(stats);
         }
       }
     }
@@ -620,7 +658,7 @@ function checkCounters(before: string, after: string, gatewayOk: number): void {
 const fixed = (value: number | undefined, digits: number) => (value === undefined || Number.isNaN(value) ? '-' : value.toFixed(digits));
 const ratio = (a: number, b: number) => (b === 0 ? Number.NaN : a / b);
 
-function printReport(reports: Record<Variant, Partial<Record<Target, RunStats[]>>>, payloadBytes: number, gzipBytes: number): void {
+function printReport(reports: Record<Variant, Partial<Record<Lane, RunStats[]>>>, payloadBytes: number, gzipBytes: number): void {
   const medianOf = (runs: RunStats[] | undefined, pick: (run: RunStats) => number) =>
     runs === undefined || runs.length === 0 ? Number.NaN : median(runs.map(pick));
   const header = [
@@ -648,8 +686,9 @@ function printReport(reports: Record<Variant, Partial<Record<Target, RunStats[]>
   const verdicts: string[] = [];
   for (const variant of options.variants) {
     const runs = reports[variant];
-    for (const target of targetsOf(variant)) {
-      const rounds = runs[target];
+    for (const lane of lanesOf(variant)) {
+      const target = targetOf(lane);
+      const rounds = runs[lane];
       if (rounds === undefined) continue;
       const cpu = (component: Measured) => medianOf(rounds, (run) => run.cpuPerRequest[component]);
       const total = medianOf(rounds, (run) =>
@@ -658,7 +697,7 @@ function printReport(reports: Record<Variant, Partial<Record<Target, RunStats[]>
       const reqPerSec = medianOf(rounds, (run) => run.reqPerSec);
       rows.push([
         variant,
-        target,
+        lane,
         rounds.map((run) => fixed(run.reqPerSec, 0)).join(' '),
         fixed(reqPerSec, 0),
         fixed(reqPerSec * options.spans, 0),
@@ -696,7 +735,7 @@ function printReport(reports: Record<Variant, Partial<Record<Target, RunStats[]>
         ),
       ]);
     }
-    const pair = (a: Target, b: Target) => {
+    const pair = (a: Lane, b: Lane) => {
       const ra = runs[a];
       const rb = runs[b];
       if (ra === undefined || rb === undefined) return undefined;
@@ -712,17 +751,23 @@ function printReport(reports: Record<Variant, Partial<Record<Target, RunStats[]>
       pair('gateway', 'direct'),
       pair('nginx', 'direct'),
       pair('gateway', 'nginx'),
+      pair('gateway-cap', 'nginx-cap'),
       pair('proxy', 'nginx'),
       pair('floor', 'nginx'),
       pair('gateway', 'proxy'),
       pair('gateway', 'floor'),
+      pair('gateway-cap', 'floor'),
+      // What each form costs against the other, through the same process.
+      pair('gateway-cap', 'gateway'),
+      pair('nginx-cap', 'nginx'),
       pair('floor', 'ledger'),
     ].filter((text) => text !== undefined);
     if (pairs.length > 0) verdicts.push(`${variant}: throughput ${pairs.join(' · ')}`);
   }
-  // What gzip costs the gateway, per request, against plain protobuf in the same run.
-  const gatewayPlain = reports.protobuf.gateway;
-  const gatewayGzip = reports.gzip.gateway;
+  // What gzip costs the gateway, per request, against plain protobuf in the same run (one credential form: see GZIP_LANES).
+  const gzipLane: Lane = gzipLanes.includes('gateway') ? 'gateway' : 'gateway-cap';
+  const gatewayPlain = reports.protobuf[gzipLane];
+  const gatewayGzip = reports.gzip[gzipLane];
   if (gatewayPlain !== undefined && gatewayGzip !== undefined) {
     const svc = (runs: RunStats[]) => median(runs.map((run) => run.cpuPerRequest.service));
     verdicts.push(
@@ -731,39 +776,48 @@ function printReport(reports: Record<Variant, Partial<Record<Target, RunStats[]>
         `${(gzipBytes / 1024).toFixed(1)} KiB in, ${(median(gatewayGzip.map((run) => run.sink.bytes / Math.max(1, run.sink.requests))) / 1024).toFixed(1)} KiB out`,
     );
   }
-  const nginxRuns = reports.protobuf.nginx;
-  if (gatewayPlain !== undefined && nginxRuns !== undefined) {
+  // The gateway and nginx in each credential form measured: [gateway lane, nginx lane, what the form is called].
+  const formPairs = options.credentials.map((form) =>
+    form === 'headers' ? (['gateway', 'nginx', 'header credentials'] as const) : (['gateway-cap', 'nginx-cap', 'capability URL'] as const),
+  );
+  for (const [gateway, nginx, called] of formPairs) {
+    const gatewayRuns = reports.protobuf[gateway];
+    const nginxRuns = reports.protobuf[nginx];
+    if (gatewayRuns === undefined || nginxRuns === undefined) continue;
     const svc = (runs: RunStats[]) => median(runs.map((run) => run.cpuPerRequest.service));
     verdicts.push(
-      `service CPU/request: gateway (auth cached + quota + enforce + forward) ${fixed(svc(gatewayPlain), 0)} µs vs auth endpoint behind nginx (full auth every export) ${fixed(svc(nginxRuns), 0)} µs`,
+      `service CPU/request, ${called}: gateway (auth cached + quota + enforce + forward) ${fixed(svc(gatewayRuns), 0)} µs vs auth endpoint behind nginx (full auth every export) ${fixed(svc(nginxRuns), 0)} µs`,
     );
   }
-  // Issue 12's targets, judged here and never in a test: throughput ratios of the same run, gzip as service CPU.
+  // Issue 12's and 29's targets, judged here and never in a test, for each credential form against nginx taking the
+  // same form: throughput ratios of the same run, path CPU per export; gzip as service CPU.
   const protobufRuns = reports.protobuf;
-  const throughputOf = (target: Target) => medianOf(protobufRuns[target], (run) => run.reqPerSec);
+  const throughputOf = (lane: Lane) => medianOf(protobufRuns[lane], (run) => run.reqPerSec);
   const judged = (name: string, value: number, holds: (value: number) => boolean, bound: string) =>
     Number.isNaN(value) ? undefined : `${name} ${fixed(value, 2)} (target ${bound}: ${holds(value) ? 'met' : 'MISSED'})`;
   const svcOf = (runs: RunStats[] | undefined) => medianOf(runs, (run) => run.cpuPerRequest.service);
   const pathCpu = (runs: RunStats[] | undefined, parts: Measured[]) =>
     medianOf(runs, (run) => parts.reduce((sum, part) => sum + (Number.isNaN(run.cpuPerRequest[part]) ? 0 : run.cpuPerRequest[part]), 0));
   const targets = [
-    judged('gateway/nginx', ratio(throughputOf('gateway'), throughputOf('nginx')), (value) => value >= 1.5, '≥ 1.5'),
-    judged('gateway/direct', ratio(throughputOf('gateway'), throughputOf('direct')), (value) => value >= 0.25, '≥ 0.25'),
-    judged('gzip/protobuf service CPU', ratio(svcOf(reports.gzip.gateway), svcOf(reports.protobuf.gateway)), (value) => value <= 1.3, '≤ 1.3'),
-    // Issue 21: CPU per export of the whole path, each with the store it needs: service + redis, against service + redis + nginx.
-    judged(
-      'gateway path CPU/nginx path CPU',
-      ratio(pathCpu(protobufRuns.gateway, ['service', 'redis']), pathCpu(protobufRuns.nginx, ['service', 'redis', 'nginx'])),
-      (value) => value <= 0.67,
-      '≤ 0.67',
-    ),
+    ...formPairs.flatMap(([gateway, nginx]) => [
+      judged(`${gateway}/${nginx}`, ratio(throughputOf(gateway), throughputOf(nginx)), (value) => value >= 1.5, '≥ 1.5'),
+      judged(`${gateway}/direct`, ratio(throughputOf(gateway), throughputOf('direct')), (value) => value >= 0.25, '≥ 0.25'),
+      // Issue 21: CPU per export of the whole path, each with the store it needs: service + redis, against service + redis + nginx.
+      judged(
+        `${gateway} path CPU/${nginx} path CPU`,
+        ratio(pathCpu(protobufRuns[gateway], ['service', 'redis']), pathCpu(protobufRuns[nginx], ['service', 'redis', 'nginx'])),
+        (value) => value <= 0.67,
+        '≤ 0.67',
+      ),
+    ]),
+    judged('gzip/protobuf service CPU', ratio(svcOf(reports.gzip[gzipLane]), svcOf(reports.protobuf[gzipLane])), (value) => value <= 1.3, '≤ 1.3'),
   ].filter((text) => text !== undefined);
   if (targets.length > 0) verdicts.push(`targets: ${targets.join(' · ')}`);
   const proxyOverNginx = ratio(throughputOf('proxy'), throughputOf('nginx'));
   if (!Number.isNaN(proxyOverNginx)) {
     verdicts.push(
       `bound: a Node.js proxy that checks nothing reaches ${fixed(proxyOverNginx, 2)}× nginx auth_request; the gateway reaches ` +
-        `${fixed(ratio(throughputOf('gateway'), throughputOf('proxy')), 2)}× that proxy`,
+        `${fixed(ratio(throughputOf('gateway'), throughputOf('proxy')), 2)}× that proxy (${fixed(ratio(throughputOf('gateway-cap'), throughputOf('proxy')), 2)}× with the capability URL)`,
     );
   }
   const floorOverNginx = ratio(throughputOf('floor'), throughputOf('nginx'));
@@ -772,17 +826,18 @@ function printReport(reports: Record<Variant, Partial<Record<Target, RunStats[]>
     verdicts.push(
       `bound: a proxy doing only what every export must (quota and window from leased blocks, enforcement, forwarding) reaches ` +
         `${fixed(floorOverNginx, 2)}× nginx auth_request and ${fixed(floorOverDirect, 2)}× direct; the gateway (which also authenticates, logs and counts) ` +
-        `reaches ${fixed(ratio(throughputOf('gateway'), throughputOf('floor')), 2)}× that`,
+        `reaches ${fixed(ratio(throughputOf('gateway'), throughputOf('floor')), 2)}× that (${fixed(ratio(throughputOf('gateway-cap'), throughputOf('floor')), 2)}× with the capability URL)`,
     );
   }
   // The CPU target's bound, in the same run: what the proxy that checks nothing, and the floor, cost per export against the nginx path.
-  const nginxPathCpu = pathCpu(protobufRuns.nginx, ['service', 'redis', 'nginx']);
-  const proxyCpu = ratio(pathCpu(protobufRuns.proxy, ['proxy']), nginxPathCpu);
-  if (!Number.isNaN(proxyCpu)) {
+  for (const [gateway, nginx, called] of formPairs) {
+    const nginxPathCpu = pathCpu(protobufRuns[nginx], ['service', 'redis', 'nginx']);
+    const proxyCpu = ratio(pathCpu(protobufRuns.proxy, ['proxy']), nginxPathCpu);
+    if (Number.isNaN(proxyCpu)) continue;
     verdicts.push(
-      `bound (CPU): per export, the Node.js proxy that checks nothing costs ${fixed(proxyCpu, 2)}× the nginx path's CPU, ` +
+      `bound (CPU, ${called}): per export, the Node.js proxy that checks nothing costs ${fixed(proxyCpu, 2)}× the nginx path's CPU, ` +
         `the floor (with its redis) ${fixed(ratio(pathCpu(protobufRuns.floor, ['floor', 'redis']), nginxPathCpu), 2)}×, ` +
-        `the gateway (with its redis) ${fixed(ratio(pathCpu(protobufRuns.gateway, ['service', 'redis']), nginxPathCpu), 2)}×`,
+        `the gateway (with its redis) ${fixed(ratio(pathCpu(protobufRuns[gateway], ['service', 'redis']), nginxPathCpu), 2)}×`,
     );
   }
   console.log('');

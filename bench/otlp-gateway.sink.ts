@@ -5,8 +5,9 @@
  * decoding anything, in its own process so its CPU is counted apart from the gateway's and the load
  * generator's.
  *
- * GET /-/stats answers what it has received so far; GET /-/last the last body as received, so the
- * bench can check (once, outside the timed rounds) what really reached the collector.
+ * GET /-/stats answers what it has received so far; GET /-/last?type=<content type> the last body of that
+ * type as received, so the bench can check (once, outside the timed rounds) what really reached the collector:
+ * by type, because the service's own pipeline spans (JSON, from its outbox) may land after an export checked.
  */
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -24,7 +25,7 @@ let requests = 0;
 let bytes = 0;
 let connections = 0;
 const byPath: Record<string, number> = {};
-let last: { contentType: string; contentEncoding: string; body: Buffer } | undefined;
+const lastOfType = new Map<string, { contentType: string; contentEncoding: string; body: Buffer }>();
 
 const EMPTY = Buffer.alloc(0);
 
@@ -35,7 +36,8 @@ const receive = otlpRequestHandler({
     bytes += body.length;
     const path = `/v1/${signal}`;
     byPath[path] = (byPath[path] ?? 0) + 1;
-    last = { contentType: headers['content-type'] ?? '', contentEncoding: String(headers['content-encoding'] ?? ''), body };
+    const contentType = headers['content-type'] ?? '';
+    lastOfType.set(contentType, { contentType, contentEncoding: String(headers['content-encoding'] ?? ''), body });
     return { kind: 'accepted' };
   },
 });
@@ -46,7 +48,8 @@ const server = createServer((request, response) => {
     response.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(stats));
     return;
   }
-  if (request.method === 'GET' && request.url === '/-/last') {
+  if (request.method === 'GET' && request.url?.startsWith('/-/last?type=')) {
+    const last = lastOfType.get(decodeURIComponent(request.url.slice('/-/last?type='.length)));
     response
       .writeHead(last === undefined ? 404 : 200, {
         'content-type': 'application/octet-stream',
