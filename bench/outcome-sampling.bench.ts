@@ -174,8 +174,9 @@ async function startBytesSink(): Promise<{
     origin,
     pid: child.pid!,
     stats: async () => (await (await fetch(`${origin}/-/stats`)).json()) as SinkStats,
+    // The last protobuf body: the service's own spans (OTLP/JSON, from its outbox) may land after the export checked.
     last: async () => {
-      const response = await fetch(`${origin}/-/last`);
+      const response = await fetch(`${origin}/-/last?type=${encodeURIComponent('application/x-protobuf')}`);
       return { contentType: response.headers.get('x-received-content-type') ?? '', body: Buffer.from(await response.arrayBuffer()) };
     },
     stop: () => stopChild(child, 'SIGTERM', 5000),
