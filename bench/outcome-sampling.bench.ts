@@ -26,6 +26,7 @@
  * Options: --rounds 3  --round-seconds 5  --warmup-seconds 2  --connections 16  --spans 100  --attributes 10
  *          --store-exports 50  --store-jobs 40  --budget-bytes 536870912 (what the budget figures are for)
  *          --pipelines 20  --pipeline-exports 10
+ *          --service-env NAME=VALUE, repeatable (e.g. OTLP_UPSTREAM_LINGER_MS=0: forwarding without coalescing)
  *          --smoke (a second's warm-up and one second of load each, a few exports and jobs, 3 pipelines: to check it
  *                   still works; no verdict)
  *
@@ -98,8 +99,17 @@ const { values: args } = parseArgs({
     pipelines: { type: 'string', default: '20' },
     'pipeline-exports': { type: 'string', default: '10' },
     smoke: { type: 'boolean', default: false },
+    // Experiments: e.g. OTLP_UPSTREAM_LINGER_MS=0, forwarding each export alone as before coalescing (issue 29).
+    'service-env': { type: 'string', multiple: true, default: [] },
   },
 });
+const serviceEnv = Object.fromEntries(
+  (args['service-env'] as string[]).map((pair) => {
+    const at = pair.indexOf('=');
+    if (at <= 0) throw new Error(`--service-env takes NAME=VALUE, not ${pair}`);
+    return [pair.slice(0, at), pair.slice(at + 1)];
+  }),
+);
 const SMOKE = args.smoke;
 const options = {
   rounds: SMOKE ? 1 : Number(args.rounds),
@@ -425,7 +435,11 @@ async function main(): Promise<void> {
     // ---- 1 and 2: parking against forwarding, then the store's bytes, on one service forwarding to the bytes sink.
     const sink = await startBytesSink();
     stops.push(() => sink.stop());
-    const service = await startBuiltService(root, { ...baseEnv, REDIS_URL: redis.url, OTLP_UPSTREAM_URL: sink.origin }, join(work, 'service.log'));
+    const service = await startBuiltService(
+      root,
+      { ...baseEnv, REDIS_URL: redis.url, OTLP_UPSTREAM_URL: sink.origin, ...serviceEnv },
+      join(work, 'service.log'),
+    );
     let serviceStopped = false;
     stops.push(async () => void (serviceStopped ? undefined : await service.stop()));
     const head = await findPipeline(service, 10_000, 'head');
