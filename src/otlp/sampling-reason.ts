@@ -14,6 +14,12 @@ export type { SamplingReason };
 /** A reason the outcome decision keeps a provisionally traced pipeline for: what a slot is settled with. */
 export type OutcomeSamplingReason = Exclude<SamplingReason, 'head'>;
 
+/**
+ * The tracestate of a pipeline traced provisionally, and of every span kept by its outcome: kept with probability 1,
+ * which is honest, since the outcome does not depend on the trace's randomness (SPEC §11).
+ */
+export const OUTCOME_TRACE_STATE = 'ot=th:0';
+
 /** What a provisional export's slot says until it is settled; never a reason a collector should see. */
 export const PENDING_SAMPLING_REASON = 'pending';
 export type ResourceSamplingReason = SamplingReason | typeof PENDING_SAMPLING_REASON;

@@ -339,34 +339,32 @@ export class PipelineSpansService implements OnModuleDestroy {
   }
 
   /**
-   * A provisional pipeline's spans wait with its runner's (SPEC §11): parked per trace; those of a pipeline decided
-   * kept already go to the outbox settled with the reason, those of one dropped go nowhere. Answers what the outbox
-   * takes. A parked span's outbox key goes with it, so a redelivered hook's copy is dropped at delivery.
+   * The outbox entries of `spans`. A provisional pipeline's spans wait with its runner's instead (SPEC §11): parked per
+   * trace, each with its outbox key, so a redelivered hook's copy is dropped at delivery; those of a pipeline decided
+   * kept already go to the outbox settled with the reason, those of one dropped go nowhere.
    */
-  private async parkProvisional(entries: OutboxSpan[], provisional: OutboxSpan[], spans: readonly ControlPlaneSpan[]): Promise<OutboxSpan[]> {
-    if (provisional.length === 0) return entries;
-    const byTrace = new Map<string, OutboxSpan[]>();
-    for (const [i, span] of spans.filter((candidate) => candidate.provisional === true).entries()) {
-      const traceId = span.resourceSpans.scopeSpans[0].spans[0].traceId;
-      byTrace.set(traceId, [...(byTrace.get(traceId) ?? []), provisional[i]]);
+  private async outboxEntries(spans: readonly ControlPlaneSpan[], enqueuedAt: number): Promise<OutboxSpan[]> {
+    const entries: OutboxSpan[] = [];
+    const provisional = new Map<string, OutboxSpan[]>();
+    for (const span of spans) {
+      const entry = { spanId: outboxKeyOf(span), resourceSpans: JSON.stringify(span.resourceSpans), enqueuedAt };
+      if (span.provisional !== true) entries.push(entry);
+      else {
+        const traceId = span.resourceSpans.scopeSpans[0].spans[0].traceId;
+        provisional.set(traceId, [...(provisional.get(traceId) ?? []), entry]);
+      }
     }
-    for (const [traceId, traced] of byTrace) {
-      const answer = await this.outcomeSampling.parkSpans(traceId, traced);
+    for (const [traceId, parked] of provisional) {
+      const answer = await this.outcomeSampling.parkSpans(traceId, parked);
       if (answer.kind !== 'forward') continue;
-      for (const span of traced) entries.push({ ...span, resourceSpans: this.outcomeSampling.settledSpans(span.resourceSpans, answer.reason) });
+      for (const entry of parked) entries.push({ ...entry, resourceSpans: this.outcomeSampling.settledSpans(entry.resourceSpans, answer.reason) });
     }
     return entries;
   }
 
   private async enqueue(spans: readonly ControlPlaneSpan[], source: string): Promise<EnqueueOutcome> {
     if (spans.length === 0) return NOTHING;
-    const enqueuedAt = Date.now();
-    const outboxSpan = (span: ControlPlaneSpan): OutboxSpan => ({ spanId: outboxKeyOf(span), resourceSpans: JSON.stringify(span.resourceSpans), enqueuedAt });
-    const entries = await this.parkProvisional(
-      spans.filter((span) => span.provisional !== true).map(outboxSpan),
-      spans.filter((span) => span.provisional === true).map(outboxSpan),
-      spans,
-    );
+    const entries = await this.outboxEntries(spans, Date.now());
     if (entries.length === 0) return NOTHING;
     const outcome = await this.store.enqueueSpans(entries, this.limits);
     this.metrics.enqueued(source, outcome);

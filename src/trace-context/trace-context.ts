@@ -1,4 +1,5 @@
 import { createHash, createHmac } from 'node:crypto';
+import { OUTCOME_TRACE_STATE } from '../otlp/sampling-reason';
 
 /**
  * W3C trace context of a CI job (SPEC §4 "Trace context"). Pure functions: ids are HMACs of the
@@ -106,7 +107,7 @@ export function provisionalContextOf(context: TraceContext): TraceContext {
 }
 
 /** The tracestate of a provisional pipeline, and only of one: head sampling at 100 % writes none (SPEC §4). */
-export const PROVISIONAL_TRACESTATE = 'ot=th:0';
+export const PROVISIONAL_TRACESTATE = OUTCOME_TRACE_STATE;
 
 /**
  * The `gitlab` scheme (SPEC §4): the ids GitLab Rails gives its own CI spans (`job_lifecycle`,

@@ -7,7 +7,7 @@
 import { CI_IDENTITY_ATTRIBUTES, CiIdentityValueType, SAMPLING_REASON_ATTRIBUTE } from '../../otlp/ci-identity';
 import type { OtlpSignal } from '../../otlp/otlp-encoding';
 import type { EnforcedExport, GatewayGrant, RunnerJobEnd, SpanBudget, SpanLimits } from './otlp-types';
-import { PENDING_SAMPLING_REASON, ResourceSamplingReason } from '../../otlp/sampling-reason';
+import { OUTCOME_TRACE_STATE, PENDING_SAMPLING_REASON, ResourceSamplingReason } from '../../otlp/sampling-reason';
 
 export interface IdentityAttribute {
   key: string;
@@ -22,12 +22,6 @@ export const JOB_EXECUTION_SPAN = 'job_execution';
  * is dropped, the gateway's written instead.
  */
 export const RESOURCE_OWNED_KEYS: ReadonlySet<string> = new Set([...CI_IDENTITY_ATTRIBUTES.map(({ key }) => key), SAMPLING_REASON_ATTRIBUTE]);
-
-/**
- * trace_state of every span a provisional grant admits (SPEC §11): a span that reaches the collector through the
- * outcome decision was kept with probability 1, whatever sampler the exporter ran.
- */
-export const KEPT_BY_OUTCOME_TRACE_STATE = 'ot=th:0';
 
 /** Keys the gateway owns on spans, data points and log records: only those an item carries are overwritten. */
 export const ITEM_IDENTITY_KEYS: ReadonlySet<string> = new Set(CI_IDENTITY_ATTRIBUTES.filter(({ span }) => span !== undefined).map(({ key }) => key));
@@ -72,7 +66,9 @@ function deriveGrantIdentity(grant: GatewayGrant): GrantIdentity {
     resource: CI_IDENTITY_ATTRIBUTES.map(({ key, carries, resource }) => attribute(key, resource, grant[carries])),
     items,
     samplingReason: grant.provisional === true ? PENDING_SAMPLING_REASON : 'head',
-    spanTraceState: grant.provisional === true ? KEPT_BY_OUTCOME_TRACE_STATE : undefined,
+    // A span that reaches the collector through the outcome decision was kept with probability 1, whatever sampler
+    // the exporter ran: the tracestate the decorator handed out for the pipeline (SPEC §11).
+    spanTraceState: grant.provisional === true ? OUTCOME_TRACE_STATE : undefined,
   };
 }
 
