@@ -54,8 +54,9 @@
  * one job can be replayed for the whole run.
  */
 import autocannon from 'autocannon';
+import { BytesSink, startBytesSink, startChildServer, stopChild } from './lib/child-process';
 import { printTable } from './lib/table';
-import { ChildProcess, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { chmodSync, closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -74,7 +75,6 @@ import { median } from './lib/percentiles';
 import { childPids, procCpuMicros, procCpuTimes } from './lib/proc-cpu';
 import { repositoryRoot, runBench } from './lib/bench-env';
 import { describeExport, otlpTypes, traceExport } from './otlp-gateway.payload';
-import type { SinkStats } from './otlp-gateway.sink';
 
 type Target = 'direct' | 'gateway' | 'nginx' | 'proxy' | 'floor' | 'ledger';
 /** How the runner authenticates: tokens in headers, or the per-job capability URL (docs/gateway.md). */
@@ -163,66 +163,6 @@ const failures: string[] = [];
 
 // ---------------------------------------------------------------------------------------------------
 // Processes
-
-interface Sink {
-  readonly origin: string;
-  readonly pid: number;
-  stats(): Promise<SinkStats>;
-  /** The last body of that content type the sink received. */
-  last(contentType: string): Promise<{ contentType: string; contentEncoding: string; body: Buffer }>;
-  stop(): Promise<void>;
-}
-
-function exitOf(child: ChildProcess): Promise<void> {
-  return child.exitCode !== null || child.signalCode !== null ? Promise.resolve() : new Promise((resolve) => child.once('exit', () => resolve()));
-}
-
-async function stopChild(child: ChildProcess, signal: NodeJS.Signals, graceMs: number): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  const exited = exitOf(child);
-  child.kill(signal);
-  const killer = setTimeout(() => child.kill('SIGKILL'), graceMs);
-  await exited;
-  clearTimeout(killer);
-}
-
-/** A bench server script as its own process (so its CPU is counted apart), ready once it reports its port. */
-async function startChildServer(
-  script: string,
-  env: Record<string, string>,
-  nodeArgs: readonly string[] = [],
-): Promise<{ origin: string; pid: number; stop(): Promise<void> }> {
-  let stderr = '';
-  const child = spawn(process.execPath, [...nodeArgs, script], { env: { PATH: process.env.PATH, ...env }, stdio: ['ignore', 'ignore', 'pipe', 'ipc'] });
-  child.stderr?.on('data', (chunk: Buffer) => (stderr = (stderr + chunk.toString()).slice(-4000)));
-  const port = await new Promise<number>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`${script} did not start: ${stderr}`)), 10_000);
-    child.once('message', (message: { type: string; port: number }) => {
-      clearTimeout(timer);
-      resolve(message.port);
-    });
-    child.once('exit', (code) => reject(new Error(`${script} exited (${code}): ${stderr}`)));
-  });
-  return { origin: `http://127.0.0.1:${port}`, pid: child.pid!, stop: () => stopChild(child, 'SIGTERM', 5000) };
-}
-
-async function startSink(script: string): Promise<Sink> {
-  const { origin, pid, stop } = await startChildServer(script, {});
-  return {
-    origin,
-    pid,
-    stats: async () => (await (await fetch(`${origin}/-/stats`)).json()) as SinkStats,
-    last: async (contentType) => {
-      const response = await fetch(`${origin}/-/last?type=${encodeURIComponent(contentType)}`);
-      return {
-        contentType: response.headers.get('x-received-content-type') ?? '',
-        contentEncoding: response.headers.get('x-received-content-encoding') ?? '',
-        body: Buffer.from(await response.arrayBuffer()),
-      };
-    },
-    stop,
-  };
-}
 
 interface Service {
   readonly url: string;
@@ -317,7 +257,7 @@ async function main(): Promise<void> {
   const keys = await makeGitLabKeys();
   const callerKey = generateCallerKey();
   let redis: RedisServer | undefined;
-  let sink: Sink | undefined;
+  let sink: BytesSink | undefined;
   let service: Service | undefined;
   let nginx: NginxServer | undefined;
   let proxy: { origin: string; pid: number; stop(): Promise<void> } | undefined;
@@ -336,7 +276,7 @@ async function main(): Promise<void> {
       redis = await startRedis();
       stops.push(() => redis!.stop());
     }
-    sink = await startSink(join(__dirname, 'otlp-gateway.sink.js'));
+    sink = await startBytesSink(join(__dirname, 'otlp-gateway.sink.js'));
     stops.push(() => sink!.stop());
     const logFile = join(work, 'service.log');
     service = await startBuiltService(

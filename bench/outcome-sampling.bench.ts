@@ -39,7 +39,7 @@
  */
 import autocannon from 'autocannon';
 import Redis from 'ioredis';
-import { ChildProcess, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { closeSync, existsSync, mkdtempSync, openSync, rmSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -61,9 +61,9 @@ import { repositoryRoot, runBench } from './lib/bench-env';
 import { ciJobSpanBatch, withBinaryIds } from './lib/otlp-batch';
 import { median, percentile } from './lib/percentiles';
 import { procCpuMicros } from './lib/proc-cpu';
+import { startBytesSink, stopChild } from './lib/child-process';
 import { printTable } from './lib/table';
 import { describeExport, otlpTypes, traceExport } from './otlp-gateway.payload';
-import type { SinkStats } from './otlp-gateway.sink';
 
 type Target = 'forwarded' | 'parked';
 const TARGETS: readonly Target[] = ['forwarded', 'parked'];
@@ -143,55 +143,6 @@ const mib = (bytes: number) => `${(bytes / 1024 / 1024).toFixed(0)} MiB`;
 
 // ---------------------------------------------------------------------------------------------------
 // Processes
-
-function exitOf(child: ChildProcess): Promise<void> {
-  return child.exitCode !== null || child.signalCode !== null ? Promise.resolve() : new Promise((resolve) => child.once('exit', () => resolve()));
-}
-
-async function stopChild(child: ChildProcess, signal: NodeJS.Signals, graceMs: number): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  const exited = exitOf(child);
-  child.kill(signal);
-  const killer = setTimeout(() => child.kill('SIGKILL'), graceMs);
-  await exited;
-  clearTimeout(killer);
-}
-
-/** The bytes-only OTLP sink (otlp-gateway.sink.ts) as its own process, so its CPU is counted apart. */
-async function startBytesSink(): Promise<{
-  origin: string;
-  pid: number;
-  stats(): Promise<SinkStats>;
-  last(): Promise<{ contentType: string; body: Buffer }>;
-  stop(): Promise<void>;
-}> {
-  let stderr = '';
-  const child = spawn(process.execPath, [join(__dirname, 'otlp-gateway.sink.js')], {
-    env: { PATH: process.env.PATH },
-    stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
-  });
-  child.stderr?.on('data', (chunk: Buffer) => (stderr = (stderr + chunk.toString()).slice(-4000)));
-  const port = await new Promise<number>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`sink did not start: ${stderr}`)), 10_000);
-    child.once('message', (message: { port: number }) => {
-      clearTimeout(timer);
-      resolve(message.port);
-    });
-    child.once('exit', (code) => reject(new Error(`sink exited (${code}): ${stderr}`)));
-  });
-  const origin = `http://127.0.0.1:${port}`;
-  return {
-    origin,
-    pid: child.pid!,
-    stats: async () => (await (await fetch(`${origin}/-/stats`)).json()) as SinkStats,
-    // The last protobuf body: the service's own spans (OTLP/JSON, from its outbox) may land after the export checked.
-    last: async () => {
-      const response = await fetch(`${origin}/-/last?type=${encodeURIComponent('application/x-protobuf')}`);
-      return { contentType: response.headers.get('x-received-content-type') ?? '', body: Buffer.from(await response.arrayBuffer()) };
-    },
-    stop: () => stopChild(child, 'SIGTERM', 5000),
-  };
-}
 
 /**
  * dist/main.js as its own process, as operators run it: stdout (pino, the access log at info) into a file, as a
@@ -433,7 +384,7 @@ async function main(): Promise<void> {
     stops.push(async () => void client!.disconnect());
 
     // ---- 1 and 2: parking against forwarding, then the store's bytes, on one service forwarding to the bytes sink.
-    const sink = await startBytesSink();
+    const sink = await startBytesSink(join(__dirname, 'otlp-gateway.sink.js'));
     stops.push(() => sink.stop());
     const service = await startBuiltService(
       root,
@@ -464,7 +415,8 @@ async function main(): Promise<void> {
     // the pickups' own control-plane spans (OTLP/JSON, through the outbox's linger) have reached the same sink.
     await sleep(500);
     await postExport(jobs.forwarded.target, bodies.forwarded);
-    const last = await sink.last();
+    // The last protobuf body: the service's own spans (OTLP/JSON, from its outbox) may land after the export checked.
+    const last = await sink.last('application/x-protobuf');
     if (last.contentType !== 'application/x-protobuf') throw new Error(`forwarded: the sink's last request was ${last.contentType}, not the export`);
     const forwarded = describeExport(types, last.body);
     if (forwarded.spans !== options.spans || forwarded.traceIds.join() !== head.job.traceId || forwarded.resources[0]?.['ci.sampling.reason'] !== 'head') {
