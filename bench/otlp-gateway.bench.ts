@@ -54,7 +54,7 @@
  * one job can be replayed for the whole run.
  */
 import autocannon from 'autocannon';
-import { BytesSink, startBytesSink, startChildServer, stopChild } from './lib/child-process';
+import { BytesSink, guardedRun, startBytesSink, startChildServer, stopChild } from './lib/child-process';
 import { printTable } from './lib/table';
 import { spawn } from 'node:child_process';
 import { chmodSync, closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
@@ -235,22 +235,8 @@ async function main(): Promise<void> {
   const profiled = (name: string): string[] =>
     options.cpuProf ? ['--cpu-prof', `--cpu-prof-dir=${join(work, 'profiles')}`, `--cpu-prof-name=${name}.cpuprofile`] : [];
   const started = performance.now();
-  const stops: Array<() => Promise<void>> = [];
-  const stopAll = async () => {
-    for (const stop of stops.splice(0).reverse()) await stop().catch(() => undefined);
-  };
-
   const planned = options.variants.reduce((sum, variant) => sum + lanesOf(variant).length * (options.warmupSeconds + options.rounds * options.roundSeconds), 0);
-  // Bounded: a hung target cannot keep the bench (and its child processes) alive.
-  const watchdog = setTimeout(
-    () => {
-      console.error(`\nFAILED: still running ${planned + 90} s after start; stopping`);
-      void stopAll().finally(() => process.exit(1));
-    },
-    (planned + 90) * 1000,
-  );
-  watchdog.unref();
-  process.once('SIGINT', () => void stopAll().finally(() => process.exit(130)));
+  const { stops, stopAll } = guardedRun(planned + 90);
 
   const types = otlpTypes();
   const secrets: SecretFiles = makeSecretFiles();
@@ -530,7 +516,6 @@ async function main(): Promise<void> {
     failures.push(String((error as Error).stack ?? error));
   } finally {
     await stopAll();
-    clearTimeout(watchdog);
   }
 
   printReport(reports, payloadBytes, gzipBytes);

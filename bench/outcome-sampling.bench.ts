@@ -61,7 +61,7 @@ import { repositoryRoot, runBench } from './lib/bench-env';
 import { ciJobSpanBatch, withBinaryIds } from './lib/otlp-batch';
 import { median, percentile } from './lib/percentiles';
 import { procCpuMicros } from './lib/proc-cpu';
-import { startBytesSink, stopChild } from './lib/child-process';
+import { guardedRun, startBytesSink, stopChild } from './lib/child-process';
 import { printTable } from './lib/table';
 import { describeExport, otlpTypes, traceExport } from './otlp-gateway.payload';
 
@@ -335,20 +335,8 @@ async function main(): Promise<void> {
   const root = repositoryRoot(__dirname);
   const work = mkdtempSync(join(tmpdir(), 'cjt-outcome-sampling-bench-'));
   const started = performance.now();
-  const stops: Array<() => Promise<void>> = [];
-  const stopAll = async () => {
-    for (const stop of stops.splice(0).reverse()) await stop().catch(() => undefined);
-  };
   const planned = 2 * (options.warmupSeconds + options.rounds * options.roundSeconds) + options.storeJobs + options.pipelines * 4;
-  const watchdog = setTimeout(
-    () => {
-      console.error(`\nFAILED: still running ${planned + 120} s after start; stopping`);
-      void stopAll().finally(() => process.exit(1));
-    },
-    (planned + 120) * 1000,
-  );
-  watchdog.unref();
-  process.once('SIGINT', () => void stopAll().finally(() => process.exit(130)));
+  const { stops, stopAll } = guardedRun(planned + 120);
 
   const types = otlpTypes();
   const secret = makeWebhookSecret();
@@ -518,7 +506,6 @@ async function main(): Promise<void> {
     failures.push(String((error as Error).stack ?? error));
   } finally {
     await stopAll();
-    clearTimeout(watchdog);
   }
 
   printThroughput(reports, payloadBytes);

@@ -64,3 +64,22 @@ export async function startBytesSink(script: string): Promise<BytesSink> {
     stop,
   };
 }
+
+/**
+ * What a bench started, stopped in reverse order on the way out, on Ctrl-C, or by a watchdog once `boundSeconds`
+ * have passed (stopping clears it): a hung target cannot keep the bench (and its child processes) alive.
+ */
+export function guardedRun(boundSeconds: number): { readonly stops: Array<() => Promise<void>>; stopAll(): Promise<void> } {
+  const stops: Array<() => Promise<void>> = [];
+  const stopAll = async () => {
+    clearTimeout(watchdog);
+    for (const stop of stops.splice(0).reverse()) await stop().catch(() => undefined);
+  };
+  const watchdog: NodeJS.Timeout = setTimeout(() => {
+    console.error(`\nFAILED: still running ${boundSeconds} s after start; stopping`);
+    void stopAll().finally(() => process.exit(1));
+  }, boundSeconds * 1000);
+  watchdog.unref();
+  process.once('SIGINT', () => void stopAll().finally(() => process.exit(130)));
+  return { stops, stopAll };
+}

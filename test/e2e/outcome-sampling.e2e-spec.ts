@@ -309,16 +309,15 @@ describe('outcome-based sampling at its bounds (SPEC §11)', () => {
     await Promise.all([sink?.stop(), redis?.stop()]);
   });
 
-  it('falls back to the head decision when the budget is full: counted, readiness degraded, nothing parked evicted', async () => {
+  /** A service of its own on an emptied store, with one bound changed. */
+  const boundedService = async (bound: Record<string, string>) => {
     await redis.flush();
-    const service = await startService({
-      REDIS_URL: redis.url,
-      OTLP_UPSTREAM_URL: sink.url,
-      GITLAB_WEBHOOK_SECRET_FILE: secret.file,
-      FLAGS_FILE: flags,
-      // About one runner export: the first job's spans fit, the second's do not.
-      OUTCOME_SAMPLING_MAX_TOTAL_BYTES: '2500',
-    });
+    return startService({ REDIS_URL: redis.url, OTLP_UPSTREAM_URL: sink.url, GITLAB_WEBHOOK_SECRET_FILE: secret.file, FLAGS_FILE: flags, ...bound });
+  };
+
+  it('falls back to the head decision when the budget is full: counted, readiness degraded, nothing parked evicted', async () => {
+    // About one runner export: the first job's spans fit, the second's do not.
+    const service = await boundedService({ OUTCOME_SAMPLING_MAX_TOTAL_BYTES: '2500' });
     try {
       const { pipeline } = await pipelineSampled(service, secret, 50_000, 'provisional');
       await pipeline.run(service, pipeline.id * 100, 'build', 'success');
@@ -340,14 +339,7 @@ describe('outcome-based sampling at its bounds (SPEC §11)', () => {
   }, 60_000);
 
   it('decides when the hook never comes: when_no_outcome keeps the pipeline, counted as no_outcome', async () => {
-    await redis.flush();
-    const service = await startService({
-      REDIS_URL: redis.url,
-      OTLP_UPSTREAM_URL: sink.url,
-      GITLAB_WEBHOOK_SECRET_FILE: secret.file,
-      FLAGS_FILE: flags,
-      OUTCOME_SAMPLING_MAX_WAIT_SECONDS: '1',
-    });
+    const service = await boundedService({ OUTCOME_SAMPLING_MAX_WAIT_SECONDS: '1' });
     try {
       const { pipeline } = await pipelineSampled(service, secret, 60_000, 'provisional');
       await pipeline.run(service, pipeline.id * 100, 'build', 'success');

@@ -3,9 +3,9 @@ import { join } from 'node:path';
 import { BUILD_STAGES, exportJobAsRunner } from '../../demo/stock-runner';
 import { pickUpPipelineJob, PickedUpJob } from '../helpers/ci-pipeline';
 import { ClickHouse, ClickHouseRow, startClickHouse } from '../helpers/clickhouse';
-import { dateTime64, insertOtelTraces, OtelTracesRow, otelTracesRows } from '../helpers/clickhouse-exporter';
+import { dateTime64, insertOtelTraces, otelSpanRow, OtelTracesRow, otelTracesRows } from '../helpers/clickhouse-exporter';
 import { PipelinesRun, runPipelines, stageSeconds } from '../helpers/clickhouse-pipelines';
-import { HEAD_10_PERCENT, otelSpanRow, sampledPipelineRows, sampledTraceId, tenPercentSample } from '../helpers/clickhouse-sampling';
+import { HEAD_10_PERCENT, sampledPipelineRows, sampledTraceId, tenPercentSample } from '../helpers/clickhouse-sampling';
 import { makeWebhookSecret, WebhookSecret } from '../helpers/gitlab-webhooks';
 import { OtlpSink, startOtlpSink } from '../helpers/otlp-sink';
 import { waitFor } from '../helpers/ports';
@@ -370,30 +370,16 @@ describe("ci_job_telemetry_traces holds the control plane's spans too: pipeline,
 
 describe('01-ci-job-telemetry.sql upgrades an install made before issue 19, and runs again harmlessly', () => {
   let clickhouse: ClickHouse;
-  const span = (spanId: string, name: string, resource: Record<string, string>, attributes: Record<string, string> = {}): OtelTracesRow => ({
-    Timestamp: dateTime64(BigInt(Date.parse('2026-11-21T10:00:00Z')) * 1_000_000n),
-    TraceId: 'a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1',
-    SpanId: spanId,
-    ParentSpanId: '',
-    TraceState: '',
-    SpanName: name,
-    SpanKind: 'Internal',
-    ServiceName: resource['service.name'],
-    ResourceAttributes: resource,
-    ScopeName: '',
-    ScopeVersion: '',
-    SpanAttributes: attributes,
-    Duration: '5000000000',
-    StatusCode: 'Unset',
-    StatusMessage: '',
-    'Events.Timestamp': [],
-    'Events.Name': [],
-    'Events.Attributes': [],
-    'Links.TraceId': [],
-    'Links.SpanId': [],
-    'Links.TraceState': [],
-    'Links.Attributes': [],
-  });
+  const span = (spanId: string, name: string, resource: Record<string, string>, attributes: Record<string, string> = {}): OtelTracesRow =>
+    otelSpanRow({
+      Timestamp: dateTime64(BigInt(Date.parse('2026-11-21T10:00:00Z')) * 1_000_000n),
+      TraceId: 'a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1',
+      SpanId: spanId,
+      SpanName: name,
+      ResourceAttributes: resource,
+      SpanAttributes: attributes,
+      Duration: '5000000000',
+    });
   const job = { 'ci.project.id': '7', 'ci.pipeline.id': '610', 'ci.job.id': '3101', 'ci.runner.id': '17' };
 
   beforeAll(async () => {

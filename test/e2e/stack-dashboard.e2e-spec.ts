@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { BUILD_STAGES, BuildStage } from '../../demo/stock-runner';
 import { pickUpPipelineJob } from '../helpers/ci-pipeline';
 import { ClickHouse, startClickHouse } from '../helpers/clickhouse';
-import { dateTime64, insertOtelTraces, OtelTracesRow } from '../helpers/clickhouse-exporter';
+import { dateTime64, insertOtelTraces, otelSpanRow, OtelTracesRow } from '../helpers/clickhouse-exporter';
 import { PipelinesRun, runPipelines, stageSeconds } from '../helpers/clickhouse-pipelines';
 import { sampledPipelineRows, tenPercentSample } from '../helpers/clickhouse-sampling';
 import { makeWebhookSecret, WebhookSecret } from '../helpers/gitlab-webhooks';
@@ -72,30 +72,20 @@ function runnerJobRows(job: {
     seconds: number,
     attributes: Record<string, string>,
     status: string,
-  ): OtelTracesRow => ({
-    Timestamp: dateTime64(start),
-    TraceId: job.traceId,
-    SpanId: spanId,
-    ParentSpanId: parent,
-    TraceState: '',
-    SpanName: name,
-    SpanKind: 'Internal',
-    ServiceName: 'runner',
-    ResourceAttributes: resource,
-    ScopeName: 'gitlab-ci-runner',
-    ScopeVersion: '',
-    SpanAttributes: attributes,
-    Duration: String(BigInt(seconds) * 1_000_000_000n),
-    StatusCode: status,
-    StatusMessage: '',
-    'Events.Timestamp': [],
-    'Events.Name': [],
-    'Events.Attributes': [],
-    'Links.TraceId': [],
-    'Links.SpanId': [],
-    'Links.TraceState': [],
-    'Links.Attributes': [],
-  });
+  ): OtelTracesRow =>
+    otelSpanRow({
+      Timestamp: dateTime64(start),
+      TraceId: job.traceId,
+      SpanId: spanId,
+      ParentSpanId: parent,
+      SpanName: name,
+      ServiceName: 'runner',
+      ResourceAttributes: resource,
+      ScopeName: 'gitlab-ci-runner',
+      SpanAttributes: attributes,
+      Duration: String(BigInt(seconds) * 1_000_000_000n),
+      StatusCode: status,
+    });
   const rows = [
     row(
       jobSpanId,

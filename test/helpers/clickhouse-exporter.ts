@@ -93,6 +93,32 @@ function decodeTraces(body: Uint8Array, contentType: string | undefined): Decode
   return ExportTraceServiceRequest.toObject(ExportTraceServiceRequest.decode(body), { longs: String, defaults: false }) as Decoded;
 }
 
+/** A span row with what the exporter writes for a span without events or links. */
+export function otelSpanRow(
+  span: Pick<OtelTracesRow, 'Timestamp' | 'TraceId' | 'SpanId' | 'SpanName' | 'ResourceAttributes'> & Partial<OtelTracesRow>,
+): OtelTracesRow {
+  return {
+    ParentSpanId: '',
+    TraceState: '',
+    SpanKind: 'Internal',
+    ServiceName: span.ResourceAttributes['service.name'] ?? '',
+    ScopeName: '',
+    ScopeVersion: '',
+    SpanAttributes: {},
+    Duration: '0',
+    StatusCode: 'Unset',
+    StatusMessage: '',
+    'Events.Timestamp': [],
+    'Events.Name': [],
+    'Events.Attributes': [],
+    'Links.TraceId': [],
+    'Links.SpanId': [],
+    'Links.TraceState': [],
+    'Links.Attributes': [],
+    ...span,
+  };
+}
+
 /** Unix nanoseconds as ClickHouse reads a DateTime64(9) in UTC. */
 export function dateTime64(nanos: bigint | string): string {
   const value = BigInt(nanos);

@@ -1,5 +1,5 @@
 import { tracestateFor } from '../../src/trace-context/trace-context';
-import { dateTime64, OtelTracesRow } from './clickhouse-exporter';
+import { dateTime64, otelSpanRow, OtelTracesRow } from './clickhouse-exporter';
 
 /**
  * otel_traces rows of pipelines as outcome-based sampling (SPEC §11) delivers them to the Collector: the
@@ -24,32 +24,6 @@ export const HEAD_10_PERCENT = tracestateFor(10)!;
 export const KEPT_BY_OUTCOME = 'ot=th:0';
 
 const hex = (value: number, digits: number) => value.toString(16).padStart(digits, '0');
-
-/** A span row with what the exporter writes for a span without events or links. */
-export function otelSpanRow(
-  span: Pick<OtelTracesRow, 'Timestamp' | 'TraceId' | 'SpanId' | 'SpanName' | 'ResourceAttributes'> & Partial<OtelTracesRow>,
-): OtelTracesRow {
-  return {
-    ParentSpanId: '',
-    TraceState: '',
-    SpanKind: 'Internal',
-    ServiceName: span.ResourceAttributes['service.name'] ?? '',
-    ScopeName: '',
-    ScopeVersion: '',
-    SpanAttributes: {},
-    Duration: '0',
-    StatusCode: 'Unset',
-    StatusMessage: '',
-    'Events.Timestamp': [],
-    'Events.Name': [],
-    'Events.Attributes': [],
-    'Links.TraceId': [],
-    'Links.SpanId': [],
-    'Links.TraceState': [],
-    'Links.Attributes': [],
-    ...span,
-  };
-}
 
 /** The trace id of a {@link SampledPipeline}'s rows. */
 export const sampledTraceId = (pipelineId: number) => hex(pipelineId, 32);
