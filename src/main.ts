@@ -67,6 +67,8 @@ async function bootstrap(): Promise<void> {
   const logger = createLogger(config.LOG_LEVEL);
   const stopSelfTracing = startSelfTracing(config.OTEL_EXPORTER_OTLP_ENDPOINT, config.OTEL_SERVICE_NAME);
   const internal = await createInternalApp(config, secrets, logger);
+  const readinessChecks = internal.get(ReadinessChecks);
+  readinessChecks.holdUntilStarted();
   // Fastify's own listen, not Nest's: Nest logs a failed listen's raw error itself before rejecting.
   const internalFastify: FastifyInstance = internal.getHttpAdapter().getInstance();
   const internalUrl = await listen('INTERNAL_PORT', config.HOST, config.INTERNAL_PORT, () =>
@@ -76,8 +78,11 @@ async function bootstrap(): Promise<void> {
     config.ROLE === 'control'
       ? undefined
       : await listen('GATEWAY_PORT', config.HOST, config.GATEWAY_PORT, () => internal.get(GatewayServer).listen(config.GATEWAY_PORT, config.HOST));
-  const readiness = await internal.get(ReadinessChecks).run();
+  const readiness = await readinessChecks.run();
   logger.info(startupSummary(config, { internalUrl, gatewayUrl, readiness }), 'ci-job-telemetry started');
+  // Lines are written in batches; the start-up line is out before the process says it is ready.
+  await new Promise<void>((resolve) => logger.flush(() => resolve()));
+  readinessChecks.started();
 
   const shutdown = (signal: string) => {
     logger.info({ signal }, 'shutting down');

@@ -15,10 +15,17 @@ export class HealthController {
     return { status: 'ok' };
   }
 
-  /** 503 until every registered check passes: store, flag definitions, collector (SPEC §8); `degraded` is reported, not failing. */
+  /**
+   * 503 until the process has started whole and every registered check passes: store, flag definitions,
+   * collector (SPEC §8); `degraded` is reported, not failing.
+   */
   @Get('-/readiness')
   async readiness(@Res() reply: FastifyReply): Promise<void> {
     const checks = await this.readinessChecks.run();
+    if (this.readinessChecks.isStarting) {
+      void reply.status(503).send({ status: 'starting', checks });
+      return;
+    }
     const ready = Object.values(checks).every((status) => status !== 'failing');
     void reply.status(ready ? 200 : 503).send({ status: ready ? 'ok' : 'failing', checks });
   }

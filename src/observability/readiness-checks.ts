@@ -15,6 +15,24 @@ export type CheckStatus = 'ok' | 'degraded' | 'failing';
 @Injectable()
 export class ReadinessChecks {
   private readonly checks = new Map<string, () => Promise<CheckResult> | CheckResult>();
+  private starting = false;
+
+  /**
+   * The process is not ready until it has started whole: both ports listening and its start-up line written.
+   * Otherwise the internal port answers 200 while the gateway port is still closed, and whoever waits for
+   * readiness (a probe, a rollout, a test) goes on before the process is what it says.
+   */
+  holdUntilStarted(): void {
+    this.starting = true;
+  }
+
+  started(): void {
+    this.starting = false;
+  }
+
+  get isStarting(): boolean {
+    return this.starting;
+  }
 
   /** `degraded`: reported, but the process stays ready (a full outbox must not stop job pickups). */
   register(name: string, check: () => Promise<CheckResult> | CheckResult): void {

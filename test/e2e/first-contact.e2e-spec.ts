@@ -146,6 +146,29 @@ describe('first contact (issue 20)', () => {
     );
   });
 
+  it('is not ready before it has started whole: the gateway port open and the start-up line written', async () => {
+    service = await startService(SERVICE_ENV, { waitReady: false });
+    const { port: gatewayPort } = new URL(service.gatewayUrl);
+    const answers: Array<{ status: number; contentType: string | undefined; body: { status: string } }> = [];
+    await waitFor(
+      'readiness',
+      async () => {
+        const response = await fetch(`${service!.url}/-/readiness`).catch(() => undefined);
+        if (response === undefined) return undefined;
+        answers.push({ status: response.status, contentType: response.headers.get('content-type') ?? undefined, body: (await response.json()) as { status: string } });
+        return response.status === 200 ? true : undefined;
+      },
+      20_000,
+      2,
+    );
+    // The moment readiness says 200, an operator can already read the line and a runner can already export.
+    expect(logLines(service).filter((line) => line.msg === 'ci-job-telemetry started')).toHaveLength(1);
+    const exportAnswer = await fetch(`http://127.0.0.1:${gatewayPort}/v1/traces`, { method: 'POST', body: '' });
+    expect(exportAnswer.status).toBe(401);
+    for (const { status, contentType, body } of answers) expectMatchesOpenApi('/-/readiness', 'get', status, contentType, body);
+    expect(answers.slice(0, -1).map(({ status, body }) => [status, body.status])).toEqual(answers.slice(0, -1).map(() => [503, 'starting']));
+  });
+
   it('hands runners a URL on GATEWAY_PORT when GATEWAY_PUBLIC_URL is unset', async () => {
     service = await startService({ ...SERVICE_ENV, GATEWAY_PUBLIC_URL: '' });
     const { port: gatewayPort } = new URL(service.gatewayUrl);
