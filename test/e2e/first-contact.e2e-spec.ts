@@ -155,7 +155,11 @@ describe('first contact (issue 20)', () => {
       async () => {
         const response = await fetch(`${service!.url}/-/readiness`).catch(() => undefined);
         if (response === undefined) return undefined;
-        answers.push({ status: response.status, contentType: response.headers.get('content-type') ?? undefined, body: (await response.json()) as { status: string } });
+        answers.push({
+          status: response.status,
+          contentType: response.headers.get('content-type') ?? undefined,
+          body: (await response.json()) as { status: string },
+        });
         return response.status === 200 ? true : undefined;
       },
       20_000,
