@@ -7,6 +7,14 @@ import { promisify } from 'node:util';
  * each for a second or two. It judges no number (no timing assertion belongs in the suite); it fails
  * when a bench crashes or finds a request not answered 2xx or a span not delivered.
  */
+/** What each failed bench printed (scripts/bench.sh names them last), not only the end of the whole run. */
+function failedBenchOutput(stdout: string): string {
+  const failed = [...(/^benches failed: (.*)$/m.exec(stdout)?.[1] ?? '').matchAll(/([\w-]+) \(exit \d+\)/g)].map((match) => match[1]);
+  const sections = stdout.split(/^(?=== bench )/m);
+  const ofFailed = sections.filter((section) => failed.some((name) => section.startsWith(`== bench ${name}:`)));
+  return (ofFailed.length > 0 ? ofFailed.map((section) => section.slice(-6000)).join('\n') : stdout.slice(-4000)).trimEnd();
+}
+
 describe('benchmarks', () => {
   it('all run to the end in smoke mode', async () => {
     const root = join(__dirname, '..', '..');
@@ -17,7 +25,7 @@ describe('benchmarks', () => {
       timeout: 400_000,
       maxBuffer: 64 * 1024 * 1024,
     }).catch((error: { stdout?: string; stderr?: string; message: string }) => {
-      throw new Error(`${error.message}\n${error.stdout?.slice(-4000) ?? ''}`);
+      throw new Error(`${error.message}\n${failedBenchOutput(error.stdout ?? '')}`);
     });
     expect(stdout).toMatch(/^all \d+ benches ran$/m);
   }, 420_000);
