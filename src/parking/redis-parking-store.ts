@@ -151,6 +151,7 @@ export class RedisParkingStore implements ParkingStore {
     redis.defineCommand('cjtParkingReserve', { numberOfKeys: 2, lua: RESERVE });
     redis.defineCommand('cjtParkingGiveBack', { numberOfKeys: 1, lua: GIVE_BACK });
     redis.defineCommand('cjtPark', { numberOfKeys: 3, lua: PARK });
+    store.writeAlone('cjtPark');
     redis.defineCommand('cjtParkingRelease', { numberOfKeys: 2, lua: RELEASE });
     redis.defineCommand('cjtDecide', { numberOfKeys: 1, lua: DECIDE });
     redis.defineCommand('cjtReopen', { numberOfKeys: 1, lua: REOPEN });

@@ -29,6 +29,17 @@ export class RedisStore {
     return new RedisStore(client, { waitReplicas: settings.waitReplicas ?? 0, waitTimeoutMs: settings.commandTimeoutMs });
   }
 
+  /**
+   * A command that carries a large body (a parked export, tens of KiB) is written on its own rather than
+   * auto-pipelined: ioredis copies a command's arguments into one buffer, and a pipeline copies all its
+   * commands into one buffer again, so the body would be copied twice and a large buffer allocated per turn.
+   * The small commands of the same turn still go together.
+   */
+  writeAlone(commandName: string): void {
+    const ignored = this.client.options.autoPipeliningIgnoredCommands ?? [];
+    if (!ignored.includes(commandName)) this.client.options.autoPipeliningIgnoredCommands = [...ignored, commandName];
+  }
+
   /** Runs store commands; any failure is a StoreUnavailableError. */
   async guard<T>(operation: () => Promise<T>): Promise<T> {
     try {
