@@ -35,7 +35,16 @@ import { PickupBatch } from './pickup-batch';
 import { OutcomeSamplingService } from '../outcome-sampling/outcome-sampling.service';
 import { SpanOutboxDeliverer } from './span-outbox-deliverer';
 
-const NOTHING: EnqueueOutcome = { queued: 0, duplicates: 0, refused: 0 };
+/**
+ * What a webhook's spans became, as its answer tells GitLab's webhook log: in the outbox, or (a pipeline traced
+ * provisionally, SPEC §11) parked until its outcome, or dropped with a pipeline outcome sampling has dropped.
+ */
+export interface WebhookOutcome extends EnqueueOutcome {
+  readonly parked: number;
+  readonly dropped: number;
+}
+
+const NOTHING: WebhookOutcome = { queued: 0, duplicates: 0, refused: 0, parked: 0, dropped: 0 };
 
 /**
  * Pickups' pipelines and queue waits are written to the store together (see PickupBatch): the first
@@ -153,7 +162,7 @@ export class PipelineSpansService implements OnModuleDestroy {
   }
 
   /** A GitLab webhook, already authenticated and parsed. Throws StoreUnavailableError when the store is down. */
-  async handleWebhook(event: WebhookEvent): Promise<EnqueueOutcome> {
+  async handleWebhook(event: WebhookEvent): Promise<WebhookOutcome> {
     // The traced work it reads may still wait in this process's pickup batch.
     await this.pickups.flushed();
     if (event.kind === 'job') return event.job === undefined ? NOTHING : this.enqueue(await this.finishedJobSpans([event.job]), 'job_hook');
@@ -343,9 +352,11 @@ export class PipelineSpansService implements OnModuleDestroy {
    * trace, each with its outbox key, so a redelivered hook's copy is dropped at delivery; those of a pipeline decided
    * kept already go to the outbox settled with the reason, those of one dropped go nowhere.
    */
-  private async outboxEntries(spans: readonly ControlPlaneSpan[], enqueuedAt: number): Promise<OutboxSpan[]> {
+  private async outboxEntries(spans: readonly ControlPlaneSpan[], enqueuedAt: number): Promise<{ entries: OutboxSpan[]; parked: number; dropped: number }> {
     const entries: OutboxSpan[] = [];
     const provisional = new Map<string, OutboxSpan[]>();
+    let parked = 0;
+    let dropped = 0;
     for (const span of spans) {
       const entry = { spanId: outboxKeyOf(span), resourceSpans: JSON.stringify(span.resourceSpans), enqueuedAt };
       if (span.provisional !== true) entries.push(entry);
@@ -354,23 +365,25 @@ export class PipelineSpansService implements OnModuleDestroy {
         provisional.set(traceId, [...(provisional.get(traceId) ?? []), entry]);
       }
     }
-    for (const [traceId, parked] of provisional) {
-      const answer = await this.outcomeSampling.parkSpans(traceId, parked);
-      if (answer.kind !== 'forward') continue;
-      for (const entry of parked) entries.push({ ...entry, resourceSpans: this.outcomeSampling.settledSpans(entry.resourceSpans, answer.reason) });
+    for (const [traceId, waiting] of provisional) {
+      const answer = await this.outcomeSampling.parkSpans(traceId, waiting);
+      if (answer.kind === 'parked') parked += waiting.length;
+      else if (answer.kind === 'dropped') dropped += waiting.length;
+      else for (const entry of waiting) entries.push({ ...entry, resourceSpans: this.outcomeSampling.settledSpans(entry.resourceSpans, answer.reason) });
     }
-    return entries;
+    return { entries, parked, dropped };
   }
 
-  private async enqueue(spans: readonly ControlPlaneSpan[], source: string): Promise<EnqueueOutcome> {
+  private async enqueue(spans: readonly ControlPlaneSpan[], source: string): Promise<WebhookOutcome> {
     if (spans.length === 0) return NOTHING;
-    const entries = await this.outboxEntries(spans, Date.now());
-    if (entries.length === 0) return NOTHING;
-    const outcome = await this.store.enqueueSpans(entries, this.limits);
-    this.metrics.enqueued(source, outcome);
-    if (outcome.refused > 0) {
-      this.logger.error(`outbox full (OUTBOX_MAX_SPANS=${this.limits.maxSpans}): ${outcome.refused} ${source} span(s) refused; is the collector reachable?`);
+    const { entries, parked, dropped } = await this.outboxEntries(spans, Date.now());
+    if (entries.length === 0) return { ...NOTHING, parked, dropped };
+    const enqueued = await this.store.enqueueSpans(entries, this.limits);
+    this.metrics.enqueued(source, enqueued);
+    if (enqueued.refused > 0) {
+      this.logger.error(`outbox full (OUTBOX_MAX_SPANS=${this.limits.maxSpans}): ${enqueued.refused} ${source} span(s) refused; is the collector reachable?`);
     }
+    const outcome = { ...enqueued, parked, dropped };
     if (outcome.queued > 0) this.deliverer.kick();
     return outcome;
   }

@@ -3,10 +3,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadConfig } from '../config/app-config';
 import { StoreUnavailableError } from '../store/store-unavailable-error';
-import { EnqueueOutcome } from '../traced-work/traced-work';
 import { MetricsService } from '../observability/metrics.service';
 import { WebhookEvent } from './gitlab-webhook';
-import { PipelineSpansService } from './pipeline-spans.service';
+import { PipelineSpansService, WebhookOutcome } from './pipeline-spans.service';
 import { WebhookSpoolMetrics } from './webhook-spool.metrics';
 import { WebhookSpoolService } from './webhook-spool.service';
 
@@ -17,13 +16,13 @@ class FakePipelineSpans {
   failing = new Set<string>();
   readonly recorded: string[] = [];
 
-  async handleWebhook(event: WebhookEvent): Promise<EnqueueOutcome> {
+  async handleWebhook(event: WebhookEvent): Promise<WebhookOutcome> {
     const told = event.kind === 'pipeline' ? `pipeline ${event.pipelineId}` : `job ${event.jobId}`;
     if (this.store === 'down') throw new StoreUnavailableError(new Error('connect ECONNREFUSED'));
     if (this.store === 'hung') await new Promise(() => undefined);
     if (this.failing.has(told)) throw new TypeError('a bug');
     this.recorded.push(told);
-    return { queued: 1, duplicates: 0, refused: 0 };
+    return { queued: 1, duplicates: 0, refused: 0, parked: 0, dropped: 0 };
   }
 }
 
@@ -97,7 +96,7 @@ describe('WebhookSpoolService', () => {
     expect(await metric('ci_job_telemetry_webhooks_replayed_total')).toEqual(['ci_job_telemetry_webhooks_replayed_total 4']);
     expect(await metric('ci_job_telemetry_webhook_spool_hooks')).toEqual(['ci_job_telemetry_webhook_spool_hooks 0']);
     // The spool empty: hooks go to the store again at once.
-    expect(await service.take(jobHook(1, 13))).toEqual({ kind: 'recorded', outcome: { queued: 1, duplicates: 0, refused: 0 } });
+    expect(await service.take(jobHook(1, 13))).toEqual({ kind: 'recorded', outcome: { queued: 1, duplicates: 0, refused: 0, parked: 0, dropped: 0 } });
   });
 
   it('spools a hook the store does not answer in time, so GitLab is answered before its own timeout', async () => {

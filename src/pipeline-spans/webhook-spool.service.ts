@@ -3,10 +3,9 @@ import { join } from 'node:path';
 import { AppConfig } from '../config/app-config';
 import { APP_CONFIG } from '../config/config.constants';
 import { StoreUnavailableError } from '../store/store-unavailable-error';
-import { EnqueueOutcome } from '../traced-work/traced-work';
 import { TimeoutError, withTimeout } from '../observability/with-timeout';
 import { parseJobHook, parsePipelineHook, WebhookEvent, WebhookPayloadError } from './gitlab-webhook';
-import { PipelineSpansService } from './pipeline-spans.service';
+import { PipelineSpansService, WebhookOutcome } from './pipeline-spans.service';
 import { ReceivedHook, SpoolEntry, WebhookSpool } from './webhook-spool';
 import { SpoolDrop, SpoolReason, SpoolRefusal, WebhookSpoolMetrics } from './webhook-spool.metrics';
 
@@ -20,7 +19,7 @@ export const isReadEvent = (event: string): boolean => Object.hasOwn(PARSERS, ev
 
 /** What became of a webhook: the route answers each one its own way. */
 export type Intake =
-  | { readonly kind: 'recorded'; readonly outcome: EnqueueOutcome }
+  | { readonly kind: 'recorded'; readonly outcome: WebhookOutcome }
   | { readonly kind: 'ignored' }
   | { readonly kind: 'invalid'; readonly problem: string }
   | { readonly kind: 'spooled'; readonly reason: SpoolReason }
@@ -117,7 +116,7 @@ export class WebhookSpoolService implements OnModuleInit, OnModuleDestroy {
     }
   }
 
-  private handle(event: WebhookEvent): Promise<EnqueueOutcome> {
+  private handle(event: WebhookEvent): Promise<WebhookOutcome> {
     return withTimeout(() => this.pipelineSpans.handleWebhook(event), this.config.WEBHOOK_STORE_TIMEOUT_MS);
   }
 

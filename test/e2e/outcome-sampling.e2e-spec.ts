@@ -1,4 +1,5 @@
 import { BUILD_STAGES, BuildStage, TracingFeature } from '../../demo/stock-runner';
+import { expectMatchesOpenApi } from '../helpers/openapi';
 import { deliverWebhook, jobHook, pipelineHook, WebhookJob, WebhookPipeline } from '../../demo/gitlab-webhooks';
 import { pickUpPipelineJob, runJobAsStockRunner } from '../helpers/ci-pipeline';
 import { writeFlagsFile } from '../helpers/flags-file';
@@ -39,6 +40,8 @@ const samplingOf = (tracing: TracingFeature) => ((tracing as { tracestate?: stri
 /** A pipeline as GitLab tells it: its jobs picked up, run and exported as a stock runner does, then its hooks. */
 class Pipeline {
   readonly jobs: WebhookJob[] = [];
+  /** What each webhook was answered, as GitLab's webhook log shows it. */
+  readonly answers: Array<{ event: string; body: Record<string, unknown> }> = [];
   traceId = '';
   createdAt = new Date(Math.floor(Date.now() / 1000 - 5) * 1000);
 
@@ -91,6 +94,8 @@ class Pipeline {
   private async deliver(service: ServiceProcess, event: string, body: unknown): Promise<void> {
     const delivered = await deliverWebhook(service.url, event, body, { token: this.secret.secret });
     if (delivered.status !== 200) throw new Error(`${event} of pipeline ${this.id}: ${delivered.status} ${JSON.stringify(delivered.body)}`);
+    expectMatchesOpenApi('/webhooks/gitlab', 'post', delivered.status, delivered.contentType, delivered.body);
+    this.answers.push({ event, body: delivered.body });
   }
 }
 
@@ -157,6 +162,11 @@ describe('outcome-based sampling at 10 % (SPEC §11)', () => {
     await sleep(SETTLE_MS);
     expect(spansOf(sink, pipeline.traceId)).toEqual([]);
     expect(await metric(service, 'ci_job_telemetry_parked_spans_total')).toBeGreaterThanOrEqual(2 * (1 + BUILD_STAGES.length));
+    // GitLab's webhook log says where the hooks' spans went: parked, not queued.
+    expect(pipeline.answers.map(({ body }) => [body.queued, body.parked, body.dropped])).toEqual([
+      [0, 1, 0],
+      [0, 1, 0],
+    ]);
 
     await pipeline.finish(service, 'failed');
     await waitFor('the kept pipeline at the collector', async () => (spansOf(sink, pipeline.traceId).length >= 1 + 2 * SPANS_PER_JOB ? true : undefined));
@@ -185,10 +195,11 @@ describe('outcome-based sampling at 10 % (SPEC §11)', () => {
     await pipeline.run(service, pipeline.id * 100, 'build', 'success');
     await pipeline.run(service, pipeline.id * 100 + 1, 'test', 'success');
     await pipeline.finish(service, 'success');
-    // An export after the decision follows it: dropped too.
+    // An export after the decision follows it: dropped too, and the late job's hook says so.
     await pipeline.run(service, pipeline.id * 100 + 2, 'deploy', 'success');
     await sleep(SETTLE_MS * 2);
     expect(spansOf(sink, pipeline.traceId)).toEqual([]);
+    expect(pipeline.answers.at(-1)?.body).toMatchObject({ status: 'accepted', queued: 0, parked: 0, dropped: 1 });
     expect(await metric(service, 'ci_job_telemetry_outcome_decisions_total')).toBeGreaterThanOrEqual(2);
   }, 60_000);
 
