@@ -419,6 +419,8 @@ describe('a full outbox (SPEC §10)', () => {
         queued: 0,
         duplicates: 0,
         refused: 1,
+        parked: 0,
+        dropped: 0,
       });
       await waitFor('readiness to say the outbox is full', async () => {
         const response = await fetch(`${service.url}/-/readiness`);
