@@ -10,7 +10,7 @@ import { SHUTDOWN_GRACE_MS } from './observability/shutdown';
 import { GatewayServer } from './otlp-gateway/otlp-gateway.module';
 import { jwksFileProblem } from './runner-auth/job-token-verifier';
 import { webhookSecretsProblem } from './pipeline-spans/webhook-secrets';
-import { listenProblem, readCommandLine, startupSummary, USAGE } from './startup';
+import { listenProblem, readCommandLine, startupSummary, startupWarnings, USAGE } from './startup';
 
 const EX_USAGE = 64;
 const EX_SOFTWARE = 70;
@@ -80,6 +80,7 @@ async function bootstrap(): Promise<void> {
       : await listen('GATEWAY_PORT', config.HOST, config.GATEWAY_PORT, () => internal.get(GatewayServer).listen(config.GATEWAY_PORT, config.HOST));
   const readiness = await readinessChecks.run();
   logger.info(startupSummary(config, { internalUrl, gatewayUrl, readiness }), 'ci-job-telemetry started');
+  for (const warning of startupWarnings(config, process.env)) logger.warn(warning);
   // Lines are written in batches; the start-up line is out before the process says it is ready.
   await new Promise<void>((resolve) => logger.flush(() => resolve()));
   readinessChecks.started();

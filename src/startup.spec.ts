@@ -1,6 +1,6 @@
 import { join } from 'node:path';
 import { loadConfig } from './config/app-config';
-import { listenProblem, readCommandLine, startupSummary } from './startup';
+import { listenProblem, readCommandLine, startupSummary, startupWarnings } from './startup';
 
 const failure = (code: string) => Object.assign(new Error(code), { code });
 
@@ -73,5 +73,27 @@ describe('what the process says at start', () => {
       store: 'Redis Sentinel master cjt via sentinel-0:26379,sentinel-1:26379 (reachable)',
       upstream: 'http://otel-collector:4318',
     });
+  });
+
+  it('warns when hosted runners would be told to export to their own localhost, and only then', () => {
+    const warned = (env: Record<string, string>) => startupWarnings(loadConfig(env), env);
+    expect(warned({ HOSTED_RUNNER_TYPES: 'instance_type' })).toEqual([
+      expect.stringMatching(
+        /^hosted runners \(HOSTED_RUNNER_TYPES\/HOSTED_RUNNER_IDS\) are told to export to http:\/\/localhost:4318\/v1\/traces, .*COLLECTOR_PUBLIC_URL is unset/,
+      ),
+    ]);
+    expect(warned({ HOSTED_RUNNER_IDS: '12,13', COLLECTOR_PUBLIC_URL: '' })).toHaveLength(1);
+    expect(warned({ HOSTED_RUNNER_IDS: '12', COLLECTOR_PUBLIC_URL: 'https://otel.example.com:4319' })).toEqual([]);
+    // No hosted runner: the URL is never handed out. A gateway-only process hands out no URL at all.
+    expect(warned({})).toEqual([]);
+    expect(
+      warned({
+        ROLE: 'gateway',
+        AUTH_URL: 'http://control:8080',
+        OTLP_UPSTREAM_URL: 'http://collector:4318',
+        REDIS_URL: 'redis://redis:6379',
+        HOSTED_RUNNER_TYPES: 'instance_type',
+      }),
+    ).toEqual([]);
   });
 });

@@ -69,6 +69,25 @@ function withoutCredentials(text: string): string {
  * The one line that says what this process is once it listens: what it serves, where its state and flags
  * come from, where exports go and what runners are handed. Only what this role has.
  */
+/**
+ * What the configuration allows but a user would not mean, said once at start as warnings (not refused: each has a
+ * setup where it is right). Hosted runners with COLLECTOR_PUBLIC_URL left unset are told to export to
+ * `http://localhost:4318`, their own host, which is the gateway's port in the shipped compose file: every export of
+ * theirs would be refused there, unless a collector listens on each runner's host.
+ */
+export function startupWarnings(config: AppConfig, env: NodeJS.ProcessEnv): string[] {
+  const warnings: string[] = [];
+  const hosted = config.HOSTED_RUNNER_TYPES.length > 0 || config.HOSTED_RUNNER_IDS.length > 0;
+  if (config.ROLE !== 'gateway' && hosted && (env.COLLECTOR_PUBLIC_URL ?? '') === '') {
+    warnings.push(
+      `hosted runners (HOSTED_RUNNER_TYPES/HOSTED_RUNNER_IDS) are told to export to ${config.COLLECTOR_PUBLIC_URL}/v1/traces, ` +
+        'their own host, because COLLECTOR_PUBLIC_URL is unset; set it to the collector as they reach it ' +
+        '(its hosted-runner receiver), unless a collector listens on each of their hosts',
+    );
+  }
+  return warnings;
+}
+
 export function startupSummary(config: AppConfig, started: StartedProcess): Record<string, unknown> {
   const checks = started.readiness;
   const reachability = checks.store === undefined ? '' : checks.store === 'ok' ? ' (reachable)' : ' (unreachable)';
