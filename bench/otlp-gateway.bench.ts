@@ -54,10 +54,9 @@
  * one job can be replayed for the whole run.
  */
 import autocannon from 'autocannon';
-import { BytesSink, guardedRun, startBytesSink, startChildServer, stopChild } from './lib/child-process';
+import { BytesSink, guardedRun, startBuiltService, startBytesSink, startChildServer } from './lib/child-process';
 import { printTable } from './lib/table';
-import { spawn } from 'node:child_process';
-import { chmodSync, closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -66,9 +65,9 @@ import { gzipSync } from 'node:zlib';
 import { callerKeyDigest, generateCallerKey } from '../src/internal-api/caller-keys';
 import { jobPayloadRequest, RUNNER_TOKEN } from '../test/fixtures/job-payload';
 import { internalApiHeaders, makeSecretFiles, SecretFiles } from '../test/helpers/internal-api';
+import type { ServiceProcess } from '../test/helpers/service';
 import { makeGitLabKeys } from '../test/helpers/job-tokens';
 import { NginxServer, startNginx } from '../test/helpers/nginx';
-import { freePort, waitFor } from '../test/helpers/ports';
 import { RedisServer, startRedis } from '../test/helpers/redis';
 import { printCpuProfiles } from './lib/cpu-profile-summary';
 import { median } from './lib/percentiles';
@@ -164,43 +163,6 @@ const failures: string[] = [];
 // ---------------------------------------------------------------------------------------------------
 // Processes
 
-interface Service {
-  readonly url: string;
-  readonly gatewayUrl: string;
-  readonly pid: number;
-  stop(): Promise<void>;
-}
-
-/**
- * dist/main.js as its own process, stdout (pino, batched writes) into a file as a container runtime
- * would take it. Stopped with SIGTERM, so its graceful shutdown runs and `--cpu-prof` gets written.
- */
-async function startBuiltService(root: string, env: Record<string, string>, logFile: string, nodeArgs: readonly string[]): Promise<Service> {
-  const main = join(root, 'dist', 'main.js');
-  if (!existsSync(main)) throw new Error('dist/main.js is missing: build the service first (npm run -s build)');
-  const [port, gatewayPort] = [await freePort(), await freePort()];
-  const log = openSync(logFile, 'a');
-  let stderr = '';
-  const child = spawn(process.execPath, [...nodeArgs, main], {
-    cwd: root,
-    env: { PATH: process.env.PATH, HOST: '127.0.0.1', INTERNAL_PORT: String(port), GATEWAY_PORT: String(gatewayPort), ...env },
-    stdio: ['ignore', log, 'pipe'],
-  });
-  closeSync(log);
-  child.stderr?.on('data', (chunk: Buffer) => (stderr = (stderr + chunk.toString()).slice(-4000)));
-  const url = `http://127.0.0.1:${port}`;
-  try {
-    await waitFor(`service on ${url}`, async () => {
-      if (child.exitCode !== null) throw new Error(`exited with ${child.exitCode}: ${stderr} (log: ${logFile})`);
-      return (await fetch(`${url}/-/readiness`)).status === 200 ? true : undefined;
-    });
-  } catch (error) {
-    child.kill('SIGKILL');
-    throw error;
-  }
-  return { url, gatewayUrl: `http://127.0.0.1:${gatewayPort}`, pid: child.pid!, stop: () => stopChild(child, 'SIGTERM', 15_000) };
-}
-
 /** startNginx keeps its prefix to itself: found by the port its configuration listens on. */
 function nginxPrefix(port: number): string | undefined {
   for (const entry of readdirSync(tmpdir())) {
@@ -217,7 +179,7 @@ function nginxPrefix(port: number): string | undefined {
 
 // ---------------------------------------------------------------------------------------------------
 
-async function metricsText(service: Service): Promise<string> {
+async function metricsText(service: ServiceProcess): Promise<string> {
   return (await fetch(`${service.url}/metrics`)).text();
 }
 
@@ -244,7 +206,7 @@ async function main(): Promise<void> {
   const callerKey = generateCallerKey();
   let redis: RedisServer | undefined;
   let sink: BytesSink | undefined;
-  let service: Service | undefined;
+  let service: ServiceProcess | undefined;
   let nginx: NginxServer | undefined;
   let proxy: { origin: string; pid: number; stop(): Promise<void> } | undefined;
   let floor: { origin: string; pid: number; stop(): Promise<void> } | undefined;
@@ -270,9 +232,6 @@ async function main(): Promise<void> {
       {
         ROLE: 'all',
         LOG_LEVEL: 'info',
-        INTERNAL_API_SECRET_FILE: secrets.internalApiSecretFile,
-        TRACE_KEY_FILE: secrets.traceKeyFile,
-        CAPABILITY_KEY_FILE: secrets.capabilityKeyFile,
         // What a stock runner is handed (the default, said here since the capability lanes depend on it).
         RUNNER_ENDPOINT_FORM: 'capability',
         FLAGS_FILE: join(root, 'config', 'flags.json'),
@@ -287,7 +246,7 @@ async function main(): Promise<void> {
         ...options.serviceEnv,
       },
       logFile,
-      profiled('service'),
+      { nodeArgs: profiled('service'), secrets },
     );
     stops.push(async () => {
       await service!.stop();

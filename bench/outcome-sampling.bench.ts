@@ -39,29 +39,27 @@
  */
 import autocannon from 'autocannon';
 import Redis from 'ioredis';
-import { spawn } from 'node:child_process';
-import { closeSync, existsSync, mkdtempSync, openSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
-import { deliverWebhook, jobHook, pipelineHook, WebhookJob, WebhookPipeline } from '../demo/gitlab-webhooks';
+import { deliverWebhook, jobHook, pipelineAt, pipelineHook, WebhookJob, WebhookPipeline } from '../demo/gitlab-webhooks';
 import { readTracingAsRunner } from '../demo/runner-tracing';
 import { BUILD_STAGES, BuildStage, exportJobAsRunner, TracingFeature } from '../demo/stock-runner';
 import { OUTCOME_FACTS_KEY, PARKED_KEY, PARKED_SIZE_KEY, PARKING_TOTAL_KEY } from '../src/store/redis-keys';
 import { pickUpPipelineJob } from '../test/helpers/ci-pipeline';
 import { writeFlagsFile } from '../test/helpers/flags-file';
 import { makeWebhookSecret } from '../test/helpers/gitlab-webhooks';
-import { makeSecretFiles } from '../test/helpers/internal-api';
 import { OtlpSink, startOtlpSink } from '../test/helpers/otlp-sink';
-import { freePort, waitFor } from '../test/helpers/ports';
+import { waitFor } from '../test/helpers/ports';
 import { RedisServer, startRedis } from '../test/helpers/redis';
 import type { ServiceProcess } from '../test/helpers/service';
 import { repositoryRoot, runBench } from './lib/bench-env';
 import { ciJobSpanBatch, withBinaryIds } from './lib/otlp-batch';
 import { median, percentile } from './lib/percentiles';
 import { procCpuMicros } from './lib/proc-cpu';
-import { guardedRun, startBytesSink, stopChild } from './lib/child-process';
+import { guardedRun, startBuiltService, startBytesSink } from './lib/child-process';
 import { printTable } from './lib/table';
 import { describeExport, otlpTypes, traceExport } from './otlp-gateway.payload';
 
@@ -142,63 +140,6 @@ const kib = (bytes: number) => `${(bytes / 1024).toFixed(1)} KiB`;
 const mib = (bytes: number) => `${(bytes / 1024 / 1024).toFixed(0)} MiB`;
 
 // ---------------------------------------------------------------------------------------------------
-// Processes
-
-/**
- * dist/main.js as its own process, as operators run it: stdout (pino, the access log at info) into a file, as a
- * container runtime takes it, rather than into this process's memory.
- */
-async function startBuiltService(root: string, env: Record<string, string>, logFile: string): Promise<ServiceProcess> {
-  const main = join(root, 'dist', 'main.js');
-  if (!existsSync(main)) throw new Error('dist/main.js is missing: build the service first (npm run -s build)');
-  const secrets = makeSecretFiles();
-  const [port, gatewayPort] = [await freePort(), await freePort()];
-  const log = openSync(logFile, 'a');
-  let stderr = '';
-  const child = spawn(process.execPath, [main], {
-    cwd: root,
-    env: {
-      PATH: process.env.PATH,
-      HOST: '127.0.0.1',
-      INTERNAL_PORT: String(port),
-      GATEWAY_PORT: String(gatewayPort),
-      INTERNAL_API_SECRET_FILE: secrets.internalApiSecretFile,
-      TRACE_KEY_FILE: secrets.traceKeyFile,
-      CAPABILITY_KEY_FILE: secrets.capabilityKeyFile,
-      // Capability URLs are built on it: where this process's gateway listens.
-      GATEWAY_PUBLIC_URL: `http://127.0.0.1:${gatewayPort}`,
-      ...env,
-    },
-    stdio: ['ignore', log, 'pipe'],
-  });
-  closeSync(log);
-  child.stderr?.on('data', (chunk: Buffer) => (stderr = (stderr + chunk.toString()).slice(-4000)));
-  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
-  const url = `http://127.0.0.1:${port}`;
-  try {
-    await waitFor(`service on ${url}`, async () => {
-      if (child.exitCode !== null) throw new Error(`exited with ${child.exitCode}: ${stderr} (log: ${logFile})`);
-      return (await fetch(`${url}/-/readiness`)).status === 200 ? true : undefined;
-    });
-  } catch (error) {
-    child.kill('SIGKILL');
-    throw error;
-  }
-  return {
-    url,
-    gatewayUrl: `http://127.0.0.1:${gatewayPort}`,
-    secrets,
-    pid: child.pid!,
-    output: () => stderr,
-    stop: async (signal = 'SIGTERM') => {
-      await stopChild(child, signal, 15_000);
-      rmSync(secrets.dir, { recursive: true, force: true });
-      return exited;
-    },
-  };
-}
-
-// ---------------------------------------------------------------------------------------------------
 // Pipelines
 
 interface FoundJob {
@@ -276,9 +217,7 @@ function webhookJob(jobId: number, status: 'success' | 'failed', finishedAt: Dat
 }
 
 function pipelineOf(id: number, status: string, jobs: WebhookJob[], createdAt: Date): WebhookPipeline {
-  const finished = ['success', 'failed', 'canceled'].includes(status);
-  const ends = jobs.map((job) => job.finishedAt?.getTime() ?? 0);
-  return { id, projectId: PROJECT, status, createdAt, ...(finished ? { finishedAt: new Date(Math.ceil(Math.max(...ends) / 1000) * 1000) } : {}), jobs };
+  return pipelineAt(id, PROJECT, status, createdAt, jobs);
 }
 
 // ---------------------------------------------------------------------------------------------------

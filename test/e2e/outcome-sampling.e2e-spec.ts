@@ -1,6 +1,6 @@
 import { BUILD_STAGES, BuildStage, TracingFeature } from '../../demo/stock-runner';
 import { expectMatchesOpenApi } from '../helpers/openapi';
-import { deliverWebhook, jobHook, pipelineHook, WebhookJob, WebhookPipeline } from '../../demo/gitlab-webhooks';
+import { deliverWebhook, jobHook, pipelineAt, pipelineHook, WebhookJob, WebhookPipeline } from '../../demo/gitlab-webhooks';
 import { pickUpPipelineJob, runJobAsStockRunner } from '../helpers/ci-pipeline';
 import { writeFlagsFile } from '../helpers/flags-file';
 import { makeWebhookSecret, WebhookSecret } from '../helpers/gitlab-webhooks';
@@ -71,16 +71,7 @@ class Pipeline {
   }
 
   hook(status: string): WebhookPipeline {
-    const ends = this.jobs.flatMap((job) => (job.finishedAt === undefined ? [] : [job.finishedAt.getTime()]));
-    const finished = ['success', 'failed', 'canceled'].includes(status);
-    return {
-      id: this.id,
-      projectId: PROJECT,
-      status,
-      createdAt: this.createdAt,
-      ...(finished ? { finishedAt: new Date(Math.ceil(Math.max(...ends) / 1000) * 1000) } : {}),
-      jobs: this.jobs,
-    };
+    return pipelineAt(this.id, PROJECT, status, this.createdAt, this.jobs);
   }
 
   async running(service: ServiceProcess): Promise<void> {

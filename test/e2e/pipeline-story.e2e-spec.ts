@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { BUILD_STAGES, BuildStage } from '../../demo/stock-runner';
-import { deliverWebhook, jobHook, pipelineHook, WebhookJob, WebhookPipeline } from '../../demo/gitlab-webhooks';
+import { deliverWebhook, jobHook, pipelineAt, pipelineHook, WebhookJob, WebhookPipeline } from '../../demo/gitlab-webhooks';
 import { PickedUpJob, runJobAsStockRunner } from '../helpers/ci-pipeline';
 import { ClickHouse, ClickHouseRow, startClickHouse } from '../helpers/clickhouse';
 import { insertOtelTraces, otelTracesRows } from '../helpers/clickhouse-exporter';
@@ -92,19 +92,9 @@ class GitlabPipeline {
     return { hook, picked };
   }
 
-  /** Its status now; a finished one ends on the next whole second after its last job, as GitLab writes times. */
+  /** Its status now, with the latest try of each job. */
   hook(status: string): WebhookPipeline {
-    const jobs = [...this.latest.values()];
-    const ends = jobs.flatMap((job) => (job.finishedAt === undefined ? [] : [job.finishedAt.getTime()]));
-    const finished = ['success', 'failed', 'canceled'].includes(status);
-    return {
-      id: this.id,
-      projectId: PROJECT,
-      status,
-      createdAt: this.createdAt,
-      ...(finished ? { finishedAt: new Date(Math.ceil(Math.max(...ends) / 1000) * 1000) } : {}),
-      jobs,
-    };
+    return pipelineAt(this.id, PROJECT, status, this.createdAt, [...this.latest.values()]);
   }
 
   async pipelineHook(status: string): Promise<Record<string, unknown>> {
