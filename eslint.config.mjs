@@ -5,21 +5,26 @@ import tseslint from 'typescript-eslint';
 
 /**
  * One direction of dependencies (STYLE.md "Layout"): features → shared capabilities (runner-auth,
- * internal-api, the store's ports grants, limits, traced-work and parking, flags, collector, outcome-sampling,
- * pipeline-spans) → store
+ * internal-api, the store's ports grants, limits, traced-work, flags, collector, outcome-sampling (with parking),
+ * pipeline-spans, outbox) → store
  * (the connection the ports share) → config, observability. Each folder lists what it may not import.
  */
-const FEATURES = ['job-payload', 'token-auth', 'otlp-gateway'];
-// pipeline-spans is shared: the decorator and the gateway tell it what they saw (its webhook route is its own edge).
-const SHARED = ['runner-auth', 'internal-api', 'grants', 'limits', 'traced-work', 'parking', 'flags', 'collector', 'outcome-sampling', 'pipeline-spans'];
-/** The shared capabilities each shared capability may use. */
+// gitlab-webhooks is GitLab's edge: route, secrets, parsers and spool, telling pipeline-spans what it heard.
+const FEATURES = ['job-payload', 'token-auth', 'otlp-gateway', 'gitlab-webhooks'];
+// pipeline-spans is shared: the decorator, the gateway and the webhooks tell it what they saw.
+const SHARED = ['runner-auth', 'internal-api', 'grants', 'limits', 'traced-work', 'flags', 'collector', 'outcome-sampling', 'pipeline-spans', 'outbox'];
+/**
+ * The shared capabilities each shared capability may use: gitlab-webhooks → pipeline-spans → outcome-sampling
+ * (parking/ beneath it) → outbox → collector, one way.
+ */
 const SHARED_USES = {
   'runner-auth': ['grants', 'limits'],
-  'pipeline-spans': ['traced-work', 'collector', 'parking', 'outcome-sampling'],
+  'pipeline-spans': ['traced-work', 'outbox', 'outcome-sampling'],
   // SPEC §11: provisional pipelines' spans park in the store, the outcome decides, kept ones leave through the outbox.
-  'outcome-sampling': ['parking', 'traced-work', 'collector', 'flags'],
-  // A traced job remembers the outcome-sampling policy (a flag's payload) it was picked up under.
-  'traced-work': ['flags'],
+  'outcome-sampling': ['outbox', 'collector'],
+  outbox: ['collector'],
+  // A traced job remembers the outcome-sampling policy it was picked up under (its type only).
+  'traced-work': ['outcome-sampling'],
   // A pickup writes its grant and its traced job in one step (SaveGrant).
   grants: ['traced-work'],
 };

@@ -559,6 +559,9 @@ async function main(): Promise<void> {
       GITLAB_WEBHOOK_SECRET_FILE: webhookSecretFile,
       FLAGS_FILE: flagsFile,
       LOG_LEVEL: 'warn',
+      // A drop waits this long for a child pipeline that fails after its root (5 minutes by default); the demo's
+      // pipelines have none, so it need not keep the reader waiting.
+      OUTCOME_SAMPLING_LATE_CHILD_SECONDS: '1',
     },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

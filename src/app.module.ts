@@ -6,7 +6,7 @@ import { Secrets } from './config/secrets';
 import { JobPayloadModule } from './job-payload/job-payload.module';
 import { ObservabilityModule } from './observability/observability.module';
 import { OtlpGatewayModule } from './otlp-gateway/otlp-gateway.module';
-import { GitlabWebhookModule } from './pipeline-spans/pipeline-spans.module';
+import { GitlabWebhooksModule } from './gitlab-webhooks/gitlab-webhooks.module';
 import { TokenAuthModule } from './token-auth/token-auth.module';
 
 /**
@@ -20,7 +20,7 @@ import { TokenAuthModule } from './token-auth/token-auth.module';
 @Module({})
 export class AppModule {
   static forRoot(config: AppConfig, secrets: Secrets, logger: Logger): DynamicModule {
-    const control = config.ROLE === 'gateway' ? [] : [TokenAuthModule, JobPayloadModule, GitlabWebhookModule];
+    const control = config.ROLE === 'gateway' ? [] : [TokenAuthModule, JobPayloadModule, GitlabWebhooksModule];
     const gateway = config.ROLE === 'control' ? [] : [OtlpGatewayModule.forRole(config.ROLE)];
     return {
       module: AppModule,

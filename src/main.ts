@@ -9,7 +9,7 @@ import { startSelfTracing } from './observability/self-tracing';
 import { SHUTDOWN_GRACE_MS } from './observability/shutdown';
 import { GatewayServer } from './otlp-gateway/otlp-gateway.module';
 import { jwksFileProblem } from './runner-auth/job-token-verifier';
-import { webhookSecretsProblem } from './pipeline-spans/webhook-secrets';
+import { webhookSecretsProblem } from './gitlab-webhooks/webhook-secrets';
 import { listenProblem, readCommandLine, startupSummary, startupWarnings, USAGE } from './startup';
 
 const EX_USAGE = 64;

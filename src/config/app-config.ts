@@ -446,6 +446,15 @@ export class EnvironmentVariables {
   @Min(60)
   OUTCOME_SAMPLING_DECISION_MEMORY_SECONDS = 3 * 24 * 3600;
 
+  /**
+   * How long a drop waits after the root pipeline ended, for a child pipeline that ends after it (a trigger without
+   * `strategy: depend`); a child GitLab said was running holds the drop until it ends, within the time limit.
+   */
+  @Transform(toInt)
+  @IsInt()
+  @Min(0)
+  OUTCOME_SAMPLING_LATE_CHILD_SECONDS = 300;
+
   /** Longest wait between two delivery attempts of the outbox while the collector is down. */
   @Transform(toInt)
   @IsInt()

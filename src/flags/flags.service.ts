@@ -2,7 +2,6 @@ import { Inject, Injectable, Logger, OnModuleInit } from '@nestjs/common';
 import { Unleash, UnleashEvents } from 'unleash-client';
 import { MetricsService } from '../observability/metrics.service';
 import { OUTCOME_SAMPLING_FLAG, SAMPLING_FLAG, TELEMETRY_FLAG, UNLEASH_CLIENT } from './flags.constants';
-import { DEFAULT_OUTCOME_POLICY, OutcomePolicy, parseOutcomePolicy } from './outcome-policy';
 
 const START_WAIT_MS = 2000;
 
@@ -25,7 +24,6 @@ export class FlagsService implements OnModuleInit {
   private loaded = false;
   private lastRefreshAt: number | undefined;
   /** Parsed policies by variant payload: a handful of distinct payloads, parsed once each. */
-  private readonly policies = new Map<string, OutcomePolicy>();
 
   constructor(
     @Inject(UNLEASH_CLIENT) private readonly unleash: Unleash,
@@ -61,27 +59,15 @@ export class FlagsService implements OnModuleInit {
   }
 
   /**
-   * The outcome-sampling policy for this job's pipeline (SPEC §11), or undefined when the toggle is off for it.
-   * Evaluated with the same context as `ci_job_telemetry`; the policy is the variant's JSON payload, parsed once
-   * per distinct payload. A payload that does not parse keeps the defaults, and is said once.
+   * The outcome-sampling toggle's variant payload for this job's pipeline (SPEC §11): '' when on without one,
+   * undefined when the toggle is off for it. Evaluated with the same context as `ci_job_telemetry`; outcome sampling
+   * reads the policy from it.
    */
-  outcomeSamplingPolicy(context: FlagContext): OutcomePolicy | undefined {
+  outcomeSamplingPayload(context: FlagContext): string | undefined {
     const unleashContext = { properties: propertiesOf(context) };
     if (!this.unleash.isEnabled(OUTCOME_SAMPLING_FLAG, unleashContext, false)) return undefined;
     const variant = this.unleash.getVariant(OUTCOME_SAMPLING_FLAG, unleashContext);
-    const payload = variant.enabled ? variant.payload?.value : undefined;
-    let policy = this.policies.get(payload ?? '');
-    if (policy === undefined) {
-      try {
-        policy = parseOutcomePolicy(payload);
-      } catch (error) {
-        this.logger.warn(`${OUTCOME_SAMPLING_FLAG}: ${(error as Error).message}; keeping the defaults (failed pipelines kept)`);
-        policy = DEFAULT_OUTCOME_POLICY;
-      }
-      if (this.policies.size >= 64) this.policies.clear();
-      this.policies.set(payload ?? '', policy);
-    }
-    return policy;
+    return (variant.enabled ? variant.payload?.value : undefined) ?? '';
   }
 
   /** Whether the outcome-sampling toggle is on for anyone (for the start-up warning and readiness). */

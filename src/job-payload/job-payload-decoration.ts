@@ -1,5 +1,5 @@
 import type { FlagContext } from '../flags/flags.service';
-import type { OutcomePolicy } from '../flags/outcome-policy';
+import type { OutcomePolicy } from '../outcome-sampling/outcome-policy';
 import { Grant, SaveGrantOptions } from '../grants/grant';
 import { TracedJob } from '../traced-work/traced-work';
 import { tokenDigest } from '../grants/token-digest';

@@ -12,7 +12,8 @@ import { startDecisionSpan } from '../observability/tracing';
 import { PipelineSpansService } from '../pipeline-spans/pipeline-spans.service';
 import { capabilityPath, mintCapability } from '../runner-auth/job-capability';
 import { gitlabTraceContextOf, provisionalContextOf, spanIdFor, TraceContext, traceContextOf, traceIdFor } from '../trace-context/trace-context';
-import { OutcomePolicy } from '../flags/outcome-policy';
+import { OutcomePolicy } from '../outcome-sampling/outcome-policy';
+import { OutcomeSamplingService } from '../outcome-sampling/outcome-sampling.service';
 import { FlagContext } from '../flags/flags.service';
 import {
   DecoratedJobPayload,
@@ -53,6 +54,7 @@ export class JobPayloadService {
     private readonly flags: FlagsService,
     private readonly metrics: JobPayloadMetrics,
     private readonly pipelineSpans: PipelineSpansService,
+    private readonly outcomeSampling: OutcomeSamplingService,
   ) {
     this.hostedRunnerTypes = new Set(config.HOSTED_RUNNER_TYPES);
     this.hostedRunnerIds = new Set(config.HOSTED_RUNNER_IDS);
@@ -135,7 +137,8 @@ export class JobPayloadService {
    */
   private provisionalPolicy(flagContext: FlagContext, hosted: boolean): OutcomePolicy | undefined {
     if (hosted || this.config.TRACE_ID_SCHEME !== 'keyed' || !this.pipelineSpans.webhooksConfigured) return undefined;
-    return this.flags.outcomeSamplingPolicy(flagContext);
+    const payload = this.flags.outcomeSamplingPayload(flagContext);
+    return payload === undefined ? undefined : this.outcomeSampling.policyOf(payload);
   }
 
   private traceContextFor(rootPipelineId: number, jobId: number): TraceContext {

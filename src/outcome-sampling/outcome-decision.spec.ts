@@ -1,4 +1,4 @@
-import { DEFAULT_OUTCOME_POLICY, OutcomePolicy } from '../flags/outcome-policy';
+import { DEFAULT_OUTCOME_POLICY, OutcomePolicy } from './outcome-policy';
 import { decideOnOutcome, decideWithoutOutcome } from './outcome-decision';
 
 const policy: OutcomePolicy = { keepStatuses: ['failed'], slowerThanSeconds: 1800, queuedLongerThanSeconds: 600, whenNoOutcome: 'keep' };

@@ -1,7 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { Counter, Histogram } from 'prom-client';
 import { MetricsService, seriesOf } from '../observability/metrics.service';
-import type { ParkingLimit, ParkingUsage, TraceDecision } from '../parking/parking';
+import type { ParkingLimit, ParkingUsage, TraceDecision } from './parking/parking';
 
 /** What an operator watches of SPEC §11: what is parked, what was decided and why, what came late or fell back. */
 @Injectable()

@@ -1,14 +1,17 @@
 import { Module } from '@nestjs/common';
 import { CollectorModule } from '../collector/collector.module';
 import { ReadinessChecks } from '../observability/readiness-checks';
-import { ParkingModule } from '../parking/parking.module';
-import { TracedWorkModule } from '../traced-work/traced-work.module';
+import { OutboxModule } from '../outbox/outbox.module';
 import { OutcomeSamplingMetrics } from './outcome-sampling.metrics';
 import { OutcomeSamplingService } from './outcome-sampling.service';
+import { ParkingModule } from './parking/parking.module';
 
-/** Outcome-based sampling (SPEC §11) in every role that has a store: parking, decisions, the time-limit sweep. */
+/**
+ * Outcome-based sampling (SPEC §11) in every role that has a store: parking, decisions, the sweep, and the delivery
+ * of kept pipelines, registered with the outbox as its `parked` entries.
+ */
 @Module({
-  imports: [ParkingModule, TracedWorkModule, CollectorModule],
+  imports: [ParkingModule, OutboxModule, CollectorModule],
   providers: [OutcomeSamplingMetrics, OutcomeSamplingService],
   exports: [OutcomeSamplingService],
 })

@@ -1,16 +1,19 @@
 import { Inject, Injectable, Logger, OnApplicationBootstrap, OnModuleDestroy } from '@nestjs/common';
-import type { CollectorClient, ExportResult } from '../collector/collector-client';
+import type { CollectorClient } from '../collector/collector-client';
 import { COLLECTOR_CLIENT } from '../collector/collector.constants';
 import { AppConfig } from '../config/app-config';
 import { APP_CONFIG } from '../config/config.constants';
 import type { OtlpEncoding } from '../otlp/otlp-encoding';
 import { settleSamplingReason } from '../otlp/sampling-reason';
-import { KeepReason, ParkedEntry, ParkingLimits, ParkingStore, TraceDecision } from '../parking/parking';
-import { PARKING_STORE } from '../parking/parking.constants';
-import { OutboxLimits, parkedTracePointer, TracedJob, TracedPipeline, TracedWorkStore } from '../traced-work/traced-work';
-import { TRACED_WORK_STORE } from '../traced-work/traced-work.constants';
-import { decideOnOutcome, decideWithoutOutcome, RootOutcome } from './outcome-decision';
+import { ADMIT_ALWAYS, ClaimedEntry, KindDelivery, kindKey, OutboxLimits, OutboxStore } from '../outbox/outbox';
+import { OUTBOX_STORE } from '../outbox/outbox.constants';
+import { OutboxDeliverer } from '../outbox/outbox-deliverer';
+import { decideOnOutcome, decideWithoutOutcome, runsAgain } from './outcome-decision';
+import { DEFAULT_OUTCOME_POLICY, OutcomePolicy, parseOutcomePolicy } from './outcome-policy';
 import { OutcomeSamplingMetrics } from './outcome-sampling.metrics';
+import { nextPage, PARKED_KIND, parkedSpansAsEntries, sendPage } from './parked-delivery';
+import { KeepReason, ParkedKind, ParkingLimits, ParkingStore, RootOutcome, TraceDecision } from './parking/parking';
+import { PARKING_STORE } from './parking/parking.constants';
 
 /** What becomes of spans of a provisional pipeline offered for parking. */
 export type ParkingAnswer =
@@ -21,28 +24,58 @@ export type ParkingAnswer =
   /** Decided dropped, or a budget is full and the head decision (not sampled) stands: drop them, answered as accepted. */
   | { readonly kind: 'dropped' };
 
-/** Overdue traces looked at per sweep, and how often a replica sweeps. */
+/** What a provisional pickup tells: its trace, its queue wait, the policy it was picked up under. */
+export interface ProvisionalPickup {
+  readonly traceId: string;
+  readonly queuedAt?: number;
+  readonly pickedUpAt: number;
+  readonly outcomePolicy?: OutcomePolicy;
+}
+
+/** A pipeline of a provisional trace, as its record says. */
+export interface ProvisionalPipeline {
+  readonly traceId: string;
+  readonly rootPipelineId: number;
+  readonly outcomePolicy?: OutcomePolicy;
+}
+
+/** What a Pipeline Hook tells outcome sampling (the parsed hook, SPEC §10 "Sources"). */
+export interface PipelineHookFacts {
+  readonly pipelineId: number;
+  readonly rootPipelineId?: number;
+  readonly end?: RootOutcome;
+  readonly finishedJobs: readonly { readonly jobId: number; readonly status: string }[];
+  readonly activeJobIds: readonly number[];
+}
+
+/** Traces looked at per sweep, and how often a replica sweeps. */
 const SWEEP_BATCH = 100;
 const SWEEP_EVERY_MS = 5000;
-/** Protobuf bodies joined into one upstream request at most: well under the Collector's default 20 MiB request limit. */
-const MAX_DELIVERY_BYTES = 4 * 1024 * 1024;
 /** How often the usage read for the metrics and readiness is refreshed. */
 const USAGE_EVERY_MS = 5000;
+/** Distinct policy payloads kept parsed. */
+const POLICIES_MAX = 64;
 
 /**
- * Outcome-based sampling (SPEC §11): provisional pipelines' spans are parked (the gateway's exports, the control
- * plane's own spans), GitLab's hooks gather what the decision reads, the root pipeline's terminal hook decides, and
- * a sweep decides what the time limit ends. A kept pipeline's parked spans reach the collector once, through the
- * outbox: the decision enqueues one pointer to the trace, which the outbox deliverer hands back here.
+ * Outcome-based sampling (SPEC §11). Provisional pipelines' spans are parked (the gateway's exports, the control
+ * plane's own spans); GitLab's hooks gather what the decision reads; the root pipeline's terminal hook decides. A
+ * keep is immediate: one pointer to the trace enters the outbox, whose deliverer hands it back here a page at a
+ * time. A drop waits a little (OUTCOME_SAMPLING_LATE_CHILD_SECONDS, or while a child pipeline runs) for a child
+ * pipeline that fails after its root; the sweep then takes it, and takes what the time limit ends.
+ *
+ * Every trace with something parked stays in the time-limit index until it has ended (delivered, or dropped), so a
+ * step whose answer was lost (a crash, a refusal, a timeout) is taken again by the sweep, which acts on the decision
+ * recorded and never takes a second one.
  */
 @Injectable()
 export class OutcomeSamplingService implements OnApplicationBootstrap, OnModuleDestroy {
   private readonly logger = new Logger(OutcomeSamplingService.name);
   readonly limits: ParkingLimits;
-  private readonly outbox: OutboxLimits;
+  private readonly lateChildMs: number;
+  private readonly outboxLimits: OutboxLimits;
+  private readonly policies = new Map<string, OutcomePolicy>();
   private sweeping: NodeJS.Timeout | undefined;
   private usageReadAt = -Infinity;
-  /** Set by the decorator's side (ROLE=all or control), which evaluates the toggle. */
   private toggled: () => boolean = () => false;
   private warnedWithoutWebhooks = false;
   /** When an entry last found the total budget full (performance.now()). */
@@ -51,8 +84,9 @@ export class OutcomeSamplingService implements OnApplicationBootstrap, OnModuleD
   constructor(
     @Inject(APP_CONFIG) private readonly config: AppConfig,
     @Inject(PARKING_STORE) private readonly parking: ParkingStore,
-    @Inject(TRACED_WORK_STORE) private readonly tracedWork: TracedWorkStore,
+    @Inject(OUTBOX_STORE) private readonly outbox: OutboxStore,
     @Inject(COLLECTOR_CLIENT) private readonly collector: Pick<CollectorClient, 'export'>,
+    private readonly deliverer: OutboxDeliverer,
     private readonly metrics: OutcomeSamplingMetrics,
   ) {
     this.limits = {
@@ -62,7 +96,10 @@ export class OutcomeSamplingService implements OnApplicationBootstrap, OnModuleD
       holdMs: config.OUTCOME_SAMPLING_MAX_WAIT_SECONDS * 1000,
       rememberMs: config.OUTCOME_SAMPLING_DECISION_MEMORY_SECONDS * 1000,
     };
-    this.outbox = { maxSpans: config.OUTBOX_MAX_SPANS, rememberMs: config.OUTBOX_DEDUP_SECONDS * 1000 };
+    this.lateChildMs = config.OUTCOME_SAMPLING_LATE_CHILD_SECONDS * 1000;
+    // A kept pipeline's pointer and its control-plane spans are bounded by the parking budget already: never refused.
+    this.outboxLimits = { maxSpans: ADMIT_ALWAYS, rememberMs: config.OUTBOX_DEDUP_SECONDS * 1000 };
+    deliverer.register({ name: PARKED_KIND, deliver: (entry) => this.deliverParked(entry) });
   }
 
   onApplicationBootstrap(): void {
@@ -74,21 +111,40 @@ export class OutcomeSamplingService implements OnApplicationBootstrap, OnModuleD
   }
 
   /**
+   * The policy a variant payload states ('' or undefined: the defaults), parsed once per distinct payload. One that
+   * does not parse keeps the defaults and is said once: a typo in Unleash must not silently keep nothing.
+   */
+  policyOf(payload: string | undefined): OutcomePolicy {
+    let policy = this.policies.get(payload ?? '');
+    if (policy === undefined) {
+      try {
+        policy = parseOutcomePolicy(payload);
+      } catch (error) {
+        this.logger.warn(`ci_job_telemetry_outcome_sampling: ${(error as Error).message}; keeping the defaults (failed pipelines kept)`);
+        policy = DEFAULT_OUTCOME_POLICY;
+      }
+      if (this.policies.size >= POLICIES_MAX) this.policies.clear();
+      this.policies.set(payload ?? '', policy);
+    }
+    return policy;
+  }
+
+  /**
    * An enforced traces export of a provisional job, as it would be forwarded (SPEC §11 "Parking"). Throws
    * StoreUnavailableError when the store cannot keep it: the runner is answered retryable, nothing acknowledged.
    */
   async parkExport(traceId: string, encoding: OtlpEncoding, body: Buffer, spans: number): Promise<ParkingAnswer> {
-    return this.park(traceId, encoding, body, spans);
+    return this.park(traceId, encoding, body, spans, false);
   }
 
   /**
    * The control plane's own spans of a provisional pipeline (SPEC §10): each its outbox key and OTLP/JSON
-   * `ResourceSpans`, one per line (JSON text holds no raw newline), so delivery keeps the first of each key as the
-   * outbox would.
+   * `ResourceSpans`, one per line (JSON text holds no raw newline). Never refused for a bound: a kept pipeline
+   * without its root or job spans is not whole.
    */
-  async parkSpans(traceId: string, spans: readonly { readonly spanId: string; readonly resourceSpans: string }[]): Promise<ParkingAnswer> {
-    const lines = spans.map(({ spanId, resourceSpans }) => `${spanId} ${resourceSpans}`).join('\n');
-    return this.park(traceId, 'spans', Buffer.from(lines), spans.length);
+  async parkSpans(traceId: string, spans: readonly { readonly key: string; readonly body: string }[]): Promise<ParkingAnswer> {
+    const lines = spans.map(({ key, body }) => `${key} ${body}`).join('\n');
+    return this.park(traceId, 'spans', Buffer.from(lines), spans.length, true);
   }
 
   /** Settles a control-plane span text's reason, for spans of a pipeline decided kept. */
@@ -96,8 +152,8 @@ export class OutcomeSamplingService implements OnApplicationBootstrap, OnModuleD
     return settleSamplingReason('json', Buffer.from(resourceSpans), reason).toString();
   }
 
-  private async park(traceId: string, kind: ParkedEntry['kind'], body: Buffer, spans: number): Promise<ParkingAnswer> {
-    const outcome = await this.parking.park(traceId, { kind, body, spans }, this.limits);
+  private async park(traceId: string, kind: ParkedKind, body: Buffer, spans: number, exempt: boolean): Promise<ParkingAnswer> {
+    const outcome = await this.parking.park(traceId, { kind, body, spans, exempt }, this.limits);
     switch (outcome.kind) {
       case 'parked':
         this.metrics.parked(spans);
@@ -118,8 +174,12 @@ export class OutcomeSamplingService implements OnApplicationBootstrap, OnModuleD
     }
   }
 
+  private get factsTtlMs(): number {
+    return this.limits.holdMs + this.limits.rememberMs;
+  }
+
   /** Provisional pickups: their queue waits, and what the time limit decides for their pipelines. */
-  async notePickups(jobs: readonly TracedJob[]): Promise<void> {
+  async notePickups(jobs: readonly ProvisionalPickup[]): Promise<void> {
     const byTrace = new Map<string, { longestQueueMs: number; whenNoOutcome: 'keep' | 'drop' }>();
     for (const job of jobs) {
       if (job.outcomePolicy === undefined) continue;
@@ -127,71 +187,155 @@ export class OutcomeSamplingService implements OnApplicationBootstrap, OnModuleD
       const known = byTrace.get(job.traceId);
       byTrace.set(job.traceId, { longestQueueMs: Math.max(known?.longestQueueMs ?? 0, queueMs), whenNoOutcome: job.outcomePolicy.whenNoOutcome });
     }
-    const ttlMs = this.limits.holdMs + this.limits.rememberMs;
-    await Promise.all([...byTrace].map(([traceId, facts]) => this.parking.noteFacts(traceId, facts, ttlMs)));
+    await Promise.all([...byTrace].map(([traceId, facts]) => this.parking.noteFacts(traceId, facts, this.factsTtlMs)));
   }
 
-  /** Statuses GitLab reported for a provisional pipeline's jobs or child pipelines, before its root's outcome. */
-  async noteStatuses(traceId: string, statuses: readonly string[]): Promise<void> {
-    if (statuses.length > 0) await this.parking.noteFacts(traceId, { statuses }, this.limits.holdMs + this.limits.rememberMs);
-  }
-
-  /**
-   * The root pipeline runs again after its decision (a retry, a manual job played: GitLab puts it back to running). A
-   * kept pipeline stays kept; a dropped one is provisional again, so what comes now parks and its next outcome decides
-   * (what was dropped before is gone: the trace then tells the story from the retry on, under its latest pipeline span).
-   */
-  async reopen(traceId: string): Promise<void> {
-    if (await this.parking.reopen(traceId)) this.logger.log(`trace ${traceId}: its pipeline runs again after it was dropped; provisional again`);
+  /** Statuses GitLab's Job Hooks reported for a provisional pipeline's jobs (an allowed-to-fail job keeps it). */
+  async noteJobStatuses(pipeline: Pick<ProvisionalPipeline, 'traceId' | 'outcomePolicy'>, statuses: readonly string[]): Promise<void> {
+    if (statuses.length === 0 || pipeline.outcomePolicy === undefined) return;
+    await this.parking.noteFacts(pipeline.traceId, { statuses }, this.factsTtlMs);
+    await this.decideIfEnded(pipeline.traceId, pipeline.outcomePolicy);
   }
 
   /**
-   * The root pipeline's terminal hook: decides on its outcome with what was gathered (SPEC §11 "Decision on
-   * outcome"). Called after the hook's own spans were parked, so a kept pipeline's final spans go with it.
+   * A provisional pipeline's Pipeline Hook, once its own spans were parked (SPEC §11 "Decision on outcome"): a child
+   * pipeline's statuses are gathered (and decide at once if its root has ended); the root's terminal hook decides;
+   * the root running again after its end reopens it, unless the hook is an old one.
    */
-  async decideOnRootOutcome(pipeline: TracedPipeline, root: RootOutcome, statuses: readonly string[]): Promise<TraceDecision | undefined> {
-    if (pipeline.outcomePolicy === undefined) return undefined;
-    const facts = await this.parking.readFacts(pipeline.traceId);
-    const decision = decideOnOutcome(pipeline.outcomePolicy, root, { ...facts, statuses: [...facts.statuses, ...statuses] });
-    return this.settle(pipeline.traceId, decision);
+  async onPipelineHook(pipeline: ProvisionalPipeline, event: PipelineHookFacts): Promise<void> {
+    const policy = pipeline.outcomePolicy;
+    if (policy === undefined) return;
+    const traceId = pipeline.traceId;
+    const statuses = [...(event.end === undefined ? [] : [event.end.status]), ...event.finishedJobs.map((job) => job.status)];
+    const root = event.rootPipelineId ?? pipeline.rootPipelineId;
+    if (event.pipelineId !== root) {
+      const child = event.end === undefined ? { childRunning: event.pipelineId } : { childEnded: event.pipelineId };
+      await this.parking.noteFacts(traceId, { statuses, ...child }, this.factsTtlMs);
+      await this.decideIfEnded(traceId, policy);
+      return;
+    }
+    if (event.end === undefined) {
+      const facts = await this.parking.readFacts(traceId);
+      if (facts.rootEnd === undefined && (await this.parking.findDecision(traceId)) === null) return;
+      if (!runsAgain(event.activeJobIds, facts.finishedRootJobs)) return;
+      if (await this.parking.reopen(traceId, this.limits.holdMs))
+        this.logger.log(`trace ${traceId}: its pipeline runs again after it was dropped; provisional again`);
+      return;
+    }
+    const { status, createdAt, finishedAt } = event.end;
+    const rootEnd: RootOutcome = { status, createdAt, finishedAt };
+    await this.parking.noteFacts(traceId, { statuses, rootEnd, finishedRootJobs: event.finishedJobs.map((job) => job.jobId) }, this.factsTtlMs);
+    await this.decideIfEnded(traceId, policy);
   }
 
   /**
-   * Records the decision (the first stands; a keep replaces a drop) and acts on the one recorded: kept, a pointer
-   * to the trace enters the outbox (enqueued again on a redelivered hook: the outbox keeps one), so a process that
-   * dies after recording loses nothing; dropped, what is parked is deleted.
+   * With the root ended: a keep is taken at once; a drop waits for late child pipelines (the sweep takes it when
+   * they have ended, or OUTCOME_SAMPLING_LATE_CHILD_SECONDS after the root, whichever is later).
    */
-  private async settle(traceId: string, decision: TraceDecision): Promise<TraceDecision> {
+  private async decideIfEnded(traceId: string, policy: OutcomePolicy): Promise<void> {
+    const facts = await this.parking.readFacts(traceId);
+    if (facts.rootEnd === undefined) return;
+    const decision = decideOnOutcome(policy, facts.rootEnd, facts);
+    if (decision.keep) await this.record(traceId, decision);
+    else if ((await this.parking.findDecision(traceId)) === null) await this.parking.schedule(traceId, Date.now() + this.lateChildMs);
+  }
+
+  /**
+   * Records the decision (the first stands) and acts on the one recorded: kept, a pointer to the trace enters the
+   * outbox (never refused; a copy of it is dropped), and the outbox's deliverer is woken; dropped, what is parked is
+   * deleted without being read and the trace ends. Throws when a step fails: the hook is spooled and replayed, or the
+   * sweep takes the trace again.
+   */
+  private async record(traceId: string, decision: TraceDecision): Promise<TraceDecision> {
     const recorded = await this.parking.decide(traceId, decision, this.limits.rememberMs);
     if (recorded.changed) this.metrics.decided(recorded.decision);
     if (recorded.decision.keep) {
-      await this.tracedWork.enqueueSpans([parkedTracePointer(traceId, recorded.decision.reason, Date.now())], this.outbox);
+      await this.outbox.enqueue([{ key: kindKey(PARKED_KIND, traceId), body: recorded.decision.reason, enqueuedAt: Date.now() }], this.outboxLimits);
+      // Until delivered the sweep looks again after a while, in case the pointer's delivery was given up.
+      await this.parking.schedule(traceId, Date.now() + this.limits.holdMs);
+      this.deliverer.kick();
     } else {
-      const parked = await this.parking.parked(traceId);
-      await this.parking.release(
-        traceId,
-        parked.map((entry) => entry.id),
-      );
+      await this.parking.drop(traceId);
+      await this.parking.finish(traceId);
     }
-    await this.parking.settled(traceId);
     return recorded.decision;
   }
 
-  /** Traces whose time limit ended without their root's terminal hook: `when_no_outcome` decides, counted as no_outcome. */
+  /**
+   * Traces that are due: a drop that waited for late child pipelines, a time limit that ended without the root's
+   * terminal hook (`when_no_outcome` decides, counted as no_outcome), or a decided trace a step left unfinished.
+   */
   private async sweep(): Promise<void> {
     try {
-      const overdue = await this.parking.claimOverdue(SWEEP_BATCH, SWEEP_EVERY_MS * 6);
-      for (const traceId of overdue) {
-        const facts = await this.parking.readFacts(traceId);
-        const decision = await this.settle(traceId, decideWithoutOutcome(facts.whenNoOutcome ?? 'keep'));
-        this.logger.log(
-          `trace ${traceId}: no pipeline outcome within ${this.config.OUTCOME_SAMPLING_MAX_WAIT_SECONDS} s; ${decision.keep ? 'kept' : 'dropped'}`,
-        );
-      }
+      const due = await this.parking.claimOverdue(SWEEP_BATCH, SWEEP_EVERY_MS * 6);
+      for (const traceId of due) await this.sweepOne(traceId);
       await this.readUsage();
     } catch (error) {
-      this.logger.warn(`outcome sampling: overdue pipelines not decided: ${(error as Error).message}`);
+      this.logger.warn(`outcome sampling: due pipelines not decided: ${(error as Error).message}`);
     }
+  }
+
+  private async sweepOne(traceId: string): Promise<void> {
+    const recorded = await this.parking.findDecision(traceId);
+    if (recorded !== null) {
+      // Decided before: act on that decision again, never take another (a drop stays a drop).
+      if (!recorded.keep || (await this.parking.parkedIds(traceId)).length === 0) {
+        await this.parking.drop(traceId);
+        await this.parking.finish(traceId);
+      } else await this.record(traceId, recorded);
+      return;
+    }
+    const facts = await this.parking.readFacts(traceId);
+    if (facts.rootEnd !== undefined) {
+      // The root ended and its outcome would drop: taken now unless a child pipeline still runs within the time limit.
+      if (facts.runningChildren.length > 0) {
+        await this.parking.schedule(traceId, Date.now() + this.lateChildMs);
+        return;
+      }
+      // Every fact that came since was decided on with the pipeline's policy as it came (a keep is taken at once):
+      // what is left is the drop its outcome took.
+      await this.record(traceId, { keep: false, reason: 'outcome' });
+      return;
+    }
+    const decision = await this.record(traceId, decideWithoutOutcome(facts.whenNoOutcome ?? 'keep'));
+    this.logger.log(`trace ${traceId}: no pipeline outcome within ${this.config.OUTCOME_SAMPLING_MAX_WAIT_SECONDS} s; ${decision.keep ? 'kept' : 'dropped'}`);
+  }
+
+  /**
+   * One round of a kept trace's delivery, for the outbox's deliverer: its control-plane spans move into the outbox
+   * (settled, each once: SPEC §10's dedup then also drops a later Job Hook's copy), else one page of exports goes to
+   * the collector. What was delivered leaves the store at once, so a retry sends only the rest; when nothing is
+   * left the trace ends and its budget comes back.
+   */
+  private async deliverParked(entry: ClaimedEntry): Promise<KindDelivery> {
+    const traceId = entry.key.slice(PARKED_KIND.length + 1);
+    const reason = entry.body as KeepReason;
+    const ids = await this.parking.parkedIds(traceId);
+    if (ids.length === 0) {
+      await this.parking.finish(traceId);
+      this.metrics.delivered(entry.enqueuedAt);
+      return { result: { kind: 'accepted', status: 200, partialSuccess: undefined }, more: false };
+    }
+    const page = await this.parking.parkedEntries(traceId, nextPage(ids));
+    if (page.length > 0 && page[0].kind === 'spans') {
+      await this.outbox.enqueue(parkedSpansAsEntries(page, reason, Date.now()), this.outboxLimits);
+      await this.parking.release(
+        traceId,
+        page.map((parked) => parked.id),
+      );
+      this.deliverer.kick();
+      return { result: { kind: 'accepted', status: 200, partialSuccess: undefined }, more: true };
+    }
+    const encoding = page[0]?.kind === 'json' ? 'json' : 'protobuf';
+    const sent = await sendPage(this.collector, encoding, page, reason, (entries, status) =>
+      this.logger.error(`trace ${traceId}: the collector refused ${entries} parked export(s) with ${status}; dropped`),
+    );
+    await this.parking.release(
+      traceId,
+      sent.done.map((parked) => parked.id),
+    );
+    if (sent.retry !== undefined) return { result: sent.retry, more: false };
+    return { result: { kind: 'accepted', status: 200, partialSuccess: undefined }, more: true };
   }
 
   /** The parked usage for the metrics and readiness, read at most every few seconds. */
@@ -201,7 +345,7 @@ export class OutcomeSamplingService implements OnApplicationBootstrap, OnModuleD
     this.metrics.observedUsage(await this.parking.usage());
   }
 
-  /** The decorator's side says whether the outcome-sampling toggle is on (a gateway-only process loads no flags). */
+  /** Whether the outcome-sampling toggle is on for anyone: told by the control process's flags (a gateway-only process loads none). */
   watchToggle(toggled: () => boolean): void {
     this.toggled = toggled;
     this.toggledWithoutWebhooks();
@@ -222,86 +366,8 @@ export class OutcomeSamplingService implements OnApplicationBootstrap, OnModuleD
     return missing;
   }
 
-  /**
-   * Whether the total budget is full: nearly all used, or an entry found no room in the last minute. Readiness then
-   * says degraded (SPEC §11 "Visible").
-   */
+  /** Whether the total budget is full: nearly all used, or an entry found no room in the last minute (readiness: degraded). */
   budgetFull(): boolean {
     return this.metrics.lastUsage().bytes >= this.limits.maxTotalBytes * 0.95 || performance.now() - this.totalFullAt < 60_000;
   }
-
-  /**
-   * Sends a kept trace's parked spans to the collector, settled with the reason (called by the outbox deliverer for
-   * the trace's pointer). Protobuf exports go as one concatenated request (a bounded size each), the control plane's
-   * spans as one JSON request, JSON exports one each. What the collector accepted leaves the store at once, so a
-   * retry sends only the rest. Answers the first result that was not accepted, else accepted.
-   */
-  async deliverParked(traceId: string, reason: KeepReason, decidedAt: number): Promise<ExportResult> {
-    const entries = await this.parking.parked(traceId);
-    for (const batch of deliveryBatches(entries)) {
-      const result = await this.collector.export('traces', batch.encoding, batch.body(reason));
-      if (result.kind === 'retry') return result;
-      // Refused: the collector will refuse the same bytes again; holding them would block the rest forever.
-      if (result.kind === 'refused')
-        this.logger.error(`trace ${traceId}: the collector refused ${batch.entries.length} parked export(s) with ${result.status}; dropped`);
-      await this.parking.release(
-        traceId,
-        batch.entries.map((entry) => entry.id),
-      );
-    }
-    if (entries.length > 0) this.metrics.delivered(decidedAt);
-    return { kind: 'accepted', status: 200, partialSuccess: undefined };
-  }
-}
-
-interface DeliveryBatch {
-  readonly encoding: OtlpEncoding;
-  readonly entries: readonly ParkedEntry[];
-  body(reason: KeepReason): Buffer;
-}
-
-/** Parked entries as upstream requests: protobuf concatenated up to MAX_DELIVERY_BYTES, control-plane spans joined, JSON alone. */
-export function deliveryBatches(entries: readonly ParkedEntry[]): DeliveryBatch[] {
-  const batches: DeliveryBatch[] = [];
-  let protobuf: ParkedEntry[] = [];
-  let protobufBytes = 0;
-  const flushProtobuf = () => {
-    if (protobuf.length === 0) return;
-    const taken = protobuf;
-    batches.push({
-      encoding: 'protobuf',
-      entries: taken,
-      // ExportTraceServiceRequest's one field is repeated: concatenated requests are one request.
-      body: (reason) => Buffer.concat(taken.map((entry) => settleSamplingReason('protobuf', entry.body, reason))),
-    });
-    protobuf = [];
-    protobufBytes = 0;
-  };
-  const spans = entries.filter((entry) => entry.kind === 'spans');
-  // Each control-plane span once, the first parked of its key, as the outbox keeps the first (SPEC §10).
-  const spanTexts = new Map<string, string>();
-  for (const entry of spans) {
-    for (const line of entry.body.toString().split('\n')) {
-      const space = line.indexOf(' ');
-      if (space > 0 && !spanTexts.has(line.slice(0, space))) spanTexts.set(line.slice(0, space), line.slice(space + 1));
-    }
-  }
-  for (const entry of entries) {
-    if (entry.kind === 'protobuf') {
-      if (protobufBytes + entry.body.length > MAX_DELIVERY_BYTES) flushProtobuf();
-      protobuf.push(entry);
-      protobufBytes += entry.body.length;
-    } else if (entry.kind === 'json') {
-      batches.push({ encoding: 'json', entries: [entry], body: (reason) => settleSamplingReason('json', entry.body, reason) });
-    }
-  }
-  flushProtobuf();
-  if (spans.length > 0) {
-    batches.push({
-      encoding: 'json',
-      entries: spans,
-      body: (reason) => settleSamplingReason('json', Buffer.from(`{"resourceSpans":[${[...spanTexts.values()].join(',')}]}`), reason),
-    });
-  }
-  return batches;
 }

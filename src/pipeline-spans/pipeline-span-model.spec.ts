@@ -1,6 +1,4 @@
-import { gitlabTime, pipelineHook, WebhookJob } from '../../demo/gitlab-webhooks';
 import type { RunnerJobEnd, TracedPipeline } from '../traced-work/traced-work';
-import { parsePipelineHook } from './gitlab-webhook';
 import { outboxKeyOf, PipelineEnd, pipelineSeenFromJobs, pipelineSpan, pipelineSpanVersion, SPAN_VERSION_ATTRIBUTE } from './pipeline-span-model';
 
 const T0 = Date.parse('2026-11-25T10:00:00Z');
@@ -53,34 +51,6 @@ describe('the version of a pipeline span (SPEC §10, the final story)', () => {
     expect(attributesOf(end)[SPAN_VERSION_ATTRIBUTE]).toBe(String(pipelineSpanVersion(end)));
     expect(outboxKeyOf(span)).toBe(`${'b'.repeat(16)}@${pipelineSpanVersion(end)}`);
     expect(outboxKeyOf({ spanId: 'c'.repeat(16) })).toBe('c'.repeat(16));
-  });
-});
-
-describe("a Pipeline Hook's end", () => {
-  const job = (id: number, status: string, finishedAt?: Date): WebhookJob => ({
-    id,
-    name: `job-${id}`,
-    stage: 'test',
-    status,
-    createdAt: new Date(at(0)),
-    startedAt: new Date(at(10)),
-    finishedAt,
-  });
-
-  it("is never before a build's finish, and only the times GitLab wrote count (a redelivery gives the same version)", () => {
-    const hook = pipelineHook({
-      id: 501,
-      projectId: 7,
-      status: 'success',
-      createdAt: new Date(at(0)),
-      finishedAt: new Date(at(400)),
-      jobs: [job(11, 'success', new Date(at(403))), job(12, 'manual'), { ...job(13, 'canceled'), startedAt: undefined }],
-    });
-    const first = parsePipelineHook(hook, at(500)).end!;
-    const redelivered = parsePipelineHook(hook, at(9_000)).end!;
-    expect(first.finishedAt).toBe(at(403));
-    expect(pipelineSpanVersion(redelivered)).toBe(pipelineSpanVersion(first));
-    expect(gitlabTime(new Date(first.finishedAt))).toBe('2026-11-25 10:06:43 UTC');
   });
 });
 

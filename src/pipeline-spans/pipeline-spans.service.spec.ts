@@ -2,12 +2,14 @@ import { loadConfig } from '../config/app-config';
 import { TEST_SECRETS } from '../../test/helpers/internal-api';
 import { StoreUnavailableError } from '../store/store-unavailable-error';
 import { MemoryTracedWorkStore } from '../traced-work/memory-traced-work-store';
-import { EnqueueOutcome, OutboxLimits, OutboxSpan, Remembered, TracedJob, TracedPipeline } from '../traced-work/traced-work';
+import { Remembered, TracedJob, TracedPipeline } from '../traced-work/traced-work';
+import { EnqueueOutcome, OutboxEntry, OutboxLimits } from '../outbox/outbox';
+import { MemoryOutboxStore } from '../outbox/memory-outbox-store';
 import { MetricsService } from '../observability/metrics.service';
 import { PipelineSpansMetrics } from './pipeline-spans.metrics';
 import { PipelineSpansService } from './pipeline-spans.service';
 import { OutcomeSamplingService } from '../outcome-sampling/outcome-sampling.service';
-import { SpanOutboxDeliverer } from './span-outbox-deliverer';
+import { OutboxDeliverer } from '../outbox/outbox-deliverer';
 
 const secrets = TEST_SECRETS;
 
@@ -30,10 +32,19 @@ class RecordingStore extends MemoryTracedWorkStore {
     return super.recordTracedPipelines(pipelines);
   }
 
-  override async enqueueSpans(spans: readonly OutboxSpan[], limits: OutboxLimits): Promise<EnqueueOutcome> {
-    if (this.failing) throw new StoreUnavailableError('connection refused');
-    this.enqueued.push(spans.map((span) => span.spanId));
-    return super.enqueueSpans(spans, limits);
+  readonly outbox = new RecordingOutbox(this);
+}
+
+/** The memory outbox, saying what it was asked to enqueue, failing with the store it belongs to. */
+class RecordingOutbox extends MemoryOutboxStore {
+  constructor(private readonly store: RecordingStore) {
+    super();
+  }
+
+  override async enqueue(entries: readonly OutboxEntry[], limits: OutboxLimits): Promise<EnqueueOutcome> {
+    if (this.store.failing) throw new StoreUnavailableError('connection refused');
+    this.store.enqueued.push(entries.map((entry) => entry.key));
+    return super.enqueue(entries, limits);
   }
 }
 
@@ -59,12 +70,15 @@ describe('PipelineSpansService at pickup (SPEC §10)', () => {
     store = new RecordingStore();
     metrics = new MetricsService();
     const config = loadConfig({});
-    const deliverer = { kick: () => undefined } as unknown as SpanOutboxDeliverer;
+    const deliverer = { kick: () => undefined } as unknown as OutboxDeliverer;
     // No pipeline here is traced provisionally (SPEC §11): outcome sampling is never asked.
     const outcomeSampling = {} as OutcomeSamplingService;
-    service = new PipelineSpansService(config, secrets, store, deliverer, new PipelineSpansMetrics(metrics), outcomeSampling);
+    service = new PipelineSpansService(config, secrets, store, store.outbox, deliverer, new PipelineSpansMetrics(metrics), outcomeSampling);
   });
-  afterEach(() => store.close());
+  afterEach(() => {
+    store.close();
+    store.outbox.close();
+  });
 
   const grantEnd = () => Date.now() + 3_600_000;
 
@@ -102,6 +116,7 @@ describe('PipelineSpansService at pickup (SPEC §10)', () => {
       pipelineId: 500,
       projectId: 7,
       finishedJobs: [],
+      activeJobIds: [],
       end: { status: 'success', createdAt: Date.now() - 60_000, finishedAt: Date.now() },
     });
     expect(outcome.queued).toBe(1);

@@ -4,20 +4,12 @@ import { AppConfig } from '../config/app-config';
 import { APP_CONFIG, SECRETS } from '../config/config.constants';
 import { Secrets } from '../config/secrets';
 import { TRACED_WORK_STORE } from '../traced-work/traced-work.constants';
-import {
-  EnqueueOutcome,
-  MIN_TRACED_MEMORY_MS,
-  OutboxSpan,
-  Remembered,
-  RunnerJobEnd,
-  TracedJob,
-  TracedPipeline,
-  tracedPipelineOf,
-  TracedWorkStore,
-} from '../traced-work/traced-work';
+import type { EnqueueOutcome, OutboxEntry, OutboxStore } from '../outbox/outbox';
+import { OUTBOX_STORE } from '../outbox/outbox.constants';
+import { MIN_TRACED_MEMORY_MS, Remembered, RunnerJobEnd, TracedJob, TracedPipeline, tracedPipelineOf, TracedWorkStore } from '../traced-work/traced-work';
 import { withTimeout } from '../observability/with-timeout';
 import { gitlabPipelineSpanIdFor, gitlabTraceIdFor, pipelineSpanIdFor, queueSpanIdFor, spanIdFor } from '../trace-context/trace-context';
-import { FinishedJob, PipelineEvent, WebhookEvent } from './gitlab-webhook';
+import { FinishedJob, PipelineEvent, WebhookEvent } from './pipeline-events';
 import { PipelineSpansMetrics } from './pipeline-spans.metrics';
 import {
   bridgeSpan,
@@ -33,7 +25,7 @@ import {
 } from './pipeline-span-model';
 import { PickupBatch } from './pickup-batch';
 import { OutcomeSamplingService } from '../outcome-sampling/outcome-sampling.service';
-import { SpanOutboxDeliverer } from './span-outbox-deliverer';
+import { OutboxDeliverer } from '../outbox/outbox-deliverer';
 
 /**
  * What a webhook's spans became, as its answer tells GitLab's webhook log: in the outbox, or (a pipeline traced
@@ -78,7 +70,7 @@ interface Pickup {
 /**
  * SPEC §10: which spans the control plane emits, and when. Facts come from the pickup (the decorator),
  * GitLab's webhooks, and, without webhooks, the runner's `job_execution` span seen by the gateway; spans
- * go to the store's outbox, from which {@link SpanOutboxDeliverer} sends them to the collector. Each span
+ * go to the store's outbox, from which {@link OutboxDeliverer} sends them to the collector. Each span
  * has a fixed id, so whichever source tells of it first emits it and the outbox drops any later copy.
  * A pipeline's span (and a bridge's, drawn from its child pipeline) follows the pipeline's story instead:
  * emitted again, same id, as each newer version of its facts appears (see pipelineSpanVersion); the outbox
@@ -98,7 +90,8 @@ export class PipelineSpansService implements OnModuleDestroy {
     @Inject(APP_CONFIG) private readonly config: AppConfig,
     @Inject(SECRETS) private readonly secrets: Secrets,
     @Inject(TRACED_WORK_STORE) private readonly store: TracedWorkStore,
-    private readonly deliverer: SpanOutboxDeliverer,
+    @Inject(OUTBOX_STORE) private readonly outbox: OutboxStore,
+    private readonly deliverer: OutboxDeliverer,
     private readonly metrics: PipelineSpansMetrics,
     private readonly outcomeSampling: OutcomeSamplingService,
   ) {
@@ -168,30 +161,12 @@ export class PipelineSpansService implements OnModuleDestroy {
     if (event.kind === 'job') return event.job === undefined ? NOTHING : this.enqueue(await this.finishedJobSpans([event.job]), 'job_hook');
     const pipeline = await this.store.findTracedPipeline(event.pipelineId);
     if (pipeline === null) return NOTHING;
+    // A pipeline lives as long as GitLab still tells of it (untraced jobs, a manual gate): its record with it.
+    await this.store.recordTracedPipelines([{ value: pipeline, ttlMs: this.limits.rememberMs }]);
     // The hook's own spans first: parked, for a provisional pipeline, before its outcome decides on them.
     const outcome = await this.enqueue(await this.pipelineEventSpans(event, pipeline), 'pipeline_hook');
-    if (pipeline.outcomePolicy !== undefined) await this.tellOutcome(event, pipeline);
+    if (pipeline.outcomePolicy !== undefined) await this.outcomeSampling.onPipelineHook(pipeline, event);
     return outcome;
-  }
-
-  /**
-   * What a provisional pipeline's hook tells outcome sampling (SPEC §11): its statuses and its jobs', gathered; and on
-   * the root pipeline's terminal hook (child pipelines end before their root), the decision.
-   */
-  private async tellOutcome(event: PipelineEvent, pipeline: TracedPipeline): Promise<void> {
-    const statuses = [...(event.end === undefined ? [] : [event.end.status]), ...event.finishedJobs.map((job) => job.status)];
-    const root = event.rootPipelineId ?? pipeline.rootPipelineId;
-    if (event.pipelineId === root && event.end !== undefined) {
-      const { status, createdAt, finishedAt } = event.end;
-      const decision = await this.outcomeSampling.decideOnRootOutcome(pipeline, { status, createdAt, finishedAt }, statuses);
-      // Kept: its pointer is in the outbox; delivered after the linger, not at the next idle poll.
-      if (decision?.keep === true) this.deliverer.kick();
-    } else if (event.pipelineId === root) {
-      // Running (again): a pipeline dropped on an earlier outcome is provisional again.
-      await this.outcomeSampling.reopen(pipeline.traceId);
-    } else {
-      await this.outcomeSampling.noteStatuses(pipeline.traceId, statuses);
-    }
   }
 
   /**
@@ -292,12 +267,12 @@ export class PipelineSpansService implements OnModuleDestroy {
     const traced = await Promise.all(finished.map((job) => this.store.findTracedJob(job.jobId)));
     // A provisional pipeline's job that failed keeps it even when the pipeline succeeds (allowed to fail): its jobs'
     // statuses are gathered, one write per trace.
-    const statuses = new Map<string, string[]>();
+    const statuses = new Map<string, { job: TracedJob; seen: string[] }>();
     for (const [i, end] of finished.entries()) {
       const job = traced[i];
-      if (job?.outcomePolicy !== undefined) statuses.set(job.traceId, [...(statuses.get(job.traceId) ?? []), end.status]);
+      if (job?.outcomePolicy !== undefined) statuses.set(job.traceId, { job, seen: [...(statuses.get(job.traceId)?.seen ?? []), end.status] });
     }
-    await Promise.all([...statuses].map(([traceId, seen]) => this.outcomeSampling.noteStatuses(traceId, seen)));
+    await Promise.all([...statuses.values()].map(({ job, seen }) => this.outcomeSampling.noteJobStatuses(job, seen)));
     return finished.flatMap((end, i) => {
       const job = traced[i];
       return job === null ? [] : [this.jobSpanOf(job, end)];
@@ -352,13 +327,13 @@ export class PipelineSpansService implements OnModuleDestroy {
    * trace, each with its outbox key, so a redelivered hook's copy is dropped at delivery; those of a pipeline decided
    * kept already go to the outbox settled with the reason, those of one dropped go nowhere.
    */
-  private async outboxEntries(spans: readonly ControlPlaneSpan[], enqueuedAt: number): Promise<{ entries: OutboxSpan[]; parked: number; dropped: number }> {
-    const entries: OutboxSpan[] = [];
-    const provisional = new Map<string, OutboxSpan[]>();
+  private async outboxEntries(spans: readonly ControlPlaneSpan[], enqueuedAt: number): Promise<{ entries: OutboxEntry[]; parked: number; dropped: number }> {
+    const entries: OutboxEntry[] = [];
+    const provisional = new Map<string, OutboxEntry[]>();
     let parked = 0;
     let dropped = 0;
     for (const span of spans) {
-      const entry = { spanId: outboxKeyOf(span), resourceSpans: JSON.stringify(span.resourceSpans), enqueuedAt };
+      const entry = { key: outboxKeyOf(span), body: JSON.stringify(span.resourceSpans), enqueuedAt };
       if (span.provisional !== true) entries.push(entry);
       else {
         const traceId = span.resourceSpans.scopeSpans[0].spans[0].traceId;
@@ -369,7 +344,7 @@ export class PipelineSpansService implements OnModuleDestroy {
       const answer = await this.outcomeSampling.parkSpans(traceId, waiting);
       if (answer.kind === 'parked') parked += waiting.length;
       else if (answer.kind === 'dropped') dropped += waiting.length;
-      else for (const entry of waiting) entries.push({ ...entry, resourceSpans: this.outcomeSampling.settledSpans(entry.resourceSpans, answer.reason) });
+      else for (const entry of waiting) entries.push({ ...entry, body: this.outcomeSampling.settledSpans(entry.body, answer.reason) });
     }
     return { entries, parked, dropped };
   }
@@ -378,7 +353,7 @@ export class PipelineSpansService implements OnModuleDestroy {
     if (spans.length === 0) return NOTHING;
     const { entries, parked, dropped } = await this.outboxEntries(spans, Date.now());
     if (entries.length === 0) return { ...NOTHING, parked, dropped };
-    const enqueued = await this.store.enqueueSpans(entries, this.limits);
+    const enqueued = await this.outbox.enqueue(entries, this.limits);
     this.metrics.enqueued(source, enqueued);
     if (enqueued.refused > 0) {
       this.logger.error(`outbox full (OUTBOX_MAX_SPANS=${this.limits.maxSpans}): ${enqueued.refused} ${source} span(s) refused; is the collector reachable?`);

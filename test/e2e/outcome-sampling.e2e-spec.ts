@@ -74,8 +74,24 @@ class Pipeline {
     return pipelineAt(this.id, PROJECT, status, this.createdAt, this.jobs);
   }
 
-  async running(service: ServiceProcess): Promise<void> {
-    await this.deliver(service, 'Pipeline Hook', pipelineHook(this.hook('running')));
+  /** GitLab runs the pipeline again: its hook names the job it is about to run (retried, or a manual job played) as pending. */
+  async running(service: ServiceProcess, next: { id: number; name: string; stage: string }): Promise<void> {
+    const pending: WebhookJob = { ...next, status: 'pending', createdAt: new Date() };
+    await this.deliver(service, 'Pipeline Hook', pipelineHook(pipelineAt(this.id, PROJECT, 'running', this.createdAt, [...this.jobs, pending])));
+  }
+
+  /**
+   * Finished as passing, and the drop taken: it waits OUTCOME_SAMPLING_LATE_CHILD_SECONDS for a child pipeline that
+   * would fail after its root, then the sweep takes it.
+   */
+  async finishDropped(service: ServiceProcess): Promise<void> {
+    const before = await metric(service, 'ci_job_telemetry_outcome_decisions_total');
+    await this.finish(service, 'success');
+    await waitFor(
+      `pipeline ${this.id} dropped`,
+      async () => ((await metric(service, 'ci_job_telemetry_outcome_decisions_total')) > before ? true : undefined),
+      20_000,
+    );
   }
 
   async finish(service: ServiceProcess, status: 'success' | 'failed'): Promise<void> {
@@ -133,7 +149,13 @@ describe('outcome-based sampling at 10 % (SPEC §11)', () => {
     [redis, sink] = await Promise.all([startRedis(), startOtlpSink()]);
     secret = makeWebhookSecret();
     const flags = writeFlagsFile({ sampling: 10, outcomeSampling: POLICY });
-    service = await startService({ REDIS_URL: redis.url, OTLP_UPSTREAM_URL: sink.url, GITLAB_WEBHOOK_SECRET_FILE: secret.file, FLAGS_FILE: flags });
+    service = await startService({
+      REDIS_URL: redis.url,
+      OTLP_UPSTREAM_URL: sink.url,
+      GITLAB_WEBHOOK_SECRET_FILE: secret.file,
+      FLAGS_FILE: flags,
+      OUTCOME_SAMPLING_LATE_CHILD_SECONDS: '1',
+    });
   }, 60_000);
   afterAll(async () => {
     await service?.stop();
@@ -185,7 +207,7 @@ describe('outcome-based sampling at 10 % (SPEC §11)', () => {
     const pipeline = await sampled('provisional');
     await pipeline.run(service, pipeline.id * 100, 'build', 'success');
     await pipeline.run(service, pipeline.id * 100 + 1, 'test', 'success');
-    await pipeline.finish(service, 'success');
+    await pipeline.finishDropped(service);
     // An export after the decision follows it: dropped too, and the late job's hook says so.
     await pipeline.run(service, pipeline.id * 100 + 2, 'deploy', 'success');
     await sleep(SETTLE_MS * 2);
@@ -197,13 +219,12 @@ describe('outcome-based sampling at 10 % (SPEC §11)', () => {
   it('keeps from then on a pipeline dropped and then retried into failure: the retry and the final story, under one root', async () => {
     const pipeline = await sampled('provisional');
     await pipeline.run(service, pipeline.id * 100, 'build', 'success');
-    await pipeline.finish(service, 'success');
-    await sleep(SETTLE_MS);
+    await pipeline.finishDropped(service);
     expect(spansOf(sink, pipeline.traceId)).toEqual([]);
     // Someone plays a manual job later: GitLab puts the pipeline back to running, the job fails, the pipeline fails.
     // What was dropped is gone; what comes now parks and is kept, its pipeline span the latest version, so the trace
     // still has one root and no missing parent.
-    await pipeline.running(service);
+    await pipeline.running(service, { id: pipeline.id * 100 + 1, name: 'deploy', stage: 'deploy' });
     await pipeline.run(service, pipeline.id * 100 + 1, 'deploy', 'failed');
     await pipeline.finish(service, 'failed');
     await waitFor('the retry at the collector', async () => spansOf(sink, pipeline.traceId).find((span) => span.name === 'pipeline'));

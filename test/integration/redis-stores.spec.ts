@@ -13,6 +13,8 @@ import { behavesAsALimitStore } from '../suites/limit-store.suite';
 import { behavesAsAParkingStore } from '../suites/parking-store.suite';
 import { StoreWorld, redisWorld, testTracedJob } from '../suites/store-world';
 import { behavesAsATracedWorkStore } from '../suites/traced-work-store.suite';
+import { behavesAsAnOutboxStore } from '../suites/outbox-store.suite';
+import { RedisOutboxStore } from '../../src/outbox/redis-outbox-store';
 
 /*
  * The store's ports on real Redis (SPEC §7): every behavioural suite on one server, then on each deployment
@@ -34,6 +36,7 @@ function behavesAsAStore(world: StoreWorld) {
   behavesAsAGrantStore(world);
   behavesAsALimitStore(world);
   behavesAsATracedWorkStore(world);
+  behavesAsAnOutboxStore(world);
   behavesAsAParkingStore(world);
 }
 
@@ -178,7 +181,7 @@ describe('Redis store when Redis is gone', () => {
       await expect(store.saveGrant(grant())).rejects.toBeInstanceOf(StoreUnavailableError);
       await expect(store.findGrant(1001)).rejects.toBeInstanceOf(StoreUnavailableError);
       await expect(new RedisLimitStore(connection).takeWindowBlock('runner:17', 1, 1, 1000)).rejects.toBeInstanceOf(StoreUnavailableError);
-      await expect(new RedisTracedWorkStore(connection).claimSpans(1, 1000)).rejects.toBeInstanceOf(StoreUnavailableError);
+      await expect(new RedisOutboxStore(connection).claim(1, 1000)).rejects.toBeInstanceOf(StoreUnavailableError);
       await expect(connection.ping()).rejects.toBeInstanceOf(StoreUnavailableError);
 
       await redis.start();

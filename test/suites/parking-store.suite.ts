@@ -1,4 +1,4 @@
-import { ParkingLimits, ParkingStore, TraceDecision } from '../../src/parking/parking';
+import { ParkingLimits, ParkingStore, TraceDecision } from '../../src/outcome-sampling/parking/parking';
 import { StoreWorld } from './store-world';
 
 /** One behaviour, every parking store (SPEC §11): parking within bounds, the decision, release, the time limit. */
@@ -14,18 +14,27 @@ export function behavesAsAParkingStore(world: StoreWorld) {
     // Bytes that are not text: parked bodies must come back exactly as they went in.
     const body = (size: number, fill = 0x0a) => Buffer.alloc(size, fill);
 
-    it('keeps parked entries byte for byte, in parking order, and accounts for them', async () => {
+    const parkedOf = async (traceId: string) => parking.parkedEntries(traceId, await parking.parkedIds(traceId));
+
+    it('keeps parked entries byte for byte and accounts for them', async () => {
       const binary = Buffer.from([0x0a, 0x00, 0xff, 0x80, 0x12, 0x00]);
       expect(await parking.park(trace, { kind: 'protobuf', body: binary, spans: 2 }, limits)).toEqual({ kind: 'parked' });
       expect(await parking.park(trace, { kind: 'spans', body: Buffer.from('{"resource":{}}'), spans: 1 }, limits)).toEqual({ kind: 'parked' });
-      const entries = await parking.parked(trace);
-      expect(entries.map(({ kind, spans }) => [kind, spans])).toEqual([
-        ['protobuf', 2],
-        ['spans', 1],
+      const entries = (await parkedOf(trace)).sort((a, b) => a.kind.localeCompare(b.kind));
+      expect(entries.map(({ kind, spans, bytes }) => [kind, spans, bytes])).toEqual([
+        ['protobuf', 2, 6],
+        ['spans', 1, 15],
       ]);
       expect(entries[0].body.equals(binary)).toBe(true);
       expect(entries[1].body.toString()).toBe('{"resource":{}}');
       expect(await parking.usage()).toEqual({ traces: 1, spans: 3, bytes: binary.length + 15 });
+    });
+
+    it('parks the same bytes once: an export parked again after an answer that timed out', async () => {
+      expect(await parking.park(trace, { kind: 'protobuf', body: body(100), spans: 2 }, limits)).toEqual({ kind: 'parked' });
+      expect(await parking.park(trace, { kind: 'protobuf', body: body(100), spans: 2 }, limits)).toEqual({ kind: 'parked' });
+      expect(await parking.parkedIds(trace)).toHaveLength(1);
+      expect(await parking.usage()).toMatchObject({ spans: 2, bytes: 100 });
     });
 
     it("refuses an entry over a trace's spans or bytes, or over the total, and evicts nothing", async () => {
@@ -34,69 +43,111 @@ export function behavesAsAParkingStore(world: StoreWorld) {
       expect(await parking.park(trace, { kind: 'protobuf', body: body(500), spans: 1 }, limits)).toEqual({ kind: 'full', limit: 'trace_bytes' });
       expect(await parking.park(other, { kind: 'protobuf', body: body(800), spans: 1 }, limits)).toEqual({ kind: 'parked' });
       expect(await parking.park(other, { kind: 'protobuf', body: body(200), spans: 1 }, limits)).toEqual({ kind: 'full', limit: 'total_bytes' });
-      expect((await parking.parked(trace)).map((entry) => entry.body.length)).toEqual([600]);
-      expect((await parking.parked(other)).map((entry) => entry.body.length)).toEqual([800]);
+      expect((await parkedOf(trace)).map((entry) => entry.body.length)).toEqual([600]);
+      expect((await parkedOf(other)).map((entry) => entry.body.length)).toEqual([800]);
       expect((await parking.usage()).bytes).toBe(1400);
+    });
+
+    it("never refuses the control plane's own spans for a bound: a kept pipeline keeps its root", async () => {
+      await parking.park(trace, { kind: 'protobuf', body: body(900), spans: 10 }, limits);
+      expect(await parking.park(trace, { kind: 'spans', body: body(700, 0x20), spans: 3, exempt: true }, limits)).toEqual({ kind: 'parked' });
+      expect(await parking.usage()).toMatchObject({ spans: 13, bytes: 1600 });
     });
 
     it('gives released bytes back to the budget', async () => {
       await parking.park(trace, { kind: 'protobuf', body: body(900), spans: 1 }, limits);
       expect(await parking.park(other, { kind: 'protobuf', body: body(900), spans: 1 }, limits)).toEqual({ kind: 'full', limit: 'total_bytes' });
-      const [entry] = await parking.parked(trace);
+      const [entry] = await parking.parkedIds(trace);
       await parking.release(trace, [entry.id]);
       await parking.release(trace, [entry.id]);
-      expect(await parking.parked(trace)).toEqual([]);
+      expect(await parking.parkedIds(trace)).toEqual([]);
       expect(await parking.park(other, { kind: 'protobuf', body: body(900), spans: 1 }, limits)).toEqual({ kind: 'parked' });
       expect(await parking.usage()).toMatchObject({ spans: 1, bytes: 900 });
     });
 
-    it('answers a decided trace with its decision instead of parking', async () => {
+    it('drops a trace without reading it and, once finished, has nothing left in the budget or the index', async () => {
+      await parking.park(trace, { kind: 'protobuf', body: body(400), spans: 4 }, limits);
+      await parking.park(trace, { kind: 'json', body: body(300, 0x7b), spans: 2 }, limits);
+      await parking.drop(trace);
+      await parking.finish(trace);
+      expect(await parking.parkedIds(trace)).toEqual([]);
+      expect(await parking.usage()).toEqual({ traces: 0, spans: 0, bytes: 0 });
+    });
+
+    it('reads a page of entries by id, leaving out those gone meanwhile', async () => {
+      await parking.park(trace, { kind: 'protobuf', body: body(10, 1), spans: 1 }, limits);
+      await parking.park(trace, { kind: 'protobuf', body: body(20, 2), spans: 1 }, limits);
+      const ids = await parking.parkedIds(trace);
+      await parking.release(trace, [ids[0].id]);
+      expect((await parking.parkedEntries(trace, ids)).map((entry) => entry.id)).toEqual([ids[1].id]);
+    });
+
+    it('answers a decided trace with its decision instead of parking, even when the total budget is full', async () => {
       expect(await parking.findDecision(trace)).toBeNull();
       expect(await parking.decide(trace, { keep: true, reason: 'failed' }, 60_000)).toEqual({ decision: { keep: true, reason: 'failed' }, changed: true });
       expect(await parking.park(trace, { kind: 'protobuf', body: body(10), spans: 1 }, limits)).toEqual({
         kind: 'decided',
         decision: { keep: true, reason: 'failed' },
       });
-      expect(await parking.parked(trace)).toEqual([]);
-      expect((await parking.usage()).bytes).toBe(0);
+      await parking.park(other, { kind: 'protobuf', body: body(1000), spans: 1 }, limits);
+      await parking.park(other, { kind: 'protobuf', body: body(490, 3), spans: 1 }, limits);
+      expect(await parking.park(trace, { kind: 'protobuf', body: body(100), spans: 1 }, limits)).toEqual({
+        kind: 'decided',
+        decision: { keep: true, reason: 'failed' },
+      });
+      expect(await parking.parkedIds(trace)).toEqual([]);
     });
 
-    it('keeps the first decision, except that a keep replaces a drop', async () => {
+    it('keeps the first decision: a drop stays a drop, a keep stays a keep', async () => {
       const decided = async (decision: TraceDecision) => parking.decide(trace, decision, 60_000);
       expect(await decided({ keep: false, reason: 'outcome' })).toEqual({ decision: { keep: false, reason: 'outcome' }, changed: true });
       expect(await decided({ keep: false, reason: 'no_outcome' })).toEqual({ decision: { keep: false, reason: 'outcome' }, changed: false });
-      expect(await decided({ keep: true, reason: 'failed' })).toEqual({ decision: { keep: true, reason: 'failed' }, changed: true });
-      expect(await decided({ keep: true, reason: 'slow' })).toEqual({ decision: { keep: true, reason: 'failed' }, changed: false });
-      expect(await decided({ keep: false, reason: 'outcome' })).toEqual({ decision: { keep: true, reason: 'failed' }, changed: false });
-      expect(await parking.findDecision(trace)).toEqual({ keep: true, reason: 'failed' });
+      expect(await decided({ keep: true, reason: 'no_outcome' })).toEqual({ decision: { keep: false, reason: 'outcome' }, changed: false });
+      expect(await parking.decide(other, { keep: true, reason: 'failed' }, 60_000)).toMatchObject({ changed: true });
+      expect(await parking.decide(other, { keep: false, reason: 'outcome' }, 60_000)).toEqual({ decision: { keep: true, reason: 'failed' }, changed: false });
     });
 
-    it('reopens a dropped trace, never a kept one', async () => {
-      expect(await parking.reopen(trace)).toBe(false);
+    it("reopens a dropped trace, never a kept one, and forgets the root's end", async () => {
+      expect(await parking.reopen(trace, 300)).toBe(false);
+      await parking.noteFacts(trace, { rootEnd: { status: 'success', createdAt: 1, finishedAt: 2 } }, 60_000);
       await parking.decide(trace, { keep: false, reason: 'outcome' }, 60_000);
-      expect(await parking.reopen(trace)).toBe(true);
+      expect(await parking.reopen(trace, 300)).toBe(true);
       expect(await parking.findDecision(trace)).toBeNull();
+      expect((await parking.readFacts(trace)).rootEnd).toBeUndefined();
       expect(await parking.park(trace, { kind: 'protobuf', body: body(10), spans: 1 }, limits)).toEqual({ kind: 'parked' });
       await parking.decide(trace, { keep: true, reason: 'failed' }, 60_000);
-      expect(await parking.reopen(trace)).toBe(false);
+      expect(await parking.reopen(trace, 300)).toBe(false);
       expect(await parking.findDecision(trace)).toEqual({ keep: true, reason: 'failed' });
     });
 
-    it('collects the facts a decision reads: statuses once each, the longest queue wait', async () => {
-      expect(await parking.readFacts(trace)).toEqual({ statuses: [], longestQueueMs: 0 });
-      await parking.noteFacts(trace, { longestQueueMs: 4000 }, 60_000);
-      await parking.noteFacts(trace, { statuses: ['failed', 'success'], longestQueueMs: 1000 }, 60_000);
-      await parking.noteFacts(trace, { statuses: ['failed'], whenNoOutcome: 'drop' }, 60_000);
-      expect(await parking.readFacts(trace)).toEqual({ statuses: ['failed', 'success'], longestQueueMs: 4000, whenNoOutcome: 'drop' });
+    it("collects the facts a decision reads: statuses once each, the longest queue wait, the root's end, running children", async () => {
+      expect(await parking.readFacts(trace)).toEqual({ statuses: [], longestQueueMs: 0, runningChildren: [], finishedRootJobs: [] });
+      await parking.noteFacts(trace, { longestQueueMs: 4000, childRunning: 502 }, 60_000);
+      await parking.noteFacts(trace, { statuses: ['failed', 'success'], longestQueueMs: 1000, childRunning: 503 }, 60_000);
+      await parking.noteFacts(trace, { statuses: ['failed'], whenNoOutcome: 'drop', childEnded: 502, finishedRootJobs: [7, 9] }, 60_000);
+      await parking.noteFacts(trace, { rootEnd: { status: 'success', createdAt: 10, finishedAt: 20 } }, 60_000);
+      expect(await parking.readFacts(trace)).toEqual({
+        statuses: ['failed', 'success'],
+        longestQueueMs: 4000,
+        whenNoOutcome: 'drop',
+        rootEnd: { status: 'success', createdAt: 10, finishedAt: 20 },
+        runningChildren: [503],
+        finishedRootJobs: [7, 9],
+      });
+      await parking.noteFacts(trace, { rootEnd: null }, 60_000);
+      expect((await parking.readFacts(trace)).rootEnd).toBeUndefined();
     });
 
-    it('hands a trace past its time limit to one caller at a time, until it is settled', async () => {
+    it('hands a trace that is due to one caller at a time, until it is finished', async () => {
       await parking.park(trace, { kind: 'protobuf', body: body(10), spans: 1 }, limits);
       expect(await parking.claimOverdue(10, 1000)).toEqual([]);
       await world.elapse(400);
       expect(await parking.claimOverdue(10, 1000)).toEqual([trace]);
       expect(await parking.claimOverdue(10, 1000)).toEqual([]);
-      await parking.settled(trace);
+      await parking.schedule(trace, world.now() - 1);
+      expect(await parking.claimOverdue(10, 1000)).toEqual([trace]);
+      await parking.drop(trace);
+      await parking.finish(trace);
       expect((await parking.usage()).traces).toBe(0);
       await world.elapse(1100);
       expect(await parking.claimOverdue(10, 1000)).toEqual([]);

@@ -4,13 +4,16 @@ import { RedisGrantStore } from '../../src/grants/redis-grant-store';
 import { LimitStore } from '../../src/limits/limit-store';
 import { MemoryLimitStore } from '../../src/limits/memory-limit-store';
 import { RedisLimitStore } from '../../src/limits/redis-limit-store';
-import { MemoryParkingStore } from '../../src/parking/memory-parking-store';
-import { ParkingStore } from '../../src/parking/parking';
-import { RedisParkingStore } from '../../src/parking/redis-parking-store';
+import { MemoryParkingStore } from '../../src/outcome-sampling/parking/memory-parking-store';
+import { ParkingStore } from '../../src/outcome-sampling/parking/parking';
+import { RedisParkingStore } from '../../src/outcome-sampling/parking/redis-parking-store';
 import { RedisStore } from '../../src/store/redis-store';
 import { MemoryTracedWorkStore } from '../../src/traced-work/memory-traced-work-store';
 import { RedisTracedWorkStore } from '../../src/traced-work/redis-traced-work-store';
 import { TracedJob, TracedWorkStore } from '../../src/traced-work/traced-work';
+import { MemoryOutboxStore } from '../../src/outbox/memory-outbox-store';
+import { OutboxStore } from '../../src/outbox/outbox';
+import { RedisOutboxStore } from '../../src/outbox/redis-outbox-store';
 
 /*
  * The behavioural suites of the store's ports (test/suites/*.suite.ts) run against every store: the memory
@@ -25,6 +28,7 @@ export interface Stores {
   readonly limits: LimitStore;
   readonly tracedWork: TracedWorkStore;
   readonly parking: ParkingStore;
+  readonly outbox: OutboxStore;
 }
 
 export interface StoreWorld {
@@ -40,13 +44,21 @@ export interface StoreWorld {
 export function memoryWorld(): StoreWorld {
   let at = Date.now();
   const now = () => at;
-  let opened: { grants: MemoryGrantStore; limits: MemoryLimitStore; tracedWork: MemoryTracedWorkStore; parking: MemoryParkingStore } | undefined;
+  let opened:
+    | { grants: MemoryGrantStore; limits: MemoryLimitStore; tracedWork: MemoryTracedWorkStore; parking: MemoryParkingStore; outbox: MemoryOutboxStore }
+    | undefined;
   return {
     name: 'in-memory',
     async open() {
       at = Date.now();
       const tracedWork = new MemoryTracedWorkStore(now);
-      opened = { grants: new MemoryGrantStore(now, tracedWork), limits: new MemoryLimitStore(now), tracedWork, parking: new MemoryParkingStore(now) };
+      opened = {
+        grants: new MemoryGrantStore(now, tracedWork),
+        limits: new MemoryLimitStore(now),
+        tracedWork,
+        parking: new MemoryParkingStore(now),
+        outbox: new MemoryOutboxStore(now),
+      };
       return opened;
     },
     async close() {
@@ -54,6 +66,7 @@ export function memoryWorld(): StoreWorld {
       opened?.limits.close();
       opened?.tracedWork.close();
       opened?.parking.close();
+      opened?.outbox.close();
     },
     now,
     async elapse(ms) {
@@ -74,6 +87,7 @@ export function redisWorld(name: string, connect: () => Promise<RedisStore>): St
         limits: new RedisLimitStore(redis),
         tracedWork: new RedisTracedWorkStore(redis),
         parking: new RedisParkingStore(redis),
+        outbox: new RedisOutboxStore(redis),
       };
     },
     async close() {

@@ -1,7 +1,7 @@
-import { OutboxSpan, TracedJob, TracedWorkStore, tracedPipelineOf } from '../../src/traced-work/traced-work';
+import { TracedJob, TracedWorkStore, tracedPipelineOf } from '../../src/traced-work/traced-work';
 import { StoreWorld, testTracedJob } from './store-world';
 
-/** One behaviour, every traced-work store (SPEC §10): traced pipelines, pipeline span versions and runner ends, and the span outbox. */
+/** One behaviour, every traced-work store (SPEC §10): traced pipelines, pipeline span versions and runner ends. */
 export function behavesAsATracedWorkStore(world: StoreWorld) {
   describe(`${world.name} traced-work store`, () => {
     let tracedWork: TracedWorkStore;
@@ -11,8 +11,6 @@ export function behavesAsATracedWorkStore(world: StoreWorld) {
     /** A pickup's pipelines as the pipeline-spans service writes them: the job's own and its root. */
     const pipelinesOf = (job: TracedJob, ttlMs: number) =>
       [...new Set([job.pipelineId, job.rootPipelineId])].map((id) => ({ value: tracedPipelineOf(job, id), ttlMs }));
-    const outboxSpan = (spanId: string): OutboxSpan => ({ spanId, resourceSpans: `{"span":"${spanId}"}`, enqueuedAt: world.now() });
-    const limits = { maxSpans: 3, rememberMs: 60_000 };
 
     it('remembers a traced pipeline and its root pipeline, and forgets them at the end', async () => {
       await tracedWork.recordTracedPipelines(pipelinesOf(testTracedJob(), 300));
@@ -59,45 +57,6 @@ export function behavesAsATracedWorkStore(world: StoreWorld) {
       // Reported twice (two exports with its job_execution): still one job.
       expect(await tracedWork.recordRunnerJobEnd(501, end(2, 9_000, 'failed'), 60_000)).toHaveLength(2);
       expect(await tracedWork.recordRunnerJobEnd(500, end(3, 7_000), 60_000)).toEqual([end(3, 7_000)]);
-    });
-
-    it('enqueues each span id once, refuses what does not fit, and says which was which', async () => {
-      expect(await tracedWork.enqueueSpans([outboxSpan('01'), outboxSpan('02'), outboxSpan('01')], limits)).toEqual({ queued: 2, duplicates: 1, refused: 0 });
-      expect(await tracedWork.enqueueSpans([outboxSpan('02'), outboxSpan('03'), outboxSpan('04')], limits)).toEqual({ queued: 1, duplicates: 1, refused: 1 });
-      expect((await tracedWork.outboxDepth()).spans).toBe(3);
-      // Refused is not remembered: once there is room, the same span is taken.
-      const claimed = await tracedWork.claimSpans(10, 60_000);
-      await tracedWork.acknowledgeSpans(claimed.map((span) => span.spanId));
-      expect(await tracedWork.enqueueSpans([outboxSpan('04'), outboxSpan('01')], limits)).toEqual({ queued: 1, duplicates: 1, refused: 0 });
-    });
-
-    it('hands each due span to one claimer only until its lease runs out, and forgets it once acknowledged', async () => {
-      await tracedWork.enqueueSpans([outboxSpan('0a'), outboxSpan('0b')], limits);
-      const first = await tracedWork.claimSpans(10, 300);
-      expect(first.map((span) => [span.spanId, span.resourceSpans, span.attempts])).toEqual([
-        ['0a', '{"span":"0a"}', 0],
-        ['0b', '{"span":"0b"}', 0],
-      ]);
-      expect(await tracedWork.claimSpans(10, 300)).toEqual([]);
-      await tracedWork.acknowledgeSpans(['0a']);
-      await world.elapse(400);
-      // The claimer of 0b died: its lease ran out and the span is due again.
-      expect((await tracedWork.claimSpans(10, 300)).map((span) => span.spanId)).toEqual(['0b']);
-      expect(await tracedWork.outboxDepth()).toEqual({ spans: 1, oldestEnqueuedAt: expect.any(Number) });
-    });
-
-    it('puts a span whose delivery failed back for later, counting the attempt', async () => {
-      await tracedWork.enqueueSpans([outboxSpan('0c')], limits);
-      const [claimed] = await tracedWork.claimSpans(10, 60_000);
-      await tracedWork.retrySpans([claimed.spanId], 200);
-      expect(await tracedWork.claimSpans(10, 60_000)).toEqual([]);
-      await world.elapse(300);
-      expect((await tracedWork.claimSpans(10, 60_000)).map((span) => [span.spanId, span.attempts])).toEqual([['0c', 1]]);
-      // Acknowledged meanwhile by another replica: a late retry does not bring it back.
-      await tracedWork.acknowledgeSpans(['0c']);
-      await tracedWork.retrySpans(['0c'], 0);
-      expect(await tracedWork.claimSpans(10, 60_000)).toEqual([]);
-      expect(await tracedWork.outboxDepth()).toEqual({ spans: 0 });
     });
   });
 }

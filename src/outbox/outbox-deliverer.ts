@@ -1,13 +1,11 @@
-import { Inject, Injectable, Logger, OnApplicationBootstrap, OnModuleDestroy, Optional } from '@nestjs/common';
+import { Inject, Injectable, Logger, OnApplicationBootstrap, OnModuleDestroy } from '@nestjs/common';
 import type { CollectorClient, ExportResult } from '../collector/collector-client';
 import { COLLECTOR_CLIENT } from '../collector/collector.constants';
 import { AppConfig } from '../config/app-config';
 import { APP_CONFIG } from '../config/config.constants';
-import { TRACED_WORK_STORE } from '../traced-work/traced-work.constants';
-import { ClaimedSpan, parkedTraceOf, TracedWorkStore } from '../traced-work/traced-work';
-import type { KeepReason } from '../parking/parking';
-import { OutcomeSamplingService } from '../outcome-sampling/outcome-sampling.service';
-import { PipelineSpansMetrics } from './pipeline-spans.metrics';
+import { ClaimedEntry, kindOf, OutboxEntryKind, OutboxStore } from './outbox';
+import { OUTBOX_STORE } from './outbox.constants';
+import { OutboxMetrics } from './outbox.metrics';
 
 /** Spans sent to the collector in one export at most. */
 const BATCH_SPANS = 500;
@@ -52,18 +50,20 @@ export function deliveryOf(result: ExportResult, attempts: number, maxBackoffMs:
 }
 
 /**
- * Sends the outbox to the collector (SPEC §10): claims due spans (each to one replica, for a lease, so a
- * replica that dies mid-send loses nothing: the lease runs out and another sends them), exports them as
- * one OTLP/JSON request through the collector client, and acknowledges them only once the collector
- * answered 2xx. Failures back off exponentially per span, up to OUTBOX_MAX_BACKOFF_SECONDS, or the
- * collector's Retry-After. A span is sent twice only if this process stops between the collector's 2xx
- * and the acknowledgement, a window of one store round trip.
+ * Sends the outbox to the collector (SPEC §10): claims due entries (each to one replica, for a lease, so a
+ * replica that dies mid-send loses nothing: the lease runs out and another sends them), exports the spans among
+ * them as one OTLP/JSON request through the collector client, and acknowledges them only once the collector
+ * answered 2xx. Entries of a registered kind go to their owner, one per round, so that a round carries at most
+ * two requests and never outlives its lease. Failures back off exponentially per entry, up to
+ * OUTBOX_MAX_BACKOFF_SECONDS, or the collector's Retry-After. A span is sent twice only if this process stops
+ * between the collector's 2xx and the acknowledgement, a window of one store round trip.
  */
 @Injectable()
-export class SpanOutboxDeliverer implements OnApplicationBootstrap, OnModuleDestroy {
-  private readonly logger = new Logger(SpanOutboxDeliverer.name);
+export class OutboxDeliverer implements OnApplicationBootstrap, OnModuleDestroy {
+  private readonly logger = new Logger(OutboxDeliverer.name);
   private readonly leaseMs: number;
   private readonly maxBackoffMs: number;
+  private readonly kinds = new Map<string, OutboxEntryKind>();
   private running: Promise<void> | undefined;
   private stopped = false;
   private wake: (() => void) | undefined;
@@ -74,15 +74,19 @@ export class SpanOutboxDeliverer implements OnApplicationBootstrap, OnModuleDest
 
   constructor(
     @Inject(APP_CONFIG) config: AppConfig,
-    @Inject(TRACED_WORK_STORE) private readonly store: TracedWorkStore,
+    @Inject(OUTBOX_STORE) private readonly store: OutboxStore,
     @Inject(COLLECTOR_CLIENT) private readonly collector: Pick<CollectorClient, 'export'>,
-    private readonly metrics: PipelineSpansMetrics,
-    // The class itself as the type: Nest injects by the parameter's design type, which a Pick<> would erase.
-    @Optional() private readonly outcomeSampling?: OutcomeSamplingService,
+    private readonly metrics: OutboxMetrics,
   ) {
-    // Longer than one send can take, so a lease never runs out under a send still in flight.
+    // Longer than the two sends a round can make (a kind's entry, then the spans), so a lease never runs out
+    // under a send still in flight.
     this.leaseMs = config.OTLP_UPSTREAM_TIMEOUT_MS * 2 + 5000;
     this.maxBackoffMs = config.OUTBOX_MAX_BACKOFF_SECONDS * 1000;
+  }
+
+  /** An owner's entry kind: keys `<name>:…` are delivered by it. */
+  register(kind: OutboxEntryKind): void {
+    this.kinds.set(kind.name, kind);
   }
 
   onApplicationBootstrap(): void {
@@ -96,7 +100,7 @@ export class SpanOutboxDeliverer implements OnApplicationBootstrap, OnModuleDest
     await this.running;
   }
 
-  /** Spans were just enqueued here: deliver them after a short linger rather than at the next poll. */
+  /** Entries were just enqueued here: deliver them after a short linger rather than at the next poll. */
   kick(): void {
     this.kicked = true;
     this.wake?.();
@@ -115,46 +119,59 @@ export class SpanOutboxDeliverer implements OnApplicationBootstrap, OnModuleDest
     }
   }
 
-  /** One claim and one export; true when a full batch went out (so more may be waiting: look again at once). */
+  /** One claim: at most one owner's entry and one export of spans; true when more may be waiting (look again at once). */
   private async deliverOnce(): Promise<boolean> {
-    const claimed = await this.store.claimSpans(BATCH_SPANS, this.leaseMs);
+    const claimed = await this.store.claim(BATCH_SPANS, this.leaseMs);
     // With each delivery, and once a second while idle.
     if (claimed.length > 0 || performance.now() - this.depthReadAt >= DEPTH_EVERY_MS) {
       this.depthReadAt = performance.now();
-      this.metrics.outboxDepth(await this.store.outboxDepth());
+      this.metrics.outboxDepth(await this.store.depth());
     }
     if (claimed.length === 0) return false;
-    const spans = claimed.filter((span) => parkedTraceOf(span) === undefined);
-    // A pipeline kept by its outcome (SPEC §11): its parked spans, each trace delivered and settled on its own.
-    for (const pointer of claimed.filter((span) => parkedTraceOf(span) !== undefined)) await this.deliverParked(pointer);
-    if (spans.length === 0) return claimed.length === BATCH_SPANS;
-    return this.deliverSpans(spans, claimed.length === BATCH_SPANS);
+    const spans: ClaimedEntry[] = [];
+    const owned: ClaimedEntry[] = [];
+    for (const entry of claimed) {
+      const kind = kindOf(entry.key);
+      if (kind === undefined) spans.push(entry);
+      else if (this.kinds.has(kind)) owned.push(entry);
+      // A kind no module of this process registered (a gateway-only replica's): left for one that does.
+      else await this.store.retry([entry.key], this.maxBackoffMs);
+    }
+    // One owner's entry a round: the others are put back, due at once, for the next round (no attempt counted).
+    if (owned.length > 1) await this.store.putBack(owned.slice(1).map((entry) => entry.key));
+    let more = owned.length > 1 || claimed.length === BATCH_SPANS;
+    if (owned.length > 0) more = (await this.deliverOwned(owned[0])) || more;
+    if (spans.length === 0) return more;
+    return (await this.deliverSpans(spans)) && more;
   }
 
-  /** The outbox's own spans, as one OTLP/JSON export. */
-  private async deliverSpans(claimed: ClaimedSpan[], full: boolean): Promise<boolean> {
-    const body = Buffer.from(`{"resourceSpans":[${claimed.map((span) => span.resourceSpans).join(',')}]}`);
+  /** The outbox's own spans, as one OTLP/JSON export; true unless the collector asked to wait. */
+  private async deliverSpans(claimed: ClaimedEntry[]): Promise<boolean> {
+    const body = Buffer.from(`{"resourceSpans":[${claimed.map((span) => span.body).join(',')}]}`);
     const result = await this.collector.export('traces', 'json', body);
     const delivery = deliveryOf(result, Math.max(...claimed.map((span) => span.attempts)), this.maxBackoffMs);
-    const ids = claimed.map((span) => span.spanId);
+    const keys = claimed.map((span) => span.key);
     switch (delivery.kind) {
       case 'accepted':
-        await this.store.acknowledgeSpans(ids);
+        await this.store.acknowledge(keys);
         this.metrics.deliveredSpans(claimed.map((span) => span.enqueuedAt));
         this.recovered('collector');
         if (delivery.rejected > 0)
-          this.logger.warn(`the collector rejected ${delivery.rejected} of ${ids.length} pipeline spans (partial success); not retried`);
-        return full;
+          this.logger.warn(`the collector rejected ${delivery.rejected} of ${keys.length} pipeline spans (partial success); not retried`);
+        return true;
       case 'refused':
         // An answer the collector will give again to the same spans: retrying cannot help, and would hold them forever.
-        await this.store.acknowledgeSpans(ids);
+        await this.store.acknowledge(keys);
         this.metrics.deliveryFailed(String(delivery.status));
-        this.logger.error(`the collector refused ${ids.length} pipeline spans with ${delivery.status}; dropped`);
-        return full;
+        this.logger.error(`the collector refused ${keys.length} pipeline spans with ${delivery.status}; dropped`);
+        return true;
       case 'retry': {
-        await this.store.retrySpans(ids, delivery.delayMs);
+        await this.store.retry(keys, delivery.delayMs);
         this.metrics.deliveryFailed(delivery.reason);
-        this.failed('collector', `outbox: ${ids.length} pipeline spans not delivered (${delivery.reason}); next attempt in ${Math.round(delivery.delayMs)} ms`);
+        this.failed(
+          'collector',
+          `outbox: ${keys.length} pipeline spans not delivered (${delivery.reason}); next attempt in ${Math.round(delivery.delayMs)} ms`,
+        );
         return false;
       }
       default: {
@@ -164,23 +181,20 @@ export class SpanOutboxDeliverer implements OnApplicationBootstrap, OnModuleDest
     }
   }
 
-  /** One kept trace's parked spans, through the outcome-sampling service: acknowledged once all reached the collector. */
-  private async deliverParked(pointer: ClaimedSpan): Promise<void> {
-    const { traceId, reason } = parkedTraceOf(pointer)!;
-    if (this.outcomeSampling === undefined) return;
-    const result = await this.outcomeSampling.deliverParked(traceId, reason as KeepReason, pointer.enqueuedAt);
-    const delivery = deliveryOf(result, pointer.attempts, this.maxBackoffMs);
+  /** One entry of a registered kind, by its owner: acknowledged once wholly delivered, put back while more of it waits. */
+  private async deliverOwned(entry: ClaimedEntry): Promise<boolean> {
+    const { result, more } = await this.kinds.get(kindOf(entry.key)!)!.deliver(entry);
+    const delivery = deliveryOf(result, entry.attempts, this.maxBackoffMs);
     if (delivery.kind === 'retry') {
-      await this.store.retrySpans([pointer.spanId], delivery.delayMs);
+      await this.store.retry([entry.key], delivery.delayMs);
       this.metrics.deliveryFailed(delivery.reason);
-      this.failed(
-        'collector',
-        `outbox: parked spans of trace ${traceId} not delivered (${delivery.reason}); next attempt in ${Math.round(delivery.delayMs)} ms`,
-      );
-      return;
+      this.failed('collector', `outbox: ${entry.key} not delivered (${delivery.reason}); next attempt in ${Math.round(delivery.delayMs)} ms`);
+      return false;
     }
-    await this.store.acknowledgeSpans([pointer.spanId]);
     this.recovered('collector');
+    if (more) await this.store.putBack([entry.key]);
+    else await this.store.acknowledge([entry.key]);
+    return more;
   }
 
   /**

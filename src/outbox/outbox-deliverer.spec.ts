@@ -1,4 +1,4 @@
-import { Delivery, deliveryOf } from './span-outbox-deliverer';
+import { Delivery, deliveryOf } from './outbox-deliverer';
 
 const MAX_BACKOFF_MS = 60_000;
 const delayOf = (delivery: Delivery) => (delivery.kind === 'retry' ? delivery.delayMs : NaN);

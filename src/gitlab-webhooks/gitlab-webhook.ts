@@ -1,4 +1,5 @@
-import type { JobEnd, PipelineEnd } from './pipeline-span-model';
+import type { FinishedJob, JobEvent, PipelineEvent } from '../pipeline-spans/pipeline-events';
+import type { JobEnd, PipelineEnd } from '../pipeline-spans/pipeline-span-model';
 
 /**
  * GitLab's `Pipeline Hook` and `Job Hook` payloads as SPEC §10 needs them, read exactly as GitLab sends
@@ -13,32 +14,8 @@ import type { JobEnd, PipelineEnd } from './pipeline-span-model';
  * back to `running`, then to one of these again with a new `finished_at` (SPEC §10, the final story).
  */
 const FINISHED = new Set(['success', 'failed', 'canceled', 'skipped']);
-
-export interface FinishedJob extends JobEnd {
-  readonly jobId: number;
-  readonly pipelineId: number;
-}
-
-export interface PipelineEvent {
-  readonly kind: 'pipeline';
-  readonly pipelineId: number;
-  readonly projectId: number;
-  readonly rootPipelineId?: number;
-  /** The trigger job and pipeline of a child pipeline. */
-  readonly source?: { readonly pipelineId: number; readonly jobId?: number; readonly projectId?: number };
-  /** Set once the pipeline has finished. */
-  readonly end?: PipelineEnd;
-  /** Jobs of the pipeline that have finished, as its `builds` list says. */
-  readonly finishedJobs: FinishedJob[];
-}
-
-export interface JobEvent {
-  readonly kind: 'job';
-  readonly job?: FinishedJob;
-  readonly jobId: number;
-}
-
-export type WebhookEvent = PipelineEvent | JobEvent;
+/** Statuses of a job that GitLab will still run: a pipeline hook naming one of them has the pipeline running. */
+const ACTIVE = new Set(['created', 'waiting_for_resource', 'preparing', 'pending', 'running', 'scheduled']);
 
 export class WebhookPayloadError extends Error {}
 
@@ -140,6 +117,7 @@ export function parsePipelineHook(body: unknown, receivedAt: number): PipelineEv
   const builds = Array.isArray(body.builds) ? body.builds : [];
   const status = text(attributes.status) ?? '';
   const finishedJobs = builds.map((build) => finishedBuild(build, pipelineId, projectUrl, receivedAt)).filter((job): job is FinishedJob => job !== undefined);
+  const activeJobIds = builds.filter((build): build is Json => isObject(build) && ACTIVE.has(String(build.status))).map((build) => id(build.id, 'builds[].id'));
   let end: PipelineEnd | undefined;
   if (FINISHED.has(status)) {
     const createdAt = parseGitlabTime(attributes.created_at, 'object_attributes.created_at') ?? receivedAt;
@@ -169,6 +147,7 @@ export function parsePipelineHook(body: unknown, receivedAt: number): PipelineEv
     source: sourcePipeline(body.source_pipeline),
     end,
     finishedJobs,
+    activeJobIds,
   };
 }
 

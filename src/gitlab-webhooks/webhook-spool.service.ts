@@ -4,8 +4,9 @@ import { AppConfig } from '../config/app-config';
 import { APP_CONFIG } from '../config/config.constants';
 import { StoreUnavailableError } from '../store/store-unavailable-error';
 import { TimeoutError, withTimeout } from '../observability/with-timeout';
-import { parseJobHook, parsePipelineHook, WebhookEvent, WebhookPayloadError } from './gitlab-webhook';
-import { PipelineSpansService, WebhookOutcome } from './pipeline-spans.service';
+import { parseJobHook, parsePipelineHook, WebhookPayloadError } from './gitlab-webhook';
+import type { WebhookEvent } from '../pipeline-spans/pipeline-events';
+import { PipelineSpansService, WebhookOutcome } from '../pipeline-spans/pipeline-spans.service';
 import { ReceivedHook, SpoolEntry, WebhookSpool } from './webhook-spool';
 import { SpoolDrop, SpoolReason, SpoolRefusal, WebhookSpoolMetrics } from './webhook-spool.metrics';
 

@@ -1,7 +1,7 @@
 import { Inject, Module, OnModuleDestroy } from '@nestjs/common';
-import { StoreBackend } from '../store/store-backend';
-import { STORE_BACKEND } from '../store/store.constants';
-import { StoreModule } from '../store/store.module';
+import { StoreBackend } from '../../store/store-backend';
+import { STORE_BACKEND } from '../../store/store.constants';
+import { StoreModule } from '../../store/store.module';
 import { MemoryParkingStore } from './memory-parking-store';
 import { ParkingStore } from './parking';
 import { PARKING_STORE } from './parking.constants';

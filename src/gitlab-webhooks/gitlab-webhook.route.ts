@@ -6,7 +6,7 @@ import { APP_CONFIG } from '../config/config.constants';
 import { sendError } from '../observability/http-error';
 import { registerPlainPost, refusalHook, RouteRefusal } from '../observability/plain-route';
 import { OUTAGE_RETRY_AFTER_SECONDS } from '../observability/retry-after';
-import { PipelineSpansMetrics } from './pipeline-spans.metrics';
+import { GitlabWebhookMetrics } from './gitlab-webhook.metrics';
 import { WebhookSecrets } from './webhook-secrets';
 import { SpoolReason, SpoolRefusal } from './webhook-spool.metrics';
 import { isReadEvent, WebhookSpoolService } from './webhook-spool.service';
@@ -30,7 +30,7 @@ export class GitlabWebhookRoute implements OnModuleInit {
     @Inject(APP_CONFIG) config: AppConfig,
     private readonly adapterHost: HttpAdapterHost,
     private readonly spool: WebhookSpoolService,
-    private readonly metrics: PipelineSpansMetrics,
+    private readonly metrics: GitlabWebhookMetrics,
   ) {
     this.secrets = config.GITLAB_WEBHOOK_SECRET_FILE === undefined ? undefined : new WebhookSecrets(config.GITLAB_WEBHOOK_SECRET_FILE);
   }

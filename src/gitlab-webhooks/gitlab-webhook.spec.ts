@@ -1,4 +1,5 @@
-import { jobHook, pipelineHook, WebhookPipeline } from '../../demo/gitlab-webhooks';
+import { gitlabTime, jobHook, pipelineHook, WebhookJob, WebhookPipeline } from '../../demo/gitlab-webhooks';
+import { pipelineSpanVersion } from '../pipeline-spans/pipeline-span-model';
 import { parseGitlabTime, parseJobHook, parsePipelineHook, WebhookPayloadError } from './gitlab-webhook';
 
 const RECEIVED = Date.UTC(2026, 10, 25, 12, 0, 0);
@@ -96,5 +97,35 @@ describe('GitLab webhook payloads, as GitLab sends them (SPEC §10)', () => {
   it('refuses a payload without the ids it needs, naming the member', () => {
     expect(() => parsePipelineHook({ object_kind: 'pipeline' }, RECEIVED)).toThrow('a Pipeline Hook has object_attributes');
     expect(() => parseJobHook({ build_id: 'abc' }, RECEIVED)).toThrow('build_id must be a positive integer id');
+  });
+});
+
+describe("a Pipeline Hook's end", () => {
+  const T0 = Date.parse('2026-11-25T10:00:00Z');
+  const at = (seconds: number) => T0 + seconds * 1000;
+  const job = (id: number, status: string, finishedAt?: Date): WebhookJob => ({
+    id,
+    name: `job-${id}`,
+    stage: 'test',
+    status,
+    createdAt: new Date(at(0)),
+    startedAt: new Date(at(10)),
+    finishedAt,
+  });
+
+  it("is never before a build's finish, and only the times GitLab wrote count (a redelivery gives the same version)", () => {
+    const hook = pipelineHook({
+      id: 501,
+      projectId: 7,
+      status: 'success',
+      createdAt: new Date(at(0)),
+      finishedAt: new Date(at(400)),
+      jobs: [job(11, 'success', new Date(at(403))), job(12, 'manual'), { ...job(13, 'canceled'), startedAt: undefined }],
+    });
+    const first = parsePipelineHook(hook, at(500)).end!;
+    const redelivered = parsePipelineHook(hook, at(9_000)).end!;
+    expect(first.finishedAt).toBe(at(403));
+    expect(pipelineSpanVersion(redelivered)).toBe(pipelineSpanVersion(first));
+    expect(gitlabTime(new Date(first.finishedAt))).toBe('2026-11-25 10:06:43 UTC');
   });
 });

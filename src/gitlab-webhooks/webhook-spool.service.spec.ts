@@ -4,8 +4,8 @@ import { join } from 'node:path';
 import { loadConfig } from '../config/app-config';
 import { StoreUnavailableError } from '../store/store-unavailable-error';
 import { MetricsService } from '../observability/metrics.service';
-import { WebhookEvent } from './gitlab-webhook';
-import { PipelineSpansService, WebhookOutcome } from './pipeline-spans.service';
+import type { WebhookEvent } from '../pipeline-spans/pipeline-events';
+import { PipelineSpansService, WebhookOutcome } from '../pipeline-spans/pipeline-spans.service';
 import { WebhookSpoolMetrics } from './webhook-spool.metrics';
 import { WebhookSpoolService } from './webhook-spool.service';
 

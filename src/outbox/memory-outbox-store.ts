@@ -1,0 +1,85 @@
+import { ClaimedEntry, EnqueueOutcome, OutboxDepth, OutboxEntry, OutboxLimits, OutboxStore } from './outbox';
+
+/** Single-process outbox: the embedded default when no Redis is configured (SPEC §7). */
+export class MemoryOutboxStore implements OutboxStore {
+  /** Keys ever enqueued, until they are forgotten. */
+  private readonly remembered = new Map<string, number>();
+  /** Waiting entries by key, with the time each is next due. */
+  private readonly waiting = new Map<string, { entry: OutboxEntry; dueAt: number; attempts: number }>();
+  private readonly sweeper: NodeJS.Timeout;
+
+  constructor(
+    private readonly now: () => number = Date.now,
+    sweepIntervalMs = 60_000,
+  ) {
+    this.sweeper = setInterval(() => this.sweep(), sweepIntervalMs).unref();
+  }
+
+  async enqueue(entries: readonly OutboxEntry[], limits: OutboxLimits): Promise<EnqueueOutcome> {
+    const now = this.now();
+    let queued = 0;
+    let duplicates = 0;
+    let refused = 0;
+    for (const entry of entries) {
+      if ((this.remembered.get(entry.key) ?? 0) > now) duplicates++;
+      else if (this.waiting.size >= limits.maxSpans) refused++;
+      else {
+        this.remembered.set(entry.key, now + limits.rememberMs);
+        this.waiting.set(entry.key, { entry, dueAt: now, attempts: 0 });
+        queued++;
+      }
+    }
+    return { queued, duplicates, refused };
+  }
+
+  async claim(max: number, leaseMs: number): Promise<ClaimedEntry[]> {
+    const now = this.now();
+    const claimed: ClaimedEntry[] = [];
+    for (const waiting of this.waiting.values()) {
+      if (claimed.length >= max) break;
+      if (waiting.dueAt > now) continue;
+      waiting.dueAt = now + leaseMs;
+      claimed.push({ ...waiting.entry, attempts: waiting.attempts });
+    }
+    return claimed;
+  }
+
+  async acknowledge(keys: readonly string[]): Promise<void> {
+    for (const key of keys) this.waiting.delete(key);
+  }
+
+  async retry(keys: readonly string[], delayMs: number): Promise<void> {
+    this.due(keys, this.now() + delayMs, 1);
+  }
+
+  async putBack(keys: readonly string[]): Promise<void> {
+    this.due(keys, this.now(), 0);
+  }
+
+  async depth(): Promise<OutboxDepth> {
+    let oldest: number | undefined;
+    for (const { entry } of this.waiting.values()) oldest = Math.min(oldest ?? Infinity, entry.enqueuedAt);
+    return { spans: this.waiting.size, ...(oldest === undefined ? {} : { oldestEnqueuedAt: oldest }) };
+  }
+
+  close(): void {
+    clearInterval(this.sweeper);
+    this.remembered.clear();
+    this.waiting.clear();
+  }
+
+  private due(keys: readonly string[], dueAt: number, attempts: number): void {
+    for (const key of keys) {
+      const waiting = this.waiting.get(key);
+      if (waiting === undefined) continue;
+      // Moved to the end, so entries put back go after the others due now.
+      this.waiting.delete(key);
+      this.waiting.set(key, { ...waiting, dueAt, attempts: waiting.attempts + attempts });
+    }
+  }
+
+  private sweep(): void {
+    const now = this.now();
+    for (const [key, forgetAt] of this.remembered) if (forgetAt <= now && !this.waiting.has(key)) this.remembered.delete(key);
+  }
+}

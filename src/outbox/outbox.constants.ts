@@ -1,0 +1,1 @@
+export const OUTBOX_STORE = Symbol('OUTBOX_STORE');

@@ -1,0 +1,53 @@
+import { Injectable } from '@nestjs/common';
+import { Counter, Histogram } from 'prom-client';
+import { MetricsService, seriesOf } from '../observability/metrics.service';
+import { OutboxDepth } from './outbox';
+
+/** What an operator watches of the outbox (SPEC §10 "Delivery"): its depth and delay, deliveries and failures. */
+@Injectable()
+export class OutboxMetrics {
+  private readonly delivered: Counter;
+  private readonly failures: Counter<'reason'>;
+  private readonly delaySeconds: Histogram;
+  private readonly failureSeries = seriesOf((reason) => this.failures.labels(reason));
+  private depth: OutboxDepth = { spans: 0 };
+
+  constructor(metrics: MetricsService) {
+    const registers = [metrics.registry];
+    this.delivered = new Counter({ name: 'ci_job_telemetry_outbox_delivered_spans_total', help: 'Outbox spans the collector accepted', registers });
+    this.failures = new Counter({
+      name: 'ci_job_telemetry_outbox_delivery_failures_total',
+      help: 'Outbox deliveries that failed, by reason (unreachable, timeout, the collector status, store); retried with backoff unless dropped',
+      labelNames: ['reason'] as const,
+      registers,
+    });
+    this.delaySeconds = new Histogram({
+      name: 'ci_job_telemetry_outbox_delay_seconds',
+      help: 'Time from a span entering the outbox to the collector accepting it',
+      buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 15, 60, 300, 1800],
+      registers,
+    });
+    metrics.gauge('ci_job_telemetry_outbox_spans', 'Spans waiting in the outbox for the collector (all replicas)', () => this.depth.spans);
+    metrics.gauge('ci_job_telemetry_outbox_oldest_span_age_seconds', 'Age of the oldest span waiting in the outbox, 0 when empty', () =>
+      this.depth.oldestEnqueuedAt === undefined ? 0 : Math.max(0, Date.now() - this.depth.oldestEnqueuedAt) / 1000,
+    );
+  }
+
+  deliveredSpans(enqueuedAt: readonly number[]): void {
+    this.delivered.inc(enqueuedAt.length);
+    const now = Date.now();
+    for (const at of enqueuedAt) this.delaySeconds.observe(Math.max(0, now - at) / 1000);
+  }
+
+  deliveryFailed(reason: string): void {
+    this.failureSeries(reason).inc();
+  }
+
+  outboxDepth(depth: OutboxDepth): void {
+    this.depth = depth;
+  }
+
+  lastDepth(): OutboxDepth {
+    return this.depth;
+  }
+}

@@ -1,0 +1,47 @@
+import { Inject, Module, OnModuleDestroy } from '@nestjs/common';
+import { AppConfig } from '../config/app-config';
+import { APP_CONFIG } from '../config/config.constants';
+import { CollectorModule } from '../collector/collector.module';
+import { ReadinessChecks } from '../observability/readiness-checks';
+import { StoreBackend } from '../store/store-backend';
+import { STORE_BACKEND } from '../store/store.constants';
+import { StoreModule } from '../store/store.module';
+import { MemoryOutboxStore } from './memory-outbox-store';
+import { OutboxStore } from './outbox';
+import { OUTBOX_STORE } from './outbox.constants';
+import { OutboxDeliverer } from './outbox-deliverer';
+import { OutboxMetrics } from './outbox.metrics';
+import { RedisOutboxStore } from './redis-outbox-store';
+
+/**
+ * The outbox (SPEC §10 "Delivery"): its store port and the deliverer that sends it to the collector. Owners of
+ * entries other than spans register their kind with the deliverer (see OutboxEntryKind).
+ */
+@Module({
+  imports: [StoreModule, CollectorModule],
+  providers: [
+    {
+      provide: OUTBOX_STORE,
+      inject: [STORE_BACKEND],
+      useFactory: (backend: StoreBackend): OutboxStore => (backend.kind === 'redis' ? new RedisOutboxStore(backend.redis) : new MemoryOutboxStore()),
+    },
+    OutboxMetrics,
+    OutboxDeliverer,
+  ],
+  exports: [OUTBOX_STORE, OutboxDeliverer],
+})
+export class OutboxModule implements OnModuleDestroy {
+  constructor(
+    @Inject(OUTBOX_STORE) private readonly store: OutboxStore,
+    @Inject(APP_CONFIG) config: AppConfig,
+    metrics: OutboxMetrics,
+    readiness: ReadinessChecks,
+  ) {
+    // A full outbox refuses new spans but must not take the replica out of rotation: pickups would fail.
+    readiness.register('outbox', () => (metrics.lastDepth().spans >= config.OUTBOX_MAX_SPANS ? 'degraded' : true));
+  }
+
+  onModuleDestroy(): void {
+    if (this.store instanceof MemoryOutboxStore) this.store.close();
+  }
+}

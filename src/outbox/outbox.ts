@@ -1,0 +1,95 @@
+import type { ExportResult } from '../collector/collector-client';
+
+/**
+ * The outbox (SPEC §10 "Delivery"): what the control plane must get to the collector, kept in the store until
+ * the collector has it, so a collector outage or a restart loses nothing, and each entry once. Its owners put
+ * entries in; the deliverer (outbox-deliverer.ts) claims them, one replica each, and sends them.
+ *
+ * Most entries are control-plane spans: the body is one OTLP/JSON `ResourceSpans`, the key the span id (with its
+ * version for a versioned span). Other kinds are registered by the feature that owns them (an
+ * {@link OutboxEntryKind}): their key starts with `<kind>:` and the deliverer hands them to their owner.
+ */
+
+/** One entry waiting for the collector. */
+export interface OutboxEntry {
+  /** Unique: an entry whose key was enqueued before (within `rememberMs`) is a copy and is dropped. */
+  readonly key: string;
+  /** A span's OTLP/JSON `ResourceSpans`, or what its kind's owner stored. */
+  readonly body: string;
+  /** Epoch milliseconds it entered the outbox. */
+  readonly enqueuedAt: number;
+}
+
+/** An entry handed to one deliverer, which must acknowledge it, retry it or put it back. */
+export interface ClaimedEntry extends OutboxEntry {
+  /** Deliveries tried before this one. */
+  readonly attempts: number;
+}
+
+export interface OutboxLimits {
+  /** Entries the outbox holds at most; beyond, new ones are refused (and counted), never blocking. */
+  readonly maxSpans: number;
+  /** How long a key is remembered after it was enqueued, so a later copy is recognised. */
+  readonly rememberMs: number;
+}
+
+/**
+ * No bound on the outbox's size: for entries that something else bounds already (a kept pipeline's pointer and
+ * its parked control-plane spans, counted in the parking budget, SPEC §11), which must never be refused.
+ */
+export const ADMIT_ALWAYS = Number.MAX_SAFE_INTEGER;
+
+export interface EnqueueOutcome {
+  readonly queued: number;
+  /** Entries already enqueued (or delivered) once: dropped, as SPEC §10 wants each span once. */
+  readonly duplicates: number;
+  /** Entries refused because the outbox was full. */
+  readonly refused: number;
+}
+
+export interface OutboxDepth {
+  readonly spans: number;
+  /** Epoch milliseconds the oldest waiting entry entered the outbox. */
+  readonly oldestEnqueuedAt?: number;
+}
+
+export interface OutboxStore {
+  /** Adds entries whose key was never enqueued before, while the outbox has room, in one atomic step. */
+  enqueue(entries: readonly OutboxEntry[], limits: OutboxLimits): Promise<EnqueueOutcome>;
+  /**
+   * Hands out up to `max` entries that are due, each to one caller only: a claimed entry is due again after
+   * `leaseMs` unless acknowledged, retried or put back, so a deliverer that dies loses nothing.
+   */
+  claim(max: number, leaseMs: number): Promise<ClaimedEntry[]>;
+  /** Delivered: the entries leave the outbox (their keys stay remembered). */
+  acknowledge(keys: readonly string[]): Promise<void>;
+  /** Not delivered: due again after `delayMs`, one more attempt counted. */
+  retry(keys: readonly string[], delayMs: number): Promise<void>;
+  /** Not tried, or partly delivered with more to come: due again at once, no attempt counted. */
+  putBack(keys: readonly string[]): Promise<void>;
+  depth(): Promise<OutboxDepth>;
+}
+
+/** What one delivery of an owner's entry did: the collector's answer, and whether part of the entry still waits. */
+export interface KindDelivery {
+  readonly result: ExportResult;
+  /** Part was delivered and more waits: the entry is due again at once (a round carries one request per entry). */
+  readonly more: boolean;
+}
+
+/**
+ * An entry kind its owner registers with the deliverer: keys `<name>:…` are handed to `deliver`, one entry per
+ * round, so one round never carries more than its lease allows.
+ */
+export interface OutboxEntryKind {
+  readonly name: string;
+  deliver(entry: ClaimedEntry): Promise<KindDelivery>;
+}
+
+export const kindKey = (kind: string, id: string): string => `${kind}:${id}`;
+
+/** The kind of a key (`<kind>:…`), or undefined for a span's. Span keys are hex, with `@<version>` at most. */
+export function kindOf(key: string): string | undefined {
+  const colon = key.indexOf(':');
+  return colon < 0 ? undefined : key.slice(0, colon);
+}

@@ -1,0 +1,149 @@
+import { OUTBOX_ATTEMPTS_KEY, OUTBOX_DUE_KEY, OUTBOX_ENQUEUED_KEY, OUTBOX_SEEN_KEY, OUTBOX_SPANS_KEY } from '../store/redis-keys';
+import { RedisStore } from '../store/redis-store';
+import { ClaimedEntry, EnqueueOutcome, OutboxDepth, OutboxEntry, OutboxLimits, OutboxStore } from './outbox';
+
+const OUTBOX_KEYS = [OUTBOX_DUE_KEY, OUTBOX_ENQUEUED_KEY, OUTBOX_SPANS_KEY, OUTBOX_ATTEMPTS_KEY] as const;
+
+/**
+ * Enqueues spans never seen before while the outbox has room. KEYS: due, enqueued, spans, attempts,
+ * then one seen-marker per span; ARGV: now, max spans, remember ms, then span id and text per span.
+ */
+const ENQUEUE_SPANS = `
+local now = tonumber(ARGV[1])
+local size = redis.call('ZCARD', KEYS[1])
+local queued, duplicates, refused = 0, 0, 0
+for i = 5, #KEYS do
+  local spanId = ARGV[4 + (i - 5) * 2]
+  if redis.call('EXISTS', KEYS[i]) == 1 then
+    duplicates = duplicates + 1
+  elseif size >= tonumber(ARGV[2]) then
+    refused = refused + 1
+  else
+    redis.call('SET', KEYS[i], '1', 'PX', ARGV[3])
+    redis.call('HSET', KEYS[3], spanId, ARGV[5 + (i - 5) * 2])
+    redis.call('ZADD', KEYS[1], now, spanId)
+    redis.call('ZADD', KEYS[2], now, spanId)
+    size = size + 1
+    queued = queued + 1
+  end
+end
+return {queued, duplicates, refused}
+`;
+
+/** Claims due spans for ARGV[3] ms: answers id, text, attempts and enqueue time for each. */
+const CLAIM_SPANS = `
+local now = tonumber(ARGV[1])
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
+local claimed = {}
+for _, id in ipairs(ids) do
+  local text = redis.call('HGET', KEYS[3], id)
+  if text then
+    redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), id)
+    claimed[#claimed + 1] = id
+    claimed[#claimed + 1] = text
+    claimed[#claimed + 1] = redis.call('HGET', KEYS[4], id) or '0'
+    claimed[#claimed + 1] = redis.call('ZSCORE', KEYS[2], id) or tostring(now)
+  else
+    redis.call('ZREM', KEYS[1], id)
+    redis.call('ZREM', KEYS[2], id)
+  end
+end
+return claimed
+`;
+
+const ACKNOWLEDGE_SPANS = `
+for _, id in ipairs(ARGV) do
+  redis.call('ZREM', KEYS[1], id)
+  redis.call('ZREM', KEYS[2], id)
+  redis.call('HDEL', KEYS[3], id)
+  redis.call('HDEL', KEYS[4], id)
+end
+return #ARGV
+`;
+
+/** Puts claimed spans back, due at ARGV[1]; a span acknowledged meanwhile stays gone. */
+const RETRY_SPANS = `
+for i = 2, #ARGV do
+  if redis.call('ZSCORE', KEYS[1], ARGV[i]) then
+    redis.call('ZADD', KEYS[1], tonumber(ARGV[1]), ARGV[i])
+    redis.call('HINCRBY', KEYS[4], ARGV[i], 1)
+  end
+end
+return 1
+`;
+
+/** Makes entries due at ARGV[1] at once, no attempt counted; one acknowledged meanwhile stays gone. */
+const PUT_BACK = `
+for i = 2, #ARGV do
+  if redis.call('ZSCORE', KEYS[1], ARGV[i]) then redis.call('ZADD', KEYS[1], tonumber(ARGV[1]), ARGV[i]) end
+end
+return 1
+`;
+
+/** The outbox scripts as ioredis commands: sent by SHA (EVALSHA) after the first use, not as text. */
+interface OutboxScripts {
+  cjtEnqueueSpans(numberOfKeys: number, ...keysAndArgs: string[]): Promise<[number, number, number]>;
+  cjtClaimSpans(due: string, enqueued: string, spans: string, attempts: string, now: string, max: string, leaseMs: string): Promise<string[]>;
+  cjtAcknowledgeSpans(due: string, enqueued: string, spans: string, attempts: string, ...keys: string[]): Promise<number>;
+  cjtRetrySpans(due: string, enqueued: string, spans: string, attempts: string, dueAt: string, ...keys: string[]): Promise<number>;
+  cjtPutBackSpans(due: string, dueAt: string, ...keys: string[]): Promise<number>;
+}
+
+/**
+ * The outbox on Redis, one slot `{outbox}` (see redis-keys.ts): enqueueing (dedup marker, entry, due time) is one
+ * atomic script on a cluster too. The key names are what running installs hold already (`spans`, `seen:<key>`).
+ */
+export class RedisOutboxStore implements OutboxStore {
+  private readonly scripts: OutboxScripts;
+
+  constructor(private readonly store: RedisStore) {
+    const redis = store.client;
+    // The number of keys varies with the entries enqueued: given first on each call.
+    redis.defineCommand('cjtEnqueueSpans', { lua: ENQUEUE_SPANS });
+    redis.defineCommand('cjtClaimSpans', { numberOfKeys: 4, lua: CLAIM_SPANS });
+    redis.defineCommand('cjtAcknowledgeSpans', { numberOfKeys: 4, lua: ACKNOWLEDGE_SPANS });
+    redis.defineCommand('cjtRetrySpans', { numberOfKeys: 4, lua: RETRY_SPANS });
+    redis.defineCommand('cjtPutBackSpans', { numberOfKeys: 1, lua: PUT_BACK });
+    this.scripts = redis as unknown as OutboxScripts;
+  }
+
+  async enqueue(entries: readonly OutboxEntry[], limits: OutboxLimits): Promise<EnqueueOutcome> {
+    if (entries.length === 0) return { queued: 0, duplicates: 0, refused: 0 };
+    const keys = [...OUTBOX_KEYS, ...entries.map((entry) => OUTBOX_SEEN_KEY(entry.key))];
+    const args = [String(Date.now()), String(limits.maxSpans), String(Math.max(1, Math.round(limits.rememberMs)))];
+    for (const entry of entries) args.push(entry.key, entry.body);
+    const [queued, duplicates, refused] = await this.store.guard(() => this.scripts.cjtEnqueueSpans(keys.length, ...keys, ...args));
+    return { queued: Number(queued), duplicates: Number(duplicates), refused: Number(refused) };
+  }
+
+  async claim(max: number, leaseMs: number): Promise<ClaimedEntry[]> {
+    const reply = await this.store.guard(() => this.scripts.cjtClaimSpans(...OUTBOX_KEYS, String(Date.now()), String(max), String(Math.round(leaseMs))));
+    const claimed: ClaimedEntry[] = [];
+    for (let i = 0; i + 3 < reply.length; i += 4) {
+      claimed.push({ key: reply[i], body: reply[i + 1], attempts: Number(reply[i + 2]), enqueuedAt: Number(reply[i + 3]) });
+    }
+    return claimed;
+  }
+
+  async acknowledge(keys: readonly string[]): Promise<void> {
+    if (keys.length === 0) return;
+    await this.store.guard(() => this.scripts.cjtAcknowledgeSpans(...OUTBOX_KEYS, ...keys));
+  }
+
+  async retry(keys: readonly string[], delayMs: number): Promise<void> {
+    if (keys.length === 0) return;
+    await this.store.guard(() => this.scripts.cjtRetrySpans(...OUTBOX_KEYS, String(Date.now() + Math.round(delayMs)), ...keys));
+  }
+
+  async putBack(keys: readonly string[]): Promise<void> {
+    if (keys.length === 0) return;
+    await this.store.guard(() => this.scripts.cjtPutBackSpans(OUTBOX_DUE_KEY, String(Date.now()), ...keys));
+  }
+
+  async depth(): Promise<OutboxDepth> {
+    const [spans, oldest] = await this.store.guard(() =>
+      Promise.all([this.store.client.zcard(OUTBOX_ENQUEUED_KEY), this.store.client.zrange(OUTBOX_ENQUEUED_KEY, 0, 0, 'WITHSCORES')]),
+    );
+    return { spans, ...(oldest.length < 2 ? {} : { oldestEnqueuedAt: Number(oldest[1]) }) };
+  }
+}

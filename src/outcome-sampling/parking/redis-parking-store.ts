@@ -1,0 +1,357 @@
+import { createHash } from 'node:crypto';
+import { OUTCOME_FACTS_KEY, PARKED_KEY, PARKED_SIZE_KEY, PARKING_OVERDUE_KEY, PARKING_TOTAL_KEY, TRACE_DECISION_KEY } from '../../store/redis-keys';
+import { RedisStore } from '../../store/redis-store';
+import {
+  FactsUpdate,
+  KeepReason,
+  OutcomeFacts,
+  ParkedEntry,
+  ParkedEntryId,
+  parkedEntryId,
+  parsedEntryId,
+  ParkedKind,
+  ParkingLimits,
+  ParkingStore,
+  ParkingUsage,
+  ParkOutcome,
+  RootOutcome,
+  TraceDecision,
+} from './parking';
+
+/*
+ * The budget of all traces ({parking} slot) counts what each trace reserved in a field of its own beside the total
+ * (`b:<trace>`, `s:<trace>`). Reserving and parking are in different slots, so a process that dies between them, or
+ * an answer lost to a timeout, can leave a reservation with nothing parked behind it; when the trace is finished
+ * (delivered, or dropped) its whole reservation is given back, whatever happened in between. So the total counts
+ * exactly what is parked once every trace in the time-limit index has ended, and never only ever rises.
+ */
+
+/**
+ * Reserves an entry's bytes and spans. KEYS: total, overdue. ARGV: bytes, spans, max total bytes (-1: exempt from
+ * the bound), trace id, due at. Answers 1, or 0 with nothing changed when the total would pass its bound. The
+ * first reservation of a trace puts it in the time-limit index.
+ */
+const RESERVE = `
+local total = tonumber(redis.call('HGET', KEYS[1], 'bytes') or '0')
+if tonumber(ARGV[3]) >= 0 and total + tonumber(ARGV[1]) > tonumber(ARGV[3]) then return 0 end
+redis.call('HINCRBY', KEYS[1], 'bytes', ARGV[1])
+redis.call('HINCRBY', KEYS[1], 'spans', ARGV[2])
+redis.call('HINCRBY', KEYS[1], 'b:' .. ARGV[4], ARGV[1])
+redis.call('HINCRBY', KEYS[1], 's:' .. ARGV[4], ARGV[2])
+redis.call('ZADD', KEYS[2], 'NX', ARGV[5], ARGV[4])
+return 1
+`;
+
+/** Gives part of a trace's reservation back (ARGV: trace id, bytes, spans). KEYS: total. */
+const GIVE_BACK = `
+redis.call('HINCRBY', KEYS[1], 'bytes', -tonumber(ARGV[2]))
+redis.call('HINCRBY', KEYS[1], 'spans', -tonumber(ARGV[3]))
+redis.call('HINCRBY', KEYS[1], 'b:' .. ARGV[1], -tonumber(ARGV[2]))
+redis.call('HINCRBY', KEYS[1], 's:' .. ARGV[1], -tonumber(ARGV[3]))
+return 1
+`;
+
+/** The trace has ended: it leaves the index and all it still has reserved is given back. KEYS: total, overdue. ARGV: trace id. */
+const FINISH = `
+local bytes = tonumber(redis.call('HGET', KEYS[1], 'b:' .. ARGV[1]) or '0')
+local spans = tonumber(redis.call('HGET', KEYS[1], 's:' .. ARGV[1]) or '0')
+redis.call('HINCRBY', KEYS[1], 'bytes', -bytes)
+redis.call('HINCRBY', KEYS[1], 'spans', -spans)
+redis.call('HDEL', KEYS[1], 'b:' .. ARGV[1], 's:' .. ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+return 1
+`;
+
+/**
+ * Parks one entry in its trace's slot. KEYS: parked, size, decision. ARGV: body, field, spans, max trace spans
+ * (-1: exempt), max trace bytes, ttl ms. Answers {'decided', decision}, {'full', limit}, {'exists'} or {'parked'}.
+ */
+const PARK = `
+local decision = redis.call('GET', KEYS[3])
+if decision then return {'decided', decision} end
+if redis.call('HEXISTS', KEYS[1], ARGV[2]) == 1 then return {'exists'} end
+if tonumber(ARGV[4]) >= 0 then
+  local spans = tonumber(redis.call('HGET', KEYS[2], 'spans') or '0')
+  local bytes = tonumber(redis.call('HGET', KEYS[2], 'bytes') or '0')
+  if spans + tonumber(ARGV[3]) > tonumber(ARGV[4]) then return {'full', 'trace_spans'} end
+  if bytes + string.len(ARGV[1]) > tonumber(ARGV[5]) then return {'full', 'trace_bytes'} end
+end
+redis.call('HSET', KEYS[1], ARGV[2], ARGV[1])
+redis.call('HINCRBY', KEYS[2], 'spans', ARGV[3])
+redis.call('HINCRBY', KEYS[2], 'bytes', string.len(ARGV[1]))
+for i = 1, 2 do
+  if redis.call('PTTL', KEYS[i]) < tonumber(ARGV[6]) then redis.call('PEXPIRE', KEYS[i], ARGV[6]) end
+end
+return {'parked'}
+`;
+
+/** Removes entries (ARGV: fields) and answers the bytes and spans they held. KEYS: parked, size. */
+const RELEASE = `
+local bytes, spans = 0, 0
+for _, field in ipairs(ARGV) do
+  local size = redis.call('HSTRLEN', KEYS[1], field)
+  if redis.call('HDEL', KEYS[1], field) == 1 then
+    bytes = bytes + size
+    spans = spans + tonumber(string.match(field, '^[^:]+:[^:]+:(%d+)'))
+  end
+end
+if bytes > 0 or spans > 0 then
+  redis.call('HINCRBY', KEYS[2], 'bytes', -bytes)
+  redis.call('HINCRBY', KEYS[2], 'spans', -spans)
+end
+return {bytes, spans}
+`;
+
+/** The first decision stands. ARGV: decision, remember ms. */
+const DECIDE = `
+local current = redis.call('GET', KEYS[1])
+if current then return {current, 0} end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return {ARGV[1], 1}
+`;
+
+/**
+ * The pipeline runs again: forgets a drop (never a keep) and the root's end. KEYS: decision, facts. Answers 1 when a
+ * drop was forgotten, 0 when a keep stands, 2 when there was no decision.
+ */
+const REOPEN = `
+redis.call('HDEL', KEYS[2], 'root_end')
+local current = redis.call('GET', KEYS[1])
+if not current then return 2 end
+if string.sub(current, 1, 5) == 'drop:' then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+`;
+
+/**
+ * Adds to a trace's facts. KEYS: facts. ARGV: ttl ms, queue ms, no-outcome choice ('' none), root end (JSON; '' leave,
+ * '-' forget), then field/value pairs: a value '' deletes the field.
+ */
+const NOTE_FACTS = `
+if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'no_outcome', ARGV[3]) end
+if ARGV[4] == '-' then redis.call('HDEL', KEYS[1], 'root_end') elseif ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'root_end', ARGV[4]) end
+for i = 5, #ARGV, 2 do
+  if ARGV[i + 1] == '' then redis.call('HDEL', KEYS[1], ARGV[i]) else redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+end
+local queue = tonumber(redis.call('HGET', KEYS[1], 'queue') or '0')
+if tonumber(ARGV[2]) > queue then redis.call('HSET', KEYS[1], 'queue', ARGV[2]) end
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[1]) then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
+return 1
+`;
+
+/** Hands out traces that are due (ARGV: now, max, lease ms), each to one caller for the lease. */
+const CLAIM_OVERDUE = `
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+for _, id in ipairs(ids) do redis.call('ZADD', KEYS[1], tonumber(ARGV[1]) + tonumber(ARGV[3]), id) end
+return ids
+`;
+
+interface ParkingScripts {
+  cjtParkingReserve(total: string, overdue: string, bytes: string, spans: string, maxTotal: string, traceId: string, dueAt: string): Promise<number>;
+  cjtParkingGiveBack(total: string, traceId: string, bytes: string, spans: string): Promise<number>;
+  cjtParkingFinish(total: string, overdue: string, traceId: string): Promise<number>;
+  cjtPark(
+    parked: string,
+    size: string,
+    decision: string,
+    body: Buffer,
+    field: string,
+    spans: string,
+    maxSpans: string,
+    maxBytes: string,
+    ttlMs: string,
+  ): Promise<string[]>;
+  cjtParkingRelease(parked: string, size: string, ...fields: string[]): Promise<[number, number]>;
+  cjtDecide(decision: string, value: string, rememberMs: string): Promise<[string, number]>;
+  cjtReopen(decision: string, facts: string): Promise<number>;
+  cjtNoteFacts(facts: string, ttlMs: string, queueMs: string, whenNoOutcome: string, rootEnd: string, ...fieldsAndValues: string[]): Promise<number>;
+  cjtClaimOverdue(overdue: string, now: string, max: string, leaseMs: string): Promise<string[]>;
+}
+
+const encodeDecision = (decision: TraceDecision) => `${decision.keep ? 'keep' : 'drop'}:${decision.reason}`;
+
+function decisionOf(stored: string): TraceDecision {
+  const [verdict, reason] = stored.split(':');
+  return verdict === 'keep' ? { keep: true, reason: reason as KeepReason } : { keep: false, reason: reason as 'outcome' | 'no_outcome' };
+}
+
+/** A body's digest: the same export parked again (a retry after a timed-out answer) finds its field taken. Not a security boundary: a trace's own exports only. */
+const digestOf = (body: Buffer) => createHash('sha1').update(body).digest('hex').slice(0, 20);
+
+/**
+ * The parking store on Redis (SPEC §11): one hash of entries per trace, in the trace's slot, with its size beside
+ * it; bodies are stored as the bytes they are (no base64), so a parked span costs its encoded size plus the hash's
+ * per-field overhead. Bodies are never read whole: a drop deletes without reading (UNLINK), a delivery reads the
+ * field names and then pages of bodies, so no command's reply outgrows the store's timeout.
+ */
+export class RedisParkingStore implements ParkingStore {
+  private readonly scripts: ParkingScripts;
+
+  constructor(private readonly store: RedisStore) {
+    const redis = store.client;
+    redis.defineCommand('cjtParkingReserve', { numberOfKeys: 2, lua: RESERVE });
+    redis.defineCommand('cjtParkingGiveBack', { numberOfKeys: 1, lua: GIVE_BACK });
+    redis.defineCommand('cjtParkingFinish', { numberOfKeys: 2, lua: FINISH });
+    redis.defineCommand('cjtPark', { numberOfKeys: 3, lua: PARK });
+    store.writeAlone('cjtPark');
+    redis.defineCommand('cjtParkingRelease', { numberOfKeys: 2, lua: RELEASE });
+    redis.defineCommand('cjtDecide', { numberOfKeys: 1, lua: DECIDE });
+    redis.defineCommand('cjtReopen', { numberOfKeys: 2, lua: REOPEN });
+    redis.defineCommand('cjtNoteFacts', { numberOfKeys: 1, lua: NOTE_FACTS });
+    redis.defineCommand('cjtClaimOverdue', { numberOfKeys: 1, lua: CLAIM_OVERDUE });
+    this.scripts = redis as unknown as ParkingScripts;
+  }
+
+  async park(traceId: string, entry: { kind: ParkedKind; body: Buffer; spans: number; exempt?: boolean }, limits: ParkingLimits): Promise<ParkOutcome> {
+    const bytes = String(entry.body.length);
+    const spans = String(entry.spans);
+    const field = parkedEntryId(digestOf(entry.body), entry.kind, entry.spans, entry.body.length).id;
+    const ttlMs = String(Math.max(1, Math.round(limits.holdMs + limits.rememberMs)));
+    const exempt = entry.exempt === true;
+    return this.store.guard(async () => {
+      const dueAt = String(Date.now() + limits.holdMs);
+      const reserved = await this.scripts.cjtParkingReserve(
+        PARKING_TOTAL_KEY,
+        PARKING_OVERDUE_KEY,
+        bytes,
+        spans,
+        exempt ? '-1' : String(limits.maxTotalBytes),
+        traceId,
+        dueAt,
+      );
+      if (Number(reserved) !== 1) {
+        // A pipeline decided already is not held to the budget of what waits (SPEC §11 "Bounds": before a decision only).
+        const decision = await this.findDecision(traceId);
+        return decision === null ? { kind: 'full', limit: 'total_bytes' } : { kind: 'decided', decision };
+      }
+      let reply: string[];
+      try {
+        reply = await this.scripts.cjtPark(
+          PARKED_KEY(traceId),
+          PARKED_SIZE_KEY(traceId),
+          TRACE_DECISION_KEY(traceId),
+          entry.body,
+          field,
+          spans,
+          exempt ? '-1' : String(limits.maxTraceSpans),
+          String(limits.maxTraceBytes),
+          ttlMs,
+        );
+      } catch (error) {
+        // Perhaps parked after all (a timeout after the write): the trace's finish gives the reservation back then.
+        await this.scripts.cjtParkingGiveBack(PARKING_TOTAL_KEY, traceId, bytes, spans).catch(() => undefined);
+        throw error;
+      }
+      if (reply[0] === 'parked') {
+        // Acknowledged to the runner only once kept (SPEC §11): with REDIS_WAIT_REPLICAS, once replicas have it.
+        await this.store.replicated(PARKED_KEY(traceId));
+        return { kind: 'parked' };
+      }
+      await this.scripts.cjtParkingGiveBack(PARKING_TOTAL_KEY, traceId, bytes, spans);
+      if (reply[0] === 'exists') return { kind: 'parked' };
+      return reply[0] === 'decided' ? { kind: 'decided', decision: decisionOf(reply[1]) } : { kind: 'full', limit: reply[1] as 'trace_spans' | 'trace_bytes' };
+    });
+  }
+
+  async noteFacts(traceId: string, facts: FactsUpdate, ttlMs: number): Promise<void> {
+    const queue = String(Math.max(0, Math.round(facts.longestQueueMs ?? 0)));
+    const rootEnd = facts.rootEnd === null ? '-' : facts.rootEnd === undefined ? '' : JSON.stringify(facts.rootEnd);
+    const fields: string[] = [];
+    for (const status of facts.statuses ?? []) fields.push(`status:${status}`, '1');
+    if (facts.childRunning !== undefined) fields.push(`child:${facts.childRunning}`, '1');
+    if (facts.childEnded !== undefined) fields.push(`child:${facts.childEnded}`, '');
+    for (const jobId of facts.finishedRootJobs ?? []) fields.push(`done:${jobId}`, '1');
+    await this.store.guard(() =>
+      this.scripts.cjtNoteFacts(OUTCOME_FACTS_KEY(traceId), String(Math.max(1, Math.round(ttlMs))), queue, facts.whenNoOutcome ?? '', rootEnd, ...fields),
+    );
+  }
+
+  async readFacts(traceId: string): Promise<OutcomeFacts> {
+    const stored = await this.store.guard(() => this.store.client.hgetall(OUTCOME_FACTS_KEY(traceId)));
+    const fields = Object.keys(stored);
+    const named = (prefix: string) => fields.filter((field) => field.startsWith(prefix)).map((field) => field.slice(prefix.length));
+    const whenNoOutcome = stored.no_outcome === 'keep' || stored.no_outcome === 'drop' ? stored.no_outcome : undefined;
+    return {
+      statuses: named('status:').sort(),
+      longestQueueMs: Number(stored.queue ?? 0),
+      ...(whenNoOutcome === undefined ? {} : { whenNoOutcome }),
+      ...(stored.root_end === undefined ? {} : { rootEnd: JSON.parse(stored.root_end) as RootOutcome }),
+      runningChildren: named('child:')
+        .map(Number)
+        .sort((a, b) => a - b),
+      finishedRootJobs: named('done:')
+        .map(Number)
+        .sort((a, b) => a - b),
+    };
+  }
+
+  async decide(traceId: string, decision: TraceDecision, rememberMs: number): Promise<{ decision: TraceDecision; changed: boolean }> {
+    const [recorded, changed] = await this.store.guard(async () => {
+      const key = TRACE_DECISION_KEY(traceId);
+      const reply = await this.scripts.cjtDecide(key, encodeDecision(decision), String(Math.max(1, Math.round(rememberMs))));
+      await this.store.replicated(key);
+      return reply;
+    });
+    return { decision: decisionOf(recorded), changed: Number(changed) === 1 };
+  }
+
+  async reopen(traceId: string, holdMs: number): Promise<boolean> {
+    const reopened = Number(await this.store.guard(() => this.scripts.cjtReopen(TRACE_DECISION_KEY(traceId), OUTCOME_FACTS_KEY(traceId))));
+    // Undecided (a drop deferred for late child pipelines) or dropped: its time limit runs again from now.
+    if (reopened !== 0) await this.schedule(traceId, Date.now() + holdMs);
+    return reopened === 1;
+  }
+
+  async findDecision(traceId: string): Promise<TraceDecision | null> {
+    const stored = await this.store.guard(() => this.store.client.get(TRACE_DECISION_KEY(traceId)));
+    return stored === null ? null : decisionOf(stored);
+  }
+
+  async parkedIds(traceId: string): Promise<ParkedEntryId[]> {
+    const fields = await this.store.guard(() => this.store.client.hkeys(PARKED_KEY(traceId)));
+    return fields.map(parsedEntryId);
+  }
+
+  async parkedEntries(traceId: string, ids: readonly ParkedEntryId[]): Promise<ParkedEntry[]> {
+    if (ids.length === 0) return [];
+    const bodies = await this.store.guard(() => this.store.client.hmgetBuffer(PARKED_KEY(traceId), ...ids.map(({ id }) => id)));
+    return ids.flatMap((id, i) => {
+      const body = bodies[i];
+      return body === null ? [] : [{ ...id, bytes: body.length, body }];
+    });
+  }
+
+  async release(traceId: string, entryIds: readonly string[]): Promise<void> {
+    if (entryIds.length === 0) return;
+    await this.store.guard(async () => {
+      const [bytes, spans] = await this.scripts.cjtParkingRelease(PARKED_KEY(traceId), PARKED_SIZE_KEY(traceId), ...entryIds);
+      if (Number(bytes) > 0 || Number(spans) > 0) await this.scripts.cjtParkingGiveBack(PARKING_TOTAL_KEY, traceId, String(bytes), String(spans));
+    });
+  }
+
+  async drop(traceId: string): Promise<void> {
+    // UNLINK frees a large hash off Redis's main thread; the reservation comes back whole with finish().
+    await this.store.guard(() => this.store.client.unlink(PARKED_KEY(traceId), PARKED_SIZE_KEY(traceId)));
+  }
+
+  async finish(traceId: string): Promise<void> {
+    await this.store.guard(() => this.scripts.cjtParkingFinish(PARKING_TOTAL_KEY, PARKING_OVERDUE_KEY, traceId));
+  }
+
+  async schedule(traceId: string, dueAt: number): Promise<void> {
+    await this.store.guard(() => this.store.client.zadd(PARKING_OVERDUE_KEY, String(Math.round(dueAt)), traceId));
+  }
+
+  async claimOverdue(max: number, leaseMs: number): Promise<string[]> {
+    return this.store.guard(() => this.scripts.cjtClaimOverdue(PARKING_OVERDUE_KEY, String(Date.now()), String(max), String(Math.round(leaseMs))));
+  }
+
+  async usage(): Promise<ParkingUsage> {
+    const [[bytes, spans], traces] = await this.store.guard(() =>
+      Promise.all([this.store.client.hmget(PARKING_TOTAL_KEY, 'bytes', 'spans'), this.store.client.zcard(PARKING_OVERDUE_KEY)]),
+    );
+    return { traces, spans: Math.max(0, Number(spans ?? 0)), bytes: Math.max(0, Number(bytes ?? 0)) };
+  }
+}

@@ -1,0 +1,65 @@
+import { OutboxEntry, OutboxStore } from '../../src/outbox/outbox';
+import { StoreWorld } from './store-world';
+
+/** One behaviour, every outbox store (SPEC §10 "Delivery"): each key once, bounded, claimed by one deliverer at a time. */
+export function behavesAsAnOutboxStore(world: StoreWorld) {
+  describe(`${world.name} outbox store`, () => {
+    let outbox: OutboxStore;
+    beforeEach(async () => ({ outbox } = await world.open()));
+    afterEach(() => world.close());
+
+    const outboxSpan = (key: string): OutboxEntry => ({ key, body: `{"span":"${key}"}`, enqueuedAt: world.now() });
+    const limits = { maxSpans: 3, rememberMs: 60_000 };
+
+    it('enqueues each span id once, refuses what does not fit, and says which was which', async () => {
+      expect(await outbox.enqueue([outboxSpan('01'), outboxSpan('02'), outboxSpan('01')], limits)).toEqual({ queued: 2, duplicates: 1, refused: 0 });
+      expect(await outbox.enqueue([outboxSpan('02'), outboxSpan('03'), outboxSpan('04')], limits)).toEqual({ queued: 1, duplicates: 1, refused: 1 });
+      expect((await outbox.depth()).spans).toBe(3);
+      // Refused is not remembered: once there is room, the same span is taken.
+      const claimed = await outbox.claim(10, 60_000);
+      await outbox.acknowledge(claimed.map((span) => span.key));
+      expect(await outbox.enqueue([outboxSpan('04'), outboxSpan('01')], limits)).toEqual({ queued: 1, duplicates: 1, refused: 0 });
+    });
+
+    it('hands each due span to one claimer only until its lease runs out, and forgets it once acknowledged', async () => {
+      await outbox.enqueue([outboxSpan('0a'), outboxSpan('0b')], limits);
+      const first = await outbox.claim(10, 300);
+      expect(first.map((span) => [span.key, span.body, span.attempts])).toEqual([
+        ['0a', '{"span":"0a"}', 0],
+        ['0b', '{"span":"0b"}', 0],
+      ]);
+      expect(await outbox.claim(10, 300)).toEqual([]);
+      await outbox.acknowledge(['0a']);
+      await world.elapse(400);
+      // The claimer of 0b died: its lease ran out and the span is due again.
+      expect((await outbox.claim(10, 300)).map((span) => span.key)).toEqual(['0b']);
+      expect(await outbox.depth()).toEqual({ spans: 1, oldestEnqueuedAt: expect.any(Number) });
+    });
+
+    it('puts a span whose delivery failed back for later, counting the attempt', async () => {
+      await outbox.enqueue([outboxSpan('0c')], limits);
+      const [claimed] = await outbox.claim(10, 60_000);
+      await outbox.retry([claimed.key], 200);
+      expect(await outbox.claim(10, 60_000)).toEqual([]);
+      await world.elapse(300);
+      expect((await outbox.claim(10, 60_000)).map((span) => [span.key, span.attempts])).toEqual([['0c', 1]]);
+      // Acknowledged meanwhile by another replica: a late retry does not bring it back.
+      await outbox.acknowledge(['0c']);
+      await outbox.retry(['0c'], 0);
+      expect(await outbox.claim(10, 60_000)).toEqual([]);
+      expect(await outbox.depth()).toEqual({ spans: 0 });
+    });
+
+    it('puts an entry back due at once without counting an attempt (a round that delivered part of it)', async () => {
+      await outbox.enqueue([outboxSpan('parked:0d'), outboxSpan('0e')], limits);
+      const claimed = await outbox.claim(10, 60_000);
+      expect(claimed.map((entry) => entry.key).sort()).toEqual(['0e', 'parked:0d']);
+      await outbox.putBack(['parked:0d']);
+      expect((await outbox.claim(10, 60_000)).map((entry) => [entry.key, entry.attempts])).toEqual([['parked:0d', 0]]);
+      // Acknowledged meanwhile: putting it back does not bring it back.
+      await outbox.acknowledge(['parked:0d']);
+      await outbox.putBack(['parked:0d']);
+      expect(await outbox.claim(10, 60_000)).toEqual([]);
+    });
+  });
+}
