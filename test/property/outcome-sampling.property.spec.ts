@@ -1,0 +1,94 @@
+import fc from 'fast-check';
+import { makeWebhookSecret } from '../helpers/gitlab-webhooks';
+import { makeSecretFiles } from '../helpers/internal-api';
+import { RedisServer, startRedis } from '../helpers/redis';
+import { startCollectorStandIn } from './collector-stand-in';
+import { timelineOf, World, worldArbitrary } from './pipeline-world';
+import { Bench, brokenInvariants, runWorld } from './world-driver';
+
+/**
+ * SPEC §10–§11 under generated GitLab worlds (issue 35): pipelines with child pipelines, parallel, retried, manual
+ * and allowed-to-fail jobs; hooks late, out of order, redelivered, an old `running` hook replayed; exports split
+ * and late; a sampling-rate change; the collector down, unavailable, slow or refusing an undecodable body; the
+ * store paused or restarted; a replica crashed. After each run, once quiet, the collector's trace is checked:
+ *
+ * - a pipeline the policy keeps (or head sampling took) arrives whole: one root, no span whose parent is missing,
+ *   every runner span the gateway acknowledged and every traced job's span, each span once (a versioned pipeline
+ *   or bridge span once per version, never an older version after a newer one);
+ * - a pipeline the policy drops, and head sampling left out, sends nothing;
+ * - the parking budget is back to zero and the outbox empty when nothing waits;
+ * - decisions are never reversed except by a reopening hook (a dropped pipeline sends nothing, a kept one is whole).
+ *
+ * PROPERTY_RUNS sets the generated runs per store (CI default below; `npm run test:property:long` for a long run).
+ * A failure prints fast-check's seed and path; the shrunk counterexamples found are kept in REGRESSIONS, replayed
+ * first on every run.
+ */
+
+const RUNS = Number(process.env.PROPERTY_RUNS ?? 3);
+const RUN_TIMEOUT_MS = 60_000;
+
+let nextRoot = 1000;
+
+/** Shrunk counterexamples, replayed before the generated runs (see the report in docs of issue 35). */
+const REGRESSIONS: Record<'memory' | 'redis', Array<{ name: string; world: World }>> = { memory: [], redis: [] };
+
+async function check(bench: Bench, world: World): Promise<void> {
+  const timeline = timelineOf(world, { root: nextRoot++ * 10 }, bench.replicas);
+  const result = await runWorld(bench, world, timeline);
+  const broken = brokenInvariants(result);
+  if (broken.length > 0) {
+    throw new Error(
+      [
+        `broken: ${broken.join('; ')}`,
+        `expected ${result.expected} (${result.reasons.join('; ')}), trace ${result.traceId}, ${result.received.length} spans received: ${result.received.map((span) => span.name).join(', ')}`,
+        `the collector refused ${bench.collector.refused} requests it could not decode`,
+        'what the service was told, in order:',
+        ...result.log.map((line) => `  ${line}`),
+      ].join('\n'),
+    );
+  }
+}
+
+describe.each([
+  { store: 'memory' as const, replicas: 1 },
+  { store: 'redis' as const, replicas: 2 },
+])('outcome-based sampling keeps what its policy keeps, whole and once, in every order ($store store, $replicas replicas)', ({ store, replicas }) => {
+  let bench: Bench;
+  let redis: RedisServer | undefined;
+
+  beforeAll(async () => {
+    redis = store === 'redis' ? await startRedis({ persistent: true }) : undefined;
+    bench = {
+      collector: await startCollectorStandIn(),
+      secrets: makeSecretFiles(),
+      webhookSecret: makeWebhookSecret(),
+      replicas,
+      ...(redis === undefined ? {} : { redis }),
+    };
+  }, 30_000);
+  afterAll(async () => {
+    await bench?.collector.close();
+    await redis?.stop();
+  });
+
+  for (const { name, world } of REGRESSIONS[store]) {
+    it(`regression: ${name}`, () => check(bench, world), RUN_TIMEOUT_MS);
+  }
+
+  it(
+    'generated worlds',
+    async () => {
+      await fc.assert(
+        fc.asyncProperty(worldArbitrary({ replicas, storeFaults: store === 'redis' }), (world) => check(bench, world)),
+        {
+          numRuns: RUNS,
+          // Each run costs seconds: shrink only when asked (PROPERTY_SHRINK=1), within a time limit.
+          endOnFailure: process.env.PROPERTY_SHRINK === undefined,
+          ...(process.env.PROPERTY_SHRINK === undefined ? {} : { interruptAfterTimeLimit: 240_000, markInterruptAsFailure: true }),
+          ...(process.env.PROPERTY_SEED === undefined ? {} : { seed: Number(process.env.PROPERTY_SEED) }),
+        },
+      );
+    },
+    RUN_TIMEOUT_MS * (RUNS + 1) + (process.env.PROPERTY_SHRINK === undefined ? 0 : 300_000),
+  );
+});
