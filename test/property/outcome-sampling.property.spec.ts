@@ -24,13 +24,59 @@ import { Bench, brokenInvariants, runWorld } from './world-driver';
  * first on every run.
  */
 
-const RUNS = Number(process.env.PROPERTY_RUNS ?? 3);
+const RUNS = Number(process.env.PROPERTY_RUNS ?? 4);
 const RUN_TIMEOUT_MS = 60_000;
 
 let nextRoot = 1000;
 
 /** Shrunk counterexamples, replayed before the generated runs (see the report in docs of issue 35). */
-const REGRESSIONS: Record<'memory' | 'redis', Array<{ name: string; world: World }>> = { memory: [], redis: [] };
+const REGRESSIONS: Record<'memory' | 'redis', Array<{ name: string; world: World }>> = {
+  memory: [
+    {
+      // Issue 35 item 2: a parked batch with one undecodable span makes the Collector refuse the kept pipeline's
+      // whole delivery; 16 acknowledged runner spans never arrive (seed -792687530).
+      name: "an undecodable span parked beside a failed pipeline's spans loses the acknowledged ones",
+      world: {
+        rootJobs: [
+          { status: 'success', allowFailure: false, queueLong: false, autoRetried: true, split: false, lastBatchLate: false, hookDelay: 0, offset: 0 },
+        ],
+        children: [],
+        slow: false,
+        rootDelay: 1,
+        reopen: { kind: 'retry', status: 'success' },
+        staleRunningReplay: false,
+        redeliver: [],
+        rate: 0,
+        rateChange: { to: 0, at: 0 },
+        faults: [{ kind: 'malformed-export', at: 0, length: 6, replica: 0 }],
+        routing: [0, 0, 0, 0],
+        newerGitlab: false,
+      },
+    },
+    {
+      // Issue 35 item 7: job spans of a kept pipeline delivered twice (seed -114285377, without malformed exports).
+      name: 'a kept pipeline delivers job spans twice when Job Hooks and the Pipeline Hook cross',
+      world: {
+        rootJobs: [
+          { status: 'failed', allowFailure: false, queueLong: false, autoRetried: true, split: false, lastBatchLate: true, hookDelay: 0, offset: 2 },
+          { status: 'success', allowFailure: true, queueLong: false, autoRetried: false, split: true, lastBatchLate: true, hookDelay: 1, offset: 0 },
+        ],
+        children: [],
+        slow: false,
+        rootDelay: 2,
+        reopen: null,
+        staleRunningReplay: false,
+        redeliver: [],
+        rate: 0,
+        rateChange: null,
+        faults: [],
+        routing: [0],
+        newerGitlab: true,
+      },
+    },
+  ],
+  redis: [],
+};
 
 async function check(bench: Bench, world: World): Promise<void> {
   const timeline = timelineOf(world, { root: nextRoot++ * 10 }, bench.replicas);

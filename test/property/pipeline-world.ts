@@ -167,7 +167,7 @@ export interface Timeline {
   readonly jobs: JobRef[];
 }
 
-const STAGE_SECONDS = 2;
+const STAGE_SECONDS = 1;
 const at = (base: number, seconds: number) => new Date(base + seconds * 1000);
 
 /**
@@ -183,7 +183,9 @@ export function timelineOf(world: World, ids: { root: number }, replicas: number
   /** Last batches that reach the gateway only after the first end: not before their own pickup. */
   const late: Array<{ start: number; step: Step }> = [];
   const jobs: JobRef[] = [];
-  const base = Math.floor(Date.now() / 1000 - 7200) * 1000;
+  // A minute ago: the decorator measures a job's queue wait from its `queued_at` to the pickup (now), so every
+  // time of the story is recent; a long queue wait is 400 s before its start, a slow root was created 900 s ago.
+  const base = Math.floor(Date.now() / 1000 - 60) * 1000;
   const rootId = ids.root;
   const project = 7;
   const allowFailure = new Set<number>();
@@ -216,8 +218,8 @@ export function timelineOf(world: World, ids: { root: number }, replicas: number
     const jobId = nextJobId++;
     if (spec.allowFailure && attempt === 'failed') allowFailure.add(jobId);
     const queueSeconds = spec.queueLong && retries === (spec.autoRetried ? 1 : 0) ? 400 : 5;
-    const queuedAt = at(base, createdAt);
-    const startedAt = at(base, createdAt + queueSeconds);
+    const queuedAt = at(base, createdAt + 5 - queueSeconds);
+    const startedAt = at(base, createdAt + 5);
     const hook: WebhookJob = {
       id: jobId,
       name,
@@ -225,7 +227,7 @@ export function timelineOf(world: World, ids: { root: number }, replicas: number
       status: attempt,
       createdAt: queuedAt,
       startedAt,
-      finishedAt: at(base, createdAt + queueSeconds + STAGE_SECONDS * 7),
+      finishedAt: at(base, createdAt + 5 + STAGE_SECONDS * 7),
       queuedSeconds: queueSeconds,
       retriesCount: retries,
       runner: { id: 17, runnerType: 'project_type', description: 'runner-17' },
@@ -258,7 +260,7 @@ export function timelineOf(world: World, ids: { root: number }, replicas: number
     });
 
   // Epoch 1: the root's jobs in parallel, then its end.
-  const rootCreated = 0;
+  const rootCreated = world.slow ? -900 : world.rootJobs.some((spec) => spec.queueLong) ? -400 : 0;
   const latest = new Map<string, JobRef>();
   const rootRunning = (jobsNow: WebhookJob[]) => pipelineAt(rootId, project, 'running', at(base, rootCreated), jobsNow);
   push(0, {
@@ -286,12 +288,6 @@ export function timelineOf(world: World, ids: { root: number }, replicas: number
     jobHookStep(job, key + 0.5 + spec.hookDelay, rootRunning([]), false, 1);
     lastKey = Math.max(lastKey, key + 1);
   });
-  if (world.slow) {
-    // A root that lasted longer than the policy's threshold: its pipeline ends well after its jobs.
-    const first = latest.values().next().value as JobRef;
-    const slowJob: WebhookJob = { ...first.hook, finishedAt: at(base, 900) };
-    latest.set(first.name, { ...first, hook: slowJob });
-  }
 
   // Child pipelines: each triggered by a bridge job of the root; with depend, the root ends after them.
   const children = world.children.map((spec, index) => ({ spec, id: rootId + 1 + index, bridge: nextJobId++ }));
@@ -299,7 +295,7 @@ export function timelineOf(world: World, ids: { root: number }, replicas: number
   for (const { spec, id, bridge } of children) {
     const afterRoot = !spec.depend && spec.afterRoot;
     const startKey = afterRoot ? 100 : 1;
-    const created = afterRoot ? 1000 : 2;
+    const created = afterRoot ? 30 : 2;
     const childJobs = spec.jobs.map((jobSpecOfChild, index) =>
       runJob(jobSpecOfChild, id, startKey + jobSpecOfChild.offset, created + 1, 1, true, `child-${index}`, jobSpecOfChild.status, 0),
     );
@@ -323,8 +319,8 @@ export function timelineOf(world: World, ids: { root: number }, replicas: number
       replica: replica(),
       fact: { about: 'child', status: 'running', terminal: false },
     });
-    const ended = startKey + 4;
-    for (const job of childJobs) jobHookStep(job, startKey + 0.5 + spec.hookDelay, childPipeline('running'), true, 1);
+    const ended = startKey + 4.6;
+    childJobs.forEach((job, index) => jobHookStep(job, startKey + spec.jobs[index].offset + 0.5 + spec.hookDelay, childPipeline('running'), true, 1));
     push(ended + spec.hookDelay, {
       kind: 'hook',
       event: 'Pipeline Hook',
@@ -394,7 +390,7 @@ export function timelineOf(world: World, ids: { root: number }, replicas: number
       name: replayed,
       stage: replayed,
       status: 'pending',
-      createdAt: at(base, 1990),
+      createdAt: at(base, 45),
     };
     if (reopen.kind === 'retry') latest.delete(replayed);
     const before = [...latest.values()].map((job) => job.hook);
@@ -406,7 +402,7 @@ export function timelineOf(world: World, ids: { root: number }, replicas: number
       replica: replica(),
       fact: { about: 'root', status: 'running', terminal: false, epoch: 2, failedBuild: false, stale: false },
     });
-    const job = runJob(spec, rootId, 1001, 1990, 2, false, replayed, reopen.status, reopen.kind === 'retry' ? 1 : 0);
+    const job = runJob(spec, rootId, 1001, 45, 2, false, replayed, reopen.status, reopen.kind === 'retry' ? 1 : 0);
     latest.set(replayed, job);
     jobHookStep(job, 1002, pipelineAt(rootId, project, 'running', at(base, rootCreated), [...before, waiting]), false, 2);
     const secondStatus =
