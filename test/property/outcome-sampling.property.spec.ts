@@ -54,23 +54,35 @@ const REGRESSIONS: Record<'memory' | 'redis', Array<{ name: string; world: World
       },
     },
     {
-      // Issue 35 item 7: job spans of a kept pipeline delivered twice (seed -114285377, without malformed exports).
+      // Issue 35 item 7: job spans of a kept pipeline delivered twice (seed 1359465429, PROPERTY_WITHOUT=malformed-export).
       name: 'a kept pipeline delivers job spans twice when Job Hooks and the Pipeline Hook cross',
       world: {
         rootJobs: [
           { status: 'failed', allowFailure: false, queueLong: false, autoRetried: true, split: false, lastBatchLate: true, hookDelay: 0, offset: 2 },
           { status: 'success', allowFailure: true, queueLong: false, autoRetried: false, split: true, lastBatchLate: true, hookDelay: 1, offset: 0 },
+          { status: 'success', allowFailure: true, queueLong: false, autoRetried: true, split: true, lastBatchLate: false, hookDelay: 2, offset: 0 },
         ],
-        children: [],
+        children: [
+          {
+            depend: false,
+            afterRoot: false,
+            jobs: [{ status: 'success', allowFailure: false, queueLong: false, autoRetried: false, split: true, lastBatchLate: true, hookDelay: 1, offset: 1 }],
+            hookDelay: 1,
+          },
+        ],
         slow: false,
         rootDelay: 2,
-        reopen: null,
-        staleRunningReplay: false,
-        redeliver: [],
+        reopen: { kind: 'retry', status: 'failed' },
+        staleRunningReplay: true,
+        redeliver: [10],
         rate: 0,
-        rateChange: null,
-        faults: [],
-        routing: [0],
+        rateChange: { to: 50, at: 7e-323 },
+        faults: [
+          { kind: 'collector-slow', at: 0.9999999999999987, length: 2, replica: 0 },
+          { kind: 'collector-down', at: 1.4689417398272512e-7, length: 1, replica: 0 },
+          { kind: 'collector-unavailable', at: 1e-323, length: 4, replica: 0 },
+        ],
+        routing: [0, 0, 0, 0, 0, 0, 0, 0],
         newerGitlab: true,
       },
     },
