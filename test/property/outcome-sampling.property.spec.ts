@@ -1,0 +1,152 @@
+import fc from 'fast-check';
+import { makeWebhookSecret } from '../helpers/gitlab-webhooks';
+import { makeSecretFiles } from '../helpers/internal-api';
+import { RedisServer, startRedis } from '../helpers/redis';
+import { startCollectorStandIn } from './collector-stand-in';
+import { timelineOf, World, worldArbitrary } from './pipeline-world';
+import { Bench, brokenInvariants, runWorld } from './world-driver';
+
+/**
+ * SPEC §10–§11 under generated GitLab worlds (issue 35): pipelines with child pipelines, parallel, retried, manual
+ * and allowed-to-fail jobs; hooks late, out of order, redelivered, an old `running` hook replayed; exports split
+ * and late; a sampling-rate change; the collector down, unavailable, slow or refusing an undecodable body; the
+ * store paused or restarted; a replica crashed. After each run, once quiet, the collector's trace is checked:
+ *
+ * - a pipeline the policy keeps (or head sampling took) arrives whole: one root, no span whose parent is missing,
+ *   every runner span the gateway acknowledged and every traced job's span, each span once (a versioned pipeline
+ *   or bridge span once per version, never an older version after a newer one);
+ * - a pipeline the policy drops, and head sampling left out, sends nothing;
+ * - the parking budget is back to zero and the outbox empty when nothing waits;
+ * - decisions are never reversed except by a reopening hook (a dropped pipeline sends nothing, a kept one is whole).
+ *
+ * PROPERTY_RUNS sets the generated runs per store (CI default below; `npm run test:property:long` for a long run).
+ * A failure prints fast-check's seed and path; the shrunk counterexamples found are kept in REGRESSIONS, replayed
+ * first on every run.
+ */
+
+const RUNS = Number(process.env.PROPERTY_RUNS ?? 4);
+const RUN_TIMEOUT_MS = 60_000;
+
+let nextRoot = 1000;
+
+/** Shrunk counterexamples, replayed before the generated runs (see the report in docs of issue 35). */
+const REGRESSIONS: Record<'memory' | 'redis', Array<{ name: string; world: World }>> = {
+  memory: [
+    {
+      // Issue 35 item 2: a parked batch with one undecodable span makes the Collector refuse the kept pipeline's
+      // whole delivery; 16 acknowledged runner spans never arrive (seed -792687530).
+      name: "an undecodable span parked beside a failed pipeline's spans loses the acknowledged ones",
+      world: {
+        rootJobs: [
+          { status: 'success', allowFailure: false, queueLong: false, autoRetried: true, split: false, lastBatchLate: false, hookDelay: 0, offset: 0 },
+        ],
+        children: [],
+        slow: false,
+        rootDelay: 1,
+        reopen: { kind: 'retry', status: 'success' },
+        staleRunningReplay: false,
+        redeliver: [],
+        rate: 0,
+        rateChange: { to: 0, at: 0 },
+        faults: [{ kind: 'malformed-export', at: 0, length: 6, replica: 0 }],
+        routing: [0, 0, 0, 0],
+        newerGitlab: false,
+      },
+    },
+    {
+      // Issue 35 item 7: job spans of a kept pipeline delivered twice (seed 1359465429, PROPERTY_WITHOUT=malformed-export).
+      name: 'a kept pipeline delivers job spans twice when Job Hooks and the Pipeline Hook cross',
+      world: {
+        rootJobs: [
+          { status: 'failed', allowFailure: false, queueLong: false, autoRetried: true, split: false, lastBatchLate: true, hookDelay: 0, offset: 2 },
+          { status: 'success', allowFailure: true, queueLong: false, autoRetried: false, split: true, lastBatchLate: true, hookDelay: 1, offset: 0 },
+          { status: 'success', allowFailure: true, queueLong: false, autoRetried: true, split: true, lastBatchLate: false, hookDelay: 2, offset: 0 },
+        ],
+        children: [
+          {
+            depend: false,
+            afterRoot: false,
+            jobs: [{ status: 'success', allowFailure: false, queueLong: false, autoRetried: false, split: true, lastBatchLate: true, hookDelay: 1, offset: 1 }],
+            hookDelay: 1,
+          },
+        ],
+        slow: false,
+        rootDelay: 2,
+        reopen: { kind: 'retry', status: 'failed' },
+        staleRunningReplay: true,
+        redeliver: [10],
+        rate: 0,
+        rateChange: { to: 50, at: 7e-323 },
+        faults: [
+          { kind: 'collector-slow', at: 0.9999999999999987, length: 2, replica: 0 },
+          { kind: 'collector-down', at: 1.4689417398272512e-7, length: 1, replica: 0 },
+          { kind: 'collector-unavailable', at: 1e-323, length: 4, replica: 0 },
+        ],
+        routing: [0, 0, 0, 0, 0, 0, 0, 0],
+        newerGitlab: true,
+      },
+    },
+  ],
+  redis: [],
+};
+
+async function check(bench: Bench, world: World): Promise<void> {
+  const timeline = timelineOf(world, { root: nextRoot++ * 10 }, bench.replicas);
+  const result = await runWorld(bench, world, timeline);
+  const broken = brokenInvariants(result);
+  if (broken.length > 0) {
+    throw new Error(
+      [
+        `broken: ${broken.join('; ')}`,
+        `expected ${result.expected} (${result.reasons.join('; ')}), trace ${result.traceId}, ${result.received.length} spans received: ${result.received.map((span) => span.name).join(', ')}`,
+        `the collector refused ${bench.collector.refused} requests it could not decode`,
+        'what the service was told, in order:',
+        ...result.log.map((line) => `  ${line}`),
+      ].join('\n'),
+    );
+  }
+}
+
+describe.each([
+  { store: 'memory' as const, replicas: 1 },
+  { store: 'redis' as const, replicas: 2 },
+])('outcome-based sampling keeps what its policy keeps, whole and once, in every order ($store store, $replicas replicas)', ({ store, replicas }) => {
+  let bench: Bench;
+  let redis: RedisServer | undefined;
+
+  beforeAll(async () => {
+    redis = store === 'redis' ? await startRedis({ persistent: true }) : undefined;
+    bench = {
+      collector: await startCollectorStandIn(),
+      secrets: makeSecretFiles(),
+      webhookSecret: makeWebhookSecret(),
+      replicas,
+      ...(redis === undefined ? {} : { redis }),
+    };
+  }, 30_000);
+  afterAll(async () => {
+    await bench?.collector.close();
+    await redis?.stop();
+  });
+
+  for (const { name, world } of REGRESSIONS[store]) {
+    it(`regression: ${name}`, () => check(bench, world), RUN_TIMEOUT_MS);
+  }
+
+  it(
+    'generated worlds',
+    async () => {
+      await fc.assert(
+        fc.asyncProperty(worldArbitrary({ replicas, storeFaults: store === 'redis' }), (world) => check(bench, world)),
+        {
+          numRuns: RUNS,
+          // Each run costs seconds: shrink only when asked (PROPERTY_SHRINK=1), within a time limit.
+          endOnFailure: process.env.PROPERTY_SHRINK === undefined,
+          ...(process.env.PROPERTY_SHRINK === undefined ? {} : { interruptAfterTimeLimit: 240_000, markInterruptAsFailure: true }),
+          ...(process.env.PROPERTY_SEED === undefined ? {} : { seed: Number(process.env.PROPERTY_SEED) }),
+        },
+      );
+    },
+    RUN_TIMEOUT_MS * (RUNS + 1) + (process.env.PROPERTY_SHRINK === undefined ? 0 : 300_000),
+  );
+});

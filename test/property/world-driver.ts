@@ -1,0 +1,406 @@
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { deliverWebhook } from '../../demo/gitlab-webhooks';
+import { BUILD_STAGES } from '../../demo/stock-runner';
+import { jobPayloadRequest } from '../fixtures/job-payload';
+import { pickUpJob } from '../helpers/ci-job';
+import { writeFlagsFile } from '../helpers/flags-file';
+import { WebhookSecret } from '../helpers/gitlab-webhooks';
+import { SecretFiles } from '../helpers/internal-api';
+import { RedisServer } from '../helpers/redis';
+import { ServiceProcess, startService } from '../helpers/service';
+import { CollectedSpan, CollectorStandIn, traceRequestType } from './collector-stand-in';
+import { expectedOf, Expected, JobRef, POLICY, Step, Timeline, World } from './pipeline-world';
+
+/**
+ * Runs one generated world against the built service, through its public surfaces only: the decorator's route, the
+ * webhook route, the gateway's capability URLs, the flag file, /metrics; and reads the verdict at the collector.
+ */
+
+export interface Bench {
+  readonly collector: CollectorStandIn;
+  readonly secrets: SecretFiles;
+  readonly webhookSecret: WebhookSecret;
+  readonly redis?: RedisServer;
+  readonly replicas: number;
+}
+
+interface Picked {
+  readonly job: JobRef;
+  readonly enabled: boolean;
+  readonly provisional: boolean;
+  readonly traceId: string;
+  readonly spanParentId: string;
+  readonly path: string;
+  /** The runner's span ids, made once so a split export and a retry carry the same spans. */
+  readonly runnerSpanIds: string[];
+}
+
+export interface RunResult {
+  readonly expected: Expected;
+  readonly reasons: string[];
+  readonly traceId: string | undefined;
+  readonly received: CollectedSpan[];
+  /** Runner spans the gateway acknowledged with 2xx, and in which part of the story. */
+  readonly acknowledged: Array<{ spanId: string; epoch: 1 | 2 }>;
+  /** Job spans (span_parent_id) of every traced job, and in which part of the story. */
+  readonly jobSpans: Array<{ spanId: string; epoch: 1 | 2 }>;
+  readonly parkedBytes: number[];
+  readonly outboxSpans: number[];
+  readonly log: string[];
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+async function metricOf(url: string, name: string): Promise<number> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  return text
+    .split('\n')
+    .filter((line) => (line.startsWith(`${name} `) || line.startsWith(`${name}{`)) && !line.startsWith('#'))
+    .reduce((sum, line) => sum + Number(line.split(' ').pop()), 0);
+}
+
+const nanos = (date: Date) => (BigInt(date.getTime()) * 1_000_000n).toString();
+
+/** The runner's export as the OpenTelemetry JS OTLP/HTTP protobuf exporter encodes it. */
+function runnerExport(picked: Picked, batch: 'all' | 'stages' | 'last', malformed: boolean): Buffer {
+  const hook = picked.job.hook;
+  const start = hook.startedAt ?? hook.createdAt;
+  const end = hook.finishedAt ?? start;
+  const stageMs = (end.getTime() - start.getTime()) / BUILD_STAGES.length;
+  const [jobSpanId, ...stageIds] = picked.runnerSpanIds;
+  const bytes = (hex: string) => Buffer.from(hex, 'hex');
+  const stages = BUILD_STAGES.map((stage, index) => ({
+    traceId: bytes(picked.traceId),
+    spanId: bytes(stageIds[index]),
+    parentSpanId: bytes(jobSpanId),
+    flags: 0x101,
+    name: stage,
+    kind: 1,
+    startTimeUnixNano: nanos(new Date(start.getTime() + index * stageMs)),
+    endTimeUnixNano: nanos(new Date(start.getTime() + (index + 1) * stageMs)),
+    status: {},
+  }));
+  const jobExecution = {
+    traceId: bytes(picked.traceId),
+    spanId: bytes(jobSpanId),
+    parentSpanId: bytes(picked.spanParentId),
+    flags: 0x301,
+    name: 'job_execution',
+    kind: 1,
+    startTimeUnixNano: nanos(start),
+    endTimeUnixNano: nanos(end),
+    attributes: [
+      { key: 'ci.job.id', value: { intValue: String(picked.job.jobId) } },
+      { key: 'ci.pipeline.id', value: { stringValue: String(picked.job.pipelineId) } },
+      { key: 'ci.job.status', value: { stringValue: hook.status } },
+    ],
+    status: hook.status === 'failed' ? { code: 2, message: 'job failed' } : {},
+  };
+  // A span id the Collector cannot decode (5 bytes): what a broken in-job exporter might send.
+  const broken = { ...stages[0], spanId: randomBytes(5), name: 'broken', parentSpanId: bytes(jobSpanId) };
+  const spans = malformed ? [broken] : batch === 'stages' ? stages : batch === 'last' ? [jobExecution] : [...stages, jobExecution];
+  const type = traceRequestType();
+  const request = {
+    resourceSpans: [
+      {
+        resource: {
+          attributes: [
+            { key: 'service.name', value: { stringValue: malformed ? 'in-job' : 'runner' } },
+            { key: 'service.version', value: { stringValue: '18.6.0' } },
+            { key: 'telemetry.sdk.language', value: { stringValue: 'nodejs' } },
+            { key: 'telemetry.sdk.name', value: { stringValue: 'opentelemetry' } },
+          ],
+        },
+        scopeSpans: [{ scope: { name: 'gitlab-ci-runner' }, spans }],
+      },
+    ],
+  };
+  return Buffer.from(type.encode(type.fromObject(request)).finish());
+}
+
+/** The world's service replicas: started fresh for each run, crashed (SIGKILL) and replaced on the same store. */
+class Replicas {
+  readonly services: Array<ServiceProcess | undefined> = [];
+  private readonly dataDirs: string[] = [];
+
+  constructor(
+    private readonly bench: Bench,
+    private readonly flagsFile: string,
+  ) {
+    for (let index = 0; index < bench.replicas; index++) this.dataDirs.push(mkdtempSync(join(tmpdir(), 'cjt-prop-data-')));
+  }
+
+  private env(index: number): Record<string, string> {
+    const { bench } = this;
+    return {
+      INTERNAL_API_SECRET_FILE: bench.secrets.internalApiSecretFile,
+      TRACE_KEY_FILE: bench.secrets.traceKeyFile,
+      CAPABILITY_KEY_FILE: bench.secrets.capabilityKeyFile,
+      FLAGS_FILE: this.flagsFile,
+      GITLAB_WEBHOOK_SECRET_FILE: bench.webhookSecret.file,
+      OTLP_UPSTREAM_URL: bench.collector.url,
+      OTLP_UPSTREAM_TIMEOUT_MS: '1000',
+      OUTBOX_MAX_BACKOFF_SECONDS: '1',
+      WEBHOOK_STORE_TIMEOUT_MS: '300',
+      WEBHOOK_REPLAY_MAX_BACKOFF_SECONDS: '1',
+      OUTCOME_SAMPLING_MAX_WAIT_SECONDS: '3600',
+      DATA_DIR: this.dataDirs[index],
+      LOG_LEVEL: 'warn',
+      ...(bench.redis === undefined ? {} : { REDIS_URL: bench.redis.url }),
+    };
+  }
+
+  async start(index: number): Promise<void> {
+    this.services[index] = await startService(this.env(index));
+  }
+
+  async startAll(): Promise<void> {
+    await Promise.all(this.dataDirs.map((_, index) => this.start(index)));
+  }
+
+  async crash(index: number): Promise<void> {
+    await this.services[index]?.stop('SIGKILL');
+    this.services[index] = undefined;
+    await this.start(index);
+  }
+
+  at(index: number): ServiceProcess {
+    const service = this.services[index % this.services.length];
+    if (service === undefined) throw new Error(`replica ${index} is down`);
+    return service;
+  }
+
+  async stopAll(): Promise<void> {
+    await Promise.all(this.services.map((service) => service?.stop('SIGKILL')));
+  }
+}
+
+export async function runWorld(bench: Bench, world: World, timeline: Timeline): Promise<RunResult> {
+  const log: string[] = [];
+  const flagsFile = writeFlagsFile({ sampling: world.rate, outcomeSampling: POLICY });
+  const replicas = new Replicas(bench, flagsFile);
+  await bench.collector.mode('up');
+  bench.collector.reset();
+  if (bench.redis !== undefined) await bench.redis.flush();
+  await replicas.startAll();
+  const picked = new Map<number, Picked>();
+  const delivered: Step[] = [];
+  const acknowledged: RunResult['acknowledged'] = [];
+  let headSampled: boolean | undefined;
+  let redisPaused = false;
+
+  const redisSignal = (signal: NodeJS.Signals) => {
+    const pid = bench.redis?.pid;
+    if (pid !== undefined) process.kill(pid, signal);
+  };
+
+  const deliver = async (step: Extract<Step, { kind: 'hook' }>) => {
+    // GitLab retries a failed delivery; after a few it would give up, so the model counts only what was accepted.
+    for (let attempt = 0; attempt < 4; attempt++) {
+      try {
+        const answer = await deliverWebhook(replicas.at(step.replica).url, step.event, step.body, { token: bench.webhookSecret.secret, uuid: step.uuid });
+        if (answer.status < 300) return true;
+        log.push(`  ${step.event} answered ${answer.status}`);
+      } catch (error) {
+        log.push(`  ${step.event} failed: ${String(error)}`);
+      }
+      await sleep(300);
+    }
+    return false;
+  };
+
+  const exportOnce = async (step: Extract<Step, { kind: 'export' }>, job: Picked) => {
+    const body = runnerExport(job, step.batch, step.malformed === true);
+    // As the SDK exporter does: retry 429/502/503/504 and network errors a few times, then give up.
+    for (let attempt = 0; attempt < 4; attempt++) {
+      try {
+        const response = await fetch(`${replicas.at(step.replica).gatewayUrl}${job.path}`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/x-protobuf', 'user-agent': 'OTel-OTLP-Exporter-JavaScript/0.223.1' },
+          body,
+        });
+        const answer = Buffer.from(await response.arrayBuffer());
+        if (response.status >= 200 && response.status < 300) {
+          const type = traceRequestType().root.lookupType('otlp.ExportTraceServiceResponse');
+          const decoded = type.toObject(type.decode(answer), { longs: Number }) as { partialSuccess?: { rejectedSpans?: number } };
+          return (decoded.partialSuccess?.rejectedSpans ?? 0) === 0 ? 'acknowledged' : `partly rejected`;
+        }
+        if (![429, 502, 503, 504].includes(response.status)) return `refused ${response.status}`;
+        log.push(`  export answered ${response.status}, retrying`);
+      } catch (error) {
+        log.push(`  export failed: ${String(error)}`);
+      }
+      await sleep(250);
+    }
+    return 'gave up';
+  };
+
+  try {
+    for (const step of timeline.steps) {
+      switch (step.kind) {
+        case 'pickup': {
+          const { job } = step;
+          const request = jobPayloadRequest({
+            job: {
+              id: job.jobId,
+              project_id: 7,
+              pipeline_id: job.pipelineId,
+              root_pipeline_id: job.rootPipelineId,
+              queued_at: job.queuedAt.toISOString(),
+              token: `glcbt-opaque-job-token-${job.jobId}`,
+            },
+          });
+          const decorated = await pickUpJob({ url: replicas.at(step.replica).url, secrets: { internalApiSecret: bench.secrets.internalApiSecret } }, request);
+          const tracing = decorated.payload?.features?.tracing as
+            { trace_id: string; span_parent_id: string; otel_endpoints: Array<{ url: string }>; tracestate?: string } | undefined;
+          const enabled = decorated.status === 200 && tracing !== undefined;
+          const provisional = decorated.telemetry?.provisional === true || tracing?.tracestate === 'ot=th:0';
+          log.push(
+            `pickup job ${job.jobId} (pipeline ${job.pipelineId}) on replica ${step.replica}: ${enabled ? (provisional ? 'provisional' : 'head') : decorated.telemetry?.reason}`,
+          );
+          if (enabled && headSampled === undefined) headSampled = !provisional;
+          if (enabled) {
+            picked.set(job.jobId, {
+              job,
+              enabled,
+              provisional,
+              traceId: tracing.trace_id,
+              spanParentId: tracing.span_parent_id,
+              path: new URL(tracing.otel_endpoints[0].url).pathname,
+              runnerSpanIds: Array.from({ length: 1 + BUILD_STAGES.length }, () => randomBytes(8).toString('hex')),
+            });
+          }
+          break;
+        }
+        case 'export': {
+          const job = picked.get(step.job.jobId);
+          if (job === undefined) break;
+          const outcome = await exportOnce(step, job);
+          log.push(`export ${step.malformed === true ? 'malformed' : step.batch} of job ${job.job.jobId} on replica ${step.replica}: ${outcome}`);
+          if (outcome === 'acknowledged' && step.malformed !== true) {
+            const ids = step.batch === 'stages' ? job.runnerSpanIds.slice(1) : step.batch === 'last' ? job.runnerSpanIds.slice(0, 1) : job.runnerSpanIds;
+            for (const spanId of ids) acknowledged.push({ spanId, epoch: job.job.epoch });
+          }
+          break;
+        }
+        case 'hook': {
+          const ok = await deliver(step);
+          const attributes = step.body.object_attributes as Record<string, unknown> | undefined;
+          log.push(
+            `${step.event} ${step.event === 'Pipeline Hook' ? `pipeline ${String(attributes?.id)} ${String(attributes?.status)}` : `job ${String(step.body.build_id)} ${String(step.body.build_status)}`}${step.fact.about === 'root' && step.fact.stale ? ' (stale replay)' : ''} uuid ${step.uuid.slice(0, 8)} on replica ${step.replica}: ${ok ? 'accepted' : 'not accepted'}`,
+          );
+          if (ok) delivered.push(step);
+          break;
+        }
+        case 'rate':
+          log.push(`sampling rate → ${step.to} %`);
+          writeFlagsFile({ sampling: step.to, outcomeSampling: POLICY }, flagsFile);
+          // The file is polled every second: give the change time to apply, so the next pickups see it.
+          await sleep(1300);
+          break;
+        case 'collector':
+          log.push(`collector ${step.mode}`);
+          await bench.collector.mode(step.mode);
+          break;
+        case 'redis':
+          log.push(`redis ${step.action}`);
+          if (step.action === 'pause' && !redisPaused) {
+            redisSignal('SIGSTOP');
+            redisPaused = true;
+          } else if (step.action === 'resume' && redisPaused) {
+            redisSignal('SIGCONT');
+            redisPaused = false;
+          } else if (step.action === 'restart') {
+            if (redisPaused) redisSignal('SIGCONT');
+            redisPaused = false;
+            await bench.redis?.stop();
+            await bench.redis?.start();
+          }
+          break;
+        case 'crash':
+          log.push(`replica ${step.replica} crashes (SIGKILL) and a fresh one starts on the same store`);
+          await replicas.crash(step.replica);
+          break;
+      }
+    }
+
+    // Quiescence: the collector up, the store back, then wait until the outbox is empty and the collector has
+    // received nothing new for a while (or the deadline passes: the assertions then say what is missing).
+    if (redisPaused) redisSignal('SIGCONT');
+    await bench.collector.mode('up');
+    const deadline = Date.now() + 15_000;
+    let seen = -1;
+    let stableSince = Date.now();
+    let parkedBytes: number[] = [];
+    let outboxSpans: number[] = [];
+    while (Date.now() < deadline) {
+      await sleep(300);
+      const urls = replicas.services.flatMap((service) => (service === undefined ? [] : [service.url]));
+      parkedBytes = await Promise.all(urls.map((url) => metricOf(url, 'ci_job_telemetry_parked_bytes').catch(() => NaN)));
+      outboxSpans = await Promise.all(urls.map((url) => metricOf(url, 'ci_job_telemetry_outbox_spans').catch(() => NaN)));
+      if (bench.collector.spans.length !== seen) {
+        seen = bench.collector.spans.length;
+        stableSince = Date.now();
+      }
+      const drained = [...parkedBytes, ...outboxSpans].every((value) => value === 0);
+      if (drained && Date.now() - stableSince > 1500) break;
+    }
+    const traceId = [...picked.values()][0]?.traceId;
+    const { expected, reasons } = expectedOf(timeline, delivered, headSampled);
+    return {
+      expected,
+      reasons,
+      traceId,
+      received: bench.collector.spans.filter((span) => span.traceId === traceId),
+      acknowledged,
+      jobSpans: [...picked.values()].map((job) => ({ spanId: job.spanParentId, epoch: job.job.epoch })),
+      parkedBytes,
+      outboxSpans,
+      log,
+    };
+  } finally {
+    if (redisPaused) redisSignal('SIGCONT');
+    await replicas.stopAll();
+  }
+}
+
+/** Every invariant the run breaks, in words (empty when the run is right). */
+export function brokenInvariants(result: RunResult): string[] {
+  const broken: string[] = [];
+  const { received } = result;
+  if (result.parkedBytes.some((bytes) => bytes !== 0))
+    broken.push(`parking budget not back to zero when nothing waits: parked bytes ${result.parkedBytes.join(', ')}`);
+  if (result.outboxSpans.some((spans) => spans !== 0)) broken.push(`outbox not drained with the collector up: ${result.outboxSpans.join(', ')}`);
+  if (result.expected === 'nothing') {
+    if (received.length > 0)
+      broken.push(`a pipeline the policy drops sent ${received.length} spans: ${[...new Set(received.map((span) => span.name))].join(', ')}`);
+    return broken;
+  }
+  const ids = new Set(received.map((span) => span.spanId));
+  const roots = new Set(received.filter((span) => span.parentSpanId === '').map((span) => span.spanId));
+  if (roots.size !== 1) broken.push(`${roots.size} roots instead of one`);
+  const orphans = received.filter((span) => span.parentSpanId !== '' && !ids.has(span.parentSpanId));
+  if (orphans.length > 0) broken.push(`spans whose parent is missing: ${orphans.map((span) => `${span.name} ${span.spanId}`).join(', ')}`);
+  const bySpanId = new Map<string, CollectedSpan[]>();
+  for (const span of received) bySpanId.set(span.spanId, [...(bySpanId.get(span.spanId) ?? []), span]);
+  for (const [spanId, copies] of bySpanId) {
+    if (copies.length === 1) continue;
+    if (copies.some((copy) => copy.version === undefined)) {
+      broken.push(`${copies[0].name} ${spanId} delivered ${copies.length} times`);
+      continue;
+    }
+    const versions = [...copies].sort((a, b) => a.arrival - b.arrival).map((copy) => copy.version!);
+    if (new Set(versions).size !== versions.length) broken.push(`${copies[0].name} ${spanId}: a version delivered twice (${versions.join(' → ')})`);
+    else if (versions.some((version, index) => index > 0 && version < versions[index - 1]))
+      broken.push(`${copies[0].name} ${spanId}: an older version after a newer one (${versions.join(' → ')})`);
+  }
+  const epochs = result.expected === 'whole' ? [1, 2] : [2];
+  const missingAcknowledged = result.acknowledged.filter((span) => epochs.includes(span.epoch) && !ids.has(span.spanId));
+  if (missingAcknowledged.length > 0) broken.push(`${missingAcknowledged.length} runner spans acknowledged with 2xx never reached the collector`);
+  const missingJobs = result.jobSpans.filter((span) => epochs.includes(span.epoch) && !ids.has(span.spanId));
+  if (missingJobs.length > 0) broken.push(`job spans of ${missingJobs.length} traced jobs missing`);
+  return broken;
+}
