@@ -50,3 +50,19 @@ export interface TraceReads {
   /** The project's job runs that started within `window`, optionally on one `ref`. */
   projectJobs(projectId: number, window: TimeWindow, ref?: string): Promise<JobRun[]>;
 }
+
+/**
+ * The backend could not answer in time: a failure or a timeout of the store, never "no such trace". The
+ * endpoints answer it 503 with Retry-After, so a caller (GitLab) retries later instead of showing nothing.
+ */
+export class ReadsUnavailableError extends Error {
+  constructor(
+    message: string,
+    /** Seconds a caller should wait before asking again. */
+    readonly retryAfterSeconds = 5,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+    this.name = 'ReadsUnavailableError';
+  }
+}
