@@ -1,6 +1,6 @@
 import { ClickHouseClient, ClickHouseLogLevel, createClient } from '@clickhouse/client';
-import type { AttributeValue } from '../cli/waterfall';
-import { JobRun, ReadsUnavailableError, StoredSpan, TimeWindow, TraceReads } from './trace-reads';
+import type { AttributeValue } from '../otlp/collected-spans';
+import { ClickHouseReadsOptions, JobRun, ReadsUnavailableError, StoredSpan, TimeWindow, TraceReads } from './trace-reads';
 
 /**
  * The production backend of the read port (SPEC §12): the Collector exporter's `otel_traces` and the CI view
@@ -17,16 +17,15 @@ import { JobRun, ReadsUnavailableError, StoredSpan, TimeWindow, TraceReads } fro
  * written into a statement.
  */
 
-export interface ClickHouseTraceReadsOptions {
-  /** ClickHouse's HTTP interface, e.g. `http://clickhouse:8123`. */
-  readonly url: string;
-  readonly password: string;
-  /** The user; `otel` as the stack creates it. */
-  readonly username?: string;
-  /** Deadline of one lookup (all of its queries), in milliseconds. */
-  readonly timeoutMs: number;
-  /** The database holding otel_traces and the CI view; `otel` as deploy/clickhouse/init creates them. */
+/**
+ * The port's options (a URL such as `http://otel@clickhouse:8123/otel`, whose user and database win, a password,
+ * the deadline of one lookup, all of its queries) and what tests and the bench add.
+ */
+export interface ClickHouseTraceReadsOptions extends ClickHouseReadsOptions {
+  /** The database holding otel_traces and the CI view when the URL names none; `otel` as deploy/clickhouse/init creates them. */
   readonly database?: string;
+  /** The user when the URL names none; else ClickHouse's `default`. */
+  readonly username?: string;
   /** Told what each query read (ClickHouse's X-ClickHouse-Summary): the proof that a lookup is bounded. */
   readonly onQuery?: (statistics: QueryStatistics) => void;
 }
@@ -167,8 +166,16 @@ const SPAN_KINDS = new Map(
   ]),
 );
 
-/** ClickHouse keeps every attribute value as text (an int as its digits, a bool as true/false): given back as text. */
-const attributes = (map: Record<string, string>): Record<string, AttributeValue> => ({ ...map });
+/**
+ * The exporter keeps every attribute value as text (an int as its digits, a bool as true/false, arrays as JSON),
+ * so the type a span was sent with is gone. Given back as text, but for true and false, given back as booleans:
+ * flags such as ci.job.manual are read as booleans, and no attribute of CI's is a string that says true.
+ */
+const attributes = (map: Record<string, string>): Record<string, AttributeValue> => {
+  const typed: Record<string, AttributeValue> = {};
+  for (const [key, text] of Object.entries(map)) typed[key] = text === 'true' ? true : text === 'false' ? false : text;
+  return typed;
+};
 
 function storedSpan(row: SpanRow): StoredSpan {
   const startNanos = BigInt(row.start_ns);
@@ -217,8 +224,8 @@ export class ClickHouseTraceReads implements TraceReads {
     this.onQuery = options.onQuery;
     this.client = createClient({
       url: options.url,
-      username: options.username ?? 'otel',
-      password: options.password,
+      ...(options.username === undefined ? {} : { username: options.username }),
+      ...(options.password === undefined ? {} : { password: options.password }),
       database: options.database ?? 'otel',
       request_timeout: options.timeoutMs,
       // A failure is thrown as ReadsUnavailableError with the client's reason, and the caller logs it once.
@@ -256,12 +263,13 @@ export class ClickHouseTraceReads implements TraceReads {
     const deadline = Date.now() + this.timeoutMs;
     const [place] = await this.rows<TracePlace>(lookup, locate, { project: projectId, id, ...windowParams(window) }, deadline);
     if (place === undefined) return null;
-    const rows = await this.rows<SpanRow>(
-      'trace spans',
-      TRACE_SPANS,
-      { trace: place.trace_id, first_ns: place.first_start_ns, last_ns: place.last_end_ns },
-      deadline,
-    );
+    // A margin for spans the view does not hold (a hosted runner's stages, a program exporting straight to the
+    // collector): they run within their job, but clocks differ. Never outside the caller's window.
+    const first = BigInt(place.first_start_ns) - MARGIN_NANOS;
+    const last = BigInt(place.last_end_ns) + MARGIN_NANOS;
+    const [windowFirst, windowLast] = [BigInt(Math.floor(window.fromMs)) * 1_000_000n, BigInt(Math.ceil(window.toMs)) * 1_000_000n];
+    const bounds = { first_ns: String(first > windowFirst ? first : windowFirst), last_ns: String(last < windowLast ? last : windowLast) };
+    const rows = await this.rows<SpanRow>('trace spans', TRACE_SPANS, { trace: place.trace_id, ...bounds }, deadline);
     return rows.map(storedSpan);
   }
 
@@ -291,4 +299,5 @@ export class ClickHouseTraceReads implements TraceReads {
   }
 }
 
+const MARGIN_NANOS = 60_000_000_000n;
 const windowParams = (window: TimeWindow) => ({ from_ms: Math.floor(window.fromMs), to_ms: Math.ceil(window.toMs) });

@@ -2,12 +2,14 @@ import { readFileSync } from 'node:fs';
 import { createServer, Server, Socket } from 'node:net';
 import { join } from 'node:path';
 import { ClickHouseTraceReads, QueryStatistics } from '../../src/reads/clickhouse-trace-reads';
+import { criticalPath } from '../../src/reads/critical-path';
 import { ReadsUnavailableError, StoredSpan, TimeWindow } from '../../src/reads/trace-reads';
 import { ClickHouseOverHttp, startClickHouse } from '../helpers/clickhouse';
-import { dateTime64, insertOtelTraces, otelSpanRow, OtelTracesRow } from '../helpers/clickhouse-exporter';
+import { dateTime64, insertOtelTraces, otelSpanRow, OtelTracesRow, otelTracesRows } from '../helpers/clickhouse-exporter';
 import { PipelinesRun, runPipelines } from '../helpers/clickhouse-pipelines';
 import { makeWebhookSecret, WebhookSecret } from '../helpers/gitlab-webhooks';
 import { OtlpSink, startOtlpSink } from '../helpers/otlp-sink';
+import { PipelineTrace } from '../helpers/pipeline-trace';
 import { freePort } from '../helpers/ports';
 import { ServiceProcess, startService } from '../helpers/service';
 
@@ -187,6 +189,37 @@ describe('ClickHouseTraceReads on a real ClickHouse engine over HTTP', () => {
     await expect(reads.projectJobs(7, today, 'master')).resolves.toHaveLength(3);
     await expect(reads.projectJobs(7, today, 'main')).resolves.toEqual([]);
     await expect(reads.projectJobs(42, today)).resolves.toEqual([expect.objectContaining({ jobId: 8001, name: 'compile' })]);
+  });
+
+  it('gives the critical path computed from the spans the collector was given: a child pipeline, a manual job, a retry', async () => {
+    const trace = new PipelineTrace(70, 505, created - 600_000)
+      .job({
+        jobId: 50,
+        name: 'build',
+        queuedAt: 0,
+        pickedUpAt: 1,
+        finishedAt: 30,
+        stages: [
+          ['get_sources', 4],
+          ['step_script', 25],
+        ],
+      })
+      .bridge(51, 505, 506, { createdAt: 31, finishedAt: 90 })
+      .job({ jobId: 60, name: 'compile', pipelineId: 506, queuedAt: 33, pickedUpAt: 35, finishedAt: 60 })
+      .job({ jobId: 61, name: 'child-test', pipelineId: 506, queuedAt: 61, pickedUpAt: 62, finishedAt: 88 })
+      .pipeline(506, { status: 'success', createdAt: 31, finishedAt: 90 }, 51)
+      .job({ jobId: 52, name: 'deploy', manual: true, queuedAt: 300, pickedUpAt: 302, finishedAt: 330, status: 'failed' })
+      .job({ jobId: 53, name: 'deploy', queuedAt: 340, pickedUpAt: 341, finishedAt: 360 })
+      .pipeline(505, { status: 'success', finishedAt: 361 });
+    const rows = trace
+      .resourceSpans()
+      .flatMap((resourceSpans) => otelTracesRows(Buffer.from(JSON.stringify({ resourceSpans: [resourceSpans] })), 'application/json'));
+    await insertOtelTraces(clickhouse, rows);
+
+    const expected = criticalPath(trace.spans())!;
+    expect(expected.path.map((element) => element.job_id)).toEqual([50, 60, 61, 53]);
+    for (const read of [await reads.pipelineTrace(70, 506, today), await reads.jobTrace(70, 61, today), await reads.pipelineTrace(70, 505, today)])
+      expect(criticalPath(read!)).toEqual(expected);
   });
 
   it('says how many rows each lookup read: a handful of granules, not the tables', async () => {
