@@ -72,12 +72,23 @@ async function body(request) {
   return request.headers['content-encoding'] === 'gzip' ? gunzipSync(raw) : raw;
 }
 
+/** The engine's counters of rows and bytes read from tables, since it started. */
+async function selected(session) {
+  const result = await session.queryAsync(
+    "SELECT toString(sumIf(value, event = 'SelectedRows')) AS rows, toString(sumIf(value, event = 'SelectedBytes')) AS bytes, count() AS own FROM system.events",
+    { format: 'JSONEachRow' },
+  );
+  const { rows, bytes, own } = JSON.parse(result.text());
+  return { rows: Number(rows), bytes: Number(bytes), own: Number(own) };
+}
+
 /**
  * Serves ClickHouse's HTTP interface for `session` on 127.0.0.1, with one user's `expectedPassword`.
  * `serially(task)` runs a task after every task given before it (the engine's session is one connection).
  * Resolves the port once listening.
  */
 function serveHttp(session, { expectedPassword, serially }) {
+  let currentDatabase;
   const server = createServer((request, response) => {
     const url = new URL(request.url ?? '/', 'http://clickhouse');
     const queryId = url.searchParams.get('query_id') || randomUUID();
@@ -121,25 +132,36 @@ function serveHttp(session, { expectedPassword, serially }) {
           for (const [, name] of sql.matchAll(/\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*:/g))
             if (!given.has(name)) throw new ClickHouseException(456, 'UNKNOWN_QUERY_PARAMETER', `Substitution \`${name}\` is not set`);
           const database = url.searchParams.get('database');
-          if (database) await session.queryAsync(`USE ${identifier(database)}`);
-          for (const [name, value] of [...params, ...SERVER_DEFAULTS, ...settings]) await session.queryAsync(`SET ${identifier(name)} = ${literal(value)}`);
+          if (database && database !== currentDatabase) {
+            await session.queryAsync(`USE ${identifier(database)}`);
+            currentDatabase = database;
+          }
+          const assignments = [...params, ...SERVER_DEFAULTS, ...settings];
+          await session.queryAsync(`SET ${assignments.map(([name, value]) => `${identifier(name)} = ${literal(value)}`).join(', ')}`);
           try {
-            return await session.queryAsync(sql, { format: url.searchParams.get('default_format') ?? 'TabSeparated' });
+            // The summary's rows and bytes read are the engine's SelectedRows and SelectedBytes over the query, as a
+            // server counts them. Reading the counters reads system.events: the rows of the first reading are
+            // counted after it, and taken off.
+            const before = await selected(session);
+            const result = await session.queryAsync(sql, { format: url.searchParams.get('default_format') ?? 'TabSeparated' });
+            const after = await selected(session);
+            return { result, read: { rows: Math.max(0, after.rows - before.rows - before.own), bytes: Math.max(0, after.bytes - before.bytes) } };
           } finally {
             // A setting holds for its request only, as on a server.
-            for (const [name] of [...SERVER_DEFAULTS, ...settings]) await session.queryAsync(`SET ${identifier(name)} = DEFAULT`);
+            const reset = [...SERVER_DEFAULTS, ...settings].map(([name]) => `${identifier(name)} = DEFAULT`);
+            await session.queryAsync(`SET ${reset.join(', ')}`);
           }
         });
       })
-      .then((result) => {
+      .then(({ result, read }) => {
         const summary = {
-          read_rows: String(result.rowsRead),
-          read_bytes: String(result.bytesRead),
+          read_rows: String(read.rows),
+          read_bytes: String(read.bytes),
           written_rows: '0',
           written_bytes: '0',
-          total_rows_to_read: String(result.rowsRead),
-          result_rows: '0',
-          result_bytes: '0',
+          total_rows_to_read: String(read.rows),
+          result_rows: String(result.rowsRead),
+          result_bytes: String(result.bytesRead),
           elapsed_ns: String(Math.round(result.elapsed * 1e9)),
         };
         answer(200, { 'X-ClickHouse-Summary': JSON.stringify(summary) }, Buffer.from(result.bytes()));

@@ -3,7 +3,10 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 
-const ENGINE = join(__dirname, '..', 'chdb', 'engine.js');
+// test/chdb beside this file, or, for a bench compiled elsewhere (node_modules/.cache), in the working directory.
+const CHDB =
+  [join(__dirname, '..', 'chdb'), join(process.cwd(), 'test', 'chdb')].find((dir) => existsSync(join(dir, 'engine.js'))) ?? join(__dirname, '..', 'chdb');
+const ENGINE = join(CHDB, 'engine.js');
 
 export type ClickHouseRow = Record<string, unknown>;
 
@@ -28,7 +31,7 @@ export async function startClickHouse(): Promise<ClickHouse>;
 /** With `http`, the engine also serves ClickHouse's HTTP interface, for one user with that password. */
 export async function startClickHouse(options: { http: { password: string } }): Promise<ClickHouseOverHttp>;
 export async function startClickHouse(options?: { http?: { password: string } }): Promise<ClickHouse | ClickHouseOverHttp> {
-  if (!existsSync(join(__dirname, '..', 'chdb', 'node_modules', 'chdb', 'package.json'))) {
+  if (!existsSync(join(CHDB, 'node_modules', 'chdb', 'package.json'))) {
     throw new Error('chdb is not installed in test/chdb: run `npm test` (it installs it) or `bash scripts/install-stack-test-deps.sh`');
   }
   const child: ChildProcess = spawn(process.execPath, [ENGINE], {
