@@ -196,6 +196,7 @@ async function main(): Promise<void> {
     );
 
     let statistics: QueryStatistics[] = [];
+    const byQuery = new Map<string, number[]>();
     const reads = new ClickHouseTraceReads({
       url: clickhouse.url,
       password: clickhouse.password,
@@ -215,6 +216,7 @@ async function main(): Promise<void> {
         counts.push(await each(index));
         latencies.push(performance.now() - before);
         rowsRead.push(statistics.reduce((sum, query) => sum + query.readRows, 0));
+        for (const query of statistics) byQuery.set(`${name}: ${query.query}`, [...(byQuery.get(`${name}: ${query.query}`) ?? []), query.readRows]);
       }
       results.push([
         name,
@@ -266,6 +268,11 @@ async function main(): Promise<void> {
     await reads.close();
 
     printTable(results);
+    console.log();
+    printTable([
+      ['query of the lookup', 'rows read (median)', 'rows read (max)'],
+      ...[...byQuery].map(([query, rows]) => [query, String(percentile(rows, 50)), String(Math.max(...rows))]),
+    ]);
     console.log('rows read: what ClickHouse counted for the lookup (all of its queries); the critical path reads nothing (computed on the spans read above)');
   } finally {
     await clickhouse.stop();
