@@ -167,14 +167,26 @@ const SPAN_KINDS = new Map(
 );
 
 /**
- * The exporter keeps every attribute value as text (an int as its digits, a bool as true/false, arrays as JSON),
- * so the type a span was sent with is gone. Given back as text, but for true and false, given back as booleans:
- * flags such as ci.job.manual are read as booleans, and no attribute of CI's is a string that says true.
+ * The exporter keeps every attribute value as text (an int as its digits, a double as JS and Go print it, a bool
+ * as true/false, arrays as JSON), so the type a span was sent with is gone. What reads as a value of a type is given
+ * back as that type: true and false as booleans (ci.job.manual is read as one), a number written as a number prints
+ * (`42`, `-3`, `12.5`, never `007` or `1.0`) as a number (ci.job.id is an int to GitLab). The cost: a string
+ * attribute that holds such a text (the runner's ci.pipeline.id, `"500"`) comes back as a number.
  */
+function typed(text: string): AttributeValue {
+  if (text === 'true') return true;
+  if (text === 'false') return false;
+  if (/^-?\d/.test(text)) {
+    const number = Number(text);
+    if (Number.isFinite(number) && String(number) === text && (!Number.isInteger(number) || Number.isSafeInteger(number))) return number;
+  }
+  return text;
+}
+
 const attributes = (map: Record<string, string>): Record<string, AttributeValue> => {
-  const typed: Record<string, AttributeValue> = {};
-  for (const [key, text] of Object.entries(map)) typed[key] = text === 'true' ? true : text === 'false' ? false : text;
-  return typed;
+  const values: Record<string, AttributeValue> = {};
+  for (const [key, text] of Object.entries(map)) values[key] = typed(text);
+  return values;
 };
 
 function storedSpan(row: SpanRow): StoredSpan {

@@ -10,10 +10,34 @@ import { PipelinesRun, runPipelines } from '../helpers/clickhouse-pipelines';
 import { makeWebhookSecret, WebhookSecret } from '../helpers/gitlab-webhooks';
 import { OtlpSink, startOtlpSink } from '../helpers/otlp-sink';
 import { PipelineTrace } from '../helpers/pipeline-trace';
+import { withCriticalPathAttributes } from '../helpers/critical-path-attributes';
+import { describeReadsEndpoints } from '../helpers/reads-cases';
 import { freePort } from '../helpers/ports';
 import { ServiceProcess, startService } from '../helpers/service';
 
 const SCHEMA = readFileSync(join(__dirname, '..', '..', 'deploy', 'clickhouse', 'init', '01-ci-job-telemetry.sql'), 'utf8');
+
+/** Each export as the Collector's exporter writes it into otel_traces. */
+const exporterRows = (exports: readonly unknown[]) =>
+  exports.flatMap((resourceSpans) => otelTracesRows(Buffer.from(JSON.stringify({ resourceSpans: [resourceSpans] })), 'application/json'));
+
+describeReadsEndpoints('ClickHouse (the official client over HTTP, on the embedded engine)', async () => {
+  const clickhouse = await startClickHouse({ http: { password: 'reads' } });
+  await clickhouse.query(SCHEMA);
+  let reads: ClickHouseTraceReads | undefined;
+  return {
+    load: async (exports) => {
+      // With what the control plane writes at each pipeline's end: the CI view's critical path columns.
+      await insertOtelTraces(clickhouse, exporterRows(withCriticalPathAttributes(exports)));
+      reads = new ClickHouseTraceReads({ url: clickhouse.url, password: clickhouse.password, timeoutMs: 10_000 });
+      return reads;
+    },
+    close: async () => {
+      await reads?.close();
+      await clickhouse.stop();
+    },
+  };
+});
 
 /**
  * The ClickHouse backend of the read port (SPEC §12) through the official client over real HTTP, against
@@ -99,8 +123,11 @@ describe('ClickHouseTraceReads on a real ClickHouse engine over HTTP', () => {
       scopeName: stored.ScopeName,
     });
     expect(rspec.endNanos - rspec.startNanos).toBe(BigInt(stored.Duration));
-    expect(rspec.attributes).toEqual(stored.SpanAttributes);
-    expect(rspec.resource).toEqual(stored.ResourceAttributes);
+    // As the exporter stored them, in text; a number or a bool read back as one (ci.job.id is an int to GitLab).
+    const asText = (values: Record<string, unknown>) => Object.fromEntries(Object.entries(values).map(([key, value]) => [key, String(value)]));
+    expect(asText(rspec.attributes)).toEqual(stored.SpanAttributes);
+    expect(asText(rspec.resource)).toEqual(stored.ResourceAttributes);
+    expect(rspec.attributes).toMatchObject({ 'ci.job.id': 7002, 'cicd.pipeline.task.name': 'rspec', 'ci.job.status': 'failed' });
     const pipeline = spans.find((span) => span.name === 'pipeline')!;
     expect(pipeline.traceState).toBe(pipelineRow(700).TraceState);
   });
@@ -109,7 +136,7 @@ describe('ClickHouseTraceReads on a real ClickHouse engine over HTTP', () => {
     const pipeline = (await reads.pipelineTrace(7, 700, today))!;
     const job = (await reads.jobTrace(7, 7001, today))!;
     expect(spanIds(job)).toEqual(spanIds(pipeline));
-    expect(job.some((span) => span.name === 'job_execution' && span.resource['ci.job.id'] === '7001')).toBe(true);
+    expect(job.some((span) => span.name === 'job_execution' && span.resource['ci.job.id'] === 7001)).toBe(true);
   });
 
   it("answers nothing for another project's pipeline or job, nor outside the window", async () => {
