@@ -9,7 +9,7 @@ import tseslint from 'typescript-eslint';
  * pipeline-spans) → store
  * (the connection the ports share) → config, observability. Each folder lists what it may not import.
  */
-const FEATURES = ['job-payload', 'token-auth', 'otlp-gateway'];
+const FEATURES = ['job-payload', 'token-auth', 'otlp-gateway', 'reads'];
 // pipeline-spans is shared: the decorator and the gateway tell it what they saw (its webhook route is its own edge).
 const SHARED = ['runner-auth', 'internal-api', 'grants', 'limits', 'traced-work', 'parking', 'flags', 'collector', 'outcome-sampling', 'pipeline-spans'];
 /** The shared capabilities each shared capability may use. */
