@@ -24,7 +24,7 @@ import { ClickHouseTraceReads, QueryStatistics } from '../src/reads/clickhouse-t
 import { criticalPath } from '../src/reads/critical-path';
 import type { TimeWindow } from '../src/reads/trace-reads';
 import { startClickHouse } from '../test/helpers/clickhouse';
-import { insertOtelTraces, otelTracesRows } from '../test/helpers/clickhouse-exporter';
+import { insertOtelTraces, otelTracesRowsOfResourceSpans } from '../test/helpers/clickhouse-exporter';
 import { PipelineTrace } from '../test/helpers/pipeline-trace';
 import { repositoryRoot, runBench } from './lib/bench-env';
 import { percentile } from './lib/percentiles';
@@ -177,10 +177,7 @@ async function main(): Promise<void> {
       });
     }
     big.pipeline(900_000, { status: 'success', finishedAt: 20 * 150 });
-    await insertOtelTraces(
-      clickhouse,
-      big.resourceSpans().flatMap((resourceSpans) => otelTracesRows(Buffer.from(JSON.stringify({ resourceSpans: [resourceSpans] })), 'application/json')),
-    );
+    await insertOtelTraces(clickhouse, otelTracesRowsOfResourceSpans(big.resourceSpans()));
 
     started = performance.now();
     await clickhouse.query('OPTIMIZE TABLE otel.otel_traces FINAL; OPTIMIZE TABLE otel.ci_job_telemetry_traces FINAL');

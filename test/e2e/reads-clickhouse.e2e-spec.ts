@@ -5,7 +5,7 @@ import { ClickHouseTraceReads, QueryStatistics } from '../../src/reads/clickhous
 import { criticalPath } from '../../src/reads/critical-path';
 import { ReadsUnavailableError, StoredSpan, TimeWindow } from '../../src/reads/trace-reads';
 import { ClickHouseOverHttp, startClickHouse } from '../helpers/clickhouse';
-import { dateTime64, insertOtelTraces, otelSpanRow, OtelTracesRow, otelTracesRows } from '../helpers/clickhouse-exporter';
+import { dateTime64, insertOtelTraces, otelSpanRow, OtelTracesRow, otelTracesRowsOfResourceSpans } from '../helpers/clickhouse-exporter';
 import { PipelinesRun, runPipelines } from '../helpers/clickhouse-pipelines';
 import { makeWebhookSecret, WebhookSecret } from '../helpers/gitlab-webhooks';
 import { OtlpSink, startOtlpSink } from '../helpers/otlp-sink';
@@ -17,10 +17,6 @@ import { ServiceProcess, startService } from '../helpers/service';
 
 const SCHEMA = readFileSync(join(__dirname, '..', '..', 'deploy', 'clickhouse', 'init', '01-ci-job-telemetry.sql'), 'utf8');
 
-/** Each export as the Collector's exporter writes it into otel_traces. */
-const exporterRows = (exports: readonly unknown[]) =>
-  exports.flatMap((resourceSpans) => otelTracesRows(Buffer.from(JSON.stringify({ resourceSpans: [resourceSpans] })), 'application/json'));
-
 describeReadsEndpoints('ClickHouse (the official client over HTTP, on the embedded engine)', async () => {
   const clickhouse = await startClickHouse({ http: { password: 'reads' } });
   await clickhouse.query(SCHEMA);
@@ -28,7 +24,7 @@ describeReadsEndpoints('ClickHouse (the official client over HTTP, on the embedd
   return {
     load: async (exports) => {
       // With what the control plane writes at each pipeline's end: the CI view's critical path columns.
-      await insertOtelTraces(clickhouse, exporterRows(withCriticalPathAttributes(exports)));
+      await insertOtelTraces(clickhouse, otelTracesRowsOfResourceSpans(withCriticalPathAttributes(exports)));
       reads = new ClickHouseTraceReads({ url: clickhouse.url, password: clickhouse.password, timeoutMs: 10_000 });
       return reads;
     },
@@ -238,10 +234,7 @@ describe('ClickHouseTraceReads on a real ClickHouse engine over HTTP', () => {
       .job({ jobId: 52, name: 'deploy', manual: true, queuedAt: 300, pickedUpAt: 302, finishedAt: 330, status: 'failed' })
       .job({ jobId: 53, name: 'deploy', queuedAt: 340, pickedUpAt: 341, finishedAt: 360 })
       .pipeline(505, { status: 'success', finishedAt: 361 });
-    const rows = trace
-      .resourceSpans()
-      .flatMap((resourceSpans) => otelTracesRows(Buffer.from(JSON.stringify({ resourceSpans: [resourceSpans] })), 'application/json'));
-    await insertOtelTraces(clickhouse, rows);
+    await insertOtelTraces(clickhouse, otelTracesRowsOfResourceSpans(trace.resourceSpans()));
 
     const expected = criticalPath(trace.spans())!;
     expect(expected.path.map((element) => element.job_id)).toEqual([50, 60, 61, 53]);
