@@ -10,7 +10,7 @@ import tseslint from 'typescript-eslint';
  * (the connection the ports share) → config, observability. Each folder lists what it may not import.
  */
 // gitlab-webhooks is GitLab's edge: route, secrets, parsers and spool, telling pipeline-spans what it heard.
-const FEATURES = ['job-payload', 'token-auth', 'otlp-gateway', 'gitlab-webhooks'];
+const FEATURES = ['job-payload', 'token-auth', 'otlp-gateway', 'gitlab-webhooks', 'reads'];
 // pipeline-spans is shared: the decorator, the gateway and the webhooks tell it what they saw.
 const SHARED = ['runner-auth', 'internal-api', 'grants', 'limits', 'traced-work', 'flags', 'collector', 'outcome-sampling', 'pipeline-spans', 'outbox'];
 /**

@@ -28,6 +28,7 @@ benches=(
   "lease-bound|npm run -s bench:lease-bound|npm run -s bench:lease-bound -- --smoke"
   "ruby-client|npm run -s bench:ruby-client|npm run -s bench:ruby-client -- --rounds 1 --calls 50 --warmup 10"
   "outcome-sampling|npm run -s bench:outcome-sampling|npx tsc -p bench/outcome-sampling.tsconfig.json && node node_modules/.cache/outcome-sampling-bench/bench/outcome-sampling.bench.js --smoke"
+  "trace-reads|npm run -s bench:trace-reads|npm run -s bench:trace-reads -- --smoke"
 )
 
 describe_machine() {

@@ -1,7 +1,9 @@
 import { localCollectorDirectory, readSignalLines, signalFile } from '../collector/collector-files';
 import { ConfigError, loadConfig } from '../config/app-config';
 import { decodeExportRequest } from '../otlp/otlp-receiver';
-import { CollectedSpan, collectedSpans, formatDuration, renderWaterfall } from './waterfall';
+import { completenessOf } from '../reads/completeness';
+import { criticalPath } from '../reads/critical-path';
+import { CollectedSpan, collectedSpans, criticalPathMarks, formatDuration, latestVersions, renderWaterfall, whereTheTimeWent } from './waterfall';
 
 function spanDuration(spans: readonly CollectedSpan[]): bigint {
   const start = spans.reduce((min, span) => (span.startNanos < min ? span.startNanos : min), spans[0].startNanos);
@@ -11,7 +13,8 @@ function spanDuration(spans: readonly CollectedSpan[]): bigint {
 
 /**
  * `npm run -s trace [trace id]`: one trace the embedded collector kept (the one written last when no id is
- * given) as a waterfall. Asked for a trace it does not hold, it lists those it does.
+ * given) as a waterfall, its critical path marked on the jobs, and one line of where the path's time went.
+ * Asked for a trace it does not hold, it lists those it does.
  */
 function main(): number {
   let dataDir: string;
@@ -39,7 +42,12 @@ function main(): number {
     return 1;
   }
   process.stdout.write(`trace ${wanted}: ${trace.length} spans, ${formatDuration(spanDuration(trace))} (${path})\n`);
-  for (const row of renderWaterfall(trace)) process.stdout.write(`${row}\n`);
+  // The critical path of the trace's latest story (SPEC §10, §12): marked on its jobs, and where its time went.
+  const latest = latestVersions(trace);
+  const critical = criticalPath(latest);
+  const marks = critical === null ? new Map<string, string>() : criticalPathMarks(latest, critical);
+  for (const row of renderWaterfall(trace, marks)) process.stdout.write(`${row}\n`);
+  if (critical !== null) process.stdout.write(`${whereTheTimeWent(critical, completenessOf(latest).final)}\n`);
   return 0;
 }
 

@@ -1,63 +1,8 @@
-import type { OtlpJsonRequest } from '../otlp/otlp-receiver';
+import type { CollectedSpan } from '../otlp/collected-spans';
+import type { CriticalPath, PathTotals } from '../reads/critical-path';
 
-export type AttributeValue = string | number | boolean;
-
-/** A span as it reached the collector: after the gateway checked, bound and stamped it. */
-export interface CollectedSpan {
-  readonly traceId: string;
-  readonly spanId: string;
-  readonly parentSpanId: string;
-  readonly name: string;
-  readonly startNanos: bigint;
-  readonly endNanos: bigint;
-  /** 0 unset, 1 ok, 2 error (OTLP Status.code). */
-  readonly statusCode: number;
-  readonly attributes: Record<string, AttributeValue>;
-  readonly resource: Record<string, AttributeValue>;
-}
-
-type Decoded = Record<string, unknown>;
-
-function attributeValue(value: Decoded | undefined): AttributeValue {
-  if (value === undefined) return '';
-  if (value.stringValue !== undefined) return value.stringValue as string;
-  if (value.intValue !== undefined) return Number(value.intValue);
-  if (value.boolValue !== undefined) return value.boolValue as boolean;
-  if (value.doubleValue !== undefined) return value.doubleValue as number;
-  return JSON.stringify(value);
-}
-
-function attributeMap(list: unknown): Record<string, AttributeValue> {
-  const map: Record<string, AttributeValue> = {};
-  for (const entry of (list ?? []) as Decoded[]) map[entry.key as string] = attributeValue(entry.value as Decoded | undefined);
-  return map;
-}
-
-const hex = (value: unknown) => (typeof value === 'string' ? value.toLowerCase() : '');
-
-/** The spans of one trace export request (in the OTLP/JSON mapping the receiver decodes to), flattened with their resource. */
-export function collectedSpans(request: OtlpJsonRequest): CollectedSpan[] {
-  const spans: CollectedSpan[] = [];
-  for (const resourceSpans of (request.resourceSpans ?? []) as Decoded[]) {
-    const resource = attributeMap((resourceSpans.resource as Decoded | undefined)?.attributes);
-    for (const scopeSpans of (resourceSpans.scopeSpans ?? []) as Decoded[]) {
-      for (const span of (scopeSpans.spans ?? []) as Decoded[]) {
-        spans.push({
-          traceId: hex(span.traceId),
-          spanId: hex(span.spanId),
-          parentSpanId: hex(span.parentSpanId),
-          name: span.name as string,
-          startNanos: BigInt((span.startTimeUnixNano as string | number | undefined) ?? 0),
-          endNanos: BigInt((span.endTimeUnixNano as string | number | undefined) ?? 0),
-          statusCode: Number((span.status as Decoded | undefined)?.code ?? 0),
-          attributes: attributeMap(span.attributes),
-          resource,
-        });
-      }
-    }
-  }
-  return spans;
-}
+export type { AttributeValue, CollectedSpan } from '../otlp/collected-spans';
+export { collectedSpans } from '../otlp/collected-spans';
 
 const BAR_WIDTH = 40;
 
@@ -133,7 +78,7 @@ const byStart = (a: CollectedSpan, b: CollectedSpan) =>
  * trace (a runner's job_execution before its job span was emitted) starts a tree of its own, and says so:
  * a connected trace has one root, its pipeline.
  */
-export function renderWaterfall(spans: readonly CollectedSpan[]): string[] {
+export function renderWaterfall(spans: readonly CollectedSpan[], marks: ReadonlyMap<string, string> = new Map()): string[] {
   if (spans.length === 0) return [];
   const start = spans.reduce((min, span) => (span.startNanos < min ? span.startNanos : min), spans[0].startNanos);
   const end = spans.reduce((max, span) => (span.endNanos > max ? span.endNanos : max), spans[0].endNanos);
@@ -162,6 +107,55 @@ export function renderWaterfall(spans: readonly CollectedSpan[]): string[] {
     const to = Math.max(from + 1, Number(((span.endNanos - start) * BigInt(BAR_WIDTH)) / total));
     const bar = ' '.repeat(from) + '█'.repeat(Math.min(to, BAR_WIDTH) - from);
     const error = span.statusCode === 2 ? '  error' : '';
-    return `${text.padEnd(labelWidth)}|${bar.padEnd(BAR_WIDTH)}| ${duration(span).padStart(9)}${error}`;
+    const mark = marks.has(span.spanId) ? `  ${marks.get(span.spanId)!}` : '';
+    return `${text.padEnd(labelWidth)}|${bar.padEnd(BAR_WIDTH)}| ${duration(span).padStart(9)}${error}${mark}`;
   });
+}
+
+/**
+ * The marks of a critical path on its job spans, by span id: each job on the path says so and names its blocker
+ * (SPEC §12), so a person sees which job held the pipeline up and what it waited for.
+ */
+export function criticalPathMarks(spans: readonly CollectedSpan[], path: CriticalPath): Map<string, string> {
+  const jobSpans = new Map<string, CollectedSpan>();
+  for (const span of spans) if (span.name === 'job' || span.name === 'bridge') jobSpans.set(String(span.attributes['ci.job.id']), span);
+  const names = new Map(path.path.map((element) => [element.job_id, element.name]));
+  const marks = new Map<string, string>();
+  for (const element of path.path) {
+    const span = jobSpans.get(String(element.job_id));
+    if (span === undefined) continue;
+    const blocker =
+      element.blocked_by === null ? undefined : ['job', String(element.blocked_by), ...words(names.get(element.blocked_by) ?? undefined)].join(' ');
+    const waited = element.waiting_for === 'manual' ? ', played by hand' : element.waiting_for === 'retry' ? `, attempt ${element.attempts}` : '';
+    marks.set(span.spanId, blocker === undefined ? `◀ critical path${waited}` : `◀ critical path, after ${blocker}${waited}`);
+  }
+  return marks;
+}
+
+/** How each part of the path's time reads in a sentence. */
+const PART_WORDS: Readonly<Record<keyof PathTotals, string>> = {
+  delay: 'waiting for GitLab to start jobs',
+  manual_wait: 'waiting for manual jobs to be played',
+  retry_wait: 'in attempts that were retried',
+  queue: 'waiting for runners',
+  prepare_executor: 'preparing executors',
+  pull_image: 'pulling images',
+  get_sources: 'getting sources',
+  restore_cache: 'restoring caches',
+  step_script: 'in scripts',
+  after_script: 'in after_script',
+  archive_cache: 'archiving caches',
+  upload_artifacts: 'uploading artifacts',
+  other: 'elsewhere in jobs',
+};
+
+/** One line of where the path's time went, most first: `on the critical path (2m 10s): 1m 40s in scripts, 38s waiting for runners, …`. */
+export function whereTheTimeWent(path: CriticalPath, final: boolean): string {
+  const nanos = (seconds: number) => BigInt(Math.round(seconds * 1000)) * 1_000_000n;
+  const parts = (Object.entries(path.totals) as Array<[keyof PathTotals, number]>)
+    .filter(([, seconds]) => Math.round(seconds) > 0)
+    .sort((a, b) => b[1] - a[1])
+    .map(([part, seconds]) => `${formatSeconds(nanos(seconds))} ${PART_WORDS[part]}`);
+  const so = final ? '' : ' so far, the pipeline is still running';
+  return `on the critical path (${formatSeconds(nanos(path.duration_seconds))}${so}): ${parts.length === 0 ? 'nothing yet' : parts.join(', ')}`;
 }

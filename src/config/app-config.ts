@@ -578,6 +578,36 @@ export class EnvironmentVariables {
   @MinLength(1)
   REDIS_TLS_CA_FILE?: string;
 
+  // ── Reading traces (SPEC §12) ──
+
+  /**
+   * ClickHouse's HTTP interface the read API queries (the Collector exporter's `otel_traces` and the CI view), user
+   * and database in the URL as the official client reads them. Unset: the embedded collector's files under DATA_DIR.
+   */
+  @IsOptional()
+  @IsHttpUrl()
+  CLICKHOUSE_URL?: string;
+
+  /** File holding the password of CLICKHOUSE_URL's user, like the other secrets. */
+  @IsOptional()
+  @IsString()
+  @MinLength(1)
+  CLICKHOUSE_PASSWORD_FILE?: string;
+
+  /** The longest a read waits for its backend; then it answers 503 with Retry-After (GitLab's own calls time out later). */
+  @Transform(toInt)
+  @IsInt()
+  @Min(100)
+  @Max(60_000)
+  READS_TIMEOUT_MS = 4000;
+
+  /** How far back a trace read looks when GitLab passes no `from`/`to` (and a job summary's default window). */
+  @Transform(toInt)
+  @IsInt()
+  @Min(1)
+  @Max(31)
+  READS_LOOKBACK_DAYS = 31;
+
   // ── Self-instrumentation (SPEC §8) ──
 
   /**

@@ -20,6 +20,8 @@ export interface Secrets {
   readonly capabilityKeys: readonly Buffer[];
   /** Credentials of the Redis store (SPEC §7), each from its own file; absent when not configured. */
   readonly redis: RedisSecrets;
+  /** Password of the read API's ClickHouse user (SPEC §12), from CLICKHOUSE_PASSWORD_FILE; absent when not configured. */
+  readonly clickhousePassword?: string;
 }
 
 export interface RedisSecrets {
@@ -124,6 +126,14 @@ export function loadSecrets(config: AppConfig, generatedDir = '.secrets'): Secre
     sentinelPassword: readTextFile('REDIS_SENTINEL_PASSWORD_FILE', config.REDIS_SENTINEL_PASSWORD_FILE, problems),
     tlsCa: readTextFile('REDIS_TLS_CA_FILE', config.REDIS_TLS_CA_FILE, problems),
   };
+  const clickhousePassword = readTextFile('CLICKHOUSE_PASSWORD_FILE', config.CLICKHOUSE_PASSWORD_FILE, problems);
   if (problems.length > 0) throw new ConfigError(problems);
-  return { internalApiSecret, traceKey, tokenDigestKey: deriveTokenDigestKey(traceKey), capabilityKeys, redis };
+  return {
+    internalApiSecret,
+    traceKey,
+    tokenDigestKey: deriveTokenDigestKey(traceKey),
+    capabilityKeys,
+    redis,
+    ...(clickhousePassword === undefined ? {} : { clickhousePassword }),
+  };
 }

@@ -1,6 +1,6 @@
 import { ArgumentsHost, Catch, ExceptionFilter, HttpException, Logger } from '@nestjs/common';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import { sendError } from './http-error';
+import { HttpProblem, sendError } from './http-error';
 
 /**
  * The one place errors become HTTP answers on the internal port, replying on Fastify directly.
@@ -14,6 +14,10 @@ export class AllExceptionsFilter implements ExceptionFilter {
     const http = host.switchToHttp();
     const request = http.getRequest<FastifyRequest>();
     const reply = http.getResponse<FastifyReply>();
+    if (exception instanceof HttpProblem) {
+      sendError(request, reply, exception.status, exception.message, exception.options);
+      return;
+    }
     if (exception instanceof HttpException) {
       sendError(request, reply, exception.getStatus(), exception.message);
       return;

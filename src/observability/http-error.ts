@@ -20,3 +20,18 @@ export function sendError(request: FastifyRequest, reply: FastifyReply, status: 
   if (options.retryAfterSeconds !== undefined) void reply.header('retry-after', String(options.retryAfterSeconds));
   void reply.status(status).header('content-type', 'application/json; charset=utf-8').send(JSON.stringify(body));
 }
+
+/**
+ * An HTTP answer a service decides, with what the internal API's error shape carries beside the message (a 400's
+ * `fields`, a 503's Retry-After): thrown from a controller's service, written by AllExceptionsFilter like any other.
+ */
+export class HttpProblem extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+    readonly options: ErrorOptions = {},
+  ) {
+    super(message);
+    this.name = 'HttpProblem';
+  }
+}

@@ -7,14 +7,34 @@ const { Session } = require('chdb');
 const { createInterface } = require('node:readline');
 
 const session = new Session();
-// Ids and durations are UInt64: answered as JSON numbers, as a dashboard reads them.
-session.query('SET output_format_json_quote_64bit_integers = 0');
 const lines = createInterface({ input: process.stdin });
 
-lines.on('line', (line) => {
+// One query at a time on the session, whether it came from stdin or over HTTP.
+let last = Promise.resolve();
+const serially = (task) => {
+  const run = last.then(task);
+  last = run.catch(() => undefined);
+  return run;
+};
+
+// With CHDB_HTTP_PASSWORD set, the engine also serves ClickHouse's HTTP interface (http-interface.js), and
+// says its port first: { http: port }.
+if (process.env.CHDB_HTTP_PASSWORD !== undefined) {
+  const { serveHttp } = require('./http-interface');
+  serveHttp(session, { expectedPassword: process.env.CHDB_HTTP_PASSWORD, serially }).then((port) =>
+    process.stdout.write(`${JSON.stringify({ http: port })}\n`),
+  );
+}
+
+lines.on('line', (line) => serially(() => answerLine(line)));
+
+function answerLine(line) {
   const { id, sql } = JSON.parse(line);
   let answer;
   try {
+    // Ids and durations are UInt64: answered as JSON numbers, as a dashboard reads them. Set for each query,
+    // since one over HTTP has the server's default.
+    session.query('SET output_format_json_quote_64bit_integers = 0');
     const text = session.query(sql, 'JSONEachRow');
     const rows = text
       .split('\n')
@@ -25,8 +45,8 @@ lines.on('line', (line) => {
     answer = { id, error: error instanceof Error ? error.message : String(error) };
   }
   process.stdout.write(`${JSON.stringify(answer)}\n`);
-});
+}
 
 lines.on('close', () => {
-  session.close();
+  serially(() => session.close()).then(() => process.exit(0));
 });

@@ -1,11 +1,13 @@
 import { execFile } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { createServer, IncomingMessage, request as httpRequest, Server, ServerResponse } from 'node:http';
 import { AddressInfo, Socket } from 'node:net';
 import { join } from 'node:path';
 import { InternalApiTokenVerifier, signInternalApiToken } from '../../src/internal-api/internal-api-token';
 import { writeFlagsFile } from '../helpers/flags-file';
 import { freePort } from '../helpers/ports';
+import { readsWorld, writeCollectorFiles } from '../helpers/reads-cases';
 import { ServiceProcess, startService } from '../helpers/service';
 
 /*
@@ -150,6 +152,41 @@ describe('the Ruby client (clients/ruby)', () => {
   );
 });
 
+describe("the Ruby client's reads (SPEC §12)", () => {
+  let service: ServiceProcess;
+  let misbehaving: MisbehavingServer;
+  let env: Record<string, string>;
+
+  beforeAll(async () => {
+    // The read API's own world (test/helpers/reads-cases.ts), in the embedded collector's files the service reads.
+    const dataDir = mkdtempSync(join(tmpdir(), 'cjt-ruby-reads-'));
+    const world = readsWorld();
+    writeCollectorFiles(dataDir, world.exports);
+    service = await startService({ DATA_DIR: dataDir });
+    misbehaving = await startMisbehavingServer(service.url);
+    env = {
+      CJT_SERVICE_URL: service.url,
+      CJT_SECRET_FILE: service.secrets.internalApiSecretFile,
+      CJT_MISBEHAVING_URL: misbehaving.url,
+      CJT_DOWN_URL: `http://127.0.0.1:${await freePort()}`,
+      CJT_PIPELINE_CREATED_AT: new Date(world.pipeline.createdAt).toISOString(),
+    };
+  }, 60_000);
+
+  afterAll(async () => {
+    await misbehaving?.close();
+    await service?.stop('SIGKILL');
+  });
+
+  it(
+    "reads a pipeline's trace, a job's, the critical path and the jobs summary; a failed read returns nothing with its reason, in time",
+    async () => {
+      await expectAllPass(['test/service/reads_test.rb'], env);
+    },
+    GROUP_TIMEOUT_MS,
+  );
+});
+
 interface MisbehavingServer {
   readonly url: string;
   close(): Promise<void>;
@@ -238,6 +275,11 @@ async function startMisbehavingServer(serviceUrl: string): Promise<MisbehavingSe
           200,
           forgedAnswer(body, (payload) => ({ ...payload, variables: (payload.variables as { key: string }[]).filter((v) => v.key !== 'SECRET') })),
         );
+      case 'unavailable':
+        // What the read API answers when its store cannot answer in time (SPEC §12).
+        return response
+          .writeHead(503, { 'content-type': 'application/json', 'retry-after': '7' })
+          .end('{"statusCode":503,"error":"traces cannot be read right now"}');
       default:
         return json(404, '{"error":"no such behaviour"}');
     }

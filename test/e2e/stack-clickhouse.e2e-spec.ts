@@ -65,6 +65,13 @@ const VIEW_COLUMNS: Array<[string, string]> = [
   ['span_version', 'UInt64'],
   ['sampling_reason', 'LowCardinality(String)'],
   ['adjusted_count', 'Float64'],
+  ['job_stage', 'LowCardinality(String)'],
+  ['queued_seconds', 'Float64'],
+  ['ref', 'LowCardinality(String)'],
+  ['critical_path', 'Nullable(Bool)'],
+  ['slack_seconds', 'Nullable(Float64)'],
+  ['critical_path_seconds', 'Nullable(Float64)'],
+  ['critical_path_parts', 'Map(LowCardinality(String), Float64)'],
 ];
 
 /**
@@ -300,6 +307,14 @@ describe("ci_job_telemetry_traces holds the control plane's spans too: pipeline,
       // Traced at 100 %: head-sampled, no threshold, standing for itself.
       sampling_reason: 'head',
       adjusted_count: 1,
+      job_stage: '',
+      queued_seconds: 0,
+      ref: 'master',
+      // Not computed yet (issue 36 writes the critical path when the pipeline ends): unknown, not false.
+      critical_path: null,
+      slack_seconds: null,
+      critical_path_seconds: null,
+      critical_path_parts: {},
     });
   });
 
@@ -417,6 +432,16 @@ describe('01-ci-job-telemetry.sql upgrades an install made before issue 19, and 
     // Written before the upgrade, with no tracestate kept: head-sampled, as every span was then, counting 1.
     expect(await clickhouse.query("SELECT sampling_reason, adjusted_count FROM otel.ci_job_telemetry_traces WHERE span_id = '0000000000000001'")).toEqual([
       { sampling_reason: 'head', adjusted_count: 1 },
+    ]);
+    // Issue 36: whether on the critical path is unknown for rows from before, and jobs are found by id.
+    expect(
+      await clickhouse.query("SELECT critical_path, slack_seconds, critical_path_parts FROM otel.ci_job_telemetry_traces WHERE span_id = '0000000000000001'"),
+    ).toEqual([{ critical_path: null, slack_seconds: null, critical_path_parts: {} }]);
+    expect(
+      await clickhouse.query("SELECT name, type FROM system.data_skipping_indices WHERE database = 'otel' AND table = 'ci_job_telemetry_traces' ORDER BY name"),
+    ).toEqual([
+      { name: 'idx_job_id', type: 'minmax' },
+      { name: 'idx_trace_id', type: 'bloom_filter' },
     ]);
     expect(
       await clickhouse.query('SELECT span_id, span_name, pipeline_id, job_id, runner_type, pipeline_status FROM otel.ci_job_telemetry_traces ORDER BY span_id'),

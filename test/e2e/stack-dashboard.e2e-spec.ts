@@ -3,12 +3,15 @@ import { join } from 'node:path';
 import { BUILD_STAGES, BuildStage } from '../../demo/stock-runner';
 import { pickUpPipelineJob } from '../helpers/ci-pipeline';
 import { ClickHouse, startClickHouse } from '../helpers/clickhouse';
-import { dateTime64, insertOtelTraces, otelSpanRow, OtelTracesRow } from '../helpers/clickhouse-exporter';
+import { criticalPath } from '../../src/reads/critical-path';
+import { dateTime64, insertOtelTraces, otelSpanRow, OtelTracesRow, otelTracesRowsOfResourceSpans } from '../helpers/clickhouse-exporter';
+import { withCriticalPathAttributes } from '../helpers/critical-path-attributes';
 import { PipelinesRun, runPipelines, stageSeconds } from '../helpers/clickhouse-pipelines';
 import { sampledPipelineRows, tenPercentSample } from '../helpers/clickhouse-sampling';
 import { makeWebhookSecret, WebhookSecret } from '../helpers/gitlab-webhooks';
 import { expandGrafanaQuery, GrafanaQueryContext } from '../helpers/grafana-query';
 import { OtlpSink, startOtlpSink } from '../helpers/otlp-sink';
+import { PipelineTrace } from '../helpers/pipeline-trace';
 import { ServiceProcess, startService } from '../helpers/service';
 
 const ROOT = join(__dirname, '..', '..');
@@ -585,5 +588,87 @@ describe("Spans rejected by the gateway: the panel's series is one the service e
         }),
       );
     expect(selected).toEqual([expect.stringMatching(/outcome="rejected_foreign_trace"\} 1$/)]);
+  });
+});
+
+describe('the critical path panels, on what the control plane writes at a pipeline end (issue 36)', () => {
+  let clickhouse: ClickHouse;
+  const context: GrafanaQueryContext = {
+    from: new Date('2026-11-25T09:00:00Z'),
+    to: new Date('2026-11-25T12:00:00Z'),
+    intervalSeconds: 3600,
+    variables: { project: ['7'], trace_id: [] },
+  };
+  const runPanel = (title: string) => clickhouse.query(expandGrafanaQuery(panel(title).targets[0].rawSql!, context));
+  // Two pipelines of project 7 (build, then test and lint in parallel: test is on the path, lint is not), and a
+  // third still running, whose path is not written yet.
+  const ended = [
+    new PipelineTrace(7, 600, Date.parse('2026-11-25T10:00:00Z'))
+      .job({
+        jobId: 6001,
+        name: 'build',
+        queuedAt: 0,
+        pickedUpAt: 10,
+        finishedAt: 70,
+        stages: [
+          ['get_sources', 10],
+          ['step_script', 50],
+        ],
+      })
+      .job({ jobId: 6002, name: 'test', queuedAt: 71, pickedUpAt: 81, finishedAt: 201 })
+      .job({ jobId: 6003, name: 'lint', queuedAt: 71, pickedUpAt: 72, finishedAt: 90 })
+      .pipeline(600, { status: 'success', finishedAt: 202 }),
+    new PipelineTrace(7, 601, Date.parse('2026-11-25T10:30:00Z'))
+      .job({
+        jobId: 6011,
+        name: 'build',
+        queuedAt: 0,
+        pickedUpAt: 20,
+        finishedAt: 60,
+        stages: [
+          ['get_sources', 10],
+          ['step_script', 30],
+        ],
+      })
+      .job({ jobId: 6012, name: 'test', queuedAt: 61, pickedUpAt: 66, finishedAt: 166 })
+      .job({ jobId: 6013, name: 'lint', queuedAt: 61, pickedUpAt: 62, finishedAt: 100 })
+      .pipeline(601, { status: 'success', finishedAt: 167 }),
+  ];
+  const running = new PipelineTrace(7, 602, Date.parse('2026-11-25T11:00:00Z')).job({ jobId: 6021, name: 'build', queuedAt: 0, pickedUpAt: 1, finishedAt: 30 });
+  const paths = ended.map((trace) => criticalPath(trace.spans())!);
+
+  beforeAll(async () => {
+    clickhouse = await startClickHouse();
+    await clickhouse.query(SCHEMA);
+    const exports = [...ended, running].flatMap((trace) => trace.resourceSpans());
+    await insertOtelTraces(clickhouse, otelTracesRowsOfResourceSpans(withCriticalPathAttributes(exports)));
+  }, 60_000);
+  afterAll(async () => {
+    await clickhouse?.stop();
+  });
+
+  it("splits the path's time by part across pipelines: the mean per pipeline and each part's share", async () => {
+    const rows = await runPanel('Critical path: time by part');
+    const total = paths.reduce((sum, path) => sum + path.duration_seconds, 0);
+    const part = (name: keyof (typeof paths)[0]['totals']) => ({
+      part: name,
+      mean_seconds_per_pipeline: Math.round((10 * (paths[0].totals[name] + paths[1].totals[name])) / 2) / 10,
+      percent_of_path: Math.round((1000 * (paths[0].totals[name] + paths[1].totals[name])) / total) / 10,
+    });
+    // The script is most of the path; then the queue waits (build's 10 s and 20 s, test's 10 s and 5 s).
+    expect(rows.slice(0, 3)).toEqual([part('step_script'), part('queue'), part('get_sources')]);
+    expect(part('queue')).toMatchObject({ mean_seconds_per_pipeline: (10 + 10 + 20 + 5) / 2 });
+    const shares = rows.reduce((sum, row) => sum + (row.percent_of_path as number), 0);
+    expect(shares).toBeCloseTo(100, 0);
+  });
+
+  it('lists the jobs most often on the path with their median time on it; a running pipeline is not counted', async () => {
+    // On the path, a job counts from becoming pending to its end: build 70 s and 60 s, test 130 s and 105 s.
+    // quantileExact(0.5) of two values is the larger.
+    expect(await runPanel('Jobs most often on the critical path')).toEqual([
+      { project: 7, job: 'test', runs: 2, percent_on_path: 100, p50_seconds_on_path: 130 },
+      { project: 7, job: 'build', runs: 2, percent_on_path: 100, p50_seconds_on_path: 70 },
+      { project: 7, job: 'lint', runs: 2, percent_on_path: 0, p50_seconds_on_path: null },
+    ]);
   });
 });

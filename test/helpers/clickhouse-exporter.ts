@@ -180,3 +180,8 @@ export async function insertOtelTraces(clickhouse: ClickHouse, rows: readonly Ot
   if (rows.length === 0) return;
   await clickhouse.query(`INSERT INTO otel.otel_traces FORMAT JSONEachRow\n${rows.map((row) => JSON.stringify(row)).join('\n')}`);
 }
+
+/** The exporter's rows for OTLP/JSON `ResourceSpans`, each received as an export of its own (as the service and PipelineTrace send them). */
+export function otelTracesRowsOfResourceSpans(exports: readonly unknown[]): OtelTracesRow[] {
+  return exports.flatMap((resourceSpans) => otelTracesRows(Buffer.from(JSON.stringify({ resourceSpans: [resourceSpans] })), 'application/json'));
+}

@@ -3,7 +3,10 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 
-const ENGINE = join(__dirname, '..', 'chdb', 'engine.js');
+// test/chdb beside this file, or, for a bench compiled elsewhere (node_modules/.cache), in the working directory.
+const CHDB =
+  [join(__dirname, '..', 'chdb'), join(process.cwd(), 'test', 'chdb')].find((dir) => existsSync(join(dir, 'engine.js'))) ?? join(__dirname, '..', 'chdb');
+const ENGINE = join(CHDB, 'engine.js');
 
 export type ClickHouseRow = Record<string, unknown>;
 
@@ -13,17 +16,27 @@ export interface ClickHouse {
   stop(): Promise<void>;
 }
 
+/** The same engine behind ClickHouse's HTTP interface (test/chdb/http-interface.js), for a real client. */
+export interface ClickHouseOverHttp extends ClickHouse {
+  /** `http://127.0.0.1:<port>`, as a ClickHouse server's port 8123. */
+  readonly url: string;
+  readonly password: string;
+}
+
 /**
  * A real ClickHouse engine (chdb: ClickHouse embedded as a library) in a child process with its own
  * temporary data directory, for one test file. `npm test` installs it into test/chdb.
  */
-export async function startClickHouse(): Promise<ClickHouse> {
-  if (!existsSync(join(__dirname, '..', 'chdb', 'node_modules', 'chdb', 'package.json'))) {
+export async function startClickHouse(): Promise<ClickHouse>;
+/** With `http`, the engine also serves ClickHouse's HTTP interface, for one user with that password. */
+export async function startClickHouse(options: { http: { password: string } }): Promise<ClickHouseOverHttp>;
+export async function startClickHouse(options?: { http?: { password: string } }): Promise<ClickHouse | ClickHouseOverHttp> {
+  if (!existsSync(join(CHDB, 'node_modules', 'chdb', 'package.json'))) {
     throw new Error('chdb is not installed in test/chdb: run `npm test` (it installs it) or `bash scripts/install-stack-test-deps.sh`');
   }
   const child: ChildProcess = spawn(process.execPath, [ENGINE], {
     // DateTime64 text is read and written in UTC, as the stack's ClickHouse server runs.
-    env: { PATH: process.env.PATH, TZ: 'UTC' },
+    env: { PATH: process.env.PATH, TZ: 'UTC', ...(options?.http ? { CHDB_HTTP_PASSWORD: options.http.password } : {}) },
     stdio: ['pipe', 'pipe', 'pipe'],
   });
   let stderr = '';
@@ -36,8 +49,11 @@ export async function startClickHouse(): Promise<ClickHouse> {
       resolve();
     }),
   );
+  let announceHttpPort: (port: number) => void = () => undefined;
+  const httpPort = new Promise<number>((resolve) => (announceHttpPort = resolve));
   createInterface({ input: child.stdout! }).on('line', (line) => {
-    const answer = JSON.parse(line) as { id: number; rows?: ClickHouseRow[]; error?: string };
+    const answer = JSON.parse(line) as { id: number; rows?: ClickHouseRow[]; error?: string; http?: number };
+    if (answer.http !== undefined) return announceHttpPort(answer.http);
     const waiter = pending.get(answer.id);
     pending.delete(answer.id);
     if (answer.error !== undefined) waiter?.reject(new Error(answer.error));
@@ -52,11 +68,14 @@ export async function startClickHouse(): Promise<ClickHouse> {
       child.stdin!.write(`${JSON.stringify({ id, sql })}\n`);
     });
   await query('SELECT 1');
-  return {
+  const engine = {
     query,
     stop: async () => {
       child.stdin?.end();
       await exited;
     },
   };
+  if (options?.http === undefined) return engine;
+  const port = await Promise.race([httpPort, exited.then(() => Promise.reject(new Error(`chdb engine exited: ${stderr}`)))]);
+  return { ...engine, url: `http://127.0.0.1:${port}`, password: options.http.password };
 }

@@ -77,7 +77,15 @@ CREATE TABLE IF NOT EXISTS otel.ci_job_telemetry_traces
     span_version    UInt64,
     sampling_reason LowCardinality(String) DEFAULT 'head',
     adjusted_count  Float64 DEFAULT 1,
-    INDEX idx_trace_id trace_id TYPE bloom_filter(0.001) GRANULARITY 1
+    job_stage       LowCardinality(String),
+    queued_seconds  Float64,
+    ref             LowCardinality(String),
+    critical_path   Nullable(Bool),
+    slack_seconds   Nullable(Float64),
+    critical_path_seconds Nullable(Float64),
+    critical_path_parts Map(LowCardinality(String), Float64),
+    INDEX idx_trace_id trace_id TYPE bloom_filter(0.001) GRANULARITY 1,
+    INDEX idx_job_id job_id TYPE minmax GRANULARITY 1
 )
 ENGINE = MergeTree
 PARTITION BY toDate(start)
@@ -112,6 +120,26 @@ ALTER TABLE otel.ci_job_telemetry_traces
 ALTER TABLE otel.ci_job_telemetry_traces
     ADD COLUMN IF NOT EXISTS sampling_reason LowCardinality(String) DEFAULT 'head' AFTER span_version,
     ADD COLUMN IF NOT EXISTS adjusted_count Float64 DEFAULT 1 AFTER sampling_reason;
+
+-- Issue 36 (reading traces, SPEC §12): what a project's jobs summary and the critical path's panels read
+-- without opening a trace. On job spans: the stage, the queue wait (ci.job.queued_duration_seconds), and,
+-- once the control plane has computed the pipeline's critical path at its end, whether the job is on it
+-- (ci.job.critical_path), its time on it (ci.job.critical_path_seconds) and the slack of a job off it
+-- (ci.job.slack_seconds); NULL where not written (rows from before, spans written before the pipeline ended).
+-- On pipeline spans: the ref (vcs.ref.head.name) and the path's time by part, from the attributes
+-- ci.pipeline.critical_path.<part>_seconds (delay, queue, each runner stage: docs/reads.md "Attributes").
+-- The minmax index on job_id lets a lookup by project and job id (ORDER BY has pipeline_id between them)
+-- skip every granule but the job's own: GitLab's job ids grow with its pipeline ids. Parts written before
+-- it was added have no index until MATERIALIZE INDEX; a lookup then reads the project's rows in its window.
+ALTER TABLE otel.ci_job_telemetry_traces
+    ADD COLUMN IF NOT EXISTS job_stage LowCardinality(String) AFTER adjusted_count,
+    ADD COLUMN IF NOT EXISTS queued_seconds Float64 AFTER job_stage,
+    ADD COLUMN IF NOT EXISTS ref LowCardinality(String) AFTER queued_seconds,
+    ADD COLUMN IF NOT EXISTS critical_path Nullable(Bool) AFTER ref,
+    ADD COLUMN IF NOT EXISTS slack_seconds Nullable(Float64) AFTER critical_path,
+    ADD COLUMN IF NOT EXISTS critical_path_seconds Nullable(Float64) AFTER slack_seconds,
+    ADD COLUMN IF NOT EXISTS critical_path_parts Map(LowCardinality(String), Float64) AFTER critical_path_seconds,
+    ADD INDEX IF NOT EXISTS idx_job_id job_id TYPE minmax GRANULARITY 1;
 
 -- Identity is read from the resource first: the gateway overwrites the resource's ci.* attributes with
 -- the grant's values on every span it forwards, including the runner's stage spans and whatever a
@@ -166,7 +194,18 @@ SELECT
     -- own spans carry no tracestate: a pipeline's weight is its pipeline span's, which always carries it.
     72057594037927936 / (72057594037927936 - reinterpretAsUInt64(reverse(unhex(rightPad(
         extract(concat(';', trimRight(extract(TraceState, '(?:^|,)[ \t]*ot=([^,]*)')), ';'), ';th:([0-9a-f]{1,14});'),
-        14, '0'))))) AS adjusted_count
+        14, '0'))))) AS adjusted_count,
+    SpanAttributes['ci.job.stage'] AS job_stage,
+    toFloat64OrZero(SpanAttributes['ci.job.queued_duration_seconds']) AS queued_seconds,
+    SpanAttributes['vcs.ref.head.name'] AS ref,
+    -- The exporter writes a bool as true/false.
+    multiIf(SpanAttributes['ci.job.critical_path'] = 'true', true, SpanAttributes['ci.job.critical_path'] = 'false', false, NULL) AS critical_path,
+    toFloat64OrNull(SpanAttributes['ci.job.slack_seconds']) AS slack_seconds,
+    toFloat64OrNull(SpanAttributes['ci.job.critical_path_seconds']) AS critical_path_seconds,
+    -- ci.pipeline.critical_path.step_script_seconds = 12.5 becomes {'step_script': 12.5}.
+    mapApply((key, seconds) -> (substring(key, 27, length(key) - 26 - 8), toFloat64OrZero(seconds)),
+             mapFilter((key, seconds) -> startsWith(key, 'ci.pipeline.critical_path.') AND endsWith(key, '_seconds'), SpanAttributes))
+        AS critical_path_parts
 FROM otel.otel_traces
 WHERE project_id > 0 AND (job_id > 0 OR pipeline_id > 0) AND TraceId != '';
 
@@ -198,6 +237,13 @@ SELECT
     max(version) AS span_version,
     argMax(sampling_reason, version) AS sampling_reason,
     argMax(adjusted_count, version) AS adjusted_count,
+    argMax(job_stage, version) AS job_stage,
+    argMax(queued_seconds, version) AS queued_seconds,
+    argMax(ref, version) AS ref,
+    argMax(critical_path, version) AS critical_path,
+    argMax(slack_seconds, version) AS slack_seconds,
+    argMax(critical_path_seconds, version) AS critical_path_seconds,
+    argMax(critical_path_parts, version) AS critical_path_parts,
     -- How many versions of the span arrived: more than one for a pipeline that finished again.
     count() AS versions
 -- Under another name, so that the result's span_version (an aggregate) does not shadow the column.

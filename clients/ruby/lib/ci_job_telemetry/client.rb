@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "json"
+require "time"
 require "uri"
 
 module CiJobTelemetry
@@ -15,14 +16,32 @@ module CiJobTelemetry
   # - status: the HTTP status when there was one.
   # - error: what went wrong, in words that never hold the token, the secret or the payload.
   # - breaker: the breaker's state after the call.
-  Call = Struct.new(:outcome, :duration, :reason, :status, :error, :breaker, keyword_init: true)
+  # - operation: :decorate, or the read it was (:pipeline_trace, :job_trace, :critical_path, :jobs_summary), whose
+  #   outcomes are :read, :not_found (no such pipeline or job of that project, or not in the window), :bad_request
+  #   (an id or a time the service refused), :skipped, or a failure: :unavailable (503: the service's store could not
+  #   answer in time), :timeout, :unreachable, :unauthorized, :http_error, :invalid_answer, :error.
+  Call = Struct.new(:outcome, :duration, :reason, :status, :error, :breaker, :operation, keyword_init: true)
+
+  # What a read returned: `data` (the service's JSON answer, string keys) when `outcome` is :read, else nil, with
+  # the reason in `outcome`, `status` and `error`; `retry_after` (seconds) when the service said when to ask again.
+  Read = Struct.new(:data, :outcome, :status, :error, :retry_after, keyword_init: true) do
+    def ok?
+      outcome == :read
+    end
+  end
 
   # The decorator's client for GitLab's job-request API (SPEC §4). #decorate returns the decorated payload, or
   # the request's own payload whenever anything goes wrong; it never raises, and every wait it makes ends by its
   # deadline. Safe to share between threads: build one per process and keep it.
+  #
+  # It also reads traces (SPEC §12): #pipeline_trace, #job_trace, #critical_path and #jobs_summary return a Read,
+  # never raise, and end by their own deadline, behind a breaker of their own: a store that cannot answer reads must
+  # not stop pickups from being decorated.
   class Client
     PATH = "/internal/ci/telemetry/job_payload"
+    READS_PATH = "/internal/ci/telemetry/projects"
     FAILURES = %i[timeout unreachable unauthorized http_error invalid_answer error].freeze
+    READ_FAILURES = %i[unavailable timeout unreachable unauthorized http_error invalid_answer error].freeze
     # An answer is the request's payload plus a trace context and an endpoint: anything much larger is not one,
     # and is not read (nor parsed) whole.
     ANSWER_SLACK_BYTES = 64 * 1024
@@ -44,11 +63,19 @@ module CiJobTelemetry
     # - breaker: a Breaker, or the options of one (threshold:, window:, cool_off:).
     # - pool_size: idle keep-alive connections kept (the threads that call at once, e.g. Puma's max threads).
     # - keep_alive: seconds an idle connection is reused; below the service's idle timeout (Fastify's 72 s).
-    def initialize(base_url:, secret_file:, deadline: 0.05, issuer: "gitlab", on_call: nil, breaker: {}, pool_size: 8, keep_alive: 30)
+    # - read_deadline: seconds a read may take in all; a person is waiting for a page, not a runner for a job.
+    # - read_breaker: the reads' Breaker, or its options.
+    # - max_read_bytes: an answer to a read larger than this is not read (a trace of thousands of spans is megabytes).
+    def initialize(base_url:, secret_file:, deadline: 0.05, issuer: "gitlab", on_call: nil, breaker: {}, pool_size: 8, keep_alive: 30,
+                   read_deadline: 2.0, read_breaker: {}, max_read_bytes: 64 * 1024 * 1024)
       uri = URI(base_url)
       raise ArgumentError, "base_url must be an http or https URL" unless %w[http https].include?(uri.scheme) && uri.host
 
       @path = "#{uri.path.chomp('/')}#{PATH}"
+      @reads_path = "#{uri.path.chomp('/')}#{READS_PATH}"
+      @read_deadline = Float(read_deadline)
+      @read_breaker = read_breaker.is_a?(Breaker) ? read_breaker : Breaker.new(**read_breaker)
+      @max_read_bytes = Integer(max_read_bytes)
       @secret_file = secret_file
       @issuer = issuer
       @deadline = Float(deadline)
@@ -64,7 +91,7 @@ module CiJobTelemetry
       end
     end
 
-    attr_reader :breaker
+    attr_reader :breaker, :read_breaker
 
     # :closed, :open or :half_open.
     def breaker_state
@@ -76,9 +103,9 @@ module CiJobTelemetry
     def decorate(request)
       started = monotonic
       sent = Answer.field(request, "payload")
-      return report(Call.new(outcome: :skipped), started, sent) unless @breaker.allow?
+      return report(Call.new(outcome: :skipped, operation: :decorate), started, sent) unless @breaker.allow?
 
-      call = Call.new(outcome: :error)
+      call = Call.new(outcome: :error, operation: :decorate)
       payload = sent
       begin
         payload = exchange(request, sent, started + @deadline, call) || sent
@@ -102,6 +129,29 @@ module CiJobTelemetry
       end
       payload = sent if FAILURES.include?(call.outcome)
       report(call, started, payload)
+    end
+
+    # A pipeline's whole trace (its child pipelines included) with how complete it is: the service's answer,
+    # `{ "trace" => OTLP/JSON TracesData, "completeness" => {...} }`. `from`/`to` (Time or ISO 8601) bound the
+    # lookup: pass the pipeline's created and finished times.
+    def pipeline_trace(project_id:, pipeline_id:, from: nil, to: nil)
+      read(:pipeline_trace, [project_id, "pipelines", pipeline_id, "trace"], from: from, to: to)
+    end
+
+    # A job's subtree: its span, queue wait, the runner's spans and what its programs exported, with completeness.
+    def job_trace(project_id:, job_id:, from: nil, to: nil)
+      read(:job_trace, [project_id, "jobs", job_id, "trace"], from: from, to: to)
+    end
+
+    # Why the pipeline took as long as it did: the path's jobs, its time by part, every other job's slack.
+    def critical_path(project_id:, pipeline_id:, from: nil, to: nil)
+      read(:critical_path, [project_id, "pipelines", pipeline_id, "critical_path"], from: from, to: to)
+    end
+
+    # The project's jobs per name over a window, optionally on one ref: runs, failures, retries, durations, queue
+    # waits, and how often and how long on the critical path.
+    def jobs_summary(project_id:, from: nil, to: nil, ref: nil)
+      read(:jobs_summary, [project_id, "jobs"], from: from, to: to, ref: ref)
     end
 
     # Closes the idle connections (at shutdown; calls after it open new ones).
@@ -133,15 +183,24 @@ module CiJobTelemetry
       end
     end
 
-    # One POST on a pooled connection: [status, body]. A connection that served a request before may have been
-    # closed by the service meanwhile; such a failure is tried once more on a new one (decorating a job twice is
-    # harmless: the grant keeps its first expiry, SPEC §4), within the same deadline.
+    # One POST of the decorator: [status, body].
     def post(body, token, deadline)
+      request = Net::HTTP::Post.new(@path, HEADERS.merge(InternalApiToken::HEADER_NAME => token))
+      request.body = body
+      status, text, = pooled(request, deadline, body.bytesize * 2 + ANSWER_SLACK_BYTES, body.bytesize + 4096)
+      [status, text]
+    end
+
+    # One request on a pooled connection: [status, body, Retry-After]. A connection that served a request before
+    # may have been closed by the service meanwhile; such a failure is tried once more on a new one (decorating a
+    # job twice is harmless: the grant keeps its first expiry, SPEC §4; a read changes nothing), within the same
+    # deadline.
+    def pooled(request, deadline, limit, capacity)
       attempts = 0
       begin
         connection = @pool.checkout
         reused = connection.requests.positive?
-        answer = post_on(connection, body, token, deadline)
+        answer = request_on(connection, request, deadline, limit, capacity)
         @pool.checkin(connection)
         answer
       rescue EOFError, Errno::ECONNRESET, Errno::EPIPE
@@ -155,16 +214,15 @@ module CiJobTelemetry
       end
     end
 
-    def post_on(connection, body, token, deadline)
+    def request_on(connection, request, deadline, limit, capacity)
       connection.deadline = deadline
       connection.start unless connection.started?
-      request = Net::HTTP::Post.new(@path, HEADERS.merge(InternalApiToken::HEADER_NAME => token))
-      request.body = body
-      limit = body.bytesize * 2 + ANSWER_SLACK_BYTES
       status = nil
-      text = String.new(capacity: body.bytesize + 4096)
+      retry_after = nil
+      text = String.new(capacity: capacity)
       connection.request(request) do |response|
         status = response.code.to_i
+        retry_after = response["Retry-After"]
         raise AnswerTooLarge, "answer over #{limit} bytes" if response.content_length.to_i > limit
 
         response.read_body do |chunk|
@@ -172,7 +230,98 @@ module CiJobTelemetry
           raise AnswerTooLarge, "answer over #{limit} bytes" if text.bytesize > limit
         end
       end
-      [status, text.force_encoding(Encoding::UTF_8)]
+      [status, text.force_encoding(Encoding::UTF_8), retry_after]
+    end
+
+    # One read: a Read, whatever happens. Only the service's failures count against the reads' breaker: a 404 or
+    # a 400 is an answer.
+    def read(operation, segments, query)
+      started = monotonic
+      call = Call.new(outcome: :error, operation: operation)
+      read = Read.new
+      path = read_path(segments, query)
+      unless @read_breaker.allow?
+        call.outcome = :skipped
+        return finish_read(call, read, started)
+      end
+
+      begin
+        status, text, retry_after = get(path, token.current, started + @read_deadline)
+        call.status = status
+        case status
+        when 200
+          read.data = Answer.parse(text)
+          call.outcome = :read
+        when 404 then call.outcome = :not_found
+        when 400 then call.outcome = :bad_request
+        when 503
+          call.outcome = :unavailable
+          read.retry_after = Integer(retry_after, exception: false)
+        when 401, 403 then call.outcome = :unauthorized
+        else call.outcome = :http_error
+        end
+        call.error = service_error(text) unless status == 200
+      rescue Net::OpenTimeout, Net::ReadTimeout, Net::WriteTimeout => e
+        fail_with(call, :timeout, e.class.name)
+      rescue Answer::Invalid, AnswerTooLarge => e
+        fail_with(call, :invalid_answer, e.message)
+      rescue Net::HTTPBadResponse, Net::HTTPHeaderSyntaxError => e
+        fail_with(call, :invalid_answer, e.class.name)
+      rescue EOFError, IOError, SystemCallError, SocketError, OpenSSL::SSL::SSLError => e
+        fail_with(call, :unreachable, e.class.name)
+      rescue InternalApiToken::InvalidSecret => e
+        fail_with(call, :error, e.message)
+      rescue StandardError => e
+        fail_with(call, :error, e.class.name)
+      ensure
+        READ_FAILURES.include?(call.outcome) ? @read_breaker.failure : @read_breaker.success
+      end
+      finish_read(call, read, started)
+    rescue ArgumentError => e
+      # An id that is not a positive integer, a time that is not one: nothing is asked.
+      fail_with(call, :bad_request, e.message)
+      finish_read(call, read, started)
+    end
+
+    def get(path, token, deadline)
+      request = Net::HTTP::Get.new(path, HEADERS.merge(InternalApiToken::HEADER_NAME => token))
+      pooled(request, deadline, @max_read_bytes, 64 * 1024)
+    end
+
+    # /internal/ci/telemetry/projects/7/pipelines/500/trace?from=…&to=…: ids as positive integers, times in ISO 8601.
+    def read_path(segments, query)
+      path = segments.each_with_index.map do |segment, index|
+        next segment if index.odd?
+
+        id = segment.is_a?(Integer) || segment.is_a?(String) ? Integer(segment, exception: false) : nil
+        name = index.zero? ? "project_id" : "#{segments[index - 1].chomp('s')}_id"
+        raise ArgumentError, "#{name} must be a positive integer" unless id&.positive?
+
+        id.to_s
+      end
+      parameters = query.compact.map { |name, value| [name.to_s, name == :ref ? value.to_s : iso8601(value)] }
+      "#{@reads_path}/#{path.join('/')}#{parameters.empty? ? '' : "?#{URI.encode_www_form(parameters)}"}"
+    end
+
+    def iso8601(time)
+      return time.utc.iso8601(3) if time.respond_to?(:utc)
+
+      Time.iso8601(String(time)).utc.iso8601(3)
+    end
+
+    def finish_read(call, read, started)
+      read.data = nil unless call.outcome == :read
+      read.outcome = call.outcome
+      read.status = call.status
+      read.error = call.error
+      call.duration = monotonic - started
+      call.breaker = @read_breaker.state
+      begin
+        @on_call&.call(call)
+      rescue StandardError
+        nil
+      end
+      read
     end
 
     # The service's own words for a refusal (its errors never hold a token); a foreign body is not quoted.

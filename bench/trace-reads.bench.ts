@@ -1,0 +1,279 @@
+/**
+ * The ClickHouse backend of the read API (SPEC §12) on a month of spans: is every lookup bounded, and how fast?
+ *
+ * ClickHouse's engine (chdb) behind its HTTP interface (test/chdb/http-interface.js), read by the service's own
+ * ClickHouseTraceReads through the official client. otel_traces is filled in SQL (INSERT … SELECT FROM numbers()):
+ * pipelines of 40 jobs in four stages, each job a `job` span, its `queue_wait`, the runner's `job_execution` and
+ * seven build stages, each pipeline a `pipeline` span (401 spans a pipeline), spread over 30 days across 50
+ * projects; the CI view fills itself as it does behind the Collector (its materialized view fires on the insert).
+ * Then both tables are merged (OPTIMIZE … FINAL), as days-old partitions are in a running install.
+ *
+ * Measured, one lookup at a time: a job's trace and a pipeline's trace (window: the job's or pipeline's own
+ * times, as GitLab passes them; and the pipeline's with only the 31-day default window), a project's jobs over
+ * 7 days, and the critical path of a 2,000-span pipeline read back from ClickHouse. For each: p50/p95 and the
+ * rows ClickHouse read (its X-ClickHouse-Summary), the proof that a lookup reads its trace and not the month.
+ *
+ *   npm run bench:trace-reads                  # 10 million spans
+ *   npm run bench:trace-reads -- --smoke       # 40,100 spans, a few lookups: that it runs
+ */
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { parseArgs } from 'node:util';
+import { ClickHouseTraceReads, QueryStatistics } from '../src/reads/clickhouse-trace-reads';
+import { criticalPath } from '../src/reads/critical-path';
+import type { TimeWindow } from '../src/reads/trace-reads';
+import { startClickHouse } from '../test/helpers/clickhouse';
+import { insertOtelTraces, otelTracesRowsOfResourceSpans } from '../test/helpers/clickhouse-exporter';
+import { PipelineTrace } from '../test/helpers/pipeline-trace';
+import { repositoryRoot, runBench } from './lib/bench-env';
+import { percentile } from './lib/percentiles';
+import { printTable } from './lib/table';
+
+const { values: args } = parseArgs({
+  options: {
+    smoke: { type: 'boolean', default: false },
+    spans: { type: 'string' },
+    lookups: { type: 'string' },
+  },
+});
+
+const SPANS_PER_PIPELINE = 401;
+const JOBS_PER_PIPELINE = 40;
+const DAY_MS = 86_400_000;
+const PIPELINE_MS = 1_700_000;
+
+/**
+ * otel_traces rows for pipeline p = n / 401 and its span k = n % 401: k = 0 the pipeline, then per job j (0..39)
+ * ten spans s: job, queue_wait, job_execution, seven stages. Ids and times derive from (p, k), so parents match.
+ */
+const GENERATE = (spans: number, projects: number, baseMs: number, spacingMs: number) => `
+INSERT INTO otel.otel_traces
+    (Timestamp, TraceId, SpanId, ParentSpanId, TraceState, SpanName, SpanKind, ServiceName, ResourceAttributes, ScopeName,
+     SpanAttributes, Duration, StatusCode, StatusMessage)
+SELECT
+    fromUnixTimestamp64Milli(toInt64(start_ms)) AS Timestamp,
+    lower(hex(MD5(toString(p)))) AS TraceId,
+    lower(hex(substring(MD5(concat(toString(p), ':', toString(k))), 1, 8))) AS SpanId,
+    multiIf(k = 0, '',
+            s = 0, lower(hex(substring(MD5(concat(toString(p), ':0')), 1, 8))),
+            s IN (1, 2), lower(hex(substring(MD5(concat(toString(p), ':', toString(1 + j * 10))), 1, 8))),
+            lower(hex(substring(MD5(concat(toString(p), ':', toString(3 + j * 10))), 1, 8)))) AS ParentSpanId,
+    if(k = 0, 'ot=th:0', '') AS TraceState,
+    if(k = 0, 'pipeline', ['job', 'queue_wait', 'job_execution', 'prepare_executor', 'get_sources', 'restore_cache',
+                           'step_script', 'after_script', 'archive_cache', 'upload_artifacts'][s + 1]) AS SpanName,
+    if(k = 0, 'Server', 'Internal') AS SpanKind,
+    service AS ServiceName,
+    mapFilter((key, value) -> value != '', map(
+        'service.name', service,
+        'ci.project.id', toString(project_id),
+        'ci.pipeline.id', toString(pipeline_id),
+        'ci.job.id', if(k = 0, '', toString(job_id)),
+        'ci.runner.id', if(s >= 2, toString(1 + h % 20), ''),
+        'ci.sampling.reason', 'head')) AS ResourceAttributes,
+    if(s >= 2, 'gitlab-ci-runner', 'ci-job-telemetry/pipeline-spans') AS ScopeName,
+    mapFilter((key, value) -> value != '', multiIf(
+        k = 0, map(
+            'ci.pipeline.status', 'success',
+            'vcs.ref.head.name', if(p % 4 = 0, 'feature', 'main'),
+            'ci.pipeline.span.version', '1',
+            'ci.pipeline.critical_path.delay_seconds', '4',
+            'ci.pipeline.critical_path.queue_seconds', toString(20 + p % 60),
+            'ci.pipeline.critical_path.step_script_seconds', toString(600 + p % 300)),
+        s = 0, map(
+            'cicd.pipeline.task.name', concat('job-', toString(j)),
+            'ci.job.stage', concat('stage-', toString(stage_index)),
+            'ci.job.status', status,
+            'ci.job.queued_duration_seconds', toString(queue_ms / 1000),
+            'ci.pipeline.span.version', '1',
+            'ci.job.critical_path', if(j % 10 = 0, 'true', 'false'),
+            'ci.job.critical_path_seconds', if(j % 10 = 0, toString((finished_ms - queued_ms) / 1000), ''),
+            'ci.job.slack_seconds', if(j % 10 = 0, '0', toString(h % 120))),
+        s = 1, map('ci.job.queued_duration_seconds', toString(queue_ms / 1000), 'ci.runner.type', 'instance_type'),
+        s = 2, map('ci.job.id', toString(job_id), 'ci.project.id', toString(project_id), 'ci.pipeline.id', toString(pipeline_id),
+                   'ci.job.status', status),
+        map('', ''))) AS SpanAttributes,
+    toUInt64(end_ms - start_ms) * 1000000 AS Duration,
+    if(s IN (0, 2) AND status = 'failed', 'Error', 'Unset') AS StatusCode,
+    if(s IN (0, 2) AND status = 'failed', 'script_failure', '') AS StatusMessage
+FROM
+(
+    SELECT
+        number AS n,
+        intDiv(n, ${SPANS_PER_PIPELINE}) AS p,
+        n % ${SPANS_PER_PIPELINE} AS k,
+        if(k = 0, 0, intDiv(k - 1, 10)) AS j,
+        if(k = 0, -1, (toInt64(k) - 1) % 10) AS s,
+        100000 + p AS pipeline_id,
+        1 + p % ${projects} AS project_id,
+        1000000 + p * ${JOBS_PER_PIPELINE} + j AS job_id,
+        if(s >= 2, 'runner', 'gitlab-ci') AS service,
+        cityHash64(p, j) AS h,
+        if(h % 20 = 0, 'failed', 'success') AS status,
+        intDiv(j, 10) AS stage_index,
+        toInt64(${baseMs}) + toInt64(p) * ${spacingMs} AS created_ms,
+        created_ms + stage_index * 400000 + (j % 10) * 1000 + 2000 AS queued_ms,
+        toInt64(5000 + h % 30000) AS queue_ms,
+        queued_ms + queue_ms AS picked_ms,
+        [toInt64(3000 + h % 2000), 2000, 4000, toInt64(60000 + h % 240000), 1000, 2000, 1000] AS stage_ms,
+        picked_ms + arraySum(stage_ms) AS finished_ms,
+        multiIf(k = 0, created_ms, s IN (0, 1), queued_ms, s = 2, picked_ms,
+                picked_ms + arraySum(arraySlice(stage_ms, 1, s - 3))) AS start_ms,
+        multiIf(k = 0, created_ms + ${PIPELINE_MS}, s = 1, picked_ms, s IN (0, 2), finished_ms,
+                start_ms + stage_ms[s - 2]) AS end_ms
+    FROM numbers(${spans})
+)`;
+
+/** The generated pipeline p's own times, as GitLab passes them. */
+const pipelineWindow = (p: number, baseMs: number, spacingMs: number): TimeWindow => {
+  const created = baseMs + p * spacingMs;
+  return { fromMs: created, toMs: created + PIPELINE_MS };
+};
+
+async function main(): Promise<void> {
+  const root = repositoryRoot(__dirname);
+  const smoke = args.smoke;
+  const spans = Number(args.spans ?? (smoke ? 100 * SPANS_PER_PIPELINE : 10_000_000));
+  const lookups = Number(args.lookups ?? (smoke ? 5 : 200));
+  const pipelines = Math.floor(spans / SPANS_PER_PIPELINE);
+  // 50 projects: 500 pipelines each over the month at 10 million spans; a few for the smoke run's 100 pipelines.
+  const PROJECTS = smoke ? 4 : 50;
+  const now = Date.now();
+  // 30 days, ending two hours ago (otel_traces keeps 30 days).
+  const baseMs = now - 30 * DAY_MS + 3_600_000;
+  const spacingMs = Math.floor((30 * DAY_MS - 3 * 3_600_000) / pipelines);
+
+  const clickhouse = await startClickHouse({ http: { password: 'bench' } });
+  try {
+    await clickhouse.query(readFileSync(join(root, 'deploy', 'clickhouse', 'init', '01-ci-job-telemetry.sql'), 'utf8'));
+    let started = performance.now();
+    await clickhouse.query(GENERATE(pipelines * SPANS_PER_PIPELINE, PROJECTS, baseMs, spacingMs));
+    const generateSeconds = (performance.now() - started) / 1000;
+
+    // The critical path's pipeline: 200 jobs of seven build stages each, in 20 stages of 10, each stage's jobs
+    // queued after the stage before ended (2,001 spans; the path is one job a stage).
+    const bigProject = PROJECTS + 1;
+    const big = new PipelineTrace(bigProject, 900_000, now - 2 * DAY_MS);
+    for (let job = 0; job < 200; job += 1) {
+      const stage = Math.floor(job / 10);
+      const queuedAt = stage * 150 + (job % 10);
+      const script = 60 + ((job * 37) % 50);
+      big.job({
+        jobId: 9_000_000 + job,
+        name: `job-${job}`,
+        stage: `stage-${stage}`,
+        queuedAt,
+        pickedUpAt: queuedAt + 5,
+        finishedAt: queuedAt + 5 + 13 + script,
+        stages: [
+          ['prepare_executor', 3],
+          ['get_sources', 2],
+          ['restore_cache', 4],
+          ['step_script', script],
+          ['after_script', 1],
+          ['archive_cache', 2],
+          ['upload_artifacts', 1],
+        ],
+      });
+    }
+    big.pipeline(900_000, { status: 'success', finishedAt: 20 * 150 });
+    await insertOtelTraces(clickhouse, otelTracesRowsOfResourceSpans(big.resourceSpans()));
+
+    started = performance.now();
+    await clickhouse.query('OPTIMIZE TABLE otel.otel_traces FINAL; OPTIMIZE TABLE otel.ci_job_telemetry_traces FINAL');
+    const optimizeSeconds = (performance.now() - started) / 1000;
+    const [traces] = await clickhouse.query(
+      "SELECT uniqExact(partition) AS days, count() AS parts FROM system.parts WHERE database = 'otel' AND table = 'otel_traces' AND active",
+    );
+    const [view] = await clickhouse.query('SELECT count() AS rows FROM otel.ci_job_telemetry_traces');
+    const [spanCount] = await clickhouse.query('SELECT count() AS rows FROM otel.otel_traces');
+    console.log(
+      `otel_traces: ${spanCount.rows} spans in ${traces.days} daily partitions (${traces.parts} parts), generated in ${generateSeconds.toFixed(1)} s, merged in ${optimizeSeconds.toFixed(1)} s; ` +
+        `the CI view: ${view.rows} rows; ${pipelines} pipelines of ${JOBS_PER_PIPELINE} jobs, ${PROJECTS} projects`,
+    );
+
+    let statistics: QueryStatistics[] = [];
+    const byQuery = new Map<string, number[]>();
+    const reads = new ClickHouseTraceReads({
+      url: clickhouse.url,
+      password: clickhouse.password,
+      timeoutMs: 30_000,
+      onQuery: (query) => statistics.push(query),
+    });
+    const results: string[][] = [['lookup', 'n', 'p50 ms', 'p95 ms', 'goal p95', 'spans (median)', 'rows read (median)', 'rows read (max)']];
+    // Pipelines spread over the month, the same ones for every lookup kind.
+    const sample = Array.from({ length: lookups }, (_, index) => Math.floor(((index + 0.5) * pipelines) / lookups));
+    const measure = async (name: string, goalMs: number, each: (index: number) => Promise<number>) => {
+      const latencies: number[] = [];
+      const rowsRead: number[] = [];
+      const counts: number[] = [];
+      for (let index = 0; index < sample.length; index += 1) {
+        statistics = [];
+        const before = performance.now();
+        counts.push(await each(index));
+        latencies.push(performance.now() - before);
+        rowsRead.push(statistics.reduce((sum, query) => sum + query.readRows, 0));
+        for (const query of statistics) byQuery.set(`${name}: ${query.query}`, [...(byQuery.get(`${name}: ${query.query}`) ?? []), query.readRows]);
+      }
+      results.push([
+        name,
+        String(sample.length),
+        percentile(latencies, 50).toFixed(1),
+        percentile(latencies, 95).toFixed(1),
+        `${goalMs}`,
+        String(percentile(counts, 50)),
+        String(percentile(rowsRead, 50)),
+        String(Math.max(...rowsRead)),
+      ]);
+    };
+    const expectSpans = (found: unknown[] | null, what: string) => {
+      if (found === null || found.length !== SPANS_PER_PIPELINE) throw new Error(`${what}: ${found?.length ?? 'no'} spans, not ${SPANS_PER_PIPELINE}`);
+      return found.length;
+    };
+    const month: TimeWindow = { fromMs: now - 31 * DAY_MS, toMs: now };
+
+    await measure("a job's trace (its pipeline's times)", 100, async (index) => {
+      const p = sample[index];
+      const window = pipelineWindow(p, baseMs, spacingMs);
+      const job = 1_000_000 + p * JOBS_PER_PIPELINE + (index % JOBS_PER_PIPELINE);
+      return expectSpans(await reads.jobTrace(1 + (p % PROJECTS), job, window), `job ${job}`);
+    });
+    await measure("a pipeline's trace (its times)", 100, async (index) => {
+      const p = sample[index];
+      return expectSpans(await reads.pipelineTrace(1 + (p % PROJECTS), 100_000 + p, pipelineWindow(p, baseMs, spacingMs)), `pipeline ${p}`);
+    });
+    await measure("a pipeline's trace (31 days)", 100, async (index) => {
+      const p = sample[index];
+      return expectSpans(await reads.pipelineTrace(1 + (p % PROJECTS), 100_000 + p, month), `pipeline ${p}`);
+    });
+    await measure("a project's jobs, 7 days", 1000, async (index) => {
+      const jobs = await reads.projectJobs(1 + (index % PROJECTS), { fromMs: now - 7 * DAY_MS, toMs: now });
+      if (jobs.length === 0) throw new Error(`project ${1 + (index % PROJECTS)}: no jobs in 7 days`);
+      return jobs.length;
+    });
+    const bigSpans = (await reads.pipelineTrace(bigProject, 900_000, { fromMs: big.at(-60), toMs: big.at(3100) }))!;
+    await measure(
+      "2,000-span pipeline's trace",
+      100,
+      async () => (await reads.pipelineTrace(bigProject, 900_000, { fromMs: big.at(-60), toMs: big.at(3100) }))!.length,
+    );
+    await measure("2,000-span pipeline's critical path", 20, async () => {
+      const path = criticalPath(bigSpans);
+      if (path === null || path.path.length !== 20) throw new Error(`critical path of the 2,000-span pipeline: ${path?.path.length ?? 'none'} jobs, not 20`);
+      return bigSpans.length;
+    });
+    await reads.close();
+
+    printTable(results);
+    console.log();
+    printTable([
+      ['query of the lookup', 'rows read (median)', 'rows read (max)'],
+      ...[...byQuery].map(([query, rows]) => [query, String(percentile(rows, 50)), String(Math.max(...rows))]),
+    ]);
+    console.log('rows read: what ClickHouse counted for the lookup (all of its queries); the critical path reads nothing (computed on the spans read above)');
+  } finally {
+    await clickhouse.stop();
+  }
+}
+
+runBench(main);

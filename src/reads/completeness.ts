@@ -1,0 +1,92 @@
+import { SAMPLING_REASON_ATTRIBUTE } from '../otlp/ci-identity';
+import type { StoredSpan } from './trace-reads';
+
+/**
+ * How complete a trace read is (SPEC §12), so a caller never mistakes a partial trace for a whole one: how many
+ * spans, how many roots (a whole trace has one, its pipeline), how many name a parent that is not there, how many
+ * jobs have no runner spans, whether the pipeline has finished, and why it was kept (SPEC §11) with the count it
+ * stands for. Pure.
+ */
+export interface Completeness {
+  readonly spans: number;
+  readonly roots: number;
+  readonly missing_parents: number;
+  /** Jobs that ran (or were meant to) whose runner's `job_execution` span is not in the trace. */
+  readonly jobs_without_runner_spans: number;
+  /** GitLab said the pipeline finished, and no job of it is still running or unreported. */
+  readonly final: boolean;
+  /** `ci.sampling.reason` of the pipeline's spans: head, failed, slow, queued, no_outcome; null when none says. */
+  readonly sampling_reason: string | null;
+  /** How many pipelines this one stands for, from its tracestate's `ot=th` (SPEC §11): 1 when kept whole. */
+  readonly adjusted_count: number;
+}
+
+/** GitLab's statuses after which a pipeline has finished (for now: a retry or a played job reopens it). */
+const FINISHED = new Set(['success', 'failed', 'canceled', 'skipped']);
+/** A job that never ran has no runner spans to miss. */
+const NEVER_RAN = new Set(['canceled', 'skipped']);
+/** Spans the control plane emits, which carry the pipeline's tracestate (a runner's carry none: it is never told). */
+const CONTROL_PLANE = new Set(['pipeline', 'bridge', 'job', 'queue_wait']);
+
+const RANDOMNESS_SPACE = 2 ** 56;
+
+/**
+ * The adjusted count of OpenTelemetry's consistent probability sampling: `th:T` of the tracestate's `ot` entry (a W3C
+ * list of `key=value` by commas; in `ot`, `;`-separated `key:value`), T up to 14 hex digits with trailing zeros
+ * dropped. Kept with probability (2^56 − T) / 2^56, so it stands for 2^56 / (2^56 − T). No threshold, th:0 or one
+ * that does not parse: 1.
+ */
+export function adjustedCountOf(traceState: string): number {
+  const ot = traceState
+    .split(',')
+    .map((member) => member.trim())
+    .find((member) => member.startsWith('ot='));
+  const threshold = ot
+    ?.slice(3)
+    .split(';')
+    .find((entry) => entry.startsWith('th:'))
+    ?.slice(3);
+  if (threshold === undefined || !/^[0-9a-f]{1,14}$/.test(threshold)) return 1;
+  const value = Number(BigInt(`0x${threshold.padEnd(14, '0')}`));
+  return value === 0 ? 1 : RANDOMNESS_SPACE / (RANDOMNESS_SPACE - value);
+}
+
+/** The pipeline span at the top of `spans`: the one whose parent is not among them (the root, or a child read alone). */
+export function topPipelineSpan(spans: readonly StoredSpan[], ids: ReadonlySet<string> = new Set(spans.map((span) => span.spanId))): StoredSpan | undefined {
+  return spans.find((span) => span.name === 'pipeline' && !ids.has(span.parentSpanId));
+}
+
+export function completenessOf(spans: readonly StoredSpan[]): Completeness {
+  const ids = new Set(spans.map((span) => span.spanId));
+  const withRunner = new Set<string>();
+  let roots = 0;
+  let missingParents = 0;
+  let unreported = 0;
+  for (const span of spans) {
+    if (span.parentSpanId === '') roots += 1;
+    else if (!ids.has(span.parentSpanId)) missingParents += 1;
+    if (span.name === 'job_execution') withRunner.add(span.parentSpanId);
+    // A job picked up (its queue wait) or run (its runner's span) whose job span GitLab has not closed yet.
+    if ((span.name === 'queue_wait' || span.name === 'job_execution') && !ids.has(span.parentSpanId)) unreported += 1;
+  }
+  let withoutRunner = 0;
+  for (const span of spans) {
+    if (span.name !== 'job' || withRunner.has(span.spanId)) continue;
+    if (!NEVER_RAN.has(String(span.attributes['ci.job.status'] ?? ''))) withoutRunner += 1;
+  }
+  const pipeline = topPipelineSpan(spans, ids);
+  const status = pipeline?.attributes['ci.pipeline.status'];
+  const controlPlane = pipeline ?? spans.find((span) => CONTROL_PLANE.has(span.name));
+  const reason =
+    pipeline?.resource[SAMPLING_REASON_ATTRIBUTE] ??
+    spans.find((span) => span.resource[SAMPLING_REASON_ATTRIBUTE] !== undefined)?.resource[SAMPLING_REASON_ATTRIBUTE];
+  return {
+    spans: spans.length,
+    roots,
+    missing_parents: missingParents,
+    jobs_without_runner_spans: withoutRunner,
+    final: typeof status === 'string' && FINISHED.has(status) && unreported === 0,
+    sampling_reason: reason === undefined || reason === '' ? null : String(reason),
+    adjusted_count: controlPlane === undefined ? 1 : adjustedCountOf(controlPlane.traceState),
+  };
+}

@@ -1,0 +1,526 @@
+import type { StoredSpan } from './trace-reads';
+
+/**
+ * The critical path of a pipeline (SPEC §12), from its trace alone: pure, no Nest, no I/O, one way for the
+ * endpoints, the CLI and whichever backend fetched the spans.
+ *
+ * GitLab makes a job pending when its last dependency finishes, so without knowing `needs:`, walking back from
+ * the job that ended last, each job's blocker is the job of its pipeline whose end is latest at or before the job
+ * became pending (its `queued_at`, where its queue wait and its job span start). A child pipeline is reached
+ * through its bridge: a bridge found as a blocker is replaced by the job of its child pipeline that ended last,
+ * and the first job of a child pipeline is blocked by what blocked its bridge. Retried jobs count by their last
+ * attempt (SPEC §10, the final story).
+ *
+ * The path's time, from the root pipeline's creation to the last job's end, is split with nothing counted twice
+ * and nothing left out: before each job, the wait since its blocker ended (GitLab's delay, or a person playing a
+ * manual job, or the earlier attempts of a retried job); its queue wait (pending → a runner took it); and its run,
+ * by the runner's stages (`job_execution`'s children), the rest as `other`. Times are whole milliseconds, so the
+ * totals add up to the path's duration exactly.
+ */
+
+/** The runner's stages the path is split by (SPEC §12), and `other` for the rest of a job's run. */
+export const RUNNER_PARTS = [
+  'prepare_executor',
+  'pull_image',
+  'get_sources',
+  'restore_cache',
+  'step_script',
+  'after_script',
+  'archive_cache',
+  'upload_artifacts',
+  'other',
+] as const;
+export type RunnerPart = (typeof RUNNER_PARTS)[number];
+
+/**
+ * GitLab Runner's build stage names (`common/build.go`) as the parts above: the shell stages of a failed job
+ * (`…_on_failure`), `download_artifacts` with the other transfers, a user script (`step_script`, `build_script`,
+ * `step_run` of steps) with the script. What is not named here is `other`.
+ */
+const STAGE_PARTS: Readonly<Record<string, RunnerPart>> = {
+  prepare_executor: 'prepare_executor',
+  prepare_script: 'prepare_executor',
+  pull_image: 'pull_image',
+  get_sources: 'get_sources',
+  clear_worktree: 'get_sources',
+  restore_cache: 'restore_cache',
+  download_artifacts: 'restore_cache',
+  step_script: 'step_script',
+  build_script: 'step_script',
+  step_run: 'step_script',
+  after_script: 'after_script',
+  archive_cache: 'archive_cache',
+  archive_cache_on_failure: 'archive_cache',
+  upload_artifacts: 'upload_artifacts',
+  upload_artifacts_on_success: 'upload_artifacts',
+  upload_artifacts_on_failure: 'upload_artifacts',
+};
+
+export function runnerPartOf(stageSpanName: string): RunnerPart {
+  return STAGE_PARTS[stageSpanName] ?? 'other';
+}
+
+/**
+ * What a job waited for between its blocker's end and becoming pending: GitLab's own delay, a person (a manual
+ * job, played later), or its earlier attempts (a retried job: they ran, failed, and someone or `retry:` tried again).
+ */
+export type WaitingFor = 'gitlab' | 'manual' | 'retry';
+
+/**
+ * Set (true) on a job's span or its queue wait when the job was started by a person (GitLab's `CI_JOB_MANUAL`):
+ * the wait before it is a manual wait, not GitLab's delay.
+ */
+export const MANUAL_JOB_ATTRIBUTE = 'ci.job.manual';
+
+export interface PathElement {
+  readonly job_id: number;
+  readonly name: string | null;
+  readonly stage: string | null;
+  readonly pipeline_id: number | null;
+  /** The job whose end let this one become pending; null for the first. */
+  readonly blocked_by: number | null;
+  readonly waiting_for: WaitingFor;
+  /** The blocker's end (the pipeline's creation, for the first) → this job pending. */
+  readonly delay_seconds: number;
+  /** Pending → picked up by a runner. */
+  readonly queue_seconds: number;
+  /** Picked up → ended, by the runner's stages; all `other` when the runner exported nothing. */
+  readonly parts: Readonly<Record<RunnerPart, number>>;
+  /** Pending → ended: queue and run. */
+  readonly duration_seconds: number;
+  /** Attempts of this job (same name, same pipeline); the path counts the last. */
+  readonly attempts: number;
+  /** Whether the runner's `job_execution` span is in the trace; without it the run is GitLab's times only. */
+  readonly runner_spans: boolean;
+}
+
+export type PathTotals = Readonly<Record<'delay' | 'manual_wait' | 'retry_wait' | 'queue' | RunnerPart, number>>;
+
+export interface CriticalPath {
+  /** From the root pipeline's creation (or the first job pending) to the end of the job that ended last. */
+  readonly duration_seconds: number;
+  /** The path's time by part; they add up to `duration_seconds`. */
+  readonly totals: PathTotals;
+  /** Oldest first. */
+  readonly path: PathElement[];
+  /** Every job off the path, with how much longer it could have taken without delaying the pipeline; largest first. */
+  readonly slack: Array<{ readonly job_id: number; readonly name: string | null; readonly slack_seconds: number }>;
+}
+
+const JOB = 'job';
+const BRIDGE = 'bridge';
+const QUEUE_WAIT = 'queue_wait';
+const JOB_EXECUTION = 'job_execution';
+const PIPELINE = 'pipeline';
+
+/** A job (or a bridge whose child pipeline is not in the trace) as the walk sees it; times in epoch ms. */
+interface Node {
+  readonly jobId: number;
+  readonly name: string | null;
+  readonly stage: string | null;
+  readonly pipelineId: number | null;
+  readonly pending: number;
+  readonly pickedUp: number;
+  readonly end: number;
+  readonly bridgeOf?: number;
+  readonly manual: boolean;
+  readonly parts: Record<RunnerPart, number>;
+  readonly runnerSpans: boolean;
+  attempts: StoredSpanTimes[];
+  /** The same-pipeline blocker, else for a child pipeline's first jobs what blocked its bridge (resolved). */
+  blocker?: Node | null;
+  /** The same-pipeline blocker only (for slack). */
+  localBlocker?: Node | null;
+  slackMs?: number;
+}
+
+interface StoredSpanTimes {
+  readonly pending: number;
+  readonly end: number;
+}
+
+const ms = (nanos: bigint) => Number((nanos + 500_000n) / 1_000_000n);
+const seconds = (millis: number) => millis / 1000;
+
+function numberAttribute(span: StoredSpan, key: string): number | null {
+  const raw = span.attributes[key] ?? span.resource[key];
+  if (raw === undefined || raw === '') return null;
+  const value = Number(raw);
+  return Number.isSafeInteger(value) ? value : null;
+}
+
+function textAttribute(span: StoredSpan | undefined, key: string): string | null {
+  const raw = span?.attributes[key];
+  return typeof raw === 'string' && raw !== '' ? raw : null;
+}
+
+function emptyParts(): Record<RunnerPart, number> {
+  return Object.fromEntries(RUNNER_PARTS.map((part) => [part, 0])) as Record<RunnerPart, number>;
+}
+
+/**
+ * A run split by the runner's stages: each stage clipped to the run and to the stages before it (so an overlap is
+ * counted once, for the earlier stage), the rest `other`. Whole milliseconds adding up to `end − from`.
+ */
+function runParts(stages: readonly StoredSpan[], from: number, end: number): Record<RunnerPart, number> {
+  const parts = emptyParts();
+  let covered = from;
+  let counted = 0;
+  const ordered = [...stages].sort((a, b) => (a.startNanos < b.startNanos ? -1 : a.startNanos > b.startNanos ? 1 : 0));
+  for (const stage of ordered) {
+    const start = Math.max(ms(stage.startNanos), covered);
+    const stop = Math.min(ms(stage.endNanos), end);
+    if (stop <= start) continue;
+    parts[runnerPartOf(stage.name)] += stop - start;
+    counted += stop - start;
+    covered = stop;
+  }
+  parts.other += Math.max(0, end - from - counted);
+  return parts;
+}
+
+/** The spans of a trace, indexed for the walk. */
+class TraceIndex {
+  readonly byId = new Map<string, StoredSpan>();
+  readonly children = new Map<string, StoredSpan[]>();
+
+  constructor(spans: readonly StoredSpan[]) {
+    for (const span of spans) {
+      this.byId.set(span.spanId, span);
+      if (span.parentSpanId === '') continue;
+      const siblings = this.children.get(span.parentSpanId);
+      if (siblings === undefined) this.children.set(span.parentSpanId, [span]);
+      else siblings.push(span);
+    }
+  }
+
+  childrenOf(spanId: string, name?: string): StoredSpan[] {
+    const found = this.children.get(spanId) ?? [];
+    return name === undefined ? found : found.filter((span) => span.name === name);
+  }
+}
+
+/** The latest-ending of `spans`, for a job whose runner exported more than once (a retried export). */
+const lastEnding = (spans: readonly StoredSpan[]) =>
+  spans.reduce<StoredSpan | undefined>((last, span) => (last === undefined || span.endNanos > last.endNanos ? span : last), undefined);
+
+function jobNode(index: TraceIndex, job: StoredSpan | undefined, queue: StoredSpan | undefined, execution: StoredSpan | undefined): Node | null {
+  const identified = job ?? execution ?? queue;
+  const jobId = identified === undefined ? null : numberAttribute(identified, 'ci.job.id');
+  if (jobId === null) return null;
+  // A job's end is GitLab's (its job span); while the job span is not there, its runner's.
+  const ender = job ?? execution;
+  if (ender === undefined) return null;
+  const end = ms(ender.endNanos);
+  const pending = Math.min(end, queue === undefined ? ms((job ?? execution)!.startNanos) : ms(queue.startNanos));
+  const pickedUpAt = queue !== undefined ? ms(queue.endNanos) : execution !== undefined ? ms(execution.startNanos) : pending;
+  const pickedUp = Math.min(end, Math.max(pending, pickedUpAt));
+  const stages = execution === undefined ? [] : index.childrenOf(execution.spanId);
+  const manual = [job, queue].some((span) => span?.attributes[MANUAL_JOB_ATTRIBUTE] === true);
+  return {
+    jobId,
+    name: textAttribute(job, 'cicd.pipeline.task.name'),
+    stage: textAttribute(job, 'ci.job.stage'),
+    pipelineId: numberAttribute(identified!, 'ci.pipeline.id'),
+    pending,
+    pickedUp,
+    end,
+    manual,
+    parts: runParts(stages, pickedUp, end),
+    runnerSpans: execution !== undefined,
+    attempts: [],
+  };
+}
+
+/** Jobs, by the job span id their queue wait and runner spans name as parent, and bridges. */
+function nodesOf(index: TraceIndex, spans: readonly StoredSpan[]): { nodes: Node[]; bridges: Map<number, Node>; running: number } {
+  const jobSpanIds = new Set<string>();
+  for (const span of spans) {
+    if (span.name === JOB) jobSpanIds.add(span.spanId);
+    else if ((span.name === QUEUE_WAIT || span.name === JOB_EXECUTION) && span.parentSpanId !== '') jobSpanIds.add(span.parentSpanId);
+  }
+  const nodes: Node[] = [];
+  let running = 0;
+  for (const jobSpanId of jobSpanIds) {
+    const job = index.byId.get(jobSpanId);
+    if (job !== undefined && job.name !== JOB) continue;
+    const queue = lastEnding(index.childrenOf(jobSpanId, QUEUE_WAIT));
+    const execution = lastEnding(index.childrenOf(jobSpanId, JOB_EXECUTION));
+    const node = jobNode(index, job, queue, execution);
+    if (node !== null) nodes.push(node);
+    else if (job === undefined && queue !== undefined) running += 1;
+  }
+  const bridges = new Map<number, Node>();
+  for (const span of spans) {
+    if (span.name !== BRIDGE) continue;
+    const jobId = numberAttribute(span, 'ci.job.id');
+    const child = Number(span.attributes['ci.downstream_pipeline.id']);
+    if (jobId === null || !Number.isSafeInteger(child)) continue;
+    const start = ms(span.startNanos);
+    const end = Math.max(start, ms(span.endNanos));
+    const parts = emptyParts();
+    parts.other = end - start;
+    const node: Node = {
+      jobId,
+      name: textAttribute(span, 'cicd.pipeline.task.name'),
+      stage: textAttribute(span, 'ci.job.stage'),
+      pipelineId: numberAttribute(span, 'ci.pipeline.id'),
+      pending: start,
+      pickedUp: start,
+      end,
+      bridgeOf: child,
+      manual: false,
+      parts,
+      runnerSpans: false,
+      attempts: [],
+    };
+    bridges.set(child, node);
+    nodes.push(node);
+  }
+  return { nodes, bridges, running };
+}
+
+/**
+ * Drops the earlier attempts of retried jobs (same pipeline, same name; the last is the one queued last), noting
+ * them on the last attempt. Jobs without a name (no webhook told it) are each their own.
+ */
+function lastAttempts(nodes: readonly Node[]): Node[] {
+  const latest = new Map<string, Node>();
+  const kept: Node[] = [];
+  const earlier: Array<[string, Node]> = [];
+  for (const node of nodes) {
+    if (node.name === null || node.bridgeOf !== undefined) {
+      kept.push(node);
+      continue;
+    }
+    const key = `${node.pipelineId ?? ''}\u0000${node.name}`;
+    const found = latest.get(key);
+    if (found === undefined) {
+      latest.set(key, node);
+    } else if (node.pending > found.pending || (node.pending === found.pending && node.jobId > found.jobId)) {
+      latest.set(key, node);
+      earlier.push([key, found]);
+    } else {
+      earlier.push([key, node]);
+    }
+  }
+  for (const [key, node] of earlier) latest.get(key)!.attempts.push({ pending: node.pending, end: node.end });
+  return [...kept, ...latest.values()];
+}
+
+const byEnd = (a: Node, b: Node) => a.end - b.end || a.pending - b.pending || a.jobId - b.jobId;
+
+/**
+ * Each node's blocker within its pipeline: the node ending latest at or before it became pending (binary search
+ * over the pipeline's nodes by end).
+ */
+function assignLocalBlockers(pipelines: ReadonlyMap<number | null, Node[]>): void {
+  for (const members of pipelines.values()) {
+    members.sort(byEnd);
+    for (const node of members) {
+      let low = 0;
+      let high = members.length - 1;
+      let found = -1;
+      while (low <= high) {
+        const middle = (low + high) >> 1;
+        if (members[middle].end <= node.pending) {
+          found = middle;
+          low = middle + 1;
+        } else {
+          high = middle - 1;
+        }
+      }
+      while (found >= 0 && members[found] === node) found -= 1;
+      node.localBlocker = found >= 0 ? members[found] : null;
+    }
+  }
+}
+
+/**
+ * Computes the critical path of one trace (a root pipeline with its child pipelines, or a child pipeline's
+ * subtree). `spans` are each span once in its latest version. A pipeline still running gives the path so far.
+ * Null when the trace holds no job that ended.
+ */
+export function criticalPath(spans: readonly StoredSpan[]): CriticalPath | null {
+  const index = new TraceIndex(spans);
+  const { nodes: all, bridges } = nodesOf(index, spans);
+  const nodes = lastAttempts(all);
+  if (nodes.length === 0) return null;
+
+  const pipelines = new Map<number | null, Node[]>();
+  for (const node of nodes) {
+    const members = pipelines.get(node.pipelineId);
+    if (members === undefined) pipelines.set(node.pipelineId, [node]);
+    else members.push(node);
+  }
+  assignLocalBlockers(pipelines);
+
+  /** The last-ending node of a bridge's child pipeline, through nested bridges; the bridge itself when its child has none. */
+  const throughBridges = (node: Node | null, seen = new Set<Node>()): Node | null => {
+    let current = node;
+    while (current?.bridgeOf !== undefined && !seen.has(current)) {
+      seen.add(current);
+      const members = pipelines.get(current.bridgeOf);
+      if (members === undefined || members.length === 0) break;
+      current = members[members.length - 1];
+    }
+    return current;
+  };
+
+  const resolving = new Set<Node>();
+  const blockerOf = (node: Node): Node | null => {
+    if (node.blocker !== undefined) return node.blocker;
+    if (resolving.has(node)) return null;
+    resolving.add(node);
+    let blocker: Node | null = node.localBlocker ?? null;
+    if (blocker === null && node.pipelineId !== null) {
+      const bridge = bridges.get(node.pipelineId);
+      if (bridge !== undefined && bridge !== node) blocker = blockerOf(bridge);
+    } else {
+      blocker = throughBridges(blocker);
+    }
+    node.blocker = blocker;
+    resolving.delete(node);
+    return blocker;
+  };
+
+  const last = throughBridges(nodes.reduce((found, node) => (byEnd(node, found) > 0 ? node : found)))!;
+  const walk: Node[] = [];
+  const onPath = new Set<Node>();
+  for (let node: Node | null = last; node !== null && !onPath.has(node); node = blockerOf(node)) {
+    walk.push(node);
+    onPath.add(node);
+  }
+  walk.reverse();
+
+  const rootPipeline = spans.find((span) => span.name === PIPELINE && span.parentSpanId === '') ?? spans.find((span) => span.name === PIPELINE);
+  const first = walk[0];
+  const start = Math.min(first.pending, rootPipeline === undefined ? first.pending : ms(rootPipeline.startNanos));
+
+  const totals: Record<keyof PathTotals, number> = { delay: 0, manual_wait: 0, retry_wait: 0, queue: 0, ...emptyParts() };
+  const path: PathElement[] = [];
+  let previousEnd = start;
+  for (const [i, node] of walk.entries()) {
+    const blocker = i === 0 ? null : walk[i - 1];
+    // Each element covers (previous end, its end]: clamped so that clocks that disagree never count time twice.
+    const end = Math.max(node.end, previousEnd);
+    const pending = Math.min(end, Math.max(previousEnd, node.pending));
+    const pickedUp = Math.min(end, Math.max(pending, node.pickedUp));
+    const delay = pending - previousEnd;
+    const queue = pickedUp - pending;
+    const parts = end - pickedUp === node.end - node.pickedUp ? node.parts : runPartsScaled(node.parts, end - pickedUp);
+    const waitingFor: WaitingFor = node.manual ? 'manual' : node.attempts.some((attempt) => attempt.end > previousEnd) ? 'retry' : 'gitlab';
+    totals[waitingFor === 'gitlab' ? 'delay' : waitingFor === 'manual' ? 'manual_wait' : 'retry_wait'] += delay;
+    totals.queue += queue;
+    for (const part of RUNNER_PARTS) totals[part] += parts[part];
+    path.push({
+      job_id: node.jobId,
+      name: node.name,
+      stage: node.stage,
+      pipeline_id: node.pipelineId,
+      blocked_by: blocker?.jobId ?? null,
+      waiting_for: waitingFor,
+      delay_seconds: seconds(delay),
+      queue_seconds: seconds(queue),
+      parts: Object.fromEntries(RUNNER_PARTS.map((part) => [part, seconds(parts[part])])) as Record<RunnerPart, number>,
+      duration_seconds: seconds(end - pending),
+      attempts: node.attempts.length + 1,
+      runner_spans: node.runnerSpans,
+    });
+    previousEnd = end;
+  }
+
+  const slack = slackOf(pipelines, bridges, onPath, last.end)
+    .filter((node) => !onPath.has(node) && node.bridgeOf === undefined)
+    .map((node) => ({ job_id: node.jobId, name: node.name, slack_seconds: seconds(node.slackMs ?? 0) }))
+    .sort((a, b) => b.slack_seconds - a.slack_seconds || a.job_id - b.job_id);
+
+  return {
+    duration_seconds: seconds(previousEnd - start),
+    totals: Object.fromEntries(Object.entries(totals).map(([key, value]) => [key, seconds(value)])) as PathTotals,
+    path,
+    slack,
+  };
+}
+
+/** A run's parts when its start had to move later (clocks that disagree): cut from `other` first, then from the start. */
+function runPartsScaled(parts: Readonly<Record<RunnerPart, number>>, runMs: number): Record<RunnerPart, number> {
+  const scaled = { ...parts };
+  let excess = RUNNER_PARTS.reduce((sum, part) => sum + parts[part], 0) - runMs;
+  for (const part of ['other', ...RUNNER_PARTS] as RunnerPart[]) {
+    if (excess <= 0) break;
+    const cut = Math.min(excess, scaled[part]);
+    scaled[part] -= cut;
+    excess -= cut;
+  }
+  return scaled;
+}
+
+/**
+ * How much longer each job could have taken without delaying the pipeline. Without `needs:`, a job that ended
+ * before another became pending may be what that one waited for; so a job's slack is the least, over every job of
+ * its pipeline pending after it ended, of (when that job's own blocker ended + that job's slack − this job's end),
+ * and at most the time to the pipeline's end (a child pipeline's: its last job's end plus its bridge's slack).
+ * Jobs are taken latest end first, with a Fenwick tree of minima over the pipeline's jobs ordered by pending:
+ * n log n per pipeline. Jobs on the path have none.
+ */
+function slackOf(pipelines: ReadonlyMap<number | null, Node[]>, bridges: ReadonlyMap<number, Node>, onPath: ReadonlySet<Node>, pathEnd: number): Node[] {
+  const done = new Set<number | null>();
+  const result: Node[] = [];
+  // A bridge whose child pipeline the path went through is on the path too.
+  for (const node of onPath) {
+    let pipeline = node.pipelineId;
+    const seen = new Set<number>();
+    while (pipeline !== null && bridges.has(pipeline) && !seen.has(pipeline)) {
+      seen.add(pipeline);
+      const bridge = bridges.get(pipeline)!;
+      bridge.slackMs = 0;
+      pipeline = bridge.pipelineId;
+    }
+  }
+  const visit = (pipelineId: number | null, horizon: number) => {
+    if (done.has(pipelineId)) return;
+    done.add(pipelineId);
+    const members = pipelines.get(pipelineId) ?? [];
+    const byPending = [...members].sort((a, b) => a.pending - b.pending);
+    const position = new Map(byPending.map((node, i) => [node, i]));
+    const size = byPending.length;
+    // Suffix minima: tree over reversed positions, so a prefix of it is a suffix of byPending.
+    const tree = new Array<number>(size + 1).fill(Infinity);
+    const update = (i: number, value: number) => {
+      for (let at = size - i; at <= size; at += at & -at) tree[at] = Math.min(tree[at], value);
+    };
+    const suffixMin = (i: number) => {
+      let found = Infinity;
+      for (let at = size - i; at > 0; at -= at & -at) found = Math.min(found, tree[at]);
+      return found;
+    };
+    const descending = [...members].sort((a, b) => b.end - a.end || b.pending - a.pending);
+    for (const node of descending) {
+      // The first job of the pipeline pending at or after this one's end.
+      let low = 0;
+      let high = size;
+      while (low < high) {
+        const middle = (low + high) >> 1;
+        if (byPending[middle].pending >= node.end) high = middle;
+        else low = middle + 1;
+      }
+      const bound = Math.min(horizon, low < size ? suffixMin(low) : Infinity);
+      if (onPath.has(node) || node.slackMs === 0) node.slackMs = 0;
+      else node.slackMs = Math.max(0, bound - node.end);
+      if (node.localBlocker) update(position.get(node)!, node.localBlocker.end + node.slackMs);
+      result.push(node);
+    }
+    for (const node of members) {
+      if (node.bridgeOf === undefined) continue;
+      const child = pipelines.get(node.bridgeOf) ?? [];
+      const childEnd = child.length === 0 ? node.end : child.reduce((end, member) => Math.max(end, member.end), -Infinity);
+      visit(node.bridgeOf, childEnd + (node.slackMs ?? 0));
+    }
+  };
+  const roots = [...pipelines.keys()].filter((pipelineId) => pipelineId === null || !bridges.has(pipelineId));
+  for (const pipelineId of roots) visit(pipelineId, pathEnd);
+  // Pipelines reached by no bridge visited above (a child whose bridge is missing from the trace).
+  for (const pipelineId of pipelines.keys()) visit(pipelineId, pathEnd);
+  return result;
+}

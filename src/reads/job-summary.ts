@@ -1,0 +1,83 @@
+import type { JobRun } from './trace-reads';
+
+/**
+ * A project's jobs over a window, per job name (SPEC §12): how often they ran and failed, how long they took and
+ * waited, and how often and how long they held their pipeline up. Pure, shared by both backends. Every figure is
+ * weighted by each run's adjusted count (SPEC §11), so a 10 % head sample with every failure kept still gives a
+ * failure rate, not ten times one; counts are then estimates and may be fractional.
+ */
+export interface Percentiles {
+  readonly p50: number;
+  readonly p95: number;
+}
+
+export interface JobSummary {
+  readonly name: string;
+  /** Estimated runs (attempts included). */
+  readonly runs: number;
+  readonly failures: number;
+  /** Runs that were retried (a later attempt of the same job exists). */
+  readonly retries: number;
+  readonly duration_seconds: Percentiles;
+  readonly queue_seconds: Percentiles;
+  readonly critical_path: {
+    /** Share of the runs whose path is known that were on their pipeline's critical path; null when none is known. */
+    readonly share: number | null;
+    /** Median time such a run held its pipeline up (its pending to its end), seconds; null when never on it. */
+    readonly p50_seconds: number | null;
+  };
+}
+
+const round = (value: number, digits = 3) => Math.round(value * 10 ** digits) / 10 ** digits;
+
+/** The weighted percentile `q` (0..1): the least value whose cumulative weight reaches q of the total. */
+export function weightedPercentile(values: ReadonlyArray<readonly [value: number, weight: number]>, q: number): number | null {
+  const usable = values.filter(([value, weight]) => Number.isFinite(value) && weight > 0).sort((a, b) => a[0] - b[0]);
+  const total = usable.reduce((sum, [, weight]) => sum + weight, 0);
+  if (total === 0) return null;
+  let cumulative = 0;
+  for (const [value, weight] of usable) {
+    cumulative += weight;
+    if (cumulative >= q * total - 1e-9) return value;
+  }
+  return usable[usable.length - 1][0];
+}
+
+const percentiles = (values: ReadonlyArray<readonly [number, number]>): Percentiles => ({
+  p50: round(weightedPercentile(values, 0.5) ?? 0),
+  p95: round(weightedPercentile(values, 0.95) ?? 0),
+});
+
+/** Most runs first, then by name. */
+export function summarizeJobs(runs: readonly JobRun[]): JobSummary[] {
+  const byName = new Map<string, JobRun[]>();
+  for (const run of runs) {
+    const group = byName.get(run.name);
+    if (group === undefined) byName.set(run.name, [run]);
+    else group.push(run);
+  }
+  const summaries: JobSummary[] = [];
+  for (const [name, group] of byName) {
+    const weight = (run: JobRun) => (Number.isFinite(run.adjustedCount) && run.adjustedCount > 0 ? run.adjustedCount : 1);
+    const sum = (runsOf: readonly JobRun[]) => runsOf.reduce((total, run) => total + weight(run), 0);
+    const known = group.filter((run) => run.onCriticalPath !== undefined);
+    const onPath = known.filter((run) => run.onCriticalPath === true);
+    const timeOnPath = weightedPercentile(
+      onPath.filter((run) => run.criticalPathSeconds !== undefined).map((run) => [run.criticalPathSeconds!, weight(run)] as const),
+      0.5,
+    );
+    summaries.push({
+      name,
+      runs: round(sum(group), 2),
+      failures: round(sum(group.filter((run) => run.status === 'failed')), 2),
+      retries: round(sum(group.filter((run) => run.retried)), 2),
+      duration_seconds: percentiles(group.map((run) => [run.durationSeconds, weight(run)] as const)),
+      queue_seconds: percentiles(group.map((run) => [run.queueSeconds, weight(run)] as const)),
+      critical_path: {
+        share: known.length === 0 ? null : round(sum(onPath) / sum(known), 4),
+        p50_seconds: timeOnPath === null ? null : round(timeOnPath),
+      },
+    });
+  }
+  return summaries.sort((a, b) => b.runs - a.runs || a.name.localeCompare(b.name));
+}

@@ -1,0 +1,114 @@
+import type { AttributeValue } from '../otlp/collected-spans';
+import type { StoredSpan } from './trace-reads';
+
+/**
+ * What a read returns of a trace (SPEC §12), pure: a project's spans only, a job's subtree, and the spans as
+ * OTLP/JSON `TracesData`.
+ */
+
+/** A span's identity attribute: on the span as the runner and the control plane write it, else its resource (the gateway's stamp). */
+export function identityOf(span: StoredSpan, key: string): AttributeValue | undefined {
+  return span.attributes[key] ?? span.resource[key];
+}
+
+/** Whether `span` says it belongs to project, pipeline or job `id` (ids are strings on some spans, integers on others). */
+export function carriesId(span: StoredSpan, key: 'ci.project.id' | 'ci.pipeline.id' | 'ci.job.id', id: number): boolean {
+  const value = identityOf(span, key);
+  return value !== undefined && String(value) === String(id);
+}
+
+/** A project's spans of a trace: never another project's (a multi-project pipeline's downstream spans are its own). */
+export function ofProject(spans: readonly StoredSpan[], projectId: number): StoredSpan[] {
+  return spans.filter((span) => carriesId(span, 'ci.project.id', projectId));
+}
+
+const JOB_OWN = new Set(['job', 'bridge']);
+const JOB_CHILDREN = new Set(['queue_wait', 'job_execution']);
+
+/**
+ * A job's subtree: its job span (or bridge) and everything under it: queue wait, the runner's `job_execution` and
+ * stages, what programs in the job exported (TRACEPARENT names the job span). While GitLab has not closed the job,
+ * its span is missing and the subtree hangs on the id its queue wait and runner spans name. Null when nothing of
+ * the job is in the trace.
+ */
+export function jobSubtree(spans: readonly StoredSpan[], jobId: number): { spans: StoredSpan[]; jobSpanId: string; closed: boolean } | null {
+  const own = spans.find((span) => JOB_OWN.has(span.name) && carriesId(span, 'ci.job.id', jobId));
+  const jobSpanId = own?.spanId ?? spans.find((span) => JOB_CHILDREN.has(span.name) && carriesId(span, 'ci.job.id', jobId))?.parentSpanId;
+  if (jobSpanId === undefined || jobSpanId === '') return null;
+  const children = new Map<string, StoredSpan[]>();
+  for (const span of spans) {
+    const siblings = children.get(span.parentSpanId);
+    if (siblings === undefined) children.set(span.parentSpanId, [span]);
+    else siblings.push(span);
+  }
+  const subtree: StoredSpan[] = own === undefined ? [] : [own];
+  const queue = [jobSpanId];
+  const seen = new Set(queue);
+  while (queue.length > 0) {
+    for (const child of children.get(queue.shift()!) ?? []) {
+      if (seen.has(child.spanId)) continue;
+      seen.add(child.spanId);
+      subtree.push(child);
+      queue.push(child.spanId);
+    }
+  }
+  return { spans: subtree, jobSpanId, closed: own !== undefined };
+}
+
+type OtlpValue = { stringValue: string } | { intValue: string } | { doubleValue: number } | { boolValue: boolean };
+
+function otlpValue(value: AttributeValue): OtlpValue {
+  if (typeof value === 'string') return { stringValue: value };
+  if (typeof value === 'boolean') return { boolValue: value };
+  return Number.isSafeInteger(value) ? { intValue: String(value) } : { doubleValue: value };
+}
+
+const keyValues = (attributes: Record<string, AttributeValue>) => Object.entries(attributes).map(([key, value]) => ({ key, value: otlpValue(value) }));
+
+/** A resource's attributes as one key, so spans of one resource share one `ResourceSpans`. */
+const resourceKey = (resource: Record<string, AttributeValue>) =>
+  JSON.stringify(
+    Object.entries(resource)
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+      .map(([key, value]) => [key, typeof value, value]),
+  );
+
+/**
+ * Spans as OTLP/JSON `TracesData`: `ResourceSpans` per resource, `ScopeSpans` per scope, ids in hex, times as
+ * strings of nanoseconds. Integers come back as `intValue`, other numbers as `doubleValue`: a backend that keeps
+ * attributes as text (ClickHouse's maps) cannot say which a `1.0` was. Events and links are not kept.
+ */
+export function tracesData(spans: readonly StoredSpan[]): { resourceSpans: unknown[] } {
+  const resources = new Map<string, { resource: Record<string, AttributeValue>; scopes: Map<string, unknown[]> }>();
+  for (const span of spans) {
+    const key = resourceKey(span.resource);
+    let entry = resources.get(key);
+    if (entry === undefined) {
+      entry = { resource: span.resource, scopes: new Map() };
+      resources.set(key, entry);
+    }
+    let scope = entry.scopes.get(span.scopeName);
+    if (scope === undefined) {
+      scope = [];
+      entry.scopes.set(span.scopeName, scope);
+    }
+    scope.push({
+      traceId: span.traceId,
+      spanId: span.spanId,
+      ...(span.traceState === '' ? {} : { traceState: span.traceState }),
+      ...(span.parentSpanId === '' ? {} : { parentSpanId: span.parentSpanId }),
+      name: span.name,
+      kind: span.kind,
+      startTimeUnixNano: String(span.startNanos),
+      endTimeUnixNano: String(span.endNanos),
+      attributes: keyValues(span.attributes),
+      status: { code: span.statusCode, ...(span.statusMessage === '' ? {} : { message: span.statusMessage }) },
+    });
+  }
+  return {
+    resourceSpans: [...resources.values()].map(({ resource, scopes }) => ({
+      resource: { attributes: keyValues(resource) },
+      scopeSpans: [...scopes].map(([name, scopeSpans]) => ({ scope: { name }, spans: scopeSpans })),
+    })),
+  };
+}

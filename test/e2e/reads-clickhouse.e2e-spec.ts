@@ -1,0 +1,341 @@
+import { readFileSync } from 'node:fs';
+import { createServer, Server, Socket } from 'node:net';
+import { join } from 'node:path';
+import { ClickHouseTraceReads, QueryStatistics } from '../../src/reads/clickhouse-trace-reads';
+import { criticalPath } from '../../src/reads/critical-path';
+import { ReadsUnavailableError, StoredSpan, TimeWindow } from '../../src/reads/trace-reads';
+import { ClickHouseOverHttp, startClickHouse } from '../helpers/clickhouse';
+import { dateTime64, insertOtelTraces, otelSpanRow, OtelTracesRow, otelTracesRowsOfResourceSpans } from '../helpers/clickhouse-exporter';
+import { PipelinesRun, runPipelines } from '../helpers/clickhouse-pipelines';
+import { makeWebhookSecret, WebhookSecret } from '../helpers/gitlab-webhooks';
+import { OtlpSink, startOtlpSink } from '../helpers/otlp-sink';
+import { PipelineTrace } from '../helpers/pipeline-trace';
+import { withCriticalPathAttributes } from '../helpers/critical-path-attributes';
+import { describeReadsEndpoints } from '../helpers/reads-cases';
+import { freePort } from '../helpers/ports';
+import { ServiceProcess, startService } from '../helpers/service';
+
+const SCHEMA = readFileSync(join(__dirname, '..', '..', 'deploy', 'clickhouse', 'init', '01-ci-job-telemetry.sql'), 'utf8');
+
+describeReadsEndpoints('ClickHouse (the official client over HTTP, on the embedded engine)', async () => {
+  const clickhouse = await startClickHouse({ http: { password: 'reads' } });
+  await clickhouse.query(SCHEMA);
+  let reads: ClickHouseTraceReads | undefined;
+  return {
+    load: async (exports) => {
+      // With what the control plane writes at each pipeline's end: the CI view's critical path columns.
+      await insertOtelTraces(clickhouse, otelTracesRowsOfResourceSpans(withCriticalPathAttributes(exports)));
+      reads = new ClickHouseTraceReads({ url: clickhouse.url, password: clickhouse.password, timeoutMs: 10_000 });
+      return reads;
+    },
+    close: async () => {
+      await reads?.close();
+      await clickhouse.stop();
+    },
+  };
+});
+
+/**
+ * The ClickHouse backend of the read port (SPEC §12) through the official client over real HTTP, against
+ * ClickHouse's engine (chdb behind test/chdb/http-interface.js), on the rows the Collector's exporter writes
+ * for pipelines run for real through the service.
+ */
+describe('ClickHouseTraceReads on a real ClickHouse engine over HTTP', () => {
+  let clickhouse: ClickHouseOverHttp;
+  let sink: OtlpSink;
+  let secret: WebhookSecret;
+  let service: ServiceProcess;
+  let run: PipelinesRun;
+  let reads: ClickHouseTraceReads;
+  const statistics: QueryStatistics[] = [];
+  // Pipelines created two minutes before their jobs are picked up (Pipeline Hooks write whole seconds).
+  const created = Math.floor(Date.now() / 1000) * 1000 - 120_000;
+  const at = (seconds: number) => new Date(created + seconds * 1000);
+  const today: TimeWindow = { fromMs: created - 3_600_000, toMs: Date.now() + 3_600_000 };
+  const spanIds = (spans: readonly StoredSpan[]) => spans.map((span) => span.spanId).sort();
+  const rowsOf = (traceId: string) => run.rows.filter((row) => row.TraceId === traceId);
+  const pipelineRow = (pipelineId: number) =>
+    run.rows.find((row) => row.SpanName === 'pipeline' && row.ResourceAttributes['ci.pipeline.id'] === String(pipelineId))!;
+  const jobRow = (jobId: number) => run.rows.find((row) => row.SpanName === 'job' && row.ResourceAttributes['ci.job.id'] === String(jobId))!;
+
+  beforeAll(async () => {
+    [clickhouse, sink] = await Promise.all([startClickHouse({ http: { password: 'reads secret' } }), startOtlpSink()]);
+    secret = makeWebhookSecret();
+    service = await startService({ OTLP_UPSTREAM_URL: sink.url, GITLAB_WEBHOOK_SECRET_FILE: secret.file });
+    await clickhouse.query(SCHEMA);
+    run = await runPipelines(service, sink, secret, [
+      {
+        pipelineId: 700,
+        projectId: 7,
+        status: 'failed',
+        createdAt: at(0),
+        finishedAt: at(300),
+        jobs: [
+          { jobId: 7001, name: 'compile', runnerId: 21, runnerType: 'instance_type', queuedSeconds: 10, scriptSeconds: 20, status: 'success' },
+          { jobId: 7002, name: 'rspec', runnerId: 22, runnerType: 'group_type', queuedSeconds: 40, scriptSeconds: 10, status: 'failed' },
+        ],
+      },
+      {
+        pipelineId: 800,
+        projectId: 42,
+        status: 'success',
+        createdAt: at(0),
+        finishedAt: at(200),
+        jobs: [{ jobId: 8001, name: 'compile', runnerId: 23, runnerType: 'project_type', queuedSeconds: 30, scriptSeconds: 20, status: 'success' }],
+      },
+    ]);
+    await insertOtelTraces(clickhouse, run.rows);
+    reads = new ClickHouseTraceReads({
+      url: clickhouse.url,
+      password: clickhouse.password,
+      timeoutMs: 10_000,
+      onQuery: (query) => statistics.push(query),
+    });
+  }, 90_000);
+  afterAll(async () => {
+    await reads?.close();
+    await service?.stop();
+    await sink?.stop();
+    await clickhouse?.stop();
+  });
+
+  it("reads a pipeline's whole trace back: every span the collector was given, each once, as it was given", async () => {
+    const traceId = pipelineRow(700).TraceId;
+    const spans = (await reads.pipelineTrace(7, 700, today))!;
+    expect(spanIds(spans)).toEqual([...new Set(rowsOf(traceId).map((row) => row.SpanId))].sort());
+    // Two jobs: job, queue_wait, job_execution and its stages each; one pipeline span.
+    expect(spans.filter((span) => span.name === 'job')).toHaveLength(2);
+    expect(spans.filter((span) => span.name === 'pipeline')).toHaveLength(1);
+
+    const rspec = spans.find((span) => span.name === 'job' && span.attributes['cicd.pipeline.task.name'] === 'rspec')!;
+    const stored = jobRow(7002);
+    expect(rspec).toMatchObject({
+      traceId,
+      spanId: stored.SpanId,
+      parentSpanId: pipelineRow(700).SpanId,
+      statusCode: 2,
+      statusMessage: 'script_failure',
+      kind: 1,
+      scopeName: stored.ScopeName,
+    });
+    expect(rspec.endNanos - rspec.startNanos).toBe(BigInt(stored.Duration));
+    // As the exporter stored them, in text; a number or a bool read back as one (ci.job.id is an int to GitLab).
+    const asText = (values: Record<string, unknown>) => Object.fromEntries(Object.entries(values).map(([key, value]) => [key, String(value)]));
+    expect(asText(rspec.attributes)).toEqual(stored.SpanAttributes);
+    expect(asText(rspec.resource)).toEqual(stored.ResourceAttributes);
+    expect(rspec.attributes).toMatchObject({ 'ci.job.id': 7002, 'cicd.pipeline.task.name': 'rspec', 'ci.job.status': 'failed' });
+    const pipeline = spans.find((span) => span.name === 'pipeline')!;
+    expect(pipeline.traceState).toBe(pipelineRow(700).TraceState);
+  });
+
+  it("reads a job's trace back by the job's id: the whole trace its subtree is cut from", async () => {
+    const pipeline = (await reads.pipelineTrace(7, 700, today))!;
+    const job = (await reads.jobTrace(7, 7001, today))!;
+    expect(spanIds(job)).toEqual(spanIds(pipeline));
+    expect(job.some((span) => span.name === 'job_execution' && span.resource['ci.job.id'] === 7001)).toBe(true);
+  });
+
+  it("answers nothing for another project's pipeline or job, nor outside the window", async () => {
+    await expect(reads.pipelineTrace(42, 700, today)).resolves.toBeNull();
+    await expect(reads.jobTrace(42, 7001, today)).resolves.toBeNull();
+    await expect(reads.pipelineTrace(7, 800, today)).resolves.toBeNull();
+    await expect(reads.pipelineTrace(7, 701, today)).resolves.toBeNull();
+    const lastWeek = { fromMs: created - 7 * 86_400_000, toMs: created - 6 * 86_400_000 };
+    await expect(reads.pipelineTrace(7, 700, lastWeek)).resolves.toBeNull();
+    await expect(reads.projectJobs(7, lastWeek)).resolves.toEqual([]);
+  });
+
+  it('gives the latest version of a pipeline that finished again, once, whatever order the versions were stored in', async () => {
+    const first = pipelineRow(800);
+    const version = Number(first.SpanAttributes['ci.pipeline.span.version'] ?? 0);
+    const again = {
+      ...first,
+      StatusCode: 'Error',
+      StatusMessage: 'deploy: script_failure',
+      SpanAttributes: { ...first.SpanAttributes, 'ci.pipeline.status': 'failed', 'ci.pipeline.span.version': String(version + 1) },
+    };
+    // The newer version, then the older one stored twice (a retried export).
+    await insertOtelTraces(clickhouse, [again]);
+    await insertOtelTraces(clickhouse, [first, first]);
+
+    const spans = (await reads.pipelineTrace(42, 800, today))!;
+    const pipelines = spans.filter((span) => span.name === 'pipeline');
+    expect(pipelines).toHaveLength(1);
+    expect(pipelines[0]).toMatchObject({ statusCode: 2, statusMessage: 'deploy: script_failure' });
+    expect(pipelines[0].attributes['ci.pipeline.status']).toBe('failed');
+    expect(spanIds(spans)).toEqual([...new Set(rowsOf(first.TraceId).map((row) => row.SpanId))].sort());
+  });
+
+  it("lists a project's job runs with their queue wait, status, retries, critical path and weight", async () => {
+    // rspec retried (a later job of the same name), and compile's span written again at the pipeline's end with the path.
+    const rspec = jobRow(7002);
+    const retry = {
+      ...rspec,
+      SpanId: 'abcdefabcdef7003',
+      StatusCode: 'Unset',
+      StatusMessage: '',
+      ResourceAttributes: { ...rspec.ResourceAttributes, 'ci.job.id': '7003' },
+      SpanAttributes: { ...rspec.SpanAttributes, 'ci.job.id': '7003', 'ci.job.status': 'success' },
+    };
+    const compile = jobRow(7001);
+    const onPath = {
+      ...compile,
+      SpanAttributes: {
+        ...compile.SpanAttributes,
+        'ci.pipeline.span.version': '1',
+        'ci.job.critical_path': 'true',
+        'ci.job.critical_path_seconds': '65.5',
+        'ci.job.slack_seconds': '0',
+      },
+    };
+    await insertOtelTraces(clickhouse, [retry, onPath]);
+
+    const jobs = await reads.projectJobs(7, today);
+    expect(jobs.map((job) => [job.jobId, job.name, job.status, job.retried])).toEqual([
+      [7001, 'compile', 'success', false],
+      [7002, 'rspec', 'failed', true],
+      [7003, 'rspec', 'success', false],
+    ]);
+    const planned = (jobId: number) => run.jobs.find((job) => job.planned.jobId === jobId)!;
+    for (const job of jobs.slice(0, 2)) {
+      const { planned: plan, queuedAt, pickedUpBetween } = planned(job.jobId);
+      expect(job.queueSeconds).toBeGreaterThanOrEqual(plan.queuedSeconds);
+      expect(job.queueSeconds).toBeLessThanOrEqual((pickedUpBetween[1] - queuedAt.getTime()) / 1000);
+      expect(job).toMatchObject({ pipelineId: 700, stage: 'test', adjustedCount: 1 });
+    }
+    expect(jobs[0]).toMatchObject({ onCriticalPath: true, criticalPathSeconds: 65.5 });
+    expect(jobs[1].onCriticalPath).toBeUndefined();
+    // The job span runs from queued to finished: the duration is the run, as GitLab counts it.
+    const span = (await reads.jobTrace(7, 7001, today))!.find((candidate) => candidate.spanId === compile.SpanId)!;
+    expect(jobs[0].durationSeconds).toBeCloseTo(Number(span.endNanos - span.startNanos) / 1e9 - jobs[0].queueSeconds, 3);
+
+    await expect(reads.projectJobs(7, today, 'master')).resolves.toHaveLength(3);
+    await expect(reads.projectJobs(7, today, 'main')).resolves.toEqual([]);
+    await expect(reads.projectJobs(42, today)).resolves.toEqual([expect.objectContaining({ jobId: 8001, name: 'compile' })]);
+  });
+
+  it('gives the critical path computed from the spans the collector was given: a child pipeline, a manual job, a retry', async () => {
+    const trace = new PipelineTrace(70, 505, created - 600_000)
+      .job({
+        jobId: 50,
+        name: 'build',
+        queuedAt: 0,
+        pickedUpAt: 1,
+        finishedAt: 30,
+        stages: [
+          ['get_sources', 4],
+          ['step_script', 25],
+        ],
+      })
+      .bridge(51, 505, 506, { createdAt: 31, finishedAt: 90 })
+      .job({ jobId: 60, name: 'compile', pipelineId: 506, queuedAt: 33, pickedUpAt: 35, finishedAt: 60 })
+      .job({ jobId: 61, name: 'child-test', pipelineId: 506, queuedAt: 61, pickedUpAt: 62, finishedAt: 88 })
+      .pipeline(506, { status: 'success', createdAt: 31, finishedAt: 90 }, 51)
+      .job({ jobId: 52, name: 'deploy', manual: true, queuedAt: 300, pickedUpAt: 302, finishedAt: 330, status: 'failed' })
+      .job({ jobId: 53, name: 'deploy', queuedAt: 340, pickedUpAt: 341, finishedAt: 360 })
+      .pipeline(505, { status: 'success', finishedAt: 361 });
+    await insertOtelTraces(clickhouse, otelTracesRowsOfResourceSpans(trace.resourceSpans()));
+
+    const expected = criticalPath(trace.spans())!;
+    expect(expected.path.map((element) => element.job_id)).toEqual([50, 60, 61, 53]);
+    for (const read of [await reads.pipelineTrace(70, 506, today), await reads.jobTrace(70, 61, today), await reads.pipelineTrace(70, 505, today)])
+      expect(criticalPath(read!)).toEqual(expected);
+  });
+
+  it('says how many rows each lookup read: a handful of granules, not the tables', async () => {
+    statistics.length = 0;
+    await reads.pipelineTrace(7, 700, today);
+    expect(statistics.map((query) => query.query)).toEqual(['locate pipeline', 'trace spans']);
+    for (const query of statistics) expect(query.readRows).toBeGreaterThan(0);
+  });
+
+  describe('values with quotes, backslashes and NUL bytes', () => {
+    const NASTY = `it's a \\'quote\\' \\\\ back\\slash \0 nul\t'; DROP TABLE otel.otel_traces; --`;
+    const NASTY_TRACE = `f00d'\\\0' OR '1'='1`;
+    const start = BigInt(created + 60_000) * 1_000_000n;
+
+    beforeAll(async () => {
+      const identity = { 'service.name': 'gitlab-ci', 'ci.project.id': '77', 'ci.pipeline.id': '7700' };
+      const rows: OtelTracesRow[] = [
+        otelSpanRow({
+          Timestamp: dateTime64(start),
+          TraceId: NASTY_TRACE,
+          SpanId: `5pan'\\\0`,
+          SpanName: 'pipeline',
+          ResourceAttributes: { ...identity, [`key'\\\0`]: NASTY },
+          SpanAttributes: { ...identity, 'vcs.ref.head.name': NASTY, 'cicd.pipeline.name': NASTY },
+          StatusMessage: NASTY,
+          TraceState: `ot=th:0,vendor=${NASTY}`,
+          Duration: '60000000000',
+        }),
+        otelSpanRow({
+          Timestamp: dateTime64(start + 1_000_000_000n),
+          TraceId: NASTY_TRACE,
+          SpanId: 'job7701',
+          ParentSpanId: `5pan'\\\0`,
+          SpanName: 'job',
+          ResourceAttributes: { ...identity, 'ci.job.id': '7701' },
+          SpanAttributes: { ...identity, 'ci.job.id': '7701', 'cicd.pipeline.task.name': NASTY, 'ci.job.status': 'success' },
+          Duration: '30000000000',
+        }),
+        // Another trace of the same project: what a query built by concatenation would let through.
+        otelSpanRow({
+          Timestamp: dateTime64(start),
+          TraceId: 'f00d',
+          SpanId: 'other',
+          SpanName: 'pipeline',
+          ResourceAttributes: { ...identity, 'ci.pipeline.id': '7800' },
+          SpanAttributes: { 'vcs.ref.head.name': 'main' },
+        }),
+      ];
+      await insertOtelTraces(clickhouse, rows);
+    });
+
+    it('reads them back byte for byte, by id and by job', async () => {
+      for (const spans of [await reads.pipelineTrace(77, 7700, today), await reads.jobTrace(77, 7701, today)]) {
+        expect(spans!.map((span) => span.spanId).sort()).toEqual([`5pan'\\\0`, 'job7701']);
+        const pipeline = spans!.find((span) => span.name === 'pipeline')!;
+        expect(pipeline).toMatchObject({ traceId: NASTY_TRACE, statusMessage: NASTY, traceState: `ot=th:0,vendor=${NASTY}` });
+        expect(pipeline.resource[`key'\\\0`]).toBe(NASTY);
+        expect(pipeline.attributes['vcs.ref.head.name']).toBe(NASTY);
+      }
+    });
+
+    it('filters on them as values, never as SQL', async () => {
+      await expect(reads.projectJobs(77, today, NASTY)).resolves.toEqual([expect.objectContaining({ jobId: 7701, name: NASTY })]);
+      await expect(reads.projectJobs(77, today, `main' OR '1'='1`)).resolves.toEqual([]);
+      await expect(reads.projectJobs(77, today, `${NASTY}\\`)).resolves.toEqual([]);
+      await expect(clickhouse.query('SELECT count() AS spans FROM otel.otel_traces')).resolves.toEqual([{ spans: expect.any(Number) }]);
+    });
+  });
+
+  describe('when ClickHouse cannot answer', () => {
+    let silent: Server;
+    const held: Socket[] = [];
+    afterAll(async () => {
+      for (const socket of held) socket.destroy();
+      await new Promise((resolve) => silent?.close(resolve));
+    });
+
+    it('throws ReadsUnavailableError, never null, for a wrong password, a closed port, and a server that does not answer in time', async () => {
+      const wrongPassword = new ClickHouseTraceReads({ url: clickhouse.url, password: 'not it', timeoutMs: 5_000 });
+      await expect(wrongPassword.pipelineTrace(7, 700, today)).rejects.toThrow(ReadsUnavailableError);
+      await expect(wrongPassword.projectJobs(7, today)).rejects.toThrow(/Authentication failed/);
+      await wrongPassword.close();
+
+      const closed = new ClickHouseTraceReads({ url: `http://127.0.0.1:${await freePort()}`, password: 'x', timeoutMs: 5_000 });
+      await expect(closed.jobTrace(7, 7001, today)).rejects.toThrow(ReadsUnavailableError);
+      await closed.close();
+
+      // Accepts the connection and the request, and never answers.
+      silent = createServer((socket) => held.push(socket));
+      await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+      const port = (silent.address() as { port: number }).port;
+      const hung = new ClickHouseTraceReads({ url: `http://127.0.0.1:${port}`, password: 'x', timeoutMs: 300 });
+      const error = await hung.pipelineTrace(7, 700, today).catch((caught: unknown) => caught);
+      expect(error).toBeInstanceOf(ReadsUnavailableError);
+      expect((error as ReadsUnavailableError).retryAfterSeconds).toBeGreaterThan(0);
+      await hung.close();
+    });
+  });
+});

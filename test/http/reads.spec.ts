@@ -1,0 +1,188 @@
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { SignJWT } from 'jose';
+import { localCollectorDirectory } from '../../src/collector/collector-files';
+import { CollectorFilesTraceReads } from '../../src/reads/collector-files-reads';
+import { ReadsUnavailableError, TraceReads } from '../../src/reads/trace-reads';
+import { internalApiHeaders, ISSUER } from '../helpers/internal-api';
+import { expectMatchesOpenApi } from '../helpers/openapi';
+import { describeReadsEndpoints, PROJECT, readsWorld, ReadsApp, startReadsApp, writeCollectorFiles } from '../helpers/reads-cases';
+import { startInProcess } from '../helpers/service';
+
+/** SPEC §12 over the embedded collector's files, and what every read checks before any backend is asked. */
+
+function filesBackend(): { dataDir: string; reads: (exports: Parameters<typeof writeCollectorFiles>[1]) => TraceReads } {
+  const dataDir = mkdtempSync(join(tmpdir(), 'cjt-reads-'));
+  return {
+    dataDir,
+    reads: (exports) => {
+      writeCollectorFiles(dataDir, exports);
+      return new CollectorFilesTraceReads(localCollectorDirectory(dataDir));
+    },
+  };
+}
+
+describeReadsEndpoints('the embedded collector files', async () => {
+  const files = filesBackend();
+  return { load: async (exports) => files.reads(exports) };
+});
+
+const URLS = [
+  '/internal/ci/telemetry/projects/7/pipelines/500/trace',
+  '/internal/ci/telemetry/projects/7/pipelines/500/critical_path',
+  '/internal/ci/telemetry/projects/7/jobs/1/trace',
+  '/internal/ci/telemetry/projects/7/jobs',
+];
+
+describe('what a read checks first (SPEC §3, §12)', () => {
+  let app: ReadsApp;
+  const asked: string[] = [];
+  /** A backend that notes each question: no bad request may reach it. */
+  const world = readsWorld();
+  const files = filesBackend().reads(world.exports);
+  const noting: TraceReads = {
+    pipelineTrace: (...args) => (asked.push('pipeline'), files.pipelineTrace(...args)),
+    jobTrace: (...args) => (asked.push('job'), files.jobTrace(...args)),
+    projectJobs: (...args) => (asked.push('jobs'), files.projectJobs(...args)),
+  };
+
+  beforeAll(async () => {
+    app = await startReadsApp(noting);
+  });
+  afterAll(() => app.close());
+  beforeEach(() => asked.splice(0));
+
+  it.each(URLS)('answers 401 without the internal API token, or with a forged or stale one: %s', async (url) => {
+    const forged = await new SignJWT({}).setProtectedHeader({ alg: 'HS256' }).setIssuer(ISSUER).setIssuedAt().setExpirationTime('1m').sign(Buffer.alloc(32, 9));
+    const stale = await new SignJWT({})
+      .setProtectedHeader({ alg: 'HS256' })
+      .setIssuer(ISSUER)
+      .setIssuedAt(Math.floor(Date.now() / 1000) - 600)
+      .sign(app.secret);
+    const refused: Array<Record<string, string>> = [
+      {},
+      { 'gitlab-ci-telemetry-api-request': forged },
+      { 'gitlab-ci-telemetry-api-request': stale },
+      { 'gitlab-ci-telemetry-api-request': 'not a jwt' },
+    ];
+    for (const headers of refused) {
+      const answer = await app.get(url, headers);
+      expect([answer.status, typeof answer.body.error]).toEqual([401, 'string']);
+    }
+    expect(asked).toEqual([]);
+  });
+
+  const badIds: Array<[string, string]> = [
+    ['abc', 'project_id'],
+    ['0', 'project_id'],
+    ['-7', 'project_id'],
+    ['7.5', 'project_id'],
+    ['1e3', 'project_id'],
+    ['99999999999999999', 'project_id'],
+    [encodeURIComponent('7"'), 'project_id'],
+    [encodeURIComponent('7\\'), 'project_id'],
+    [encodeURIComponent('7\u0000'), 'project_id'],
+    [encodeURIComponent("7' OR 1=1"), 'project_id'],
+  ];
+
+  it.each(badIds)('answers 400 naming project_id for %s, and asks no backend', async (id, field) => {
+    for (const url of URLS.map((template) => template.replace('/projects/7/', `/projects/${id}/`))) {
+      const answer = await app.get(url);
+      expect(answer.status).toBe(400);
+      expect(answer.body.fields.map((problem: { field: string }) => problem.field)).toEqual([field]);
+    }
+    expect(asked).toEqual([]);
+  });
+
+  it.each(['0', 'x', encodeURIComponent('1"'), encodeURIComponent('1\\'), encodeURIComponent('1\u0000'), '18446744073709551616'])(
+    'answers 400 naming pipeline_id or job_id for %s',
+    async (id) => {
+      const pipeline = await app.get(`/internal/ci/telemetry/projects/7/pipelines/${id}/trace`);
+      const path = await app.get(`/internal/ci/telemetry/projects/7/pipelines/${id}/critical_path`);
+      const job = await app.get(`/internal/ci/telemetry/projects/7/jobs/${id}/trace`);
+      expect([pipeline, path, job].map((answer) => [answer.status, answer.body.fields?.[0]?.field])).toEqual([
+        [400, 'pipeline_id'],
+        [400, 'pipeline_id'],
+        [400, 'job_id'],
+      ]);
+      expect(asked).toEqual([]);
+    },
+  );
+
+  const badWindows: Array<[string, string]> = [
+    ['from=yesterday', 'from'],
+    ['to=2026-13-01T00:00:00Z', 'to'],
+    ['from=1764000000', 'from'],
+    [`from=${encodeURIComponent('2026-11-25T10:00:00Z"')}`, 'from'],
+    ['from=2026-11-25T10:00:00Z&to=2026-11-25T09:00:00Z', 'to'],
+    ['from=2026-10-01T00:00:00Z&to=2026-11-25T00:00:00Z', 'from'],
+    ['to=2026-11-25T00:00:00Z&from=2026-11-25T00:00:00Z&from=2026-11-24T00:00:00Z', 'from'],
+    ['ref=', 'ref'],
+  ];
+
+  it.each(badWindows)('answers 400 naming the field for the window %s', async (query, field) => {
+    for (const url of URLS) {
+      if (query.startsWith('ref') && !url.endsWith('/jobs')) continue;
+      const answer = await app.get(`${url}?${query}`);
+      expect([answer.status, answer.body.fields.map((problem: { field: string }) => problem.field)]).toEqual([400, [field]]);
+    }
+    expect(asked).toEqual([]);
+  });
+
+  it('takes a window of exactly 31 days, and an offset other than Z', async () => {
+    const answer = await app.get('/internal/ci/telemetry/projects/7/jobs?from=2026-10-25T10:00:00%2B02:00&to=2026-11-25T10:00:00%2B02:00');
+    expect(answer.status).toBe(200);
+    expect(answer.body).toMatchObject({ from: '2026-10-25T08:00:00.000Z', to: '2026-11-25T08:00:00.000Z' });
+  });
+});
+
+describe('a backend that fails or does not answer (SPEC §12)', () => {
+  const never = () => new Promise<never>(() => undefined);
+  const down: TraceReads = {
+    pipelineTrace: () => Promise.reject(new ReadsUnavailableError('connect ECONNREFUSED', 7)),
+    jobTrace: () => Promise.reject(new Error('socket hang up')),
+    projectJobs: () => Promise.reject(new ReadsUnavailableError('timeout', 7)),
+  };
+  const hung: TraceReads = { pipelineTrace: never, jobTrace: never, projectJobs: never };
+
+  it.each([
+    ['down', down],
+    ['hung', hung],
+  ])('answers 503 with Retry-After when the backend is %s, never a 500 or a hang', async (_, reads) => {
+    const app = await startReadsApp(reads, { READS_TIMEOUT_MS: '200' });
+    try {
+      for (const url of URLS) {
+        const answer = await app.get(url);
+        expect(answer.status).toBe(503);
+        expect(Number(answer.headers['retry-after'])).toBeGreaterThanOrEqual(1);
+        expect(answer.body.error).not.toMatch(/ECONNREFUSED|socket/);
+      }
+    } finally {
+      await app.close();
+    }
+  });
+});
+
+describe('the read API in the service itself', () => {
+  it('is served on the internal port over the embedded collector when no ClickHouse is configured', async () => {
+    const files = filesBackend();
+    const world = readsWorld();
+    files.reads(world.exports);
+    const service = await startInProcess({ DATA_DIR: files.dataDir });
+    try {
+      const url = `/internal/ci/telemetry/projects/${PROJECT}/pipelines/500/critical_path`;
+      const response = await service.app.inject({ method: 'GET', url, headers: await internalApiHeaders(service.secrets.internalApiSecret) });
+      expectMatchesOpenApi(
+        '/internal/ci/telemetry/projects/{project_id}/pipelines/{pipeline_id}/critical_path',
+        'GET',
+        response.statusCode,
+        response.headers['content-type'] as string,
+        response.json(),
+      );
+      expect(response.json()).toMatchObject({ final: true, duration_seconds: 230 });
+    } finally {
+      await service.close();
+    }
+  });
+});
