@@ -250,6 +250,9 @@ export class OutcomeSamplingService implements OnApplicationBootstrap, OnModuleD
     const recorded = await this.parking.decide(traceId, decision, this.limits.rememberMs);
     if (recorded.changed) this.metrics.decided(recorded.decision);
     if (recorded.decision.keep) {
+      // Its control-plane spans join the outbox now, before any later hook's newer version of a pipeline span can
+      // (SPEC §10: never an older version after a newer one); the pointer then carries the runner's exports.
+      await this.moveParkedSpans(traceId, recorded.decision.reason);
       await this.outbox.enqueue([{ key: kindKey(PARKED_KIND, traceId), body: recorded.decision.reason, enqueuedAt: Date.now() }], this.outboxLimits);
       // Until delivered the sweep looks again after a while, in case the pointer's delivery was given up.
       await this.parking.schedule(traceId, Date.now() + this.limits.holdMs);
@@ -316,14 +319,18 @@ export class OutcomeSamplingService implements OnApplicationBootstrap, OnModuleD
       this.metrics.delivered(entry.enqueuedAt);
       return { result: { kind: 'accepted', status: 200, partialSuccess: undefined }, more: false };
     }
-    const page = await this.parking.parkedEntries(traceId, nextPage(ids));
-    if (page.length > 0 && page[0].kind === 'spans') {
-      await this.outbox.enqueue(parkedSpansAsEntries(page, reason, Date.now()), this.outboxLimits);
+    const planned = nextPage(ids);
+    const page = await this.parking.parkedEntries(traceId, planned);
+    if (page.length === 0) {
+      // Gone meanwhile (released by another round, or expired): nothing to send for them.
       await this.parking.release(
         traceId,
-        page.map((parked) => parked.id),
+        planned.map((id) => id.id),
       );
-      this.deliverer.kick();
+      return { result: { kind: 'accepted', status: 200, partialSuccess: undefined }, more: true };
+    }
+    if (page[0].kind === 'spans') {
+      await this.moveParkedSpans(traceId, reason);
       return { result: { kind: 'accepted', status: 200, partialSuccess: undefined }, more: true };
     }
     const encoding = page[0]?.kind === 'json' ? 'json' : 'protobuf';
@@ -336,6 +343,19 @@ export class OutcomeSamplingService implements OnApplicationBootstrap, OnModuleD
     );
     if (sent.retry !== undefined) return { result: sent.retry, more: false };
     return { result: { kind: 'accepted', status: 200, partialSuccess: undefined }, more: true };
+  }
+
+  /** A kept trace's parked control-plane spans, settled, into the outbox (each key once), and out of parking. */
+  private async moveParkedSpans(traceId: string, reason: KeepReason): Promise<void> {
+    const ids = (await this.parking.parkedIds(traceId)).filter((id) => id.kind === 'spans');
+    if (ids.length === 0) return;
+    const page = await this.parking.parkedEntries(traceId, ids);
+    await this.outbox.enqueue(parkedSpansAsEntries(page, reason, Date.now()), this.outboxLimits);
+    await this.parking.release(
+      traceId,
+      page.map((parked) => parked.id),
+    );
+    this.deliverer.kick();
   }
 
   /** The parked usage for the metrics and readiness, read at most every few seconds. */

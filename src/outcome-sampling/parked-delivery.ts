@@ -43,7 +43,8 @@ export function parkedSpansAsEntries(entries: readonly ParkedEntry[], reason: Ke
         byKey.set(key, { key, body: settleSamplingReason('json', Buffer.from(line.slice(space + 1)), reason).toString(), enqueuedAt });
     }
   }
-  return [...byKey.values()];
+  // A pipeline span's versions in order (`<span id>@<version>`, versions of one length): the older first.
+  return [...byKey.values()].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
 }
 
 /**
