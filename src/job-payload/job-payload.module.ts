@@ -6,13 +6,14 @@ import { InternalApiModule } from '../internal-api/internal-api.module';
 import { OutcomeSamplingModule } from '../outcome-sampling/outcome-sampling.module';
 import { OutcomeSamplingService } from '../outcome-sampling/outcome-sampling.service';
 import { PipelineSpansModule } from '../pipeline-spans/pipeline-spans.module';
+import { TracedWorkModule } from '../traced-work/traced-work.module';
 import { JobPayloadMetrics } from './job-payload.metrics';
 import { JobPayloadRoute } from './job-payload.route';
 import { JobPayloadService } from './job-payload.service';
 
 /** The job-payload decorator (SPEC §4): GitLab's pickup call, answered with a grant written to the store. */
 @Module({
-  imports: [InternalApiModule, GrantsModule, FlagsModule, PipelineSpansModule, OutcomeSamplingModule],
+  imports: [InternalApiModule, GrantsModule, TracedWorkModule, FlagsModule, PipelineSpansModule, OutcomeSamplingModule],
   providers: [JobPayloadMetrics, JobPayloadService, JobPayloadRoute],
 })
 export class JobPayloadModule {

@@ -6,7 +6,8 @@ import { Secrets } from '../config/secrets';
 import { FlagsService } from '../flags/flags.service';
 import { Grant, grantEndsAt, GrantStore, SaveGrantOptions } from '../grants/grant';
 import { GRANT_STORE } from '../grants/grants.constants';
-import { TracedJob } from '../traced-work/traced-work';
+import { HeadDecision, TracedJob, TracedWorkStore } from '../traced-work/traced-work';
+import { TRACED_WORK_STORE } from '../traced-work/traced-work.constants';
 import { withTimeout } from '../observability/with-timeout';
 import { startDecisionSpan } from '../observability/tracing';
 import { PipelineSpansService } from '../pipeline-spans/pipeline-spans.service';
@@ -46,6 +47,9 @@ export class JobPayloadService {
   private readonly gatewayBase: string;
   /** Trace id by root pipeline id: a pure function of the two, so a kept one is always the right one. */
   private readonly traceIds = new LRUCache<number, string>({ max: TRACE_ID_CACHE_SIZE });
+  /** Head decisions by root pipeline id, as the store keeps them (they never change while remembered). */
+  private readonly headDecisions: LRUCache<number, HeadDecision>;
+  private readonly headMemoryMs: number;
 
   constructor(
     @Inject(APP_CONFIG) private readonly config: AppConfig,
@@ -55,7 +59,11 @@ export class JobPayloadService {
     private readonly metrics: JobPayloadMetrics,
     private readonly pipelineSpans: PipelineSpansService,
     private readonly outcomeSampling: OutcomeSamplingService,
+    @Inject(TRACED_WORK_STORE) private readonly tracedWork: TracedWorkStore,
   ) {
+    // As long as the pipeline's record and its spans' versions are remembered (a pipeline retried days later).
+    this.headMemoryMs = config.OUTBOX_DEDUP_SECONDS * 1000;
+    this.headDecisions = new LRUCache<number, HeadDecision>({ max: TRACE_ID_CACHE_SIZE, ttl: this.headMemoryMs });
     this.hostedRunnerTypes = new Set(config.HOSTED_RUNNER_TYPES);
     this.hostedRunnerIds = new Set(config.HOSTED_RUNNER_IDS);
     this.gatewayBase = withoutTrailingSlash(config.GATEWAY_PUBLIC_URL);
@@ -92,9 +100,11 @@ export class JobPayloadService {
     if (!this.flags.isTelemetryEnabled(flagContext)) return off('flag_disabled');
 
     const hosted = this.hostedRunnerTypes.has(runner.runner_type) || this.hostedRunnerIds.has(runner.id);
-    let context = this.traceContextFor(job.root_pipeline_id, job.id);
-    // Left out by the head decision: traced provisionally where its outcome can still keep it (SPEC §11).
-    const outcomePolicy = context.sampled ? undefined : this.provisionalPolicy(flagContext, hosted);
+    const head = await this.headDecisionFor(job.root_pipeline_id, flagContext);
+    let context = this.traceContextFor(job.root_pipeline_id, job.id, head.samplingPercent);
+    // Left out by the head decision: traced provisionally where its outcome can still keep it (SPEC §11), except on a
+    // hosted runner, which exports straight to the collector and so could not be parked.
+    const outcomePolicy = context.sampled || hosted ? undefined : head.outcomePolicy;
     if (!context.sampled) {
       if (outcomePolicy === undefined) return off('not_sampled');
       context = provisionalContextOf(context);
@@ -131,19 +141,41 @@ export class JobPayloadService {
   }
 
   /**
-   * The outcome-sampling policy a pipeline the head decision left out is traced under, or undefined when it is not:
-   * the toggle off for it, no webhooks to tell its outcome, GitLab's ids (Rails emits and samples its own spans), or
-   * a hosted runner, which exports straight to the collector and so could not be parked.
+   * The root pipeline's head decision: the sampling percentage and the outcome-sampling policy in force at its first
+   * pickup, kept in the store for the pipeline's life (issue 35: a rate change in the middle of a pipeline must not
+   * trace job 1 and leave out job 2, or park the root span of a pipeline whose first job was forwarded). Kept here
+   * too, so a pipeline's later jobs on this replica cost no store call. `gitlab` ids follow Rails, which decides at
+   * each job with the rate then in force. Bounded by STORE_TIMEOUT_MS: a slow store only means the decision is taken
+   * here, as before.
    */
-  private provisionalPolicy(flagContext: FlagContext, hosted: boolean): OutcomePolicy | undefined {
-    if (hosted || this.config.TRACE_ID_SCHEME !== 'keyed' || !this.pipelineSpans.webhooksConfigured) return undefined;
-    const payload = this.flags.outcomeSamplingPayload(flagContext);
-    return payload === undefined ? undefined : this.outcomeSampling.policyOf(payload);
+  private async headDecisionFor(rootPipelineId: number, flagContext: FlagContext): Promise<HeadDecision> {
+    const kept = this.headDecisions.get(rootPipelineId);
+    if (kept !== undefined) return kept;
+    const proposed: HeadDecision = { samplingPercent: this.flags.samplingPercent(), ...this.provisionalPolicy(flagContext) };
+    if (this.config.TRACE_ID_SCHEME !== 'keyed') return proposed;
+    try {
+      const pinned = await withTimeout(() => this.tracedWork.pinHeadDecision(rootPipelineId, proposed, this.headMemoryMs), this.config.STORE_TIMEOUT_MS);
+      this.headDecisions.set(rootPipelineId, pinned);
+      return pinned;
+    } catch (error) {
+      this.logger.warn(`pipeline ${rootPipelineId}: head decision not kept in the store, taken here: ${(error as Error).message}`);
+      return proposed;
+    }
   }
 
-  private traceContextFor(rootPipelineId: number, jobId: number): TraceContext {
-    if (this.config.TRACE_ID_SCHEME === 'gitlab') return gitlabTraceContextOf(rootPipelineId, jobId, this.flags.samplingPercent());
-    return traceContextOf(this.traceIdFor(rootPipelineId), spanIdFor(this.secrets.traceKey, jobId), this.flags.samplingPercent());
+  /**
+   * The outcome-sampling policy a pipeline the head decision leaves out is traced under, or none: the toggle off for
+   * it, no webhooks to tell its outcome, or GitLab's ids (Rails emits and samples its own spans).
+   */
+  private provisionalPolicy(flagContext: FlagContext): { outcomePolicy?: OutcomePolicy } {
+    if (this.config.TRACE_ID_SCHEME !== 'keyed' || !this.pipelineSpans.webhooksConfigured) return {};
+    const payload = this.flags.outcomeSamplingPayload(flagContext);
+    return payload === undefined ? {} : { outcomePolicy: this.outcomeSampling.policyOf(payload) };
+  }
+
+  private traceContextFor(rootPipelineId: number, jobId: number, samplingPercent: number): TraceContext {
+    if (this.config.TRACE_ID_SCHEME === 'gitlab') return gitlabTraceContextOf(rootPipelineId, jobId, samplingPercent);
+    return traceContextOf(this.traceIdFor(rootPipelineId), spanIdFor(this.secrets.traceKey, jobId), samplingPercent);
   }
 
   private traceIdFor(rootPipelineId: number): string {

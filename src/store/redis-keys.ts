@@ -28,6 +28,8 @@ export const TRACED_JOB_KEY = (jobId: number) => `cjt:{job:${jobId}}:traced`;
 export const TRACED_PIPELINE_KEY = (pipelineId: number) => `cjt:{pipeline:${pipelineId}}:traced`;
 /** SPEC §10's final story: the highest version of a pipeline's span emitted, and its jobs' runner ends. */
 export const PIPELINE_SPAN_VERSION_KEY = (pipelineId: number) => `cjt:{pipeline:${pipelineId}}:span-version`;
+/** A root pipeline's head decision (sampling percentage, provisional policy), kept from its first pickup. */
+export const HEAD_DECISION_KEY = (rootPipelineId: number) => `cjt:{pipeline:${rootPipelineId}}:head`;
 export const RUNNER_JOB_ENDS_KEY = (pipelineId: number) => `cjt:{pipeline:${pipelineId}}:runner-job-ends`;
 export const OUTBOX_DUE_KEY = 'cjt:{outbox}:due';
 export const OUTBOX_ENQUEUED_KEY = 'cjt:{outbox}:enqueued';

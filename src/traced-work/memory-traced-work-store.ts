@@ -1,4 +1,4 @@
-import { Remembered, RunnerJobEnd, TracedJob, TracedPipeline, TracedWorkStore } from './traced-work';
+import { HeadDecision, Remembered, RunnerJobEnd, TracedJob, TracedPipeline, TracedWorkStore } from './traced-work';
 
 interface Expiring<T> {
   readonly value: T;
@@ -11,6 +11,7 @@ export class MemoryTracedWorkStore implements TracedWorkStore {
   private readonly tracedPipelines = new Map<number, Expiring<TracedPipeline>>();
   private readonly pipelineSpanVersions = new Map<number, Expiring<number>>();
   private readonly runnerJobEnds = new Map<number, Expiring<Map<number, RunnerJobEnd>>>();
+  private readonly headDecisions = new Map<number, Expiring<HeadDecision>>();
   private readonly sweeper: NodeJS.Timeout;
 
   constructor(
@@ -42,6 +43,13 @@ export class MemoryTracedWorkStore implements TracedWorkStore {
     return this.live(this.tracedPipelines, pipelineId);
   }
 
+  async pinHeadDecision(rootPipelineId: number, proposed: HeadDecision, ttlMs: number): Promise<HeadDecision> {
+    const kept = this.live(this.headDecisions, rootPipelineId);
+    if (kept !== null) return kept;
+    this.headDecisions.set(rootPipelineId, { value: { ...proposed }, expiresAt: this.now() + ttlMs });
+    return { ...proposed };
+  }
+
   async raisePipelineSpanVersion(pipelineId: number, version: number, ttlMs: number): Promise<number> {
     const entry = this.pipelineSpanVersions.get(pipelineId);
     const kept = entry === undefined || entry.expiresAt <= this.now() ? 0 : entry.value;
@@ -64,6 +72,7 @@ export class MemoryTracedWorkStore implements TracedWorkStore {
     this.tracedPipelines.clear();
     this.pipelineSpanVersions.clear();
     this.runnerJobEnds.clear();
+    this.headDecisions.clear();
   }
 
   private live<K, T>(entries: Map<K, Expiring<T>>, key: K): T | null {
@@ -78,7 +87,9 @@ export class MemoryTracedWorkStore implements TracedWorkStore {
 
   private sweep(): void {
     const now = this.now();
-    for (const entries of [this.tracedJobs, this.tracedPipelines, this.pipelineSpanVersions, this.runnerJobEnds] as Array<Map<number, Expiring<unknown>>>) {
+    for (const entries of [this.tracedJobs, this.tracedPipelines, this.pipelineSpanVersions, this.runnerJobEnds, this.headDecisions] as Array<
+      Map<number, Expiring<unknown>>
+    >) {
       for (const [key, entry] of entries) if (entry.expiresAt <= now) entries.delete(key);
     }
   }

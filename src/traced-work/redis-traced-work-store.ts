@@ -1,6 +1,6 @@
-import { PIPELINE_SPAN_VERSION_KEY, RUNNER_JOB_ENDS_KEY, TRACED_JOB_KEY, TRACED_PIPELINE_KEY } from '../store/redis-keys';
+import { HEAD_DECISION_KEY, PIPELINE_SPAN_VERSION_KEY, RUNNER_JOB_ENDS_KEY, TRACED_JOB_KEY, TRACED_PIPELINE_KEY } from '../store/redis-keys';
 import { RedisStore } from '../store/redis-store';
-import { Remembered, RunnerJobEnd, TracedJob, TracedPipeline, TracedWorkStore } from './traced-work';
+import { HeadDecision, Remembered, RunnerJobEnd, TracedJob, TracedPipeline, TracedWorkStore } from './traced-work';
 
 /** Sets a record whose life only ever grows: a shorter TTL than the one it has keeps the longer. */
 const SET_LONGER = `
@@ -25,6 +25,14 @@ end
 return redis.call('GET', KEYS[1])
 `;
 
+/** Keeps ARGV[1] (ARGV[2] ms) unless a value is kept already; answers the value kept. */
+const PIN = `
+local kept = redis.call('GET', KEYS[1])
+if kept then return kept end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return ARGV[1]
+`;
+
 /** Adds one job's end (ARGV[1] job id, ARGV[2] JSON) to its pipeline's, kept at least ARGV[3] ms; answers them all. */
 const RECORD_RUNNER_JOB_END = `
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
@@ -36,6 +44,7 @@ return redis.call('HVALS', KEYS[1])
 interface TracedWorkScripts {
   cjtSetLonger(key: string, value: string, ttlMs: string): Promise<number>;
   cjtRaiseVersion(key: string, version: string, ttlMs: string): Promise<string>;
+  cjtPin(key: string, value: string, ttlMs: string): Promise<string>;
   cjtRecordRunnerJobEnd(key: string, jobId: string, endJson: string, ttlMs: string): Promise<string[]>;
 }
 
@@ -46,6 +55,7 @@ export class RedisTracedWorkStore implements TracedWorkStore {
     const redis = store.client;
     redis.defineCommand('cjtSetLonger', { numberOfKeys: 1, lua: SET_LONGER });
     redis.defineCommand('cjtRaiseVersion', { numberOfKeys: 1, lua: RAISE_VERSION });
+    redis.defineCommand('cjtPin', { numberOfKeys: 1, lua: PIN });
     redis.defineCommand('cjtRecordRunnerJobEnd', { numberOfKeys: 1, lua: RECORD_RUNNER_JOB_END });
     this.scripts = redis as unknown as TracedWorkScripts;
   }
@@ -69,6 +79,12 @@ export class RedisTracedWorkStore implements TracedWorkStore {
   async findTracedPipeline(pipelineId: number): Promise<TracedPipeline | null> {
     const stored = await this.store.guard(() => this.store.client.get(TRACED_PIPELINE_KEY(pipelineId)));
     return stored === null ? null : (JSON.parse(stored) as TracedPipeline);
+  }
+
+  async pinHeadDecision(rootPipelineId: number, proposed: HeadDecision, ttlMs: number): Promise<HeadDecision> {
+    const ttl = String(Math.max(1, Math.round(ttlMs)));
+    const kept = await this.store.guard(() => this.scripts.cjtPin(HEAD_DECISION_KEY(rootPipelineId), JSON.stringify(proposed), ttl));
+    return JSON.parse(kept) as HeadDecision;
   }
 
   async raisePipelineSpanVersion(pipelineId: number, version: number, ttlMs: number): Promise<number> {

@@ -50,6 +50,16 @@ export function tracedPipelineOf(job: TracedJob, pipelineId: number): TracedPipe
 /** A traced job, and each pipeline a pickup names, is remembered at least this long (a job with a tiny timeout still finishes). */
 export const MIN_TRACED_MEMORY_MS = 60_000;
 
+/**
+ * A root pipeline's head decision (SPEC §4, §11), taken at its first pickup and kept for the pipeline's life, so a
+ * sampling-rate or toggle change in the middle of a pipeline never splits it: the sampling percentage then in force,
+ * and the outcome-sampling policy it is traced provisionally under when the head decision leaves it out.
+ */
+export interface HeadDecision {
+  readonly samplingPercent: number;
+  readonly outcomePolicy?: OutcomePolicy;
+}
+
 /** A record to keep for `ttlMs`. */
 export interface Remembered<T> {
   readonly value: T;
@@ -89,4 +99,6 @@ export interface TracedWorkStore extends PipelineStoryStore {
   recordTracedPipelines(pipelines: readonly Remembered<TracedPipeline>[]): Promise<void>;
   findTracedJob(jobId: number): Promise<TracedJob | null>;
   findTracedPipeline(pipelineId: number): Promise<TracedPipeline | null>;
+  /** Keeps `proposed` as the root pipeline's head decision unless one is kept already, and answers the one kept. */
+  pinHeadDecision(rootPipelineId: number, proposed: HeadDecision, ttlMs: number): Promise<HeadDecision>;
 }

@@ -58,5 +58,16 @@ export function behavesAsATracedWorkStore(world: StoreWorld) {
       expect(await tracedWork.recordRunnerJobEnd(501, end(2, 9_000, 'failed'), 60_000)).toHaveLength(2);
       expect(await tracedWork.recordRunnerJobEnd(500, end(3, 7_000), 60_000)).toEqual([end(3, 7_000)]);
     });
+
+    it("keeps a root pipeline's first head decision, whatever later pickups propose (a rate change mid-pipeline)", async () => {
+      const first = { samplingPercent: 10, outcomePolicy: { keepStatuses: ['failed'], whenNoOutcome: 'keep' as const } };
+      expect(await tracedWork.pinHeadDecision(500, first, 60_000)).toEqual(first);
+      expect(await tracedWork.pinHeadDecision(500, { samplingPercent: 100 }, 60_000)).toEqual(first);
+      expect(await tracedWork.pinHeadDecision(600, { samplingPercent: 100 }, 60_000)).toEqual({ samplingPercent: 100 });
+      // Forgotten with the pipeline: a root pipeline id is never reused, but its memory ends.
+      expect(await tracedWork.pinHeadDecision(700, { samplingPercent: 10 }, 300)).toEqual({ samplingPercent: 10 });
+      await world.elapse(450);
+      expect(await tracedWork.pinHeadDecision(700, { samplingPercent: 50 }, 300)).toEqual({ samplingPercent: 50 });
+    });
   });
 }
