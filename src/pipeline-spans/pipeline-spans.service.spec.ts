@@ -122,6 +122,23 @@ describe('PipelineSpansService at pickup (SPEC §10)', () => {
     expect(outcome.queued).toBe(1);
   });
 
+  it("finds a pipeline from its traced job when the hook reaches a replica before the pickup's replica wrote the pipeline", async () => {
+    // The traced job is written with the grant at pickup; the pipeline's record still waits in another replica's batch.
+    store.rememberTracedJob(pickedUp(1001), grantEnd());
+    const outcome = await service.handleWebhook({
+      kind: 'pipeline',
+      pipelineId: 501,
+      projectId: 7,
+      rootPipelineId: 500,
+      finishedJobs: [{ jobId: 1001, pipelineId: 501, status: 'success', finishedAt: Date.now() - 1_000 }],
+      activeJobIds: [],
+      end: { status: 'success', createdAt: Date.now() - 60_000, finishedAt: Date.now() },
+    });
+    // Its pipeline span (hung on the root's) and its job's span.
+    expect(outcome.queued).toBe(2);
+    expect((await store.findTracedPipeline(501))?.traceId).toBe('a'.repeat(32));
+  });
+
   it('loses only these spans when the store is down: it counts and logs the failure, and throws nothing', async () => {
     store.failing = true;
     service.recordPickup(pickedUp(1001), grantEnd(), '0000000000000001');

@@ -58,6 +58,8 @@ const RECORDED_PIPELINE_MEMO_MS = 60_000;
  * outbox drops as the copy it is, as it does a close by another replica.
  */
 const CLOSED_FROM_RUNNER_MAX = 10_000;
+/** Jobs of a hook's pipeline looked up when the pipeline's record is not found (one store read each, in parallel). */
+const PIPELINE_JOBS_LOOKED_UP = 20;
 
 /** One enabled pickup, waiting in the batch. */
 interface Pickup {
@@ -159,7 +161,7 @@ export class PipelineSpansService implements OnModuleDestroy {
     // The traced work it reads may still wait in this process's pickup batch.
     await this.pickups.flushed();
     if (event.kind === 'job') return event.job === undefined ? NOTHING : this.enqueue(await this.finishedJobSpans([event.job]), 'job_hook');
-    const pipeline = await this.store.findTracedPipeline(event.pipelineId);
+    const pipeline = (await this.store.findTracedPipeline(event.pipelineId)) ?? (await this.pipelineOfItsJobs(event));
     if (pipeline === null) return NOTHING;
     // A pipeline lives as long as GitLab still tells of it (untraced jobs, a manual gate): its record with it.
     await this.store.recordTracedPipelines([{ value: pipeline, ttlMs: this.limits.rememberMs }]);
@@ -167,6 +169,21 @@ export class PipelineSpansService implements OnModuleDestroy {
     const outcome = await this.enqueue(await this.pipelineEventSpans(event, pipeline), 'pipeline_hook');
     if (pipeline.outcomePolicy !== undefined) await this.outcomeSampling.onPipelineHook(pipeline, event);
     return outcome;
+  }
+
+  /**
+   * A pipeline whose record is not in the store yet, known from one of its jobs the decorator enabled: the traced job
+   * is written with its grant, before the pickup's answer, while the pipeline's record waits in its replica's pickup
+   * batch for PICKUP_LINGER_MS. So a hook that reaches another replica within that window still finds its pipeline.
+   */
+  private async pipelineOfItsJobs(event: PipelineEvent): Promise<TracedPipeline | null> {
+    const jobIds = [...event.finishedJobs.map((job) => job.jobId), ...event.activeJobIds].slice(0, PIPELINE_JOBS_LOOKED_UP);
+    const jobs = await Promise.all(jobIds.map((jobId) => this.store.findTracedJob(jobId)));
+    const job = jobs.find((found) => found !== null && found.pipelineId === event.pipelineId);
+    if (job === undefined || job === null) return null;
+    const pipeline = tracedPipelineOf(job, event.pipelineId);
+    await this.store.recordTracedPipelines([{ value: pipeline, ttlMs: this.limits.rememberMs }]);
+    return pipeline;
   }
 
   /**
