@@ -45,16 +45,23 @@ const turn = () => new Promise((resolve) => setImmediate(resolve));
 describe('CoalescingCollectorClient (issue 29)', () => {
   let collector: HeldCollector;
   let client: CoalescingCollectorClient;
-  const observed = { requests: [] as number[], lingers: [] as number[] };
+  const observed = { requests: [] as number[], lingers: [] as number[], splits: [] as number[], warnings: [] as string[] };
 
   beforeEach(() => {
     collector = new HeldCollector();
     observed.requests = [];
     observed.lingers = [];
+    observed.splits = [];
+    observed.warnings = [];
     client = new CoalescingCollectorClient(
       collector,
       { lingerMs: 60_000, maxBytes: 64 * 1024 },
-      { requestSent: (_signal, exports) => void observed.requests.push(exports), lingered: (_signal, seconds) => void observed.lingers.push(seconds) },
+      {
+        requestSent: (_signal, exports) => void observed.requests.push(exports),
+        lingered: (_signal, seconds) => void observed.lingers.push(seconds),
+        splitAfterRefusal: (_signal, exports) => void observed.splits.push(exports),
+      },
+      { warn: (_fields, message) => void observed.warnings.push(message) },
     );
   });
 
@@ -77,10 +84,11 @@ describe('CoalescingCollectorClient (issue 29)', () => {
     expect(observed.lingers).toHaveLength(4);
   });
 
-  it('answers every export of a request the collector asked to retry, or refused, exactly as the collector answered', async () => {
+  it('answers every export of a request the collector asked to retry, or refused for no fault of what it carried, exactly as the collector answered', async () => {
     const retry: ExportResult = { kind: 'retry', happened: 503, retryAfterSeconds: 2 };
-    const refused: ExportResult = { kind: 'refused', status: 400, contentType: undefined, body: Buffer.from('bad') };
-    for (const answer of [retry, refused, { kind: 'retry', happened: 'unreachable' } as ExportResult]) {
+    const tooMany: ExportResult = { kind: 'retry', happened: 429, retryAfterSeconds: 1 };
+    const refused: ExportResult = { kind: 'refused', status: 501, contentType: undefined, body: Buffer.from('not implemented') };
+    for (const answer of [retry, tooMany, refused, { kind: 'retry', happened: 'unreachable' } as ExportResult]) {
       collector.requests.length = 0;
       const holder = client.export('traces', 'protobuf', traces('hold', 1));
       await turn();
@@ -91,6 +99,39 @@ describe('CoalescingCollectorClient (issue 29)', () => {
       collector.requests[1].answer(answer);
       await expect(Promise.all(batch)).resolves.toEqual([answer, answer]);
     }
+  });
+
+  it('sends each export of a joined request the collector refused whole (4xx) again alone, and answers each from its own request', async () => {
+    const badRequest = (why: string): ExportResult => ({ kind: 'refused', status: 400, contentType: 'application/x-protobuf', body: Buffer.from(why) });
+    const holder = client.export('traces', 'protobuf', traces('hold', 1));
+    await turn();
+    const batch = ['good', 'bad', 'fine'].map((job) => client.export('traces', 'protobuf', traces(job, 2)));
+    collector.requests[0].answer(accepted());
+    await holder;
+    await turn();
+    expect(spanNames(collector.requests[1].body)).toHaveLength(6);
+    // The collector could not decode one export of the three, and refuses the request carrying them all.
+    collector.requests[1].answer(badRequest('joined'));
+    await turn();
+    const alone = collector.requests.slice(2);
+    expect(alone.map((request) => spanNames(request.body))).toEqual(['good', 'bad', 'fine'].map((job) => [`${job} span 0`, `${job} span 1`]));
+    alone[0].answer(accepted());
+    alone[1].answer(badRequest('bad alone'));
+    alone[2].answer(accepted(1));
+    await expect(Promise.all(batch)).resolves.toEqual([accepted(), badRequest('bad alone'), accepted(1)]);
+    expect(observed.splits).toEqual([3]);
+    expect(observed.warnings).toEqual(['the collector refused a joined request of 3 exports with 400: sent again one export per request, 1 refused alone']);
+  });
+
+  it('passes a 4xx to an export that went alone, without sending it again', async () => {
+    const refused: ExportResult = { kind: 'refused', status: 400, contentType: undefined, body: Buffer.from('bad') };
+    const lone = client.export('traces', 'protobuf', traces('alone', 1));
+    await turn();
+    collector.requests[0].answer(refused);
+    await expect(lone).resolves.toEqual(refused);
+    await turn();
+    expect(collector.requests).toHaveLength(1);
+    expect(observed.splits).toEqual([]);
   });
 
   it("attributes the collector's partial success exactly when it can, and otherwise tells each export at most its own spans were rejected", async () => {

@@ -2,6 +2,7 @@ import { OtlpEncoding, OtlpSignal } from '../otlp/otlp-encoding';
 import { OtlpPartialSuccess } from '../otlp/otlp-response';
 import { WIRE_LENGTH_DELIMITED, WireReader } from '../otlp/otlp-wire';
 import { CollectorClient, ExportResult } from './collector-client';
+import { exportSplittingRefused } from './split-refused';
 
 /** What an operator sees of the coalescing (src/collector/collector.metrics.ts). */
 export interface CoalescingObserver {
@@ -9,6 +10,13 @@ export interface CoalescingObserver {
   requestSent(signal: OtlpSignal, exports: number, bytes: number): void;
   /** How long one export waited for others before its request left. */
   lingered(signal: OtlpSignal, seconds: number): void;
+  /** The collector refused a joined request of `exports` exports whole (4xx): each went again alone. */
+  splitAfterRefusal(signal: OtlpSignal, exports: number): void;
+}
+
+/** Where the coalescing client says that a joined request was refused whole (one line per such request). */
+export interface CoalescingLog {
+  warn(fields: Record<string, unknown>, message: string): void;
 }
 
 export interface CoalescingOptions {
@@ -42,6 +50,10 @@ interface Batch {
  * answered, the linger runs out or the byte budget is full, whichever comes first. A busy gateway thereby
  * sends fewer, larger requests, which is also what the Collector's own batching wants.
  *
+ * A joined request the collector refuses whole (a 4xx other than 429: it could not decode one export in it) is not
+ * everyone's answer: every exporter treats a 4xx as final, so one export the gateway let through by mistake would
+ * lose every export joined to it. Each export is then sent again alone, and answered from its own request.
+ *
  * JSON exports go alone: joining them means parsing and writing every body again, which costs more than the
  * request it saves (docs/gateway.md); metrics and logs go alone too (only traces are forwarded in bulk, and
  * their partial success counts data points and log records this client does not count).
@@ -55,6 +67,7 @@ export class CoalescingCollectorClient implements CollectorClient {
     private readonly upstream: CollectorClient,
     private readonly options: CoalescingOptions,
     private readonly observer?: CoalescingObserver,
+    private readonly log?: CoalescingLog,
   ) {}
 
   export(signal: OtlpSignal, encoding: OtlpEncoding, body: Buffer): Promise<ExportResult> {
@@ -103,23 +116,32 @@ export class CoalescingCollectorClient implements CollectorClient {
     for (const one of waiting) this.observer?.lingered('traces', (leftAt - one.joinedAt) / 1000);
     this.observer?.requestSent('traces', waiting.length, bytes);
     this.inFlight += 1;
-    let result: ExportResult;
+    let results: ExportResult[];
     try {
-      const body =
-        waiting.length === 1
-          ? waiting[0].body
-          : Buffer.concat(
-              waiting.map((one) => one.body),
-              bytes,
-            );
-      result = await this.upstream.export('traces', 'protobuf', body);
+      const sent = await exportSplittingRefused(
+        this.upstream,
+        'traces',
+        'protobuf',
+        waiting.map((one) => one.body),
+        (bodies) => Buffer.concat(bodies, bytes),
+      );
+      if (sent.split) {
+        this.observer?.splitAfterRefusal('traces', waiting.length);
+        const refusedAlone = sent.results.filter((result) => result.kind === 'refused').length;
+        this.log?.warn(
+          { exports: waiting.length, status: sent.status, refusedAlone },
+          `the collector refused a joined request of ${waiting.length} exports with ${sent.status}: sent again one export per request, ${refusedAlone} refused alone`,
+        );
+        results = sent.results;
+      } else {
+        results = attribute(sent.result, waiting);
+      }
     } catch {
       // CollectorClient.export never rejects; should one, no caller may be told its spans arrived.
-      result = { kind: 'retry', happened: 'unreachable' };
+      results = waiting.map(() => ({ kind: 'retry', happened: 'unreachable' }));
     } finally {
       this.inFlight -= 1;
     }
-    const results = attribute(result, waiting);
     for (const [i, one] of waiting.entries()) one.answer(results[i]);
     // The collector answered: what gathered meanwhile leaves now, rather than at its linger's end.
     if (this.open !== undefined) this.flush(this.open);

@@ -13,6 +13,8 @@ export class CollectorMetrics implements CoalescingObserver {
   private readonly batchSeries = seriesOf((signal) => this.batchExports.labels(signal));
   private readonly bytesSeries = seriesOf((signal) => this.bytes.labels(signal));
   private readonly lingerSeries = seriesOf((signal) => this.lingerSeconds.labels(signal));
+  private readonly splits: Counter<'signal'>;
+  private readonly splitSeries = seriesOf((signal) => this.splits.labels(signal));
 
   constructor(metrics: MetricsService) {
     const registers = [metrics.registry];
@@ -36,6 +38,16 @@ export class CollectorMetrics implements CoalescingObserver {
       buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05],
       registers,
     });
+    this.splits = new Counter({
+      name: 'ci_job_telemetry_collector_split_requests_total',
+      help: 'Joined requests the collector refused whole (4xx other than 429), then sent again one export per request so that only the bad export is refused',
+      labelNames: ['signal'],
+      registers,
+    });
+  }
+
+  splitAfterRefusal(signal: OtlpSignal): void {
+    this.splitSeries(signal).inc();
   }
 
   requestSent(signal: OtlpSignal, exports: number, bytes: number): void {

@@ -22,15 +22,16 @@ import { LocalCollector } from './local-collector';
     CollectorMetrics,
     {
       provide: COLLECTOR_CLIENT,
-      inject: [APP_CONFIG, CollectorMetrics],
+      inject: [APP_CONFIG, CollectorMetrics, APP_LOGGER],
       // Coalescing sits in front of the HTTP collector only: the embedded one writes a line per export, with no request to save.
-      useFactory: (config: AppConfig, metrics: CollectorMetrics): CollectorClient =>
+      useFactory: (config: AppConfig, metrics: CollectorMetrics, logger: Logger): CollectorClient =>
         config.OTLP_UPSTREAM_URL === undefined
           ? new LocalCollector(localCollectorDirectory(config.DATA_DIR), config.LOCAL_COLLECTOR_MAX_BYTES)
           : new CoalescingCollectorClient(
               new HttpCollectorClient(config.OTLP_UPSTREAM_URL, parseHeaderList(config.OTLP_UPSTREAM_HEADERS), config.OTLP_UPSTREAM_TIMEOUT_MS),
               { lingerMs: config.OTLP_UPSTREAM_LINGER_MS, maxBytes: config.OTLP_UPSTREAM_BATCH_MAX_BYTES },
               metrics,
+              logger,
             ),
     },
   ],

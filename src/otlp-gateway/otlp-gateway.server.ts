@@ -370,6 +370,7 @@ function countItems(metrics: GatewayMetrics, signal: OtlpSignal, enforced: Enfor
   const rejected = enforced.rejections;
   if (rejected !== undefined) {
     metrics.itemsOf(signal, 'rejected_foreign_trace', rejected.foreignTrace);
+    metrics.itemsOf(signal, 'rejected_undecodable', rejected.undecodable);
     metrics.itemsOf(signal, 'rejected_span_limits', rejected.overLimits);
     metrics.itemsOf(signal, 'rejected_quota', rejected.overQuota);
     metrics.itemsOf(signal, 'rejected_rate', rejected.overRate);

@@ -24,13 +24,16 @@ const TraceRequest = exportRequestType('traces');
 const TraceResponse = exportResponseType('traces');
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-/** An ExportTraceServiceRequest of `names`, children of the job's span, as a runner-side SDK encodes one. */
-function protobufExport(job: PickedUpJob, names: string[]): Buffer {
+/**
+ * An ExportTraceServiceRequest of `names`, children of the job's span, as a runner-side SDK encodes one; a span
+ * named in `shortIds` gets a 7-byte span id, which the Collector cannot decode.
+ */
+function protobufExport(job: PickedUpJob, names: string[], shortIds: string[] = []): Buffer {
   const parentSpanId = Buffer.from(job.traceparent.split('-')[2], 'hex');
   const now = BigInt(Date.now()) * 1_000_000n;
   const spans = names.map((name) => ({
     traceId: Buffer.from(job.traceId, 'hex'),
-    spanId: randomBytes(8),
+    spanId: randomBytes(shortIds.includes(name) ? 7 : 8),
     parentSpanId,
     name,
     kind: 1,
@@ -123,7 +126,63 @@ describe('coalesced upstream requests under faults (issue 29)', () => {
     await sink?.stop();
     await redis?.stop();
   });
-  afterEach(() => sink.answerWith('ok'));
+  afterEach(() => {
+    sink.answerWith('ok');
+    sink.refuseWhen(undefined);
+  });
+
+  it('delivers the good exports of a batch the collector refuses whole, and answers only the export it refuses alone with 400', async () => {
+    // A collector that refuses a whole request for one export in it, for a rule the gateway does not know.
+    sink.refuseWhen((received) => received.spans.some((span) => span.name === 'refused by the collector'));
+    const { held } = await holdUpstream();
+    const splitsBefore = await metric(service, 'ci_job_telemetry_collector_split_requests_total');
+    const [good, bad, alsoGood] = await Promise.all([0, 1, 2].map(() => pickUpTracedJob(service, keys, nextJob++)));
+    const answers = await Promise.all([
+      post(service.gatewayUrl, good, protobufExport(good, ['good 1', 'good 2'])),
+      post(service.gatewayUrl, bad, protobufExport(bad, ['fine', 'refused by the collector'])),
+      post(service.gatewayUrl, alsoGood, protobufExport(alsoGood, ['also good'])),
+    ]);
+    await held;
+
+    expect(answers).toEqual([
+      { status: 200, rejectedSpans: 0 },
+      { status: 400, rejectedSpans: 0 },
+      { status: 200, rejectedSpans: 0 },
+    ]);
+    const delivered = (job: PickedUpJob) =>
+      sink
+        .spans()
+        .filter((span) => span.traceId === job.traceId)
+        .map((span) => span.name);
+    expect([delivered(good).sort(), delivered(bad), delivered(alsoGood)]).toEqual([['good 1', 'good 2'], [], ['also good']]);
+    expect((await metric(service, 'ci_job_telemetry_collector_split_requests_total')) - splitsBefore).toBe(1);
+  });
+
+  it('rejects a span the collector could not decode through partial success, so the exports joined to it are delivered', async () => {
+    // The Collector refuses a request holding a span id that is not 8 bytes: so does this one.
+    sink.refuseWhen((received) => received.spans.some((span) => span.spanId.length !== 16));
+    const { held } = await holdUpstream();
+    const joinedBefore = await joined();
+    const [good, bad] = await Promise.all([0, 1].map(() => pickUpTracedJob(service, keys, nextJob++)));
+    const answers = await Promise.all([
+      post(service.gatewayUrl, good, protobufExport(good, ['good'])),
+      post(service.gatewayUrl, bad, protobufExport(bad, ['fine', 'short id'], ['short id'])),
+    ]);
+    await held;
+
+    expect(answers).toEqual([
+      { status: 200, rejectedSpans: 0 },
+      { status: 200, rejectedSpans: 1 },
+    ]);
+    const delivered = (job: PickedUpJob) =>
+      sink
+        .spans()
+        .filter((span) => span.traceId === job.traceId)
+        .map((span) => span.name);
+    expect([delivered(good), delivered(bad)]).toEqual([['good'], ['fine']]);
+    // Joined, and accepted as one request: the gateway kept the bad span out of it.
+    expect((await joined()) - joinedBefore).toBe(1);
+  });
 
   it("answers only the over-quota export of a batch with rejected spans; the others' are all delivered", async () => {
     const { held } = await holdUpstream();

@@ -67,6 +67,11 @@ export interface OtlpSink {
   answerWith(answer: SinkAnswer): void;
   /** Answers the next requests with these, one each, then goes back to the `answerWith` answer. */
   answerNext(...answers: SinkAnswer[]): void;
+  /**
+   * Refuses with 400 every forwarded request the test finds something in, as the Collector refuses a whole request
+   * it cannot decode (undefined: refuses none). Checked before any scripted answer, which it leaves queued.
+   */
+  refuseWhen(refuses: ((received: ReceivedExport) => boolean) | undefined): void;
   stop(): Promise<void>;
   start(): Promise<void>;
 }
@@ -154,9 +159,11 @@ export async function startOtlpSink(): Promise<OtlpSink> {
   let standing: SinkAnswer = 'ok';
   const queued: SinkAnswer[] = [];
   let receiver: OtlpReceiver | undefined;
+  let refuses: ((received: ReceivedExport) => boolean) | undefined;
 
   const onExport = (exported: Received): ReceiverAnswer | 'hang' => {
     const received = summarize(exported);
+    if (!received.fromControlPlane && refuses?.(received) === true) return receiverAnswer(400);
     // The answers a test scripts are for the gateway's forwarding; the control plane's own deliveries
     // (queue waits at pickup, job spans) are accepted beside them without taking one.
     const answer = received.fromControlPlane ? 'ok' : (queued.shift() ?? standing);
@@ -187,6 +194,9 @@ export async function startOtlpSink(): Promise<OtlpSink> {
       queued.length = 0;
     },
     answerNext: (...next) => queued.push(...next),
+    refuseWhen: (next) => {
+      refuses = next;
+    },
     stop,
     start,
   };

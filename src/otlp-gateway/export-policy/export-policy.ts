@@ -120,6 +120,8 @@ export abstract class SpanSeen {
   largestAttributeValueBytes = 0;
   /** Named JOB_EXECUTION_SPAN. */
   jobExecution = false;
+  /** Why the collector could not decode the span (looked for only in the grant's trace); undefined when it can. */
+  undecodable: string | undefined = undefined;
 
   /** How a `job_execution` span ended; read only once it is admitted. Undefined when it does not say. */
   abstract jobExecutionEnd(): RunnerJobEnd | undefined;
@@ -131,6 +133,7 @@ export abstract class SpanSeen {
     this.attributes = 0;
     this.largestAttributeValueBytes = 0;
     this.jobExecution = false;
+    this.undecodable = undefined;
   }
 }
 
@@ -165,14 +168,16 @@ export class ItemIdentityStamp {
 }
 
 /**
- * The decisions on one export, in body order (SPEC §6): a span goes on when it is in the grant's trace, within the
- * per-span limits, within the job's span quota and then its span rate. A span is charged against quota and rate
+ * The decisions on one export, in body order (SPEC §6): a span goes on when it is in the grant's trace, decodable by
+ * the collector, within the per-span limits, within the job's span quota and then its span rate. A span is charged against quota and rate
  * only when it passed the checks before, so a rejected span never uses up what an accepted one could have had.
  * Metric data points and log records are counted, never dropped.
  */
 export class ExportPolicy {
   private kept = 0;
   private foreignTrace = 0;
+  private undecodable = 0;
+  private undecodableWhy = '';
   private overLimits = 0;
   private overQuota = 0;
   private overRate = 0;
@@ -196,6 +201,12 @@ export class ExportPolicy {
   admitSpan(span: SpanSeen): boolean {
     if (!span.inGrantedTrace) {
       this.foreignTrace++;
+      return false;
+    }
+    // Before any limit: a span the collector cannot decode would make it refuse the whole request, and with it
+    // every export coalesced into that request.
+    if (span.undecodable !== undefined) {
+      if (this.undecodable++ === 0) this.undecodableWhy = span.undecodable;
       return false;
     }
     const { limits } = this;
@@ -234,6 +245,10 @@ export class ExportPolicy {
       if (count > 0) reasons.push(`${count} ${count === 1 ? 'span' : 'spans'} rejected: ${why}`);
     };
     reason(this.foreignTrace, "trace_id is not this CI job's trace");
+    reason(
+      this.undecodable,
+      `the collector cannot decode ${this.undecodable === 1 ? 'it' : 'them'} (${this.undecodable === 1 ? '' : 'first: '}${this.undecodableWhy})`,
+    );
     const { maxBytes, maxAttributes, maxAttributeValueBytes } = this.limits;
     reason(
       this.overLimits,
@@ -244,8 +259,14 @@ export class ExportPolicy {
     return {
       body,
       forwardedItems: this.kept,
-      rejectedItems: this.foreignTrace + this.overLimits + this.overQuota + this.overRate,
-      rejections: { foreignTrace: this.foreignTrace, overLimits: this.overLimits, overQuota: this.overQuota, overRate: this.overRate },
+      rejectedItems: this.foreignTrace + this.undecodable + this.overLimits + this.overQuota + this.overRate,
+      rejections: {
+        foreignTrace: this.foreignTrace,
+        undecodable: this.undecodable,
+        overLimits: this.overLimits,
+        overQuota: this.overQuota,
+        overRate: this.overRate,
+      },
       errorMessage: reasons.length > 0 ? reasons.join('; ') : undefined,
       nothingToForward: this.kept === 0,
       ...(this.jobExecutionEnds === undefined ? {} : { jobExecutionEnds: this.jobExecutionEnds }),

@@ -49,8 +49,9 @@ describe("the runner's job_execution ends noted by enforcement (SPEC §10 withou
     expect(enforced.jobExecutionEnds).toBeUndefined();
   });
 
-  it('forwards a job_execution span whose status is unreadable inside, without noting an end', () => {
-    // Span.status (field 15) holding a truncated varint: the walk checks a span's own fields, not inside them.
+  it('rejects a job_execution span whose status is unreadable inside, without noting an end', () => {
+    // Span.status (field 15) holding a truncated varint: the collector could not decode the span, nor the request
+    // carrying it.
     const spanBytes = Buffer.concat([
       Span.encode(Span.fromObject(span('job_execution', JOB_SPAN, '1700000009000000000'))).finish(),
       Buffer.from([0x7a, 0x02, 0x18, 0xff]),
@@ -59,7 +60,9 @@ describe("the runner's job_execution ends noted by enforcement (SPEC §10 withou
     const resource = Buffer.concat([lengthDelimitedHeader(2, scope.length), scope]);
     const request = Buffer.concat([lengthDelimitedHeader(1, resource.length), resource]);
     const enforced = enforceExport('traces', 'protobuf', request, grant, Number.MAX_SAFE_INTEGER);
-    expect(enforced.forwardedItems).toBe(1);
+    expect(enforced.forwardedItems).toBe(0);
+    expect(enforced.rejections?.undecodable).toBe(1);
+    expect(enforced.errorMessage).toContain('1 span rejected: the collector cannot decode it (Status: malformed protobuf varint)');
     expect(enforced.jobExecutionEnds).toBeUndefined();
   });
 
@@ -88,7 +91,9 @@ describe("the runner's job_execution ends noted by enforcement (SPEC §10 withou
       }),
     );
     const enforced = enforceExport('traces', 'json', json, grant, Number.MAX_SAFE_INTEGER);
-    expect(enforced.forwardedItems).toBe(3);
+    // An end time the collector cannot read ('soon') is a span it cannot decode: rejected, no end noted from it.
+    expect(enforced.forwardedItems).toBe(2);
+    expect(enforced.errorMessage).toBe('1 span rejected: the collector cannot decode it (Span.endTimeUnixNano is not a uint64)');
     expect(enforced.jobExecutionEnds).toEqual([{ parentSpanId: JOB_SPAN, endMs: 1_700_000_009_000, status: 'success' }]);
   });
 });

@@ -13,7 +13,10 @@
  *   else dropped. Inside a span, data point or log record, members the gateway does not know are kept;
  * - JSON.parse rounds integers beyond 2^53, so such numbers (fixed64 timestamps written as numbers) are quoted
  *   before parsing: OTLP/JSON accepts 64-bit integers as decimal strings, so the value reaches the collector
- *   unchanged.
+ *   unchanged;
+ * - what is forwarded can be read (otlp-json-decodable.ts): a span in the grant's trace holding a value the
+ *   Collector's JSON reader refuses (an id of the wrong length, a string where a number goes) is rejected through
+ *   partial success, a resource, scope or log record holding one refuses the export.
  */
 import {
   ExportPolicy,
@@ -32,6 +35,14 @@ import { jsonTextBytes } from '../../otlp/otlp-json-size';
 import { OtlpPayloadError } from '../../otlp/otlp-wire';
 import type { EnforcedExport, GatewayGrant, RunnerJobEnd, SpanBudget, SpanLimits } from './otlp-types';
 import { jsonSamplingReason } from '../../otlp/sampling-reason';
+import {
+  JSON_LOG_RECORD_RULE,
+  JSON_RESOURCE_RULE,
+  JSON_SCOPE_RULE,
+  JSON_SPAN_RULE,
+  JsonMessageRule,
+  jsonUndecodableReason,
+} from '../../otlp/otlp-json-decodable';
 
 type JsonObject = Record<string, unknown>;
 type Spelling = [camel: string, snake: string | undefined];
@@ -164,9 +175,11 @@ function rewriteContainer(enforcement: Enforcement, container: JsonObject): Json
     if (rewritten !== undefined) keptScopes.push(rewritten);
   }
   if (!keepsEnvelope(scopes.length, keptScopes.length)) return undefined;
+  refuseUndecodable(container.resource, JSON_RESOURCE_RULE, `${fields.container}.resource`);
   const rebuilt: JsonObject = { resource: stampResource(container.resource, enforcement.identity, fields.container) };
   rebuilt[fields.scopes[0]] = keptScopes;
   copyPlainField(container, ['schemaUrl', 'schema_url'], fields.container, rebuilt);
+  refuseUnlessString(rebuilt.schemaUrl, `${fields.container}.schemaUrl`);
   return rebuilt;
 }
 
@@ -178,6 +191,7 @@ function rewriteScope(enforcement: Enforcement, scope: JsonObject): JsonObject |
   if (rebuilt.scope === undefined) {
     for (const legacy of LEGACY_SCOPE_FIELDS) copyPlainField(scope, [legacy, undefined], fields.scope, rebuilt, 'scope');
   }
+  refuseUndecodable(rebuilt.scope, JSON_SCOPE_RULE, `${fields.scope}.scope`);
   const items = arrayField(scope, fields.items, fields.scope);
   if (signal === 'traces') {
     const texts: string[] = [];
@@ -192,11 +206,14 @@ function rewriteScope(enforcement: Enforcement, scope: JsonObject): JsonObject |
   } else if (signal === 'metrics') {
     rebuilt.metrics = items.map((metric) => rewriteMetric(enforcement, asObject(metric, 'Metric')));
   } else {
+    // Log records are counted, never dropped one by one: one the collector cannot read refuses the export.
+    for (const record of items) refuseUndecodable(record, JSON_LOG_RECORD_RULE, 'LogRecord');
     for (const record of items) stampItemAttributes(enforcement, asObject(record, 'LogRecord'), 'LogRecord');
     enforcement.policy.countItems(items.length);
     rebuilt.logRecords = items;
   }
   copyPlainField(scope, ['schemaUrl', 'schema_url'], fields.scope, rebuilt);
+  refuseUnlessString(rebuilt.schemaUrl, `${fields.scope}.schemaUrl`);
   return rebuilt;
 }
 
@@ -226,7 +243,9 @@ function admitSpan(enforcement: Enforcement, span: JsonObject): string | undefin
   seen.begin(span);
   seen.jobExecution = span.name === JOB_EXECUTION_SPAN;
   seen.inGrantedTrace = spanTraceId(span) === enforcement.traceIdHex;
-  if (seen.inGrantedTrace) measureSpan(seen, span, enforcement.limits);
+  // Only a span in the grant's trace can go on, so only it is checked for what the collector cannot read.
+  if (seen.inGrantedTrace) seen.undecodable = jsonUndecodableReason(span, JSON_SPAN_RULE);
+  if (seen.inGrantedTrace && seen.undecodable === undefined) measureSpan(seen, span, enforcement.limits);
   if (!enforcement.policy.admitSpan(seen)) return undefined;
   const { text } = seen;
   const stamped = stampItemAttributes(enforcement, span, 'Span');
@@ -349,6 +368,19 @@ function rewriteMetric(enforcement: Enforcement, metric: JsonObject): JsonObject
     rebuilt[camel] = rebuiltData;
   }
   return rebuilt;
+}
+
+/**
+ * What the resource, scope or log record an export shares among its items holds must be readable by the collector:
+ * otherwise the export is refused as a bad request (SPEC §6), since no one item is at fault.
+ */
+function refuseUndecodable(message: unknown, rule: JsonMessageRule, where: string): void {
+  const reason = jsonUndecodableReason(message, rule);
+  if (reason !== undefined) throw new OtlpPayloadError(`${where}: ${reason}, which the collector cannot read`);
+}
+
+function refuseUnlessString(value: unknown, where: string): void {
+  if (value !== undefined && value !== null && typeof value !== 'string') throw new OtlpPayloadError(`${where} must be a string`);
 }
 
 function stampResource(resource: unknown, identity: readonly JsonObject[], where: string): JsonObject {

@@ -35,6 +35,8 @@ export interface SpanBudget {
 /** Why spans were dropped, one count per reason (traces only). */
 export interface SpanRejections {
   foreignTrace: number;
+  /** Spans the collector could not decode (ids of the wrong length, wrong wire types, invalid UTF-8...). */
+  undecodable: number;
   overLimits: number;
   overQuota: number;
   overRate: number;
@@ -45,7 +47,7 @@ export interface EnforcedExport {
   body: Buffer;
   /** Spans, metric data points or log records left in `body`. */
   forwardedItems: number;
-  /** Spans the gateway dropped (foreign trace, over the per-span limits, quota or rate); always 0 for metrics and logs. */
+  /** Spans the gateway dropped (foreign trace, undecodable, over the per-span limits, quota or rate); always 0 for metrics and logs. */
   rejectedItems: number;
   rejections?: SpanRejections;
   /** Why items were rejected, for the OTLP partial success `error_message`. */

@@ -12,6 +12,11 @@
  * (ResourceSpans field 1000 was exactly that). The Collector itself drops unknown fields, so nothing it would
  * have read is lost. Inside a span, data point or log record, unknown fields are kept byte for byte.
  *
+ * What is forwarded can be decoded (otlp-decodable.ts): the Collector refuses a whole request for one value it cannot
+ * decode, and several jobs' exports travel in one request. A span in the grant's trace is checked down to its last
+ * nested value and rejected through partial success when the Collector could not decode it; a resource, scope or
+ * log record it could not decode refuses the export, as broken framing does, since it is no one span's fault.
+ *
  * Field numbers are those of opentelemetry-proto v1 (collector/*\/v1/*_service.proto, trace/v1/trace.proto,
  * metrics/v1/metrics.proto, logs/v1/logs.proto, resource/v1/resource.proto, common/v1/common.proto), and
  * field 1000 of Resource{Spans,Metrics,Logs}, which the Collector's pdata decoders still read.
@@ -32,6 +37,7 @@ import {
 import type { OtlpSignal } from '../../otlp/otlp-encoding';
 import type { EnforcedExport, GatewayGrant, RunnerJobEnd, SpanBudget, SpanLimits } from './otlp-types';
 import { protobufSamplingReason } from '../../otlp/sampling-reason';
+import { LOG_RECORD_RULE, MessageRule, RESOURCE_RULE, SCOPE_RULE, SPAN_RULE, undecodableReason, utf8 } from '../../otlp/otlp-decodable';
 import {
   ChunkList,
   OtlpPayloadError,
@@ -206,6 +212,7 @@ function rewriteContainer(enforcement: Enforcement, start: number, end: number):
     reader.readTag();
     if (reader.fieldNumber === CONTAINER_RESOURCE) {
       const resourceEnd = reader.expectLengthDelimited('Resource');
+      refuseUndecodable(body, reader.pos, resourceEnd, RESOURCE_RULE, `${names.container}.resource`);
       stripIdentityAttributes(body, reader.pos, resourceEnd, resource);
       reader.pos = resourceEnd;
     } else if (reader.fieldNumber === CONTAINER_SCOPES) {
@@ -217,7 +224,7 @@ function rewriteContainer(enforcement: Enforcement, start: number, end: number):
       deprecatedScopes.push([reader.pos, scopeEnd]);
       reader.pos = scopeEnd;
     } else if (reader.fieldNumber === CONTAINER_SCHEMA_URL) {
-      reader.skipValue();
+      reader.pos = expectString(reader, `${names.container}.schema_url`);
       rest.copy(fieldStart, reader.pos);
     } else {
       // Not in the allow-list: dropped.
@@ -235,6 +242,22 @@ function rewriteContainer(enforcement: Enforcement, start: number, end: number):
   container.pushMessage(CONTAINER_RESOURCE, resource);
   container.pushAll(rest);
   return container;
+}
+
+/**
+ * What the resource, scope or log record an export shares among its items holds must be decodable by the collector,
+ * as its framing must be: otherwise the export is refused as a bad request (SPEC §6), since no one item is at fault.
+ */
+function refuseUndecodable(body: Buffer, start: number, end: number, rule: MessageRule, where: string): void {
+  const reason = undecodableReason(body, start, end, rule);
+  if (reason !== undefined) throw new OtlpPayloadError(`${where}: ${reason}, which the collector cannot decode`);
+}
+
+/** The end of a string field whose tag was just read: length-delimited and UTF-8, or the export is a bad request. */
+function expectString(reader: WireReader, where: string): number {
+  const end = reader.expectLengthDelimited(where);
+  if (!utf8(reader.buf, reader.pos, end)) throw new OtlpPayloadError(`${where} is not valid UTF-8, which the collector cannot decode`);
+  return end;
 }
 
 /** Copies a Resource's fields except KeyValues whose key the gateway owns. */
@@ -292,6 +315,8 @@ function rewriteScope(enforcement: Enforcement, start: number, end: number): Rew
       } else if (signal === 'metrics') {
         rewrite = rewriteMetric(enforcement, reader.pos, itemEnd);
       } else {
+        // Log records are counted, never dropped one by one: one the collector cannot decode refuses the export.
+        refuseUndecodable(body, reader.pos, itemEnd, LOG_RECORD_RULE, 'LogRecord');
         enforcement.policy.countItems(1);
         rewrite = stampItemAttributes(enforcement, reader.pos, itemEnd, LOG_RECORD_ATTRIBUTES);
       }
@@ -307,8 +332,13 @@ function rewriteScope(enforcement: Enforcement, start: number, end: number): Rew
         }
       }
       reader.pos = itemEnd;
-    } else if (reader.fieldNumber === SCOPE_SCOPE || reader.fieldNumber === SCOPE_SCHEMA_URL) {
-      reader.skipValue();
+    } else if (reader.fieldNumber === SCOPE_SCOPE) {
+      const scopeEnd = reader.expectLengthDelimited(`${SIGNAL_NAMES[signal].scope}.scope`);
+      refuseUndecodable(body, reader.pos, scopeEnd, SCOPE_RULE, `${SIGNAL_NAMES[signal].scope}.scope`);
+      reader.pos = scopeEnd;
+      scope.copy(fieldStart, reader.pos);
+    } else if (reader.fieldNumber === SCOPE_SCHEMA_URL) {
+      reader.pos = expectString(reader, `${SIGNAL_NAMES[signal].scope}.schema_url`);
       scope.copy(fieldStart, reader.pos);
     } else {
       // Not in the allow-list: dropped.
@@ -356,6 +386,8 @@ function admitSpan(enforcement: Enforcement, start: number, end: number): Rewrit
     if (body[idStart + i] !== traceId[i]) inTrace = false;
   }
   span.inGrantedTrace = inTrace;
+  // Only a span in the grant's trace can go on, so only it is checked for what the collector cannot decode.
+  if (inTrace) span.undecodable = undecodableReason(body, start, end, SPAN_RULE);
   if (!enforcement.policy.admitSpan(span)) return 'dropped';
   const rewrite = span.carriesIdentity ? stampItemAttributes(enforcement, start, end, SPAN_ATTRIBUTES) : 'unchanged';
   return enforcement.traceState === undefined ? rewrite : withTraceState(enforcement, rewrite, start, end);

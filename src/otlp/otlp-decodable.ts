@@ -1,0 +1,244 @@
+/**
+ * What the Collector's protobuf decoder (pdata) refuses in a well-framed OTLP message, checked without decoding it.
+ * The Collector decodes a request whole: one value it refuses makes it answer 400 to the whole request, and every
+ * export coalesced into that request is lost with it. So the gateway forwards nothing it could not decode.
+ *
+ * pdata's rules (its generated unmarshalers and its TraceID/SpanID types):
+ * - a known field must come in its declared wire type: a length-delimited `kind`, a varint `name`, a fixed32
+ *   `start_time_unix_nano` are each an error, whatever the value;
+ * - trace ids are 16 bytes or empty, span ids 8 bytes or empty (`invalid length for SpanID`);
+ * - groups (wire types 3 and 4) are not read: an unknown field that is a group fails the decoder unless empty, a
+ *   known one always. No OTLP encoder writes one, so a group anywhere is refused.
+ * And one rule pdata does not apply but proto3 does: strings are UTF-8. Go's protobuf runtime, which decoders behind
+ * the Collector (and older Collectors' gRPC paths) use, refuses invalid UTF-8 in a string field.
+ *
+ * Framing (lengths past their message, varints over 10 bytes, field number 0, wire types 6 and 7) fails it as well,
+ * and is reported the same way: the caller decides whether that refuses an item or the whole export.
+ */
+import { isUtf8 } from 'node:buffer';
+
+// What a field of a message is, by field number (0: unknown to this schema, skipped as pdata skips it).
+const UNKNOWN = 0;
+const VARINT = 1;
+const FIXED64 = 2;
+const FIXED32 = 3;
+const STRING = 4;
+const BYTES = 5;
+const TRACE_ID = 6;
+const SPAN_ID = 7;
+const MESSAGE = 8;
+type FieldKind = typeof VARINT | typeof FIXED64 | typeof FIXED32 | typeof STRING | typeof BYTES | typeof TRACE_ID | typeof SPAN_ID | typeof MESSAGE;
+
+/** The fields of one OTLP message, as the Collector's decoder reads them. */
+export interface MessageRule {
+  readonly name: string;
+  /** FieldKind by field number. */
+  readonly kinds: Uint8Array;
+  readonly fieldNames: readonly string[];
+  readonly messages: ReadonlyArray<MessageRule | undefined>;
+}
+
+type FieldSpec = readonly [number, string, FieldKind, (() => MessageRule)?];
+
+function messageRule(name: string, fields: readonly FieldSpec[]): MessageRule {
+  const size = Math.max(...fields.map(([number]) => number)) + 1;
+  const kinds = new Uint8Array(size);
+  const fieldNames: string[] = [];
+  const messages: Array<MessageRule | undefined> = [];
+  const rule: MessageRule = { name, kinds, fieldNames, messages };
+  for (const [number, fieldName, kind] of fields) {
+    kinds[number] = kind;
+    fieldNames[number] = fieldName;
+  }
+  // Message fields are linked on first use: AnyValue and ArrayValue refer to each other.
+  linkLater.push(() => {
+    for (const [number, , , target] of fields) messages[number] = target?.();
+  });
+  return rule;
+}
+
+const linkLater: Array<() => void> = [];
+
+const ANY_VALUE: MessageRule = messageRule('AnyValue', [
+  [1, 'string_value', STRING],
+  [2, 'bool_value', VARINT],
+  [3, 'int_value', VARINT],
+  [4, 'double_value', FIXED64],
+  [5, 'array_value', MESSAGE, () => ARRAY_VALUE],
+  [6, 'kvlist_value', MESSAGE, () => KEY_VALUE_LIST],
+  [7, 'bytes_value', BYTES],
+]);
+const ARRAY_VALUE: MessageRule = messageRule('ArrayValue', [[1, 'values', MESSAGE, () => ANY_VALUE]]);
+const KEY_VALUE: MessageRule = messageRule('KeyValue', [
+  [1, 'key', STRING],
+  [2, 'value', MESSAGE, () => ANY_VALUE],
+]);
+const KEY_VALUE_LIST: MessageRule = messageRule('KeyValueList', [[1, 'values', MESSAGE, () => KEY_VALUE]]);
+
+export const RESOURCE_RULE: MessageRule = messageRule('Resource', [
+  [1, 'attributes', MESSAGE, () => KEY_VALUE],
+  [2, 'dropped_attributes_count', VARINT],
+  [
+    3,
+    'entity_refs',
+    MESSAGE,
+    () =>
+      messageRule('EntityRef', [
+        [1, 'schema_url', STRING],
+        [2, 'type', STRING],
+        [3, 'id_keys', STRING],
+        [4, 'description_keys', STRING],
+      ]),
+  ],
+]);
+
+export const SCOPE_RULE: MessageRule = messageRule('InstrumentationScope', [
+  [1, 'name', STRING],
+  [2, 'version', STRING],
+  [3, 'attributes', MESSAGE, () => KEY_VALUE],
+  [4, 'dropped_attributes_count', VARINT],
+]);
+
+const EVENT: MessageRule = messageRule('Span.Event', [
+  [1, 'time_unix_nano', FIXED64],
+  [2, 'name', STRING],
+  [3, 'attributes', MESSAGE, () => KEY_VALUE],
+  [4, 'dropped_attributes_count', VARINT],
+]);
+const LINK: MessageRule = messageRule('Span.Link', [
+  [1, 'trace_id', TRACE_ID],
+  [2, 'span_id', SPAN_ID],
+  [3, 'trace_state', STRING],
+  [4, 'attributes', MESSAGE, () => KEY_VALUE],
+  [5, 'dropped_attributes_count', VARINT],
+  [6, 'flags', FIXED32],
+]);
+const STATUS: MessageRule = messageRule('Status', [
+  // deprecated_code: older Collectors still read it as a varint.
+  [1, 'deprecated_code', VARINT],
+  [2, 'message', STRING],
+  [3, 'code', VARINT],
+]);
+
+export const SPAN_RULE: MessageRule = messageRule('Span', [
+  [1, 'trace_id', TRACE_ID],
+  [2, 'span_id', SPAN_ID],
+  [3, 'trace_state', STRING],
+  [4, 'parent_span_id', SPAN_ID],
+  [5, 'name', STRING],
+  [6, 'kind', VARINT],
+  [7, 'start_time_unix_nano', FIXED64],
+  [8, 'end_time_unix_nano', FIXED64],
+  [9, 'attributes', MESSAGE, () => KEY_VALUE],
+  [10, 'dropped_attributes_count', VARINT],
+  [11, 'events', MESSAGE, () => EVENT],
+  [12, 'dropped_events_count', VARINT],
+  [13, 'links', MESSAGE, () => LINK],
+  [14, 'dropped_links_count', VARINT],
+  [15, 'status', MESSAGE, () => STATUS],
+  [16, 'flags', FIXED32],
+]);
+
+export const LOG_RECORD_RULE: MessageRule = messageRule('LogRecord', [
+  [1, 'time_unix_nano', FIXED64],
+  [2, 'severity_number', VARINT],
+  [3, 'severity_text', STRING],
+  [5, 'body', MESSAGE, () => ANY_VALUE],
+  [6, 'attributes', MESSAGE, () => KEY_VALUE],
+  [7, 'dropped_attributes_count', VARINT],
+  [8, 'flags', FIXED32],
+  [9, 'trace_id', TRACE_ID],
+  [10, 'span_id', SPAN_ID],
+  [11, 'observed_time_unix_nano', FIXED64],
+  [12, 'event_name', STRING],
+]);
+
+for (let link = linkLater.shift(); link !== undefined; link = linkLater.shift()) link();
+
+/**
+ * Values nest (AnyValue in ArrayValue in AnyValue...): beyond this depth a message is refused rather than walked,
+ * so a hostile nesting cannot exhaust the stack. No real attribute comes near it.
+ */
+export const MAX_MESSAGE_DEPTH = 64;
+
+const WIRE_TYPE_OF: Record<FieldKind, number> = { [VARINT]: 0, [FIXED64]: 1, [FIXED32]: 5, [STRING]: 2, [BYTES]: 2, [TRACE_ID]: 2, [SPAN_ID]: 2, [MESSAGE]: 2 };
+
+/**
+ * Why the Collector could not decode the message `rule` in `buf[start, end)`, or `undefined` when it can. Reads
+ * every field once, allocating nothing unless it finds something (or a non-ASCII string, checked natively).
+ */
+export function undecodableReason(buf: Buffer, start: number, end: number, rule: MessageRule, depth = 0): string | undefined {
+  if (depth > MAX_MESSAGE_DEPTH) return `${rule.name}: nested deeper than ${MAX_MESSAGE_DEPTH} messages`;
+  const { kinds } = rule;
+  let pos = start;
+  while (pos < end) {
+    // Tag: a field number of 1 .. 2^29-1 in at most 5 bytes, as WireReader reads it.
+    let tag = 0;
+    let shift = 1;
+    for (let i = 0; ; i++) {
+      if (pos >= end || i === 5) return `${rule.name}: malformed protobuf tag`;
+      const byte = buf[pos++];
+      tag += (byte & 0x7f) * shift;
+      if (byte < 0x80) break;
+      shift *= 128;
+    }
+    const field = Math.floor(tag / 8);
+    const wireType = tag & 7;
+    if (field < 1 || field > 0x1fffffff) return `${rule.name}: protobuf field number ${field}`;
+    const kind = field < kinds.length ? kinds[field] : UNKNOWN;
+    if (wireType === 2) {
+      let length = 0;
+      shift = 1;
+      for (let i = 0; ; i++) {
+        if (pos >= end || i === 10) return `${rule.name}: malformed protobuf length`;
+        const byte = buf[pos++];
+        length += (byte & 0x7f) * shift;
+        if (byte < 0x80) break;
+        shift *= 128;
+      }
+      const valueEnd = pos + length;
+      if (valueEnd > end) return `${rule.name}: field ${field} runs past its message`;
+      if (kind === STRING) {
+        if (!utf8(buf, pos, valueEnd)) return `${rule.name}.${rule.fieldNames[field]} is not valid UTF-8`;
+      } else if (kind === TRACE_ID) {
+        if (length !== 16 && length !== 0) return `${rule.name}.${rule.fieldNames[field]} is ${length} bytes, not 16`;
+      } else if (kind === SPAN_ID) {
+        if (length !== 8 && length !== 0) return `${rule.name}.${rule.fieldNames[field]} is ${length} bytes, not 8`;
+      } else if (kind === MESSAGE) {
+        const reason = undecodableReason(buf, pos, valueEnd, rule.messages[field]!, depth + 1);
+        if (reason !== undefined) return reason;
+      } else if (kind !== UNKNOWN && kind !== BYTES) {
+        return wrongWireType(rule, field, wireType);
+      }
+      pos = valueEnd;
+    } else if (wireType === 0) {
+      const varintEnd = Math.min(pos + 10, end);
+      while (pos < varintEnd && buf[pos] >= 0x80) pos++;
+      if (pos >= varintEnd) return `${rule.name}: malformed protobuf varint`;
+      pos++;
+      if (kind !== UNKNOWN && kind !== VARINT) return wrongWireType(rule, field, wireType);
+    } else if (wireType === 1 || wireType === 5) {
+      pos += wireType === 1 ? 8 : 4;
+      if (pos > end) return `${rule.name}: truncated fixed-width field ${field}`;
+      if (kind !== UNKNOWN && kind !== (wireType === 1 ? FIXED64 : FIXED32)) return wrongWireType(rule, field, wireType);
+    } else if (wireType === 3 || wireType === 4) {
+      return `${rule.name}: field ${field} is a protobuf group`;
+    } else {
+      return `${rule.name}: field ${field} has wire type ${wireType}`;
+    }
+  }
+  return undefined;
+}
+
+function wrongWireType(rule: MessageRule, field: number, wireType: number): string {
+  const kind = rule.kinds[field] as FieldKind;
+  return `${rule.name}.${rule.fieldNames[field]} has wire type ${wireType}, not ${WIRE_TYPE_OF[kind]}`;
+}
+
+/** UTF-8 as Go's protobuf runtime checks it: ASCII in a loop, anything else by Node's validator (rare in OTLP). */
+export function utf8(buf: Buffer, start: number, end: number): boolean {
+  for (let i = start; i < end; i++) {
+    if (buf[i] >= 0x80) return isUtf8(buf.subarray(i, end));
+  }
+  return true;
+}
