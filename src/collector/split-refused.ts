@@ -21,7 +21,7 @@ export function refusedWhole(result: ExportResult): result is Extract<ExportResu
  * split per part", for every sender that joins parts (the coalescing client; parked delivery).
  */
 export async function exportSplittingRefused(
-  collector: CollectorClient,
+  collector: Pick<CollectorClient, 'export'>,
   signal: OtlpSignal,
   encoding: OtlpEncoding,
   parts: readonly Buffer[],

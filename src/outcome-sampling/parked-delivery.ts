@@ -1,4 +1,5 @@
 import type { CollectorClient, ExportResult } from '../collector/collector-client';
+import { exportSplittingRefused } from '../collector/split-refused';
 import type { OtlpEncoding } from '../otlp/otlp-encoding';
 import { settleSamplingReason } from '../otlp/sampling-reason';
 import { ClaimedEntry, KindDelivery, OutboxEntry } from '../outbox/outbox';
@@ -48,9 +49,9 @@ export function parkedSpansAsEntries(entries: readonly ParkedEntry[], reason: Ke
 }
 
 /**
- * Sends a page of exports settled with the reason. A joined request the collector refuses as a whole is split and
- * each export sent alone, so one export it cannot take never costs the others (their answers are each their own).
- * Answers which entries are done (accepted, or refused for good) and, when the collector asked to wait, that result.
+ * Sends a page of exports settled with the reason, joined; a joined request the collector refuses as a whole is sent
+ * again one export at a time (exportSplittingRefused), so one export it cannot take never costs the others. Answers
+ * which entries are done (accepted, or refused for good) and, when the collector asked to wait, that result.
  */
 export async function sendPage(
   collector: Pick<CollectorClient, 'export'>,
@@ -59,20 +60,20 @@ export async function sendPage(
   reason: KeepReason,
   onRefused: (entries: number, status: number) => void,
 ): Promise<{ done: ParkedEntry[]; retry?: ExportResult }> {
-  const body = Buffer.concat(entries.map((entry) => settleSamplingReason(encoding, entry.body, reason)));
-  const result = await collector.export('traces', encoding, body);
-  if (result.kind === 'retry') return { done: [], retry: result };
-  if (result.kind === 'accepted' || entries.length === 1) {
-    if (result.kind === 'refused') onRefused(1, result.status);
-    return { done: [...entries] };
-  }
+  const parts = entries.map((entry) => settleSamplingReason(encoding, entry.body, reason));
+  // ExportTraceServiceRequest's one field is repeated: concatenated requests are one request (JSON is sent alone).
+  const sent = await exportSplittingRefused(collector, 'traces', encoding, parts, (joined) => Buffer.concat(joined));
+  const results = sent.split ? sent.results : entries.map(() => sent.result);
   const done: ParkedEntry[] = [];
-  for (const entry of entries) {
-    const alone = await sendPage(collector, encoding, [entry], reason, onRefused);
-    if (alone.retry !== undefined) return { done, retry: alone.retry };
-    done.push(...alone.done);
+  let retry: ExportResult | undefined;
+  for (const [i, result] of results.entries()) {
+    if (result.kind === 'retry') retry ??= result;
+    else {
+      if (result.kind === 'refused') onRefused(1, result.status);
+      done.push(entries[i]);
+    }
   }
-  return { done };
+  return retry === undefined ? { done } : { done, retry };
 }
 
 export type { ClaimedEntry, KindDelivery };
