@@ -16,6 +16,7 @@ const secrets = TEST_SECRETS;
 /** The memory store, saying what it was asked to write, or failing as an outage does. */
 class RecordingStore extends MemoryTracedWorkStore {
   readonly pipelineWrites: number[][] = [];
+  readonly pipelineTtls: number[] = [];
   readonly enqueued: string[][] = [];
   jobLookups = 0;
   failing = false;
@@ -29,6 +30,7 @@ class RecordingStore extends MemoryTracedWorkStore {
   override async recordTracedPipelines(pipelines: readonly Remembered<TracedPipeline>[]): Promise<void> {
     if (this.failing) throw new StoreUnavailableError('connection refused');
     this.pipelineWrites.push(pipelines.map((pipeline) => pipeline.value.pipelineId));
+    this.pipelineTtls.push(...pipelines.map((pipeline) => pipeline.ttlMs));
     return super.recordTracedPipelines(pipelines);
   }
 
@@ -107,6 +109,13 @@ describe('PipelineSpansService at pickup (SPEC §10)', () => {
     ]);
     // Each pickup's queue wait is emitted whatever the pipelines needed.
     expect(store.enqueued.flat()).toHaveLength(3);
+  });
+
+  it("remembers a pipeline past its job's grant, as long as a pipeline is given to end, so its hooks still find it", async () => {
+    // A job with a one-minute grant, in a pipeline whose untraced jobs or manual gate run for hours after it.
+    service.recordPickup(pickedUp(1001), Date.now() + 60_000, '0000000000000001');
+    await service.onModuleDestroy();
+    expect(Math.min(...store.pipelineTtls)).toBeGreaterThanOrEqual(6 * 3600 * 1000);
   });
 
   it('finds a pickup still waiting in the batch when a webhook asks right after it', async () => {

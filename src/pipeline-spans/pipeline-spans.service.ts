@@ -83,6 +83,7 @@ export class PipelineSpansService implements OnModuleDestroy {
   private readonly logger = new Logger(PipelineSpansService.name);
   private readonly serviceName: string;
   private readonly limits: { maxSpans: number; rememberMs: number };
+  private readonly pipelineMemoryMs: number;
   private readonly pickups = new PickupBatch<Pickup>((batch) => this.writePickups(batch), PICKUP_LINGER_MS, PICKUP_BATCH_MAX);
   /** Epoch ms until which this process has had each pipeline recorded (see RECORDED_PIPELINE_MEMO_MS). */
   private readonly recordedPipelines = new LRUCache<number, number>({ max: RECORDED_PIPELINES_MAX, ttl: RECORDED_PIPELINE_MEMO_MS });
@@ -99,6 +100,7 @@ export class PipelineSpansService implements OnModuleDestroy {
   ) {
     this.serviceName = config.PIPELINE_SPANS_SERVICE_NAME;
     this.limits = { maxSpans: config.OUTBOX_MAX_SPANS, rememberMs: config.OUTBOX_DEDUP_SECONDS * 1000 };
+    this.pipelineMemoryMs = config.OUTCOME_SAMPLING_MAX_WAIT_SECONDS * 1000;
   }
 
   /** Whether GitLab's webhooks close job spans; otherwise the gateway does, from the runner's span. */
@@ -119,7 +121,10 @@ export class PipelineSpansService implements OnModuleDestroy {
    * decorator has derived already.
    */
   recordPickup(job: TracedJob, grantExpiresAt: number, jobSpanId: string): void {
-    this.pickups.add({ job, ttlMs: Math.max(MIN_TRACED_MEMORY_MS, grantExpiresAt - job.pickedUpAt), jobSpanId });
+    // A pipeline outlives its jobs' grants (untraced jobs after them, a manual gate): its record lasts at least the
+    // time a pipeline is given to end (the outcome-sampling time limit), and each of its hooks lengthens it.
+    const ttlMs = Math.max(MIN_TRACED_MEMORY_MS, this.pipelineMemoryMs, grantExpiresAt - job.pickedUpAt);
+    this.pickups.add({ job, ttlMs, jobSpanId });
   }
 
   /** Never throws (the batch is not awaited by anyone who could handle it): a failure is counted and logged. */

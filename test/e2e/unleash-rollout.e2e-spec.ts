@@ -335,23 +335,42 @@ describe('operators roll out ci_job_telemetry with a real Unleash server', () =>
     expect(sampledAt25.size / PIPELINE_IDS.length).toBeLessThanOrEqual(0.28);
   });
 
-  it('keeps every sampled pipeline when sampling is raised to 50 %', async () => {
-    const stillIn = [...sampledAt25][0];
+  it('applies a raised sampling rate to new pipelines, keeps every pipeline it sampled, and never splits one already running', async () => {
+    // A pipeline's head decision is taken at its first pickup and kept (issue 35): the change is seen on new
+    // pipelines, so each probe is a pipeline never picked up, sampled at 50 % and not at 25 %.
+    let probe = 60_000;
+    const nextNewlySampled = () => {
+      for (;;) {
+        const id = probe++;
+        const traceId = traceIdFor(TRACE_KEY, id);
+        if (isSampled(traceId, 50) && !isSampled(traceId, 25)) return id;
+      }
+    };
     await changeAndFollow(
       'sampling 25 % -> 50 %',
       () => unleash.upsertFlexibleRollout(SAMPLING, { rollout: 50, stickiness: 'default' }),
-      () => [job(1, { pipeline: stillIn })],
+      () => [job(1, { pipeline: nextNewlySampled() })],
       (answer) => answer.tracestate === 'ot=th:8',
     );
-    const answers = await sweep(PIPELINE_IDS.map((pipeline, index) => job(PROJECT_IDS[index], { pipeline })));
-    const sampledAt50 = new Set(PIPELINE_IDS.filter((_, index) => answers[index].reason === 'enabled'));
-    expect([...sampledAt25].filter((pipeline) => !sampledAt50.has(pipeline))).toEqual([]);
-    PIPELINE_IDS.forEach((pipeline, index) => {
-      expect(answers[index].reason === 'enabled').toBe(isSampled(traceIdFor(TRACE_KEY, pipeline), 50));
+    const fresh = PIPELINE_IDS.map((pipeline) => pipeline + 100_000);
+    const answers = await sweep(fresh.map((pipeline, index) => job(PROJECT_IDS[index], { pipeline })));
+    const sampledAt50 = new Set(fresh.filter((_, index) => answers[index].reason === 'enabled'));
+    fresh.forEach((pipeline, index) => {
+      const traceId = traceIdFor(TRACE_KEY, pipeline);
+      expect(answers[index].reason === 'enabled').toBe(isSampled(traceId, 50));
+      // Consistent probability sampling: whatever 25 % would take, 50 % takes too.
+      if (isSampled(traceId, 25)) expect(sampledAt50.has(pipeline)).toBe(true);
       if (answers[index].reason === 'enabled') expect(answers[index].tracestate).toBe('ot=th:8');
     });
-    expect(sampledAt50.size / PIPELINE_IDS.length).toBeGreaterThan(0.45);
-    expect(sampledAt50.size / PIPELINE_IDS.length).toBeLessThan(0.55);
+    expect(sampledAt50.size / fresh.length).toBeGreaterThan(0.45);
+    expect(sampledAt50.size / fresh.length).toBeLessThan(0.55);
+    // The pipelines picked up at 25 % keep their decision for their later jobs: sampled ones stay in, whole, with
+    // their own threshold; the others stay out, so no pipeline is traced for some jobs and not for others.
+    const running = await sweep(PIPELINE_IDS.map((pipeline, index) => job(PROJECT_IDS[index], { pipeline })));
+    PIPELINE_IDS.forEach((pipeline, index) => {
+      expect(running[index].reason === 'enabled').toBe(sampledAt25.has(pipeline));
+      if (running[index].reason === 'enabled') expect(running[index].tracestate).toBe('ot=th:c');
+    });
   });
 
   it('keeps answering with the last known definitions while Unleash is down, and follows the operator again when it is back', async () => {
