@@ -61,7 +61,7 @@ import { median, percentile } from './lib/percentiles';
 import { procCpuMicros } from './lib/proc-cpu';
 import { guardedRun, startBuiltService, startBytesSink } from './lib/child-process';
 import { printTable } from './lib/table';
-import { describeExport, otlpTypes, traceExport } from './otlp-gateway.payload';
+import { describeExport, distinctExports, otlpTypes, traceExport } from './otlp-gateway.payload';
 
 type Target = 'forwarded' | 'parked';
 const TARGETS: readonly Target[] = ['forwarded', 'parked'];
@@ -328,6 +328,7 @@ async function main(): Promise<void> {
       parked: traceExport(types, { traceId: provisional.job.traceId, spans: options.spans, attributesPerSpan: options.attributes }),
     };
     payloadBytes = bodies.forwarded.length;
+    const nextBody: Record<Target, () => Buffer> = { forwarded: distinctExports(bodies.forwarded), parked: distinctExports(bodies.parked) };
     const redisPid = redis.pid;
     console.log(
       `load average ${loadavg()
@@ -372,7 +373,8 @@ async function main(): Promise<void> {
         url: jobs[target].target,
         method: 'POST',
         headers: { 'content-type': 'application/x-protobuf' },
-        body: bodies[target],
+        // Each export different, as a runner's are (the same bytes are parked once).
+        requests: [{ setupRequest: (request) => ({ ...request, body: nextBody[target]() }) }],
         connections: options.connections,
         pipelining: 1,
         duration: seconds,
@@ -480,7 +482,8 @@ interface StoreFigures {
 /** N exports of the bench's batch parked for one trace, then what the store holds for them. */
 async function measureStore(redis: Redis, job: FoundJob, body: Buffer): Promise<StoreFigures> {
   await emptyParked(redis, job.traceId);
-  for (let i = 0; i < options.storeExports; i++) await postExport(job.target, body);
+  const next = distinctExports(body);
+  for (let i = 0; i < options.storeExports; i++) await postExport(job.target, next());
   const size = await parkedSize(redis, job.traceId);
   if (size.spans !== options.storeExports * options.spans) failures.push(`store: ${size.spans} spans parked for ${options.storeExports} exports`);
   const storeBytes = (await memoryUsage(redis, PARKED_KEY(job.traceId))) + (await memoryUsage(redis, PARKED_SIZE_KEY(job.traceId)));
