@@ -2,7 +2,7 @@ import { localCollectorDirectory, readSignalLines, signalFile } from '../collect
 import { ConfigError, loadConfig } from '../config/app-config';
 import { decodeExportRequest } from '../otlp/otlp-receiver';
 import { completenessOf } from '../reads/completeness';
-import { criticalPath } from '../reads/critical-path';
+import { criticalPath } from '../critical-path/critical-path';
 import { CollectedSpan, collectedSpans, criticalPathMarks, formatDuration, latestVersions, renderWaterfall, whereTheTimeWent } from './waterfall';
 
 function spanDuration(spans: readonly CollectedSpan[]): bigint {

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { createServer, Server, Socket } from 'node:net';
 import { join } from 'node:path';
 import { ClickHouseTraceReads, QueryStatistics } from '../../src/reads/clickhouse-trace-reads';
-import { criticalPath } from '../../src/reads/critical-path';
+import { criticalPath } from '../../src/critical-path/critical-path';
 import { ReadsUnavailableError, StoredSpan, TimeWindow } from '../../src/reads/trace-reads';
 import { ClickHouseOverHttp, startClickHouse } from '../helpers/clickhouse';
 import { dateTime64, insertOtelTraces, otelSpanRow, OtelTracesRow, otelTracesRowsOfResourceSpans } from '../helpers/clickhouse-exporter';

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { BUILD_STAGES, BuildStage } from '../../demo/stock-runner';
 import { pickUpPipelineJob } from '../helpers/ci-pipeline';
 import { ClickHouse, startClickHouse } from '../helpers/clickhouse';
-import { criticalPath } from '../../src/reads/critical-path';
+import { criticalPath } from '../../src/critical-path/critical-path';
 import { dateTime64, insertOtelTraces, otelSpanRow, OtelTracesRow, otelTracesRowsOfResourceSpans } from '../helpers/clickhouse-exporter';
 import { withCriticalPathAttributes } from '../helpers/critical-path-attributes';
 import { PipelinesRun, runPipelines, stageSeconds } from '../helpers/clickhouse-pipelines';

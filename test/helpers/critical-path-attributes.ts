@@ -1,6 +1,6 @@
 import { collectedSpans } from '../../src/otlp/collected-spans';
 import type { OtlpResourceSpans } from '../../src/pipeline-spans/pipeline-span-model';
-import { criticalPath } from '../../src/reads/critical-path';
+import { criticalPath } from '../../src/critical-path/critical-path';
 
 /**
  * What the control plane writes when a pipeline ends (SPEC §12, docs/reads.md "Attributes"), for tests of what
@@ -10,7 +10,7 @@ import { criticalPath } from '../../src/reads/critical-path';
  *    the path, `ci.job.slack_seconds` when off it;
  *  - on the root pipeline span: `ci.pipeline.critical_path.<part>_seconds` for each part of the path's time
  *    (delay, manual_wait, retry_wait, queue, each runner stage part, other).
- * Computed by the one critical path function (src/reads/critical-path.ts). A trace whose root pipeline span has not
+ * Computed by the one critical path function (src/critical-path/critical-path.ts). A trace whose root pipeline span has not
  * arrived (the pipeline still running) gets nothing.
  */
 export function withCriticalPathAttributes(exports: readonly OtlpResourceSpans[]): OtlpResourceSpans[] {
