@@ -34,7 +34,9 @@ describe('a kept trace delivered a page at a time (SPEC §11)', () => {
       async export(_signal, _encoding, body): Promise<ExportResult> {
         sent.push(body.length);
         // As the Collector does: a body holding the export it cannot decode (here: the one of three) is refused whole.
-        return body.length === 2 || body.length === 4 ? { kind: 'accepted', status: 200, partialSuccess: undefined } : { kind: 'refused', status: 400, contentType: undefined, body: Buffer.alloc(0) };
+        return body.length === 2 || body.length === 4
+          ? { kind: 'accepted', status: 200, partialSuccess: undefined }
+          : { kind: 'refused', status: 400, contentType: undefined, body: Buffer.alloc(0) };
       },
     };
     const refused: number[] = [];

@@ -68,7 +68,7 @@ const CLOSED_FROM_RUNNER_MAX = 10_000;
  * pipeline's hook told it; what its critical path is computed from at the root pipeline's end.
  */
 type Chapter =
-  | { readonly kind: 'job'; readonly job: TracedJob; readonly end: FinishedJob }
+  | { readonly kind: 'job'; readonly job: TracedJob; readonly end: FinishedJob; readonly toldBy: 'job_hook' | 'pipeline_hook' }
   | { readonly kind: 'bridge'; readonly place: SpanPlace; readonly bridge: BridgeJob; readonly child: PipelineEnd };
 
 /** One enabled pickup, waiting in the batch. */
@@ -170,7 +170,7 @@ export class PipelineSpansService implements OnModuleDestroy {
   async handleWebhook(event: WebhookEvent): Promise<WebhookOutcome> {
     // The traced work it reads may still wait in this process's pickup batch.
     await this.pickups.flushed();
-    if (event.kind === 'job') return event.job === undefined ? NOTHING : this.enqueue(await this.finishedJobSpans([event.job]), 'job_hook');
+    if (event.kind === 'job') return event.job === undefined ? NOTHING : this.enqueue(await this.finishedJobSpans([event.job], 'job_hook'), 'job_hook');
     const pipeline = await this.store.findTracedPipeline(event.pipelineId);
     if (pipeline === null) return NOTHING;
     // A pipeline lives as long as GitLab still tells of it (untraced jobs, a manual gate): its record with it.
@@ -275,7 +275,7 @@ export class PipelineSpansService implements OnModuleDestroy {
   }
 
   /** Job spans for the finished jobs the decorator enabled; the others are not ours to tell of. */
-  private async finishedJobSpans(finished: readonly FinishedJob[]): Promise<ControlPlaneSpan[]> {
+  private async finishedJobSpans(finished: readonly FinishedJob[], toldBy: 'job_hook' | 'pipeline_hook'): Promise<ControlPlaneSpan[]> {
     if (this.config.TRACE_ID_SCHEME !== 'keyed' || finished.length === 0) return [];
     const traced = await Promise.all(finished.map((job) => this.store.findTracedJob(job.jobId)));
     // A provisional pipeline's job that failed keeps it even when the pipeline succeeds (allowed to fail): its jobs'
@@ -285,13 +285,15 @@ export class PipelineSpansService implements OnModuleDestroy {
       const job = traced[i];
       if (job?.outcomePolicy !== undefined) statuses.set(job.traceId, { job, seen: [...(statuses.get(job.traceId)?.seen ?? []), end.status] });
     }
-    // Each job's chapter of its root pipeline's story, while its record is there to tell it.
+    // Each job's chapter of its root pipeline's story, while its record is there to tell it: one per kind of hook, as
+    // they tell different things (the Job Hook's times to the millisecond, the Pipeline Hook's whether it is manual).
     const chapters = new Map<number, Array<{ key: string; text: string }>>();
     for (const [i, end] of finished.entries()) {
       const job = traced[i];
       if (job === null) continue;
-      const chapter: Chapter = { kind: 'job', job, end };
-      chapters.set(job.rootPipelineId, [...(chapters.get(job.rootPipelineId) ?? []), { key: `job:${job.jobId}`, text: JSON.stringify(chapter) }]);
+      const chapter: Chapter = { kind: 'job', job, end, toldBy };
+      const told = { key: `job:${job.jobId}:${toldBy}`, text: JSON.stringify(chapter) };
+      chapters.set(job.rootPipelineId, [...(chapters.get(job.rootPipelineId) ?? []), told]);
     }
     await Promise.all([
       ...[...statuses.values()].map(({ job, seen }) => this.outcomeSampling.noteJobStatuses(job, seen)),
@@ -304,7 +306,7 @@ export class PipelineSpansService implements OnModuleDestroy {
   }
 
   private async pipelineEventSpans(event: PipelineEvent, pipeline: TracedPipeline): Promise<ControlPlaneSpan[]> {
-    const spans = await this.finishedJobSpans(event.finishedJobs);
+    const spans = await this.finishedJobSpans(event.finishedJobs, 'pipeline_hook');
     if (event.end === undefined) return spans;
     const root = event.rootPipelineId ?? pipeline.rootPipelineId;
     if (this.config.TRACE_ID_SCHEME === 'gitlab') {
@@ -334,8 +336,17 @@ export class PipelineSpansService implements OnModuleDestroy {
   private async rootEndSpans(event: PipelineEvent, pipeline: TracedPipeline, place: SpanPlace): Promise<ControlPlaneSpan[]> {
     const end = event.end!;
     const chapters = (await this.store.traceStory(event.pipelineId)).map((text) => JSON.parse(text) as Chapter);
-    const told = new Map(event.finishedJobs.map((job) => [job.jobId, job]));
-    const jobs = chapters.flatMap((chapter) => (chapter.kind === 'job' ? [{ job: chapter.job, end: told.get(chapter.job.jobId) ?? chapter.end }] : []));
+    // A job as its Job Hook told it (its times to the millisecond), else as a Pipeline Hook did; manual as the latter says.
+    const told = new Map<number, { job: TracedJob; end: FinishedJob }>();
+    for (const chapter of chapters) {
+      if (chapter.kind !== 'job') continue;
+      const other = told.get(chapter.job.jobId);
+      const [byJobHook, byPipelineHook] = chapter.toldBy === 'job_hook' ? [chapter, other] : [other, chapter];
+      const manual = byPipelineHook?.end.manual;
+      const end = byJobHook?.end ?? byPipelineHook!.end;
+      told.set(chapter.job.jobId, { job: chapter.job, end: manual === undefined ? end : { ...end, manual } });
+    }
+    const jobs = [...told.values()];
     const drawn: ControlPlaneSpan[] = [pipelineSpan(this.serviceName, place, pipeline, end)];
     for (const chapter of chapters) if (chapter.kind === 'bridge') drawn.push(bridgeSpan(this.serviceName, chapter.place, chapter.bridge, chapter.child));
     for (const { job, end: jobEnd } of jobs) {
