@@ -7,7 +7,8 @@ import tseslint from 'typescript-eslint';
  * One direction of dependencies (STYLE.md "Layout"): features → shared capabilities (runner-auth,
  * internal-api, the store's ports grants, limits, traced-work, flags, collector, outcome-sampling (with parking),
  * pipeline-spans, outbox) → store
- * (the connection the ports share) → config, observability. Each folder lists what it may not import.
+ * (the connection the ports share) → config, observability, trace-context, critical-path. Each folder lists what it may
+ * not import.
  */
 // gitlab-webhooks is GitLab's edge: route, secrets, parsers and spool, telling pipeline-spans what it heard.
 const FEATURES = ['job-payload', 'token-auth', 'otlp-gateway', 'gitlab-webhooks', 'reads'];
@@ -30,7 +31,12 @@ const SHARED_USES = {
 };
 /** Every shared capability may use it; it uses only the base. */
 const STORE = 'store';
-const BASE = ['config', 'observability', 'trace-context'];
+/**
+ * critical-path is pure (spans in, the path out, SPEC §12) and below everything that computes it: the reads (a
+ * feature) answer it, pipeline-spans (shared) writes it on the spans it emits at a pipeline's end, the CLI prints
+ * it. Neither of those may import the other, so the one implementation lives beneath both, beside trace-context.
+ */
+const BASE = ['config', 'observability', 'trace-context', 'critical-path'];
 
 const folders = (names) => names.flatMap((name) => [`../${name}`, `../${name}/*`, `../../${name}/*`]);
 const layer = (folder, forbidden, message) => ({

@@ -21,7 +21,7 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import { ClickHouseTraceReads, QueryStatistics } from '../src/reads/clickhouse-trace-reads';
-import { criticalPath } from '../src/reads/critical-path';
+import { criticalPath } from '../src/critical-path/critical-path';
 import type { TimeWindow } from '../src/reads/trace-reads';
 import { startClickHouse } from '../test/helpers/clickhouse';
 import { insertOtelTraces, otelTracesRowsOfResourceSpans } from '../test/helpers/clickhouse-exporter';

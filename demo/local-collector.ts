@@ -1,3 +1,5 @@
+import { appendFileSync, mkdirSync } from 'node:fs';
+import { signalFile } from '../src/collector/collector-files';
 import { CollectedSpan, collectedSpans } from '../src/cli/waterfall';
 import { OtlpJsonRequest, startOtlpReceiver } from '../src/otlp/otlp-receiver';
 
@@ -29,12 +31,16 @@ function traceStates(request: OtlpJsonRequest): Map<string, string> {
  * A local stand-in for the OpenTelemetry Collector: the one OTLP receiver (src/otlp/otlp-receiver.ts),
  * keeping the spans of trace exports in protobuf (what the runner sends through the gateway) and JSON (the
  * service's own pipeline spans): enough for the demo to show what reached the collector, with no Docker.
+ * Given a `directory`, it also writes each trace export there as the embedded collector does (one request a line,
+ * OTLP/JSON), where the service's read API and `npm run -s trace` find it.
  */
-export async function startLocalCollector(): Promise<LocalCollector> {
+export async function startLocalCollector(options: { directory?: string } = {}): Promise<LocalCollector> {
   const spans: ReceivedSpan[] = [];
+  if (options.directory !== undefined) mkdirSync(options.directory, { recursive: true });
   const receiver = await startOtlpReceiver({
     onExport: ({ signal, request }) => {
       if (signal === 'traces') {
+        if (options.directory !== undefined) appendFileSync(signalFile(options.directory, 'traces'), `${JSON.stringify(request)}\n`);
         const states = traceStates(request!);
         spans.push(...collectedSpans(request!).map((span) => ({ ...span, traceState: states.get(`${span.traceId}/${span.spanId}`) ?? '' })));
       }

@@ -1,14 +1,16 @@
-import { ChildProcess, spawn } from 'node:child_process';
+import { ChildProcess, execFile, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { localCollectorDirectory } from '../src/collector/collector-files';
 import { signInternalApiToken } from '../src/internal-api/internal-api-token';
 import { deliverWebhook, jobHook, pipelineHook, WebhookJob, WebhookPipeline } from './gitlab-webhooks';
 import { ReceivedSpan, startLocalCollector } from './local-collector';
 import { repoRoot } from './repo-root';
 import { BUILD_STAGES, BuildStage, exportJobAsRunner, RunnerJob, TracingFeature } from './stock-runner';
-import { formatDuration, latestVersions, renderWaterfall } from '../src/cli/waterfall';
+import { formatDuration, formatSeconds, latestVersions, renderWaterfall } from '../src/cli/waterfall';
 
 const ROOT = repoRoot();
 const PROJECT_ID = 7;
@@ -242,9 +244,10 @@ async function retriedPipeline(demo: Demo): Promise<void> {
   await demo.deliver(`job ${retry.id} (${retry.name}, retry 1) ${retry.status}`, 'Job Hook', jobHook(pipeline('running', [build, retry]), retry));
   await demo.deliver(`pipeline ${RETRIED_PIPELINE_ID} success`, 'Pipeline Hook', pipelineHook(pipeline('success', [build, retry], retry.finishedAt)));
 
-  // Two versions of the pipeline span: 8 of the runners' spans, a job and a queue_wait span per job.
+  // Two versions of the pipeline span: 8 of the runners' spans, a job and a queue_wait span per job, and the job spans
+  // again at each end, with the critical path of the pipeline's story then.
   const traceOf = demo.collector.spans.find((span) => span.attributes['ci.job.id'] === 2001)?.traceId ?? '';
-  const expected = 3 * (1 + BUILD_STAGES.length) + 2 * 3 + 2;
+  const expected = 3 * (1 + BUILD_STAGES.length) + 2 * 3 + 2 + 2 + 3;
   const inTrace = () => demo.collector.spans.filter((span) => span.traceId === traceOf);
   await until(`${expected} spans of pipeline ${RETRIED_PIPELINE_ID} at the collector`, () => (inTrace().length >= expected ? true : undefined));
   const versions = inTrace()
@@ -485,11 +488,12 @@ async function outcomeKeeping(demo: Demo & { flagsFile: string }): Promise<void>
   await failing.finish();
   const { pipeline, traceId } = failing.run;
   const inTrace = () => demo.collector.spans.filter((span) => span.traceId === traceId);
+  // Each job span comes twice: at the job's end, and with the critical path at the pipeline's.
   await until(`${OUTCOME_PIPELINE_SPANS} spans of pipeline ${pipeline.id} at the collector`, () =>
-    inTrace().length >= OUTCOME_PIPELINE_SPANS ? true : undefined,
+    inTrace().length >= OUTCOME_PIPELINE_SPANS + OUTCOME_JOBS.length ? true : undefined,
   );
 
-  const kept = inTrace();
+  const kept = latestVersions(inTrace());
   const ids = new Set(kept.map((span) => span.spanId));
   const roots = kept.filter((span) => !ids.has(span.parentSpanId));
   const values = (of: (span: ReceivedSpan) => unknown) => [...new Set(kept.map((span) => String(of(span))))].join(', ');
@@ -530,6 +534,73 @@ async function outcomeKeeping(demo: Demo & { flagsFile: string }): Promise<void>
   );
 }
 
+interface CriticalPathAnswer {
+  readonly duration_seconds: number;
+  readonly final: boolean;
+  readonly path: ReadonlyArray<{
+    readonly job_id: number;
+    readonly name: string | null;
+    readonly blocked_by: number | null;
+    readonly delay_seconds: number;
+    readonly queue_seconds: number;
+    readonly duration_seconds: number;
+    readonly parts: Readonly<Record<string, number>>;
+  }>;
+  readonly totals: Readonly<Record<string, number>>;
+  readonly slack: ReadonlyArray<{ readonly job_id: number; readonly name: string | null; readonly slack_seconds: number }>;
+}
+
+const PARTS_SHOWN = 3;
+/**
+ * The API's seconds (to the millisecond) as a person reads them, to the second: a pickup is a real moment, which lands
+ * within half a second of the demo's timeline.
+ */
+const secondsAsRead = (seconds: number) => formatSeconds(BigInt(Math.round(seconds * 1000)) * 1_000_000n);
+
+/** The largest parts of a time split, `step_script 1m 35s, restore_cache 7s, …`, none of them zero. */
+function largestParts(parts: Readonly<Record<string, number>>, shown = PARTS_SHOWN): string {
+  const named = Object.entries(parts)
+    .filter(([, seconds]) => seconds > 0)
+    .sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0]));
+  const listed = named.slice(0, shown).map(([part, seconds]) => `${part} ${secondsAsRead(seconds)}`);
+  return named.length > shown ? `${listed.join(', ')}, …` : listed.join(', ');
+}
+
+/**
+ * Which job held the pipeline up, and where its time went (SPEC §12): as GitLab would ask the service's read API (the
+ * internal API's JWT, as the decorator's calls), and as `npm run -s trace` prints it from the collector's files.
+ */
+async function showCriticalPath(internalUrl: string, internalApiSecret: Buffer, dataDir: string, traceId: string, pipeline: WebhookPipeline): Promise<void> {
+  const route = `/internal/ci/telemetry/projects/${PROJECT_ID}/pipelines/${PIPELINE_ID}/critical_path`;
+  // GitLab names the pipeline's times, which bound the read: the demo's runners stamped theirs ahead of the clock.
+  const window = `from=${pipeline.createdAt.toISOString()}&to=${pipeline.finishedAt!.toISOString()}`;
+  const response = await fetch(`${internalUrl}${route}?${window}`, {
+    headers: { 'gitlab-ci-telemetry-api-request': await signInternalApiToken(internalApiSecret, 'gitlab') },
+  });
+  if (response.status !== 200) throw new Error(`GET ${route}: ${response.status} ${await response.text()}`);
+  const answer = (await response.json()) as CriticalPathAnswer;
+  const seconds = secondsAsRead;
+  say();
+  say(`Which job held pipeline ${PIPELINE_ID} up? GET ${route} answers (final: ${answer.final}):`);
+  for (const element of answer.path) {
+    const after = element.blocked_by === null ? 'first' : `after job ${element.blocked_by}`;
+    say(
+      `  job ${element.job_id} (${element.name}), ${after}: ${seconds(element.delay_seconds)} waiting for GitLab, ${seconds(element.queue_seconds)} in the queue, ` +
+        `${seconds(element.duration_seconds - element.queue_seconds)} running (${largestParts(element.parts)})`,
+    );
+  }
+  say(`  the path: ${seconds(answer.duration_seconds)}: ${largestParts(answer.totals, 4)}`);
+  for (const entry of answer.slack) say(`  off the path: job ${entry.job_id} (${entry.name}), ${seconds(entry.slack_seconds)} of slack`);
+
+  // The CLI reads the same files; run as `npm run -s trace <trace id>` runs it.
+  const { stdout } = await promisify(execFile)(process.execPath, [join(ROOT, 'dist', 'cli', 'show-trace.js'), traceId], {
+    env: { PATH: process.env.PATH, DATA_DIR: dataDir },
+  });
+  say();
+  say(`npm run -s trace ${traceId} marks it on the waterfall:`);
+  for (const line of stdout.trimEnd().split('\n')) if (/critical path/.test(line)) say(line);
+}
+
 async function main(): Promise<void> {
   const entry = join(ROOT, 'dist', 'main.js');
   if (!existsSync(entry)) throw new Error('dist/main.js is missing: run `npm run demo`, which builds it first');
@@ -543,7 +614,9 @@ async function main(): Promise<void> {
   // The demo's own flag file, the repository's example to begin with: its last story edits it, as an operator would.
   const flagsFile = join(workDir, 'flags.json');
   writeFileSync(flagsFile, readFileSync(join(ROOT, 'config', 'flags.json')));
-  const collector = await startLocalCollector();
+  // What reaches the collector is also kept where the service's read API and `npm run -s trace` look (SPEC §12).
+  const dataDir = join(workDir, '.data');
+  const collector = await startLocalCollector({ directory: localCollectorDirectory(dataDir) });
   const [internalPort, gatewayPort] = [await freePort(), await freePort()];
   const gatewayUrl = `http://127.0.0.1:${gatewayPort}`;
   let output = '';
@@ -558,6 +631,7 @@ async function main(): Promise<void> {
       OTLP_UPSTREAM_URL: collector.url,
       GITLAB_WEBHOOK_SECRET_FILE: webhookSecretFile,
       FLAGS_FILE: flagsFile,
+      DATA_DIR: dataDir,
       LOG_LEVEL: 'warn',
       // A drop waits this long for a child pipeline that fails after its root (5 minutes by default); the demo's
       // pipelines have none, so it need not keep the reader waiting.
@@ -656,21 +730,24 @@ async function main(): Promise<void> {
     }
     await deliver(`pipeline ${PIPELINE_ID} ${pipeline.status}`, 'Pipeline Hook', pipelineHook(pipeline));
 
-    // The runners' spans, and the control plane's: a pipeline span, and a job and a queue_wait span per job.
-    const expected = PIPELINE.length * (1 + BUILD_STAGES.length) + 1 + 2 * PIPELINE.length;
+    // The runners' spans, and the control plane's: a pipeline span, and a job and a queue_wait span per job, each job
+    // span again at the pipeline's end with the critical path written on it.
+    const expected = PIPELINE.length * (1 + BUILD_STAGES.length) + 1 + 3 * PIPELINE.length;
     const inTrace = () => collector.spans.filter((span) => span.traceId === traceId);
     await until(`${expected} spans at the collector`, () => (inTrace().length >= expected ? true : undefined), 15_000).catch(() => {
       const received = inTrace().map((span) => span.name);
       throw new Error(`the collector received ${received.length} of ${expected} spans (${received.join(', ')})\n${output}`);
     });
 
-    const spans = inTrace();
+    const spans = latestVersions(inTrace());
     const first = spans.reduce((min, span) => (span.startNanos < min ? span.startNanos : min), spans[0].startNanos);
     const last = spans.reduce((max, span) => (span.endNanos > max ? span.endNanos : max), spans[0].endNanos);
     say();
     say(`pipeline ${PIPELINE_ID} of project ${PROJECT_ID}: trace ${traceId}, ${PIPELINE.length} jobs, ${spans.length} spans, ${formatDuration(last - first)}`);
     say();
     for (const line of renderWaterfall(spans)) say(line);
+
+    await showCriticalPath(internalUrl, internalApiSecret, dataDir, traceId, pipeline);
 
     await retriedPipeline({ internalUrl, internalApiSecret, collector, deliver });
     await outcomeKeeping({ internalUrl, internalApiSecret, collector, deliver, flagsFile });

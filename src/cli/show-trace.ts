@@ -2,7 +2,7 @@ import { localCollectorDirectory, readSignalLines, signalFile } from '../collect
 import { ConfigError, loadConfig } from '../config/app-config';
 import { decodeExportRequest } from '../otlp/otlp-receiver';
 import { completenessOf } from '../reads/completeness';
-import { criticalPath } from '../reads/critical-path';
+import { criticalPath } from '../critical-path/critical-path';
 import { CollectedSpan, collectedSpans, criticalPathMarks, formatDuration, latestVersions, renderWaterfall, whereTheTimeWent } from './waterfall';
 
 function spanDuration(spans: readonly CollectedSpan[]): bigint {
@@ -41,12 +41,14 @@ function main(): number {
     for (const [traceId, list] of traces) process.stderr.write(`  ${traceId}  ${list.length} spans, ${formatDuration(spanDuration(list))}\n`);
     return 1;
   }
-  process.stdout.write(`trace ${wanted}: ${trace.length} spans, ${formatDuration(spanDuration(trace))} (${path})\n`);
-  // The critical path of the trace's latest story (SPEC §10, §12): marked on its jobs, and where its time went.
+  // The trace's latest story (SPEC §10, §12): each span once, in its latest version (a pipeline that finished again,
+  // a job span with the critical path written on it at the pipeline's end), the path marked on its jobs, and where
+  // its time went.
   const latest = latestVersions(trace);
+  process.stdout.write(`trace ${wanted}: ${latest.length} spans, ${formatDuration(spanDuration(latest))} (${path})\n`);
   const critical = criticalPath(latest);
   const marks = critical === null ? new Map<string, string>() : criticalPathMarks(latest, critical);
-  for (const row of renderWaterfall(trace, marks)) process.stdout.write(`${row}\n`);
+  for (const row of renderWaterfall(latest, marks)) process.stdout.write(`${row}\n`);
   if (critical !== null) process.stdout.write(`${whereTheTimeWent(critical, completenessOf(latest).final)}\n`);
   return 0;
 }

@@ -1,5 +1,5 @@
 import { PipelineTrace } from '../../test/helpers/pipeline-trace';
-import { criticalPath } from '../reads/critical-path';
+import { criticalPath } from '../critical-path/critical-path';
 import { criticalPathMarks, renderWaterfall, whereTheTimeWent } from './waterfall';
 
 describe('`npm run -s trace` and the critical path (SPEC §12)', () => {

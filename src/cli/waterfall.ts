@@ -1,5 +1,5 @@
 import type { CollectedSpan } from '../otlp/collected-spans';
-import type { CriticalPath, PathTotals } from '../reads/critical-path';
+import type { CriticalPath, PathTotals } from '../critical-path/critical-path';
 
 export type { AttributeValue, CollectedSpan } from '../otlp/collected-spans';
 export { collectedSpans } from '../otlp/collected-spans';

@@ -69,6 +69,18 @@ describe('GitLab webhook payloads, as GitLab sends them (SPEC §10)', () => {
     expect(event.finishedJobs[0].finishedAt).toBe(RECEIVED);
   });
 
+  it("says which finished jobs a person started (`when: manual`), not a timer's (`when: delayed`, which GitLab also calls manual)", () => {
+    const played = { id: 381, name: 'deploy', stage: 'deploy', status: 'success', createdAt: at('2016-08-12T15:23:28Z'), manual: true };
+    const body = pipelineHook({ ...pipeline, jobs: [...pipeline.jobs, played] });
+    const builds = body.builds as Array<Record<string, unknown>>;
+    builds.push({ ...builds[3], id: 382, name: 'later', when: 'delayed', manual: true });
+    builds.push({ ...builds[3], id: 383, name: 'old-gitlab', when: undefined, manual: true });
+    const manual = Object.fromEntries(parsePipelineHook(body, RECEIVED).finishedJobs.map((job) => [job.name, job.manual]));
+    expect(manual).toEqual({ production: false, 'test-build': false, deploy: true, later: false, 'old-gitlab': true });
+    // The Job Hook does not say: unknown, not false.
+    expect(parseJobHook(jobHook(pipeline, played), RECEIVED).job?.manual).toBeUndefined();
+  });
+
   it('uses root_pipeline_id when a newer GitLab sends it, and has no end while the pipeline runs', () => {
     const event = parsePipelineHook(pipelineHook({ ...pipeline, status: 'running', finishedAt: undefined, rootPipelineId: 30 }), RECEIVED);
     expect(event.rootPipelineId).toBe(30);

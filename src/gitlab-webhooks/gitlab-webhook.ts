@@ -88,8 +88,18 @@ function finishedBuild(build: unknown, pipelineId: number, projectUrl: string | 
     name: text(build.name),
     stage: text(build.stage),
     jobUrl: projectUrl === undefined ? undefined : `${projectUrl}/-/jobs/${jobId}`,
+    manual: manualOf(build),
     ...runnerOf(build.runner),
   };
+}
+
+/**
+ * Whether a person starts the job: `when: manual`. GitLab's `manual` is also true for a `when: delayed` job, which a
+ * timer starts, so `when` decides when it is there; the Job Hook carries neither.
+ */
+function manualOf(build: Json): boolean | undefined {
+  if (typeof build.when === 'string') return build.when === 'manual';
+  return typeof build.manual === 'boolean' ? build.manual : undefined;
 }
 
 /** What failed in a failed pipeline, from its failed jobs: `test-build: script_failure`. */

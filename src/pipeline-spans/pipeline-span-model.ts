@@ -97,6 +97,12 @@ export interface JobEnd extends Outcome {
   readonly runnerType?: string;
   readonly runnerId?: number;
   readonly jobUrl?: string;
+  /**
+   * Whether a person starts the job (`when: manual`), as a Pipeline Hook's `builds` say (its `when`, else its
+   * `manual`); the Job Hook does not say. Written as `ci.job.manual`: the critical path names the wait before such a
+   * job a manual wait, not GitLab's delay.
+   */
+  readonly manual?: boolean;
 }
 
 /** What a finished pipeline's webhook tells, or, without webhooks, what its traced jobs' runners told. */
@@ -270,10 +276,20 @@ export function queueWaitSpan(serviceName: string, place: SpanPlace, job: Traced
 }
 
 /**
- * The job's own span, whose id is the `span_parent_id` its runner's spans name: from when the job was
- * queued (the pickup's `queued_at`, else what the webhook tells, else the pickup) to its end.
+ * What the control plane adds to a span when it writes the critical path at the root pipeline's end (SPEC §12):
+ * the attributes, and the version (the root pipeline's) that makes readers keep this copy over the first.
  */
-export function jobSpan(serviceName: string, place: SpanPlace, job: TracedJob, end: JobEnd): ControlPlaneSpan {
+export interface WrittenPath {
+  readonly attributes: Readonly<Record<string, AttributeValue>>;
+  readonly version: number;
+}
+
+/**
+ * The job's own span, whose id is the `span_parent_id` its runner's spans name: from when the job was
+ * queued (the pickup's `queued_at`, else what the webhook tells, else the pickup) to its end. Emitted
+ * unversioned when the job ends; again at the root pipeline's end with the critical path written on it.
+ */
+export function jobSpan(serviceName: string, place: SpanPlace, job: TracedJob, end: JobEnd, path?: WrittenPath): ControlPlaneSpan {
   const start = job.queuedAt ?? job.pickedUpAt;
   return span(
     serviceName,
@@ -293,9 +309,12 @@ export function jobSpan(serviceName: string, place: SpanPlace, job: TracedJob, e
       'ci.job.failure_reason': end.failureReason,
       'ci.runner.type': end.runnerType ?? job.runnerType,
       'ci.job.queued_duration_seconds': job.queuedAt === undefined ? undefined : Math.max(0, job.pickedUpAt - job.queuedAt) / 1000,
+      'ci.job.manual': end.manual,
       'error.type': end.status === 'failed' ? (end.failureReason ?? 'failed') : undefined,
+      ...path?.attributes,
     },
     end,
+    path?.version,
   );
 }
 
@@ -323,9 +342,16 @@ function pipelineAttributes(pipeline: TracedPipeline, end: PipelineEnd): Record<
 
 /**
  * A pipeline's span: the trace's root for the root pipeline, else under its bridge job or the root. Each
- * version of the pipeline's story has the same span id, and its version as {@link SPAN_VERSION_ATTRIBUTE}.
+ * version of the pipeline's story has the same span id, and its version as {@link SPAN_VERSION_ATTRIBUTE}. The root
+ * pipeline's, at its end, carries its critical path's time by part (`pathAttributes`, see pipeline-critical-path.ts).
  */
-export function pipelineSpan(serviceName: string, place: SpanPlace, pipeline: TracedPipeline, end: PipelineEnd): ControlPlaneSpan {
+export function pipelineSpan(
+  serviceName: string,
+  place: SpanPlace,
+  pipeline: TracedPipeline,
+  end: PipelineEnd,
+  pathAttributes?: Readonly<Record<string, AttributeValue>>,
+): ControlPlaneSpan {
   return span(
     serviceName,
     place,
@@ -334,22 +360,25 @@ export function pipelineSpan(serviceName: string, place: SpanPlace, pipeline: Tr
     end.createdAt,
     end.finishedAt,
     { projectId: pipeline.projectId, pipelineId: pipeline.pipelineId },
-    pipelineAttributes(pipeline, end),
+    { ...pipelineAttributes(pipeline, end), ...pathAttributes },
     end,
     pipelineSpanVersion(end),
   );
+}
+
+/** A trigger job, as its child pipeline's hook names it. */
+export interface BridgeJob {
+  readonly jobId: number;
+  readonly pipelineId: number;
+  readonly projectId: number;
+  readonly downstreamPipelineId: number;
 }
 
 /**
  * The trigger job that started a child pipeline. GitLab sends no Job Hook for trigger jobs, so its span
  * is drawn from the child pipeline it ran: it lasts as the child did, in the parent pipeline.
  */
-export function bridgeSpan(
-  serviceName: string,
-  place: SpanPlace,
-  bridge: { readonly jobId: number; readonly pipelineId: number; readonly projectId: number; readonly downstreamPipelineId: number },
-  child: PipelineEnd,
-): ControlPlaneSpan {
+export function bridgeSpan(serviceName: string, place: SpanPlace, bridge: BridgeJob, child: PipelineEnd): ControlPlaneSpan {
   return span(
     serviceName,
     place,

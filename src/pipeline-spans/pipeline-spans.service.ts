@@ -12,6 +12,7 @@ import { gitlabPipelineSpanIdFor, gitlabTraceIdFor, pipelineSpanIdFor, queueSpan
 import { FinishedJob, PipelineEvent, WebhookEvent } from './pipeline-events';
 import { PipelineSpansMetrics } from './pipeline-spans.metrics';
 import {
+  BridgeJob,
   bridgeSpan,
   ControlPlaneSpan,
   jobSpan,
@@ -22,7 +23,10 @@ import {
   pipelineSpanVersion,
   PipelineEnd,
   queueWaitSpan,
+  SpanPlace,
+  WrittenPath,
 } from './pipeline-span-model';
+import { writtenCriticalPath } from './pipeline-critical-path';
 import { PickupBatch } from './pickup-batch';
 import { OutcomeSamplingService } from '../outcome-sampling/outcome-sampling.service';
 import { OutboxDeliverer } from '../outbox/outbox-deliverer';
@@ -60,6 +64,14 @@ const RECORDED_PIPELINE_MEMO_MS = 60_000;
 const CLOSED_FROM_RUNNER_MAX = 10_000;
 /** Jobs of a hook's pipeline looked up when the pipeline's record is not found (one store read each, in parallel). */
 const PIPELINE_JOBS_LOOKED_UP = 20;
+
+/**
+ * A chapter of a root pipeline's story (PipelineStoryStore): a job as its span was drawn, or a bridge as its child
+ * pipeline's hook told it; what its critical path is computed from at the root pipeline's end.
+ */
+type Chapter =
+  | { readonly kind: 'job'; readonly job: TracedJob; readonly end: FinishedJob; readonly toldBy: 'job_hook' | 'pipeline_hook' }
+  | { readonly kind: 'bridge'; readonly place: SpanPlace; readonly bridge: BridgeJob; readonly child: PipelineEnd };
 
 /** One enabled pickup, waiting in the batch. */
 interface Pickup {
@@ -165,7 +177,7 @@ export class PipelineSpansService implements OnModuleDestroy {
   async handleWebhook(event: WebhookEvent): Promise<WebhookOutcome> {
     // The traced work it reads may still wait in this process's pickup batch.
     await this.pickups.flushed();
-    if (event.kind === 'job') return event.job === undefined ? NOTHING : this.enqueue(await this.finishedJobSpans([event.job]), 'job_hook');
+    if (event.kind === 'job') return event.job === undefined ? NOTHING : this.enqueue(await this.finishedJobSpans([event.job], 'job_hook'), 'job_hook');
     const pipeline = (await this.store.findTracedPipeline(event.pipelineId)) ?? (await this.pipelineOfItsJobs(event));
     if (pipeline === null) return NOTHING;
     // A pipeline lives as long as GitLab still tells of it (untraced jobs, a manual gate): its record with it.
@@ -274,17 +286,18 @@ export class PipelineSpansService implements OnModuleDestroy {
     return pipelineSpanIdFor(this.secrets.traceKey, pipelineId);
   }
 
-  private jobSpanOf(job: TracedJob, end: JobEnd): ControlPlaneSpan {
+  private jobSpanOf(job: TracedJob, end: JobEnd, path?: WrittenPath): ControlPlaneSpan {
     return jobSpan(
       this.serviceName,
       { traceId: job.traceId, spanId: this.jobSpanId(job.jobId), parentSpanId: this.pipelineSpanId(job.pipelineId), tracestate: job.tracestate },
       job,
       end,
+      path,
     );
   }
 
   /** Job spans for the finished jobs the decorator enabled; the others are not ours to tell of. */
-  private async finishedJobSpans(finished: readonly FinishedJob[]): Promise<ControlPlaneSpan[]> {
+  private async finishedJobSpans(finished: readonly FinishedJob[], toldBy: 'job_hook' | 'pipeline_hook'): Promise<ControlPlaneSpan[]> {
     if (this.config.TRACE_ID_SCHEME !== 'keyed' || finished.length === 0) return [];
     const traced = await Promise.all(finished.map((job) => this.store.findTracedJob(job.jobId)));
     // A provisional pipeline's job that failed keeps it even when the pipeline succeeds (allowed to fail): its jobs'
@@ -294,7 +307,20 @@ export class PipelineSpansService implements OnModuleDestroy {
       const job = traced[i];
       if (job?.outcomePolicy !== undefined) statuses.set(job.traceId, { job, seen: [...(statuses.get(job.traceId)?.seen ?? []), end.status] });
     }
-    await Promise.all([...statuses.values()].map(({ job, seen }) => this.outcomeSampling.noteJobStatuses(job, seen)));
+    // Each job's chapter of its root pipeline's story, while its record is there to tell it: one per kind of hook, as
+    // they tell different things (the Job Hook's times to the millisecond, the Pipeline Hook's whether it is manual).
+    const chapters = new Map<number, Array<{ key: string; text: string }>>();
+    for (const [i, end] of finished.entries()) {
+      const job = traced[i];
+      if (job === null) continue;
+      const chapter: Chapter = { kind: 'job', job, end, toldBy };
+      const told = { key: `job:${job.jobId}:${toldBy}`, text: JSON.stringify(chapter) };
+      chapters.set(job.rootPipelineId, [...(chapters.get(job.rootPipelineId) ?? []), told]);
+    }
+    await Promise.all([
+      ...[...statuses.values()].map(({ job, seen }) => this.outcomeSampling.noteJobStatuses(job, seen)),
+      ...[...chapters].map(([root, told]) => this.store.recordTraceStory(root, told, this.limits.rememberMs)),
+    ]);
     return finished.flatMap((end, i) => {
       const job = traced[i];
       return job === null ? [] : [this.jobSpanOf(job, end)];
@@ -302,7 +328,7 @@ export class PipelineSpansService implements OnModuleDestroy {
   }
 
   private async pipelineEventSpans(event: PipelineEvent, pipeline: TracedPipeline): Promise<ControlPlaneSpan[]> {
-    const spans = await this.finishedJobSpans(event.finishedJobs);
+    const spans = await this.finishedJobSpans(event.finishedJobs, 'pipeline_hook');
     if (event.end === undefined) return spans;
     const root = event.rootPipelineId ?? pipeline.rootPipelineId;
     if (this.config.TRACE_ID_SCHEME === 'gitlab') {
@@ -313,12 +339,55 @@ export class PipelineSpansService implements OnModuleDestroy {
     }
     const place = { traceId: pipeline.traceId, spanId: this.pipelineSpanId(event.pipelineId), tracestate: pipeline.tracestate };
     if (event.pipelineId === root) {
-      const rootSpan = pipelineSpan(this.serviceName, place, pipeline, event.end);
-      return [...spans, ...(await this.newerVersion('pipeline_hook', event.pipelineId, event.end, [rootSpan]))];
+      return [...spans, ...(await this.newerVersion('pipeline_hook', event.pipelineId, event.end, await this.rootEndSpans(event, pipeline, place)))];
     }
     const parent = await this.childPipelineParent(event, pipeline, root);
     const child = pipelineSpan(this.serviceName, { ...place, parentSpanId: parent.spanId }, pipeline, event.end);
-    return [...spans, ...(await this.newerVersion('pipeline_hook', event.pipelineId, event.end, [...parent.spans, child]))];
+    const emitted = await this.newerVersion('pipeline_hook', event.pipelineId, event.end, [...parent.spans, child]);
+    if (emitted.length > 0 && parent.chapter !== undefined) {
+      await this.store.recordTraceStory(root, [{ key: `bridge:${event.pipelineId}`, text: JSON.stringify(parent.chapter) }], this.limits.rememberMs);
+    }
+    return [...spans, ...emitted];
+  }
+
+  /**
+   * The root pipeline's span at its end with its critical path written on it and on each job span of
+   * the trace (SPEC §12), the job spans again as a newer version: the root pipeline's. Computed from the story told so
+   * far (every job and bridge of the trace whose hook has come), with the jobs this hook names as it tells them.
+   */
+  private async rootEndSpans(event: PipelineEvent, pipeline: TracedPipeline, place: SpanPlace): Promise<ControlPlaneSpan[]> {
+    const end = event.end!;
+    const chapters = (await this.store.traceStory(event.pipelineId)).map((text) => JSON.parse(text) as Chapter);
+    // A job as its Job Hook told it (its times to the millisecond), else as a Pipeline Hook did; manual as the latter says.
+    const told = new Map<number, { job: TracedJob; end: FinishedJob }>();
+    for (const chapter of chapters) {
+      if (chapter.kind !== 'job') continue;
+      const other = told.get(chapter.job.jobId);
+      const [byJobHook, byPipelineHook] = chapter.toldBy === 'job_hook' ? [chapter, other] : [other, chapter];
+      const manual = byPipelineHook?.end.manual;
+      const end = byJobHook?.end ?? byPipelineHook!.end;
+      told.set(chapter.job.jobId, { job: chapter.job, end: manual === undefined ? end : { ...end, manual } });
+    }
+    const jobs = [...told.values()];
+    const drawn: ControlPlaneSpan[] = [pipelineSpan(this.serviceName, place, pipeline, end)];
+    for (const chapter of chapters) if (chapter.kind === 'bridge') drawn.push(bridgeSpan(this.serviceName, chapter.place, chapter.bridge, chapter.child));
+    for (const { job, end: jobEnd } of jobs) {
+      drawn.push(this.jobSpanOf(job, jobEnd));
+      if (job.queuedAt !== undefined) {
+        const queuePlace = { traceId: job.traceId, spanId: queueSpanIdFor(this.secrets.traceKey, job.jobId), parentSpanId: this.jobSpanId(job.jobId) };
+        drawn.push(queueWaitSpan(this.serviceName, queuePlace, { ...job, queuedAt: job.queuedAt }));
+      }
+    }
+    const written = writtenCriticalPath(drawn);
+    if (written === null) return [drawn[0]];
+    const version = pipelineSpanVersion(end);
+    return [
+      pipelineSpan(this.serviceName, place, pipeline, end, written.pipeline),
+      // An earlier attempt of a retried job is neither on the path nor beside it: not on it.
+      ...jobs.map(({ job, end: jobEnd }) =>
+        this.jobSpanOf(job, jobEnd, { attributes: written.jobs.get(job.jobId) ?? { 'ci.job.critical_path': false }, version }),
+      ),
+    ];
   }
 
   /**
@@ -326,22 +395,28 @@ export class PipelineSpansService implements OnModuleDestroy {
    * same trace; the trigger job's span is emitted from here, since GitLab sends no Job Hook for it.
    * Otherwise (source unknown, or not traced) it hangs on the root pipeline's span.
    */
-  private async childPipelineParent(event: PipelineEvent, pipeline: TracedPipeline, root: number): Promise<{ spanId: string; spans: ControlPlaneSpan[] }> {
+  private async childPipelineParent(
+    event: PipelineEvent,
+    pipeline: TracedPipeline,
+    root: number,
+  ): Promise<{ spanId: string; spans: ControlPlaneSpan[]; chapter?: Chapter }> {
     const source = event.source;
     const upstream = source?.jobId === undefined ? null : await this.store.findTracedPipeline(source.pipelineId);
     if (source?.jobId === undefined || upstream === null || upstream.traceId !== pipeline.traceId) return { spanId: this.pipelineSpanId(root), spans: [] };
-    const bridge = bridgeSpan(
-      this.serviceName,
-      {
-        traceId: pipeline.traceId,
-        spanId: this.jobSpanId(source.jobId),
-        parentSpanId: this.pipelineSpanId(source.pipelineId),
-        tracestate: pipeline.tracestate,
-      },
-      { jobId: source.jobId, pipelineId: source.pipelineId, projectId: source.projectId ?? upstream.projectId, downstreamPipelineId: event.pipelineId },
-      event.end!,
-    );
-    return { spanId: bridge.spanId, spans: [bridge] };
+    const place = {
+      traceId: pipeline.traceId,
+      spanId: this.jobSpanId(source.jobId),
+      parentSpanId: this.pipelineSpanId(source.pipelineId),
+      tracestate: pipeline.tracestate,
+    };
+    const job = {
+      jobId: source.jobId,
+      pipelineId: source.pipelineId,
+      projectId: source.projectId ?? upstream.projectId,
+      downstreamPipelineId: event.pipelineId,
+    };
+    const bridge = bridgeSpan(this.serviceName, place, job, event.end!);
+    return { spanId: bridge.spanId, spans: [bridge], chapter: { kind: 'bridge', place, bridge: job, child: event.end! } };
   }
 
   /**

@@ -1,5 +1,5 @@
 import { adjustedCountOf } from './completeness';
-import { criticalPath } from './critical-path';
+import { criticalPath } from '../critical-path/critical-path';
 import { carriesId, identityOf } from './trace-selection';
 import type { JobRun, StoredSpan, TimeWindow } from './trace-reads';
 

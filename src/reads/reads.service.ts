@@ -7,7 +7,7 @@ import { APP_LOGGER } from '../observability/logger';
 import { OUTAGE_RETRY_AFTER_SECONDS } from '../observability/retry-after';
 import { withTimeout } from '../observability/with-timeout';
 import { Completeness, completenessOf } from './completeness';
-import { CriticalPath, criticalPath, RUNNER_PARTS } from './critical-path';
+import { CriticalPath, criticalPath, RUNNER_PARTS } from '../critical-path/critical-path';
 import { JobSummary, summarizeJobs } from './job-summary';
 import { FieldProblem, parseId, parseRef, parseWindow, ReadWindow } from './reads-request';
 import { TRACE_READS } from './reads.constants';

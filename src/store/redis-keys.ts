@@ -31,6 +31,8 @@ export const PIPELINE_SPAN_VERSION_KEY = (pipelineId: number) => `cjt:{pipeline:
 /** A root pipeline's head decision (sampling percentage, provisional policy), kept from its first pickup. */
 export const HEAD_DECISION_KEY = (rootPipelineId: number) => `cjt:{pipeline:${rootPipelineId}}:head`;
 export const RUNNER_JOB_ENDS_KEY = (pipelineId: number) => `cjt:{pipeline:${pipelineId}}:runner-job-ends`;
+/** A hash: per job or bridge of the root pipeline's trace, what the control plane told of it (its critical path's input). */
+export const TRACE_STORY_KEY = (rootPipelineId: number) => `cjt:{pipeline:${rootPipelineId}}:story`;
 export const OUTBOX_DUE_KEY = 'cjt:{outbox}:due';
 export const OUTBOX_ENQUEUED_KEY = 'cjt:{outbox}:enqueued';
 export const OUTBOX_SPANS_KEY = 'cjt:{outbox}:spans';

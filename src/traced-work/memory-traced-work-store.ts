@@ -1,4 +1,4 @@
-import { HeadDecision, Remembered, RunnerJobEnd, TracedJob, TracedPipeline, TracedWorkStore } from './traced-work';
+import { HeadDecision, Remembered, RunnerJobEnd, StoryChapter, TracedJob, TracedPipeline, TracedWorkStore } from './traced-work';
 
 interface Expiring<T> {
   readonly value: T;
@@ -12,6 +12,7 @@ export class MemoryTracedWorkStore implements TracedWorkStore {
   private readonly pipelineSpanVersions = new Map<number, Expiring<number>>();
   private readonly runnerJobEnds = new Map<number, Expiring<Map<number, RunnerJobEnd>>>();
   private readonly headDecisions = new Map<number, Expiring<HeadDecision>>();
+  private readonly stories = new Map<number, Expiring<Map<string, string>>>();
   private readonly sweeper: NodeJS.Timeout;
 
   constructor(
@@ -66,6 +67,20 @@ export class MemoryTracedWorkStore implements TracedWorkStore {
     return [...ends.values()].map((job) => ({ ...job }));
   }
 
+  async recordTraceStory(rootPipelineId: number, chapters: readonly StoryChapter[], ttlMs: number): Promise<void> {
+    if (chapters.length === 0) return;
+    const now = this.now();
+    const kept = this.stories.get(rootPipelineId);
+    const story = kept === undefined || kept.expiresAt <= now ? new Map<string, string>() : kept.value;
+    for (const { key, text } of chapters) story.set(key, text);
+    this.stories.set(rootPipelineId, { value: story, expiresAt: Math.max(now + ttlMs, kept !== undefined && kept.expiresAt > now ? kept.expiresAt : 0) });
+  }
+
+  async traceStory(rootPipelineId: number): Promise<string[]> {
+    const kept = this.stories.get(rootPipelineId);
+    return kept === undefined || kept.expiresAt <= this.now() ? [] : [...kept.value.values()];
+  }
+
   close(): void {
     clearInterval(this.sweeper);
     this.tracedJobs.clear();
@@ -73,6 +88,7 @@ export class MemoryTracedWorkStore implements TracedWorkStore {
     this.pipelineSpanVersions.clear();
     this.runnerJobEnds.clear();
     this.headDecisions.clear();
+    this.stories.clear();
   }
 
   private live<K, T>(entries: Map<K, Expiring<T>>, key: K): T | null {
@@ -87,7 +103,7 @@ export class MemoryTracedWorkStore implements TracedWorkStore {
 
   private sweep(): void {
     const now = this.now();
-    for (const entries of [this.tracedJobs, this.tracedPipelines, this.pipelineSpanVersions, this.runnerJobEnds, this.headDecisions] as Array<
+    for (const entries of [this.tracedJobs, this.tracedPipelines, this.pipelineSpanVersions, this.runnerJobEnds, this.headDecisions, this.stories] as Array<
       Map<number, Expiring<unknown>>
     >) {
       for (const [key, entry] of entries) if (entry.expiresAt <= now) entries.delete(key);

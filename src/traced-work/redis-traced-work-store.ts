@@ -1,6 +1,6 @@
-import { HEAD_DECISION_KEY, PIPELINE_SPAN_VERSION_KEY, RUNNER_JOB_ENDS_KEY, TRACED_JOB_KEY, TRACED_PIPELINE_KEY } from '../store/redis-keys';
+import { HEAD_DECISION_KEY, PIPELINE_SPAN_VERSION_KEY, RUNNER_JOB_ENDS_KEY, TRACE_STORY_KEY, TRACED_JOB_KEY, TRACED_PIPELINE_KEY } from '../store/redis-keys';
 import { RedisStore } from '../store/redis-store';
-import { HeadDecision, Remembered, RunnerJobEnd, TracedJob, TracedPipeline, TracedWorkStore } from './traced-work';
+import { HeadDecision, Remembered, RunnerJobEnd, StoryChapter, TracedJob, TracedPipeline, TracedWorkStore } from './traced-work';
 
 /** Sets a record whose life only ever grows: a shorter TTL than the one it has keeps the longer. */
 const SET_LONGER = `
@@ -40,12 +40,20 @@ if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then redis.call('PEXPIRE', KE
 return redis.call('HVALS', KEYS[1])
 `;
 
+/** Sets chapters (ARGV[2..]: key, text, key, text, …) of a root pipeline's story, kept at least ARGV[1] ms. */
+const RECORD_STORY = `
+for i = 2, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[1]) then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
+return 1
+`;
+
 /** The traced-work scripts as ioredis commands: sent by SHA (EVALSHA) after the first use, not as text. */
 interface TracedWorkScripts {
   cjtSetLonger(key: string, value: string, ttlMs: string): Promise<number>;
   cjtRaiseVersion(key: string, version: string, ttlMs: string): Promise<string>;
   cjtPin(key: string, value: string, ttlMs: string): Promise<string>;
   cjtRecordRunnerJobEnd(key: string, jobId: string, endJson: string, ttlMs: string): Promise<string[]>;
+  cjtRecordStory(key: string, ttlMs: string, ...chapters: string[]): Promise<number>;
 }
 
 export class RedisTracedWorkStore implements TracedWorkStore {
@@ -57,6 +65,7 @@ export class RedisTracedWorkStore implements TracedWorkStore {
     redis.defineCommand('cjtRaiseVersion', { numberOfKeys: 1, lua: RAISE_VERSION });
     redis.defineCommand('cjtPin', { numberOfKeys: 1, lua: PIN });
     redis.defineCommand('cjtRecordRunnerJobEnd', { numberOfKeys: 1, lua: RECORD_RUNNER_JOB_END });
+    redis.defineCommand('cjtRecordStory', { numberOfKeys: 1, lua: RECORD_STORY });
     this.scripts = redis as unknown as TracedWorkScripts;
   }
 
@@ -96,5 +105,16 @@ export class RedisTracedWorkStore implements TracedWorkStore {
     const ttl = String(Math.max(1, Math.round(ttlMs)));
     const ends = await this.store.guard(() => this.scripts.cjtRecordRunnerJobEnd(RUNNER_JOB_ENDS_KEY(pipelineId), String(end.jobId), JSON.stringify(end), ttl));
     return ends.map((stored) => JSON.parse(stored) as RunnerJobEnd);
+  }
+
+  async recordTraceStory(rootPipelineId: number, chapters: readonly StoryChapter[], ttlMs: number): Promise<void> {
+    if (chapters.length === 0) return;
+    const ttl = String(Math.max(1, Math.round(ttlMs)));
+    const flat = chapters.flatMap(({ key, text }) => [key, text]);
+    await this.store.guard(() => this.scripts.cjtRecordStory(TRACE_STORY_KEY(rootPipelineId), ttl, ...flat));
+  }
+
+  async traceStory(rootPipelineId: number): Promise<string[]> {
+    return this.store.guard(() => this.store.client.hvals(TRACE_STORY_KEY(rootPipelineId)));
   }
 }

@@ -88,6 +88,20 @@ export interface PipelineStoryStore {
   raisePipelineSpanVersion(pipelineId: number, version: number, ttlMs: number): Promise<number>;
   /** Without webhooks: adds one traced job's end to its pipeline's, and answers them all (each job once). */
   recordRunnerJobEnd(pipelineId: number, end: RunnerJobEnd, ttlMs: number): Promise<RunnerJobEnd[]>;
+  /**
+   * Adds chapters to a root pipeline's story: what the control plane told of each job and bridge of its trace, each
+   * under a key of its own (a later chapter with the same key replaces it), all kept at least `ttlMs`. At the root
+   * pipeline's end its critical path is computed from them (SPEC §12): by then a job's own record may be long gone.
+   */
+  recordTraceStory(rootPipelineId: number, chapters: readonly StoryChapter[], ttlMs: number): Promise<void>;
+  /** The root pipeline's chapters' texts, in no particular order; none once forgotten. */
+  traceStory(rootPipelineId: number): Promise<string[]>;
+}
+
+/** One chapter of a root pipeline's story: its key (one per job or bridge) and its text (the caller's JSON). */
+export interface StoryChapter {
+  readonly key: string;
+  readonly text: string;
 }
 
 /**

@@ -57,14 +57,15 @@ describe('npm run demo (README "See a pipeline become a trace")', () => {
         'GitLab Job Hook for job 1003 (lint) success: accepted, 1 span queued',
         'GitLab Job Hook for job 1001 (build) success: accepted, 1 span queued',
         'GitLab Job Hook for job 1002 (test) success: accepted, 1 span queued',
-        'GitLab Pipeline Hook for pipeline 500 success: accepted, 1 span queued, 3 duplicates dropped',
+        // The pipeline span, and each job span again with the critical path written on it.
+        'GitLab Pipeline Hook for pipeline 500 success: accepted, 4 spans queued, 3 duplicates dropped',
       ].join('\n'),
     );
   });
 
   it('prints one connected waterfall: the pipeline, each job under it with its queue wait and its runner job, and the durations', () => {
     const waterfall = stdout
-      .split(RETRY_STORY)[0]
+      .split('Which job held pipeline 500 up?')[0]
       .split('\n')
       .filter((line) => /\|[ █]{40}\|/.test(line));
     const rows = waterfall.map((line) => {
@@ -145,14 +146,35 @@ describe('npm run demo (README "See a pipeline become a trace")', () => {
     ]);
   });
 
+  it('says which job held the pipeline up and where its time went, as the read API answers and as `npm run -s trace` prints it', () => {
+    const story = stdout.split('Which job held pipeline 500 up?')[1].split(RETRY_STORY)[0];
+    // The three jobs ran side by side: test, the longest, is the path; build and lint could have taken longer.
+    expect(story).toContain(
+      [
+        ' GET /internal/ci/telemetry/projects/7/pipelines/500/critical_path answers (final: true):',
+        '  job 1002 (test), first: 3s waiting for GitLab, 12s in the queue, 1m 57s running (step_script 1m 35s, restore_cache 7s, prepare_executor 4s, …)',
+        '  the path: 2m 12s: step_script 1m 35s, queue 12s, restore_cache 7s, prepare_executor 4s, …',
+        '  off the path: job 1003 (lint), 1m 25s of slack',
+        '  off the path: job 1001 (build), 45s of slack',
+      ].join('\n'),
+    );
+    const trace = /pipeline 500 of project 7: trace ([0-9a-f]{32})/.exec(stdout)![1];
+    expect(story).toContain(`npm run -s trace ${trace} marks it on the waterfall:`);
+    const marked = story.split('\n').filter((line) => line.includes('◀ critical path'));
+    expect(marked).toEqual(['  job 1002 test success             |███████████████████████████████████████ |  2m 09.0s  ◀ critical path']);
+    expect(story).toMatch(
+      /on the critical path \(2m 12s\): 1m 35s in scripts, 12s waiting for runners, 7s restoring caches, .*3s waiting for GitLab to start jobs/,
+    );
+  });
+
   it('then retries a failed job: the pipeline span is sent again as a newer version, and the final picture shows it passed', () => {
     const story = stdout.split(RETRY_STORY)[1].split(OUTCOME_STORY)[0];
     expect(story).toContain(
       [
-        'GitLab Pipeline Hook for pipeline 501 failed: accepted, 1 span queued, 2 duplicates dropped',
+        'GitLab Pipeline Hook for pipeline 501 failed: accepted, 3 spans queued, 2 duplicates dropped',
         'GitLab Pipeline Hook for pipeline 501 running again: accepted, 0 spans queued, 1 duplicate dropped',
         'GitLab Job Hook for job 2003 (test, retry 1) success: accepted, 1 span queued',
-        'GitLab Pipeline Hook for pipeline 501 success: accepted, 1 span queued, 2 duplicates dropped',
+        'GitLab Pipeline Hook for pipeline 501 success: accepted, 4 spans queued, 2 duplicates dropped',
       ].join('\n'),
     );
     expect(story).toContain("pipeline 501's span reached the collector 2 times, one span id, each a newer version: failed, then success");

@@ -126,12 +126,14 @@ async function pipelineSampled(service: ServiceProcess, secret: WebhookSecret, f
 const spansOf = (sink: OtlpSink, traceId: string): ReceivedSpan[] => sink.allSpans().filter((span) => span.traceId === traceId);
 /** One job's spans: the runner's job_execution and its stages, the control plane's job span and queue wait. */
 const SPANS_PER_JOB = 1 + BUILD_STAGES.length + 2;
+/** And once its pipeline has ended, its job span again, with the critical path written on it (SPEC §12). */
+const SPANS_PER_ENDED_JOB = SPANS_PER_JOB + 1;
 
-/** The whole pipeline at the collector: one root, no missing parent, no span twice, every span kept by outcome. */
+/** The whole pipeline at the collector: one root, no missing parent, no span twice (per version), every span kept by outcome. */
 function expectKeptWhole(sink: OtlpSink, pipeline: Pipeline, reason: string): void {
   const spans = spansOf(sink, pipeline.traceId);
   expect(traceShape(spans)).toEqual({ roots: [expect.stringMatching(/^pipeline /)], orphans: [], duplicates: [] });
-  expect(spans).toHaveLength(1 + pipeline.jobs.length * SPANS_PER_JOB);
+  expect(spans).toHaveLength(1 + pipeline.jobs.length * SPANS_PER_ENDED_JOB);
   expect(new Set(spans.map((span) => span.traceState))).toEqual(new Set(['ot=th:0']));
   expect(new Set(spans.map((span) => span.resource['ci.sampling.reason']))).toEqual(new Set([reason]));
   const runnerSpans = spans.filter((span) => span.resource['service.name'] === 'runner');
@@ -182,7 +184,7 @@ describe('outcome-based sampling at 10 % (SPEC §11)', () => {
     ]);
 
     await pipeline.finish(service, 'failed');
-    await waitFor('the kept pipeline at the collector', async () => (spansOf(sink, pipeline.traceId).length >= 1 + 2 * SPANS_PER_JOB ? true : undefined));
+    await waitFor('the kept pipeline at the collector', async () => (spansOf(sink, pipeline.traceId).length >= 1 + 2 * SPANS_PER_ENDED_JOB ? true : undefined));
     await sleep(SETTLE_MS);
     expectKeptWhole(sink, pipeline, 'failed');
     const failed = spansOf(sink, pipeline.traceId).find((span) => span.name === 'job' && span.attributes['ci.job.id'] === pipeline.id * 100 + 1);
@@ -191,7 +193,9 @@ describe('outcome-based sampling at 10 % (SPEC §11)', () => {
     // An export after the decision (a retried job) follows it: forwarded at once, kept for the same reason.
     const late = pipeline.jobs.length;
     await pipeline.run(service, pipeline.id * 100 + 2, 'test', 'success');
-    await waitFor('the late job at the collector', async () => (spansOf(sink, pipeline.traceId).length >= 1 + (late + 1) * SPANS_PER_JOB ? true : undefined));
+    await waitFor('the late job at the collector', async () =>
+      spansOf(sink, pipeline.traceId).length >= 1 + late * SPANS_PER_ENDED_JOB + SPANS_PER_JOB ? true : undefined,
+    );
     await pipeline.finish(service, 'success');
     await sleep(SETTLE_MS);
     const spans = spansOf(sink, pipeline.traceId);
@@ -254,7 +258,7 @@ describe('outcome-based sampling at 10 % (SPEC §11)', () => {
     pipeline.createdAt = new Date(Math.floor(Date.now() / 1000 - 900) * 1000);
     await pipeline.run(service, pipeline.id * 100, 'build', 'success');
     await pipeline.finish(service, 'success');
-    await waitFor('the slow pipeline at the collector', async () => (spansOf(sink, pipeline.traceId).length >= 1 + SPANS_PER_JOB ? true : undefined));
+    await waitFor('the slow pipeline at the collector', async () => (spansOf(sink, pipeline.traceId).length >= 1 + SPANS_PER_ENDED_JOB ? true : undefined));
     await sleep(SETTLE_MS);
     expectKeptWhole(sink, pipeline, 'slow');
   }, 60_000);
@@ -310,7 +314,11 @@ describe('outcome-based sampling across replicas on a Redis Cluster, through a c
     expect(spansOf(sink, kept.traceId)).toEqual([]);
 
     await sink.start();
-    await waitFor('the kept pipeline at the collector', async () => (spansOf(sink, kept.traceId).length >= 1 + 2 * SPANS_PER_JOB ? true : undefined), 20_000);
+    await waitFor(
+      'the kept pipeline at the collector',
+      async () => (spansOf(sink, kept.traceId).length >= 1 + 2 * SPANS_PER_ENDED_JOB ? true : undefined),
+      20_000,
+    );
     await sleep(SETTLE_MS * 2);
     expectKeptWhole(sink, kept, 'failed');
     expect(spansOf(sink, dropped.traceId)).toEqual([]);

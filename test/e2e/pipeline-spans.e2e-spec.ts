@@ -200,7 +200,8 @@ describe('control-plane spans: a whole, connected pipeline trace (SPEC §10)', (
     for (const [event, body, uuid] of [...deliveries, ...deliveries.slice().reverse()]) answers.push(await hook(event, body, uuid));
     for (const answer of answers) expect(answer).toMatchObject({ status: 200, body: { status: 'accepted' } });
 
-    const expected = jobs.length * (1 + BUILD_STAGES.length) + 2 /* pipelines */ + 1 /* bridge */ + jobs.length * 2; /* job + queue_wait */
+    // Each job span comes twice: when the job ends, and with the critical path written on it at the root pipeline's end.
+    const expected = jobs.length * (1 + BUILD_STAGES.length) + 2 /* pipelines */ + 1 /* bridge */ + jobs.length * 3; /* job twice + queue_wait */
     await waitFor(`${expected} spans at the collector`, async () => (spansOf(sink, traceId).length >= expected ? true : undefined), 20_000);
     await outboxDrained(service);
     const spans = spansOf(sink, traceId);
@@ -211,8 +212,11 @@ describe('control-plane spans: a whole, connected pipeline trace (SPEC §10)', (
     expect(rootSpan.attributes['ci.pipeline.id']).toBe(String(ROOT));
 
     for (const job of jobs) {
-      // The job span is exactly the parent the decorator handed the runner.
-      const [jobSpan] = named(spans, 'job', job.jobId);
+      // The job span is exactly the parent the decorator handed the runner; its later version says whether the job
+      // was on the critical path, the child pipeline's jobs too.
+      const copies = named(spans, 'job', job.jobId);
+      expect(copies.map((span) => typeof span.attributes['ci.job.critical_path']).sort()).toEqual(['boolean', 'undefined']);
+      const [jobSpan] = copies;
       expect(jobSpan.spanId).toBe(job.tracing.span_parent_id);
       expect(named(spans, 'job_execution', job.jobId)[0].parentSpanId).toBe(jobSpan.spanId);
       // The queue wait: from queued_at to the pickup.
@@ -361,10 +365,11 @@ describe('control-plane spans across a collector outage and a restart (SPEC §10
       await deliver('Pipeline Hook', pipelineHook(pipeline), 'p'),
     ];
     for (const answer of answers) expect(answer.status).toBe(200);
-    expect(answers.map((answer) => answer.body.queued)).toEqual([3, 0, 0, 0]);
+    // The pipeline span, the two job spans, and the job spans again with the critical path written on them.
+    expect(answers.map((answer) => answer.body.queued)).toEqual([5, 0, 0, 0]);
     // The collector cannot be reached: the spans wait in the store, and the attempts are counted.
     await waitFor('a failed delivery', async () => ((await metric(service, 'ci_job_telemetry_outbox_delivery_failures_total')) > 0 ? true : undefined));
-    expect(await metric(service, 'ci_job_telemetry_outbox_spans')).toBe(3);
+    expect(await metric(service, 'ci_job_telemetry_outbox_spans')).toBe(5);
 
     // The service restarts (same keys, same store) before the collector comes back, and a second replica
     // joins it: both deliver the one outbox.
@@ -382,7 +387,7 @@ describe('control-plane spans across a collector outage and a restart (SPEC §10
     const replica = await startService(sameWorld);
     try {
       // A redelivery to either process is still recognised.
-      expect((await deliver('Pipeline Hook', pipelineHook(pipeline), 'p')).body).toMatchObject({ queued: 0, duplicates: 3 });
+      expect((await deliver('Pipeline Hook', pipelineHook(pipeline), 'p')).body).toMatchObject({ queued: 0, duplicates: 5 });
       expect((await deliverWebhook(replica.url, 'Job Hook', jobHook(pipeline, webhookJobs[0]), { token: secret.secret })).body).toMatchObject({
         queued: 0,
         duplicates: 1,
@@ -396,7 +401,7 @@ describe('control-plane spans across a collector outage and a restart (SPEC §10
 
     const spans = spansOf(sink, traceId);
     expect(traceShape(spans)).toEqual({ roots: [expect.stringMatching(/^pipeline /)], orphans: [], duplicates: [] });
-    expect(spans).toHaveLength(2 * (1 + BUILD_STAGES.length) + 1 + 2 * 2);
+    expect(spans).toHaveLength(2 * (1 + BUILD_STAGES.length) + 1 + 2 * 2 + 2);
   }, 90_000);
 });
 

@@ -123,18 +123,25 @@ function pipelineVersions(sink: OtlpSink, pipelineId: number): ReceivedSpan[] {
 async function viewOf(clickhouse: ClickHouse, traceId: string): Promise<ClickHouseRow[]> {
   return clickhouse.query(
     `SELECT span_id, parent_span_id, span_name, job_id, pipeline_id, job_name, status_code, status_message, job_status, pipeline_status,
-            toString(start) AS start, toString(start + toIntervalNanosecond(duration_ns)) AS end, duration_ns, span_version, versions
+            toString(start) AS start, toString(start + toIntervalNanosecond(duration_ns)) AS end, duration_ns, span_version, versions,
+            critical_path
      FROM otel.ci_job_telemetry_spans WHERE trace_id = '${traceId}' ORDER BY start, span_name = 'job_execution' DESC, span_name`,
   );
 }
 
 const endOf = (row: ClickHouseRow) => BigInt(Date.parse(`${String(row.start).replace(' ', 'T')}Z`)) * 1_000_000n + BigInt(row.duration_ns as number);
 
-function expectWholeTree(rows: ClickHouseRow[], rootPipelineId: number): void {
+function expectWholeTree(rows: ClickHouseRow[], rootPipelineId: number, pathWritten = true): void {
   const ids = new Set(rows.map((row) => row.span_id));
   expect(rows.filter((row) => row.parent_span_id === '').map((row) => [row.span_name, row.pipeline_id])).toEqual([['pipeline', rootPipelineId]]);
   expect(rows.filter((row) => row.parent_span_id !== '' && !ids.has(row.parent_span_id))).toEqual([]);
-  expect(rows.filter((row) => Number(row.versions) > 1 && row.span_name !== 'pipeline' && row.span_name !== 'bridge')).toEqual([]);
+  expect(rows.filter((row) => Number(row.versions) > 1 && !['pipeline', 'bridge', 'job'].includes(String(row.span_name)))).toEqual([]);
+  // A job span comes again at each end of the root pipeline, with the critical path then: the latest is the last end's.
+  const [root] = rows.filter((row) => row.parent_span_id === '');
+  // Without webhooks nothing says the pipeline has ended: no path is written.
+  if (!pathWritten) return;
+  for (const job of rows.filter((row) => row.span_name === 'job'))
+    expect(job).toMatchObject({ span_version: root.span_version, critical_path: expect.any(Boolean) });
 }
 
 /** The waterfall as text, for the eye: a span per line, indented under its parent. */
@@ -228,6 +235,9 @@ describe('a pipeline that finishes more than once: its trace tells the final sto
       [27002, 'test', 'Error', 'failed', span.span_id],
       [27003, 'test', 'Unset', 'success', span.span_id],
     ]);
+    // The final story's critical path: the retry ended last, so it is on the path; the failed attempt is not.
+    expect(jobs.find((row) => row.job_id === 27003)!.critical_path).toBe(true);
+    expect(jobs.find((row) => row.job_id === 27002)!.critical_path).toBe(false);
     for (const row of rows) expect(endOf(span)).toBeGreaterThanOrEqual(endOf(row));
 
     // The dashboard counts the pipeline once, with its final status and duration.
@@ -259,6 +269,8 @@ describe('a pipeline that finishes more than once: its trace tells the final sto
     expect(span).toMatchObject({ pipeline_status: 'success', versions: 2 });
     const deploy = rows.find((row) => row.span_name === 'job' && row.job_id === 27102)!;
     expect(deploy.parent_span_id).toBe(span.span_id);
+    // Played later, it ended last: the path's last job.
+    expect(deploy.critical_path).toBe(true);
     for (const row of rows) expect(endOf(span)).toBeGreaterThanOrEqual(endOf(row));
   }, 60_000);
 
@@ -286,7 +298,7 @@ describe('a pipeline that finishes more than once: its trace tells the final sto
       );
       console.log(`pipelines 2720 and its child 2721 without webhooks, ${Date.now() - exported} ms after the last export:\n${waterfall(rows)}`);
       expect(Date.now() - exported).toBeLessThan(10_000);
-      expectWholeTree(rows, 2720);
+      expectWholeTree(rows, 2720, false);
       const [rootSpan] = rows.filter((row) => row.span_name === 'pipeline' && row.pipeline_id === 2720);
       const [childSpan] = rows.filter((row) => row.span_name === 'pipeline' && row.pipeline_id === 2721);
       expect(childSpan.parent_span_id).toBe(rootSpan.span_id);

@@ -5,6 +5,10 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { deliverWebhook, jobHook, pipelineAt, pipelineHook, WebhookJob } from '../../demo/gitlab-webhooks';
 import { repoRoot } from '../../demo/repo-root';
+import { localCollectorDirectory, readSignalLines } from '../../src/collector/collector-files';
+import { RUNNER_PARTS } from '../../src/critical-path/critical-path';
+import { collectedSpans, latestVersions } from '../../src/cli/waterfall';
+import { decodeExportRequest } from '../../src/otlp/otlp-receiver';
 import { BuildStage } from '../../demo/stock-runner';
 import { runJobAsStockRunner } from '../helpers/ci-pipeline';
 import { makeWebhookSecret, WebhookSecret } from '../helpers/gitlab-webhooks';
@@ -124,6 +128,42 @@ describe('reading a pipeline a stock runner exported (SPEC §12)', () => {
     expect(body.path[1].parts.step_script).toBeCloseTo(1.2, 1);
     const sum = Object.values(body.totals as Record<string, number>).reduce((total, seconds) => total + seconds, 0);
     expect(sum).toBeCloseTo(body.duration_seconds, 6);
+  });
+
+  it('wrote the same path on the spans it emitted when the pipeline ended, for dashboards to aggregate without the API', async () => {
+    const { body } = await read(`${PIPELINE_PATH}/critical_path`, '/internal/ci/telemetry/projects/{project_id}/pipelines/{pipeline_id}/critical_path');
+    // What the embedded collector kept, each span in its latest version, as every reader takes it.
+    const kept = () =>
+      latestVersions(
+        readSignalLines(localCollectorDirectory(join(cwd, '.data')), 'traces').flatMap((line) =>
+          collectedSpans(decodeExportRequest('traces', 'json', Buffer.from(line))),
+        ),
+      ).filter((span) => String(span.attributes['ci.pipeline.id'] ?? span.resource['ci.pipeline.id']) === String(PIPELINE));
+    const jobs = await waitFor('the job spans with the critical path written on them', async () => {
+      const found = kept().filter((span) => span.name === 'job');
+      return found.length === 4 && found.every((span) => span.attributes['ci.job.critical_path'] !== undefined) ? found : undefined;
+    });
+    const written = Object.fromEntries(
+      jobs.map((span) => [
+        span.attributes['cicd.pipeline.task.name'],
+        [span.attributes['ci.job.critical_path'], span.attributes['ci.job.critical_path_seconds'] ?? span.attributes['ci.job.slack_seconds']],
+      ]),
+    );
+    const answered = Object.fromEntries([
+      ...body.path.map((element: { name: string; duration_seconds: number }) => [element.name, [true, element.duration_seconds]]),
+      ...body.slack.map((entry: { name: string; slack_seconds: number }) => [entry.name, [false, entry.slack_seconds]]),
+    ]);
+    expect(written).toEqual(answered);
+    expect(Object.keys(written).sort()).toEqual(['build', 'deploy', 'lint', 'test']);
+
+    // On the root pipeline span, the path's time by what GitLab knows; the runs as a whole, which the API splits by stage.
+    const root = kept().find((span) => span.name === 'pipeline' && span.parentSpanId === '')!;
+    const part = (name: string) => root.attributes[`ci.pipeline.critical_path.${name}_seconds`];
+    for (const name of ['delay', 'manual_wait', 'retry_wait', 'queue']) expect(part(name)).toBeCloseTo(body.totals[name], 3);
+    expect(part('run')).toBeCloseTo(
+      RUNNER_PARTS.reduce((sum, name) => sum + body.totals[name], 0),
+      3,
+    );
   });
 
   it("answers a job's subtree: its span, its queue wait, the runner's job_execution and stages", async () => {

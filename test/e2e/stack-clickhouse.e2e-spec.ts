@@ -272,13 +272,16 @@ describe("ci_job_telemetry_traces holds the control plane's spans too: pipeline,
     expect(columns.map((column) => [column.name, column.type])).toEqual(VIEW_COLUMNS);
   });
 
-  it('holds one row per span of the pipeline, runner and control plane alike, and nothing from outside CI', () => {
+  it('holds one row per span of the pipeline, runner and control plane alike (per version), and nothing from outside CI', () => {
     const byName = (name: string) => rows.filter((row) => row.span_name === name);
     expect(byName('pipeline')).toHaveLength(1);
-    expect(byName('job')).toHaveLength(2);
+    // Each job span twice: when the job ended, and with the critical path written at the pipeline's end (issue 36).
+    expect(byName('job')).toHaveLength(4);
+    expect(new Set(byName('job').map((row) => row.span_id)).size).toBe(2);
+    expect(byName('job').filter((row) => row.critical_path !== null)).toHaveLength(2);
     expect(byName('queue_wait')).toHaveLength(2);
     expect(byName('job_execution')).toHaveLength(2);
-    expect(rows).toHaveLength(1 + 2 + 2 + 2 * (1 + BUILD_STAGES.length));
+    expect(rows).toHaveLength(1 + 4 + 2 + 2 * (1 + BUILD_STAGES.length));
     expect(rows.filter((row) => row.service_name === 'checkout' || row.service_name === 'batch')).toEqual([]);
   });
 
@@ -310,18 +313,29 @@ describe("ci_job_telemetry_traces holds the control plane's spans too: pipeline,
       job_stage: '',
       queued_seconds: 0,
       ref: 'master',
-      // Not computed yet (issue 36 writes the critical path when the pipeline ends): unknown, not false.
+      // Not a job's: neither on the path nor off it.
       critical_path: null,
       slack_seconds: null,
       critical_path_seconds: null,
-      critical_path_parts: {},
+      // Written when the pipeline ended (issue 36): rspec, which ended last after 45 s in the queue, is the path.
+      critical_path_parts: { delay: expect.any(Number), manual_wait: 0, retry_wait: 0, queue: expect.closeTo(45, 0), run: expect.any(Number) },
     });
   });
 
   it("keeps each job's span and its queue wait, with the runner type that picked it up, the wait as the duration", () => {
     const [pipeline] = rows.filter((row) => row.span_name === 'pipeline');
     for (const job of run.jobs) {
-      const jobRow = rows.find((row) => row.span_name === 'job' && row.job_id === job.planned.jobId)!;
+      const jobRow = rows.find((row) => row.span_name === 'job' && row.job_id === job.planned.jobId && row.span_version === 0)!;
+      // Its later version says how the job stood to the critical path: rspec on it, compile beside it.
+      const written = rows.find((row) => row.span_name === 'job' && row.job_id === job.planned.jobId && row.span_version === pipeline.span_version)!;
+      expect({ ...written, critical_path: undefined, critical_path_seconds: undefined, slack_seconds: undefined, span_version: undefined }).toEqual({
+        ...jobRow,
+        critical_path: undefined,
+        critical_path_seconds: undefined,
+        slack_seconds: undefined,
+        span_version: undefined,
+      });
+      expect(written.critical_path).toBe(job.planned.name === 'rspec');
       const failed = job.planned.status === 'failed';
       expect(jobRow).toMatchObject({
         start: dateTime64(BigInt(job.queuedAt.getTime()) * 1_000_000n),

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { BUILD_STAGES, BuildStage } from '../../demo/stock-runner';
 import { pickUpPipelineJob } from '../helpers/ci-pipeline';
 import { ClickHouse, startClickHouse } from '../helpers/clickhouse';
-import { criticalPath } from '../../src/reads/critical-path';
+import { criticalPath, RUNNER_PARTS } from '../../src/critical-path/critical-path';
 import { dateTime64, insertOtelTraces, otelSpanRow, OtelTracesRow, otelTracesRowsOfResourceSpans } from '../helpers/clickhouse-exporter';
 import { withCriticalPathAttributes } from '../helpers/critical-path-attributes';
 import { PipelinesRun, runPipelines, stageSeconds } from '../helpers/clickhouse-pipelines';
@@ -452,6 +452,8 @@ describe("Queue wait and pipeline duration panels on the control plane's spans (
       { key: 'ci.runner.type', value: 'instance_type' },
       { key: 'otel.status_code', value: 'Error' },
       { key: 'otel.status_description', value: 'script_failure' },
+      // Sent when it ended, then with the critical path at the pipeline's end (issue 36): the panel shows the latest.
+      { key: 'ci.pipeline.span.versions', value: '2' },
     ]);
     const children = rows.filter((row) => row.parentSpanID === rspec.spanID).map((row) => row.operationName);
     expect(children.sort()).toEqual(['job 8002', 'queue_wait']);
@@ -647,17 +649,22 @@ describe('the critical path panels, on what the control plane writes at a pipeli
     await clickhouse?.stop();
   });
 
-  it("splits the path's time by part across pipelines: the mean per pipeline and each part's share", async () => {
+  it("splits the path's time by part across pipelines, as the control plane knows it: the mean per pipeline and each part's share", async () => {
     const rows = await runPanel('Critical path: time by part');
     const total = paths.reduce((sum, path) => sum + path.duration_seconds, 0);
-    const part = (name: keyof (typeof paths)[0]['totals']) => ({
+    // The control plane sees GitLab's times, not the runner's stages: the runs on the path are one part, `run`.
+    const seconds = (path: (typeof paths)[0], name: string) =>
+      name === 'run' ? RUNNER_PARTS.reduce((sum, part) => sum + path.totals[part], 0) : path.totals[name as keyof (typeof paths)[0]['totals']];
+    const part = (name: string) => ({
       part: name,
-      mean_seconds_per_pipeline: Math.round((10 * (paths[0].totals[name] + paths[1].totals[name])) / 2) / 10,
-      percent_of_path: Math.round((1000 * (paths[0].totals[name] + paths[1].totals[name])) / total) / 10,
+      mean_seconds_per_pipeline: Math.round((10 * (seconds(paths[0], name) + seconds(paths[1], name))) / 2) / 10,
+      percent_of_path: Math.round((1000 * (seconds(paths[0], name) + seconds(paths[1], name))) / total) / 10,
     });
-    // The script is most of the path; then the queue waits (build's 10 s and 20 s, test's 10 s and 5 s).
-    expect(rows.slice(0, 3)).toEqual([part('step_script'), part('queue'), part('get_sources')]);
+    // The runs are most of the path; then the queue waits (build's 10 s and 20 s, test's 10 s and 5 s), then GitLab's
+    // second before each test; nobody waited for a person or a retry.
+    expect(rows).toEqual([part('run'), part('queue'), part('delay'), part('manual_wait'), part('retry_wait')]);
     expect(part('queue')).toMatchObject({ mean_seconds_per_pipeline: (10 + 10 + 20 + 5) / 2 });
+    expect(part('manual_wait')).toMatchObject({ mean_seconds_per_pipeline: 0 });
     const shares = rows.reduce((sum, row) => sum + (row.percent_of_path as number), 0);
     expect(shares).toBeCloseTo(100, 0);
   });

@@ -1,49 +1,49 @@
 import { collectedSpans } from '../../src/otlp/collected-spans';
-import type { OtlpResourceSpans } from '../../src/pipeline-spans/pipeline-span-model';
-import { criticalPath } from '../../src/reads/critical-path';
+import { writtenCriticalPath } from '../../src/pipeline-spans/pipeline-critical-path';
+import type { ControlPlaneSpan, OtlpResourceSpans } from '../../src/pipeline-spans/pipeline-span-model';
 
 /**
- * What the control plane writes when a pipeline ends (SPEC §12, docs/reads.md "Attributes"), for tests of what
- * reads it (the ClickHouse view and backend, the dashboard) until the control plane writes it itself: each job span
- * and the root pipeline span again, as a newer version (`ci.pipeline.span.version`), with
- *  - on a job span: `ci.job.critical_path` (bool), `ci.job.critical_path_seconds` (its pending to its end) when on
- *    the path, `ci.job.slack_seconds` when off it;
- *  - on the root pipeline span: `ci.pipeline.critical_path.<part>_seconds` for each part of the path's time
- *    (delay, manual_wait, retry_wait, queue, each runner stage part, other).
- * Computed by the one critical path function (src/reads/critical-path.ts). A trace whose root pipeline span has not
- * arrived (the pipeline still running) gets nothing.
+ * What the control plane writes when a root pipeline ends (SPEC §12, docs/reads.md "Attributes"), for traces built
+ * without the service (test/helpers/pipeline-trace.ts): the same function the service calls
+ * (src/pipeline-spans/pipeline-critical-path.ts), over the control plane's spans of each trace (never the runner's,
+ * which the control plane does not see), each job span and the root pipeline span again as a newer version:
+ *  - a job span: `ci.job.critical_path`, and `ci.job.critical_path_seconds` on the path or `ci.job.slack_seconds` off it;
+ *  - the root pipeline span: `ci.pipeline.critical_path.<part>_seconds` (delay, manual_wait, retry_wait, queue, run).
+ * A trace whose root pipeline span has not arrived (the pipeline still running) gets nothing. Pipelines run through the
+ * service (test/helpers/clickhouse-pipelines.ts) need none of this: the service writes it.
  */
 export function withCriticalPathAttributes(exports: readonly OtlpResourceSpans[]): OtlpResourceSpans[] {
-  const spans = collectedSpans({ resourceSpans: exports as unknown as Record<string, unknown>[] });
+  const controlPlane = exports.filter((resourceSpans) => {
+    const name = resourceSpans.resource.attributes.find((attribute) => attribute.key === 'service.name')?.value;
+    return (
+      resourceSpans.scopeSpans.length === 1 &&
+      resourceSpans.scopeSpans[0].spans.length === 1 &&
+      !(name !== undefined && 'stringValue' in name && name.stringValue === 'runner')
+    );
+  });
   const added: OtlpResourceSpans[] = [];
-  for (const traceId of new Set(spans.map((span) => span.traceId))) {
-    const trace = spans.filter((span) => span.traceId === traceId);
-    const root = trace.find((span) => span.name === 'pipeline' && span.parentSpanId === '');
-    const path = root === undefined ? null : criticalPath(trace);
-    if (path === null) continue;
-    const onPath = new Map(path.path.map((element) => [element.job_id, element.duration_seconds]));
-    const slack = new Map(path.slack.map((element) => [element.job_id, element.slack_seconds]));
-    for (const resourceSpans of exports) {
-      const span = resourceSpans.scopeSpans[0]?.spans[0];
-      if (span?.traceId !== traceId || resourceSpans.scopeSpans[0].spans.length !== 1) continue;
-      const attribute = (key: string) => span.attributes.find((candidate) => candidate.key === key)?.value;
-      const version = Number(Object.values(attribute('ci.pipeline.span.version') ?? { intValue: '0' })[0]) + 1;
-      let extra: Record<string, boolean | number> | undefined;
-      if (span.name === 'job') {
-        const jobId = Number(Object.values(attribute('ci.job.id') ?? { intValue: '0' })[0]);
-        extra = onPath.has(jobId)
-          ? { 'ci.job.critical_path': true, 'ci.job.critical_path_seconds': onPath.get(jobId)! }
-          : { 'ci.job.critical_path': false, 'ci.job.slack_seconds': slack.get(jobId) ?? 0 };
-      } else if (span.spanId === root!.spanId) {
-        extra = Object.fromEntries(Object.entries(path.totals).map(([part, seconds]) => [`ci.pipeline.critical_path.${part}_seconds`, seconds]));
-      }
+  const traceIds = new Set(controlPlane.map((resourceSpans) => resourceSpans.scopeSpans[0].spans[0].traceId));
+  for (const traceId of traceIds) {
+    const trace: ControlPlaneSpan[] = controlPlane
+      .filter((resourceSpans) => resourceSpans.scopeSpans[0].spans[0].traceId === traceId)
+      .map((resourceSpans) => ({ spanId: resourceSpans.scopeSpans[0].spans[0].spanId, resourceSpans }));
+    const spans = collectedSpans({ resourceSpans: trace.map((span) => span.resourceSpans as unknown as Record<string, unknown>) });
+    const root = spans.find((span) => span.name === 'pipeline' && span.parentSpanId === '');
+    const written = root === undefined ? null : writtenCriticalPath(trace);
+    if (written === null) continue;
+    const version = Number(root!.attributes['ci.pipeline.span.version'] ?? 0) + 1;
+    for (const [i, span] of spans.entries()) {
+      const jobId = Number(span.attributes['ci.job.id']);
+      const extra =
+        span.name === 'job' ? (written.jobs.get(jobId) ?? { 'ci.job.critical_path': false }) : span.spanId === root!.spanId ? written.pipeline : undefined;
       if (extra === undefined) continue;
+      const original = trace[i].resourceSpans.scopeSpans[0];
       const values = Object.entries({ ...extra, 'ci.pipeline.span.version': version }).map(([key, value]) => ({
         key,
-        value: typeof value === 'boolean' ? { boolValue: value } : Number.isSafeInteger(value) ? { intValue: String(value) } : { doubleValue: value },
+        value: typeof value === 'boolean' ? { boolValue: value } : Number.isSafeInteger(value) ? { intValue: String(value) } : { doubleValue: value as number },
       }));
-      const kept = span.attributes.filter((candidate) => candidate.key !== 'ci.pipeline.span.version');
-      added.push({ ...resourceSpans, scopeSpans: [{ ...resourceSpans.scopeSpans[0], spans: [{ ...span, attributes: [...kept, ...values] }] }] });
+      const kept = original.spans[0].attributes.filter((attribute) => attribute.key !== 'ci.pipeline.span.version');
+      added.push({ ...trace[i].resourceSpans, scopeSpans: [{ ...original, spans: [{ ...original.spans[0], attributes: [...kept, ...values] }] }] });
     }
   }
   return [...exports, ...added];

@@ -14,7 +14,8 @@ import { Bench, brokenInvariants, runWorld } from './world-driver';
  *
  * - a pipeline the policy keeps (or head sampling took) arrives whole: one root, no span whose parent is missing,
  *   every runner span the gateway acknowledged and every traced job's span, each span once (a versioned pipeline
- *   or bridge span once per version, never an older version after a newer one);
+ *   or bridge span once per version, a job span once and then once per version the critical path is written in,
+ *   never an older version after a newer one);
  * - a pipeline the policy drops, and head sampling left out, sends nothing;
  * - the parking budget is back to zero and the outbox empty when nothing waits;
  * - decisions are never reversed except by a reopening hook (a dropped pipeline sends nothing, a kept one is whole).

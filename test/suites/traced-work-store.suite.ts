@@ -59,6 +59,23 @@ export function behavesAsATracedWorkStore(world: StoreWorld) {
       expect(await tracedWork.recordRunnerJobEnd(500, end(3, 7_000), 60_000)).toEqual([end(3, 7_000)]);
     });
 
+    it("keeps a root pipeline's story, one chapter per key, the latest told, until it is forgotten", async () => {
+      expect(await tracedWork.traceStory(500)).toEqual([]);
+      await tracedWork.recordTraceStory(500, [{ key: 'job:1', text: 'build ran' }], 300);
+      await tracedWork.recordTraceStory(
+        500,
+        [
+          { key: 'job:1', text: 'build ran, manual' },
+          { key: 'bridge:600', text: 'child 600' },
+        ],
+        300,
+      );
+      await tracedWork.recordTraceStory(501, [{ key: 'job:1', text: 'another trace' }], 300);
+      expect((await tracedWork.traceStory(500)).sort()).toEqual(['build ran, manual', 'child 600']);
+      await world.elapse(450);
+      expect(await tracedWork.traceStory(500)).toEqual([]);
+    });
+
     it("keeps a root pipeline's first head decision, whatever later pickups propose (a rate change mid-pipeline)", async () => {
       const first = { samplingPercent: 10, outcomePolicy: { keepStatuses: ['failed'], whenNoOutcome: 'keep' as const } };
       expect(await tracedWork.pinHeadDecision(500, first, 60_000)).toEqual(first);

@@ -127,7 +127,7 @@ ALTER TABLE otel.ci_job_telemetry_traces
 -- (ci.job.critical_path), its time on it (ci.job.critical_path_seconds) and the slack of a job off it
 -- (ci.job.slack_seconds); NULL where not written (rows from before, spans written before the pipeline ended).
 -- On pipeline spans: the ref (vcs.ref.head.name) and the path's time by part, from the attributes
--- ci.pipeline.critical_path.<part>_seconds (delay, queue, each runner stage: docs/reads.md "Attributes").
+-- ci.pipeline.critical_path.<part>_seconds (delay, manual_wait, retry_wait, queue, run: docs/reads.md "Attributes").
 -- The minmax index on job_id lets a lookup by project and job id (ORDER BY has pipeline_id between them)
 -- skip every granule but the job's own: GitLab's job ids grow with its pipeline ids. Parts written before
 -- it was added have no index until MATERIALIZE INDEX; a lookup then reads the project's rows in its window.

@@ -1,5 +1,4 @@
 import { PipelineTrace, SCRIPT_ONLY } from '../../test/helpers/pipeline-trace';
-import { completenessOf } from './completeness';
 import { CriticalPath, criticalPath, PathElement, RUNNER_PARTS } from './critical-path';
 
 /**
@@ -192,17 +191,16 @@ describe('the critical path of a pipeline (SPEC §12)', () => {
     expect(found.duration_seconds - found.totals.manual_wait).toBe(50);
   });
 
-  it('a pipeline still running: the path so far, and the trace says it is not final', () => {
+  it('a pipeline still running: the path so far', () => {
     const trace = new PipelineTrace(PROJECT, 509)
       .job({ jobId: 90, name: 'build', queuedAt: 0, pickedUpAt: 1, finishedAt: 30 })
       .job({ jobId: 91, name: 'test', queuedAt: 31, pickedUpAt: 33 });
     const found = pathOf(trace);
 
     expect(found.path.map((element) => element.job_id)).toEqual([90]);
-    expect(completenessOf(trace.spans())).toMatchObject({ final: false, missing_parents: 2, roots: 0 });
   });
 
-  it("a job whose runner's export never arrived: its run is GitLab's times, all `other`, and the trace counts it", () => {
+  it("a job whose runner's export never arrived: its run is GitLab's times, all `other`", () => {
     const trace = new PipelineTrace(PROJECT, 510)
       .job({ jobId: 100, name: 'build', queuedAt: 0, pickedUpAt: 1, finishedAt: 30 })
       .job({ jobId: 101, name: 'test', queuedAt: 31, pickedUpAt: 35, finishedAt: 60, stages: null })
@@ -211,7 +209,6 @@ describe('the critical path of a pipeline (SPEC §12)', () => {
 
     expect(found.path[1]).toMatchObject({ job_id: 101, runner_spans: false, queue_seconds: 4, duration_seconds: 29 });
     expect(found.path[1].parts).toMatchObject({ other: 25, step_script: 0 });
-    expect(completenessOf(trace.spans())).toMatchObject({ jobs_without_runner_spans: 1, final: true, roots: 1, missing_parents: 0 });
   });
 
   it('a trace without any finished job has no path', () => {
@@ -246,19 +243,5 @@ describe('the critical path of a pipeline (SPEC §12)', () => {
     expect(found.path.length + found.slack.length).toBe(200);
     expect(found.duration_seconds).toBe(at);
     expect(found.slack.every((entry) => entry.slack_seconds >= 0)).toBe(true);
-  });
-});
-
-describe('the completeness of a trace (SPEC §12)', () => {
-  it('says why a pipeline was kept and what it stands for: a 10 % head sample stands for 10', () => {
-    const sampled = new PipelineTrace(PROJECT, 520, undefined, 'ot=th:e666666666666')
-      .job({ jobId: 200, name: 'build', queuedAt: 0, pickedUpAt: 1, finishedAt: 30 })
-      .pipeline(520, { status: 'success', finishedAt: 31 });
-    const completeness = completenessOf(sampled.spans());
-    expect(completeness).toMatchObject({ spans: 5, roots: 1, missing_parents: 0, jobs_without_runner_spans: 0, final: true, sampling_reason: 'head' });
-    expect(completeness.adjusted_count).toBeCloseTo(10, 6);
-
-    const kept = new PipelineTrace(PROJECT, 521, undefined, 'ot=th:0').pipeline(521, { status: 'failed', finishedAt: 31 });
-    expect(completenessOf(kept.spans()).adjusted_count).toBe(1);
   });
 });

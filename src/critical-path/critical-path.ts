@@ -1,4 +1,4 @@
-import type { StoredSpan } from './trace-reads';
+import type { CollectedSpan as StoredSpan } from '../otlp/collected-spans';
 
 /**
  * The critical path of a pipeline (SPEC §12), from its trace alone: pure, no Nest, no I/O, one way for the

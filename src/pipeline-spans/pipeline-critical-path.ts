@@ -1,0 +1,44 @@
+import { criticalPath, RUNNER_PARTS } from '../critical-path/critical-path';
+import { collectedSpans } from '../otlp/collected-spans';
+import type { AttributeValue, ControlPlaneSpan } from './pipeline-span-model';
+
+/**
+ * What the control plane writes of a pipeline's critical path when its root pipeline ends (SPEC §12, docs/reads.md
+ * "Attributes"), so that dashboards aggregate it without the read API. Computed by the one critical path function
+ * (src/critical-path), over the control plane's own spans of the trace: its job spans, queue waits, bridges and
+ * pipeline spans, which fix every job's pending, pickup and end, and so the path and the slack exactly as the reads
+ * find them. The runner's stages are not among them: the run of each job on the path is written whole, as `run`,
+ * and the reads split it by stage.
+ */
+
+/** The parts of the path's time the control plane knows from GitLab, written on the root pipeline span. */
+export const WRITTEN_PATH_PARTS = ['delay', 'manual_wait', 'retry_wait', 'queue', 'run'] as const;
+
+export interface WrittenCriticalPath {
+  /** By job id: `ci.job.critical_path`, and `ci.job.critical_path_seconds` on it or `ci.job.slack_seconds` off it. */
+  readonly jobs: ReadonlyMap<number, Readonly<Record<string, AttributeValue>>>;
+  /** `ci.pipeline.critical_path.<part>_seconds` for each of WRITTEN_PATH_PARTS: they add up to the path's time. */
+  readonly pipeline: Readonly<Record<string, AttributeValue>>;
+}
+
+/** Null when no job of the trace has ended (nothing to write). */
+export function writtenCriticalPath(spans: readonly ControlPlaneSpan[]): WrittenCriticalPath | null {
+  const path = criticalPath(collectedSpans({ resourceSpans: spans.map((span) => span.resourceSpans as unknown as Record<string, unknown>) }));
+  if (path === null) return null;
+  const jobs = new Map<number, Record<string, AttributeValue>>();
+  for (const element of path.path) jobs.set(element.job_id, { 'ci.job.critical_path': true, 'ci.job.critical_path_seconds': element.duration_seconds });
+  for (const element of path.slack) jobs.set(element.job_id, { 'ci.job.critical_path': false, 'ci.job.slack_seconds': element.slack_seconds });
+  // Whole milliseconds summed, so that the parts still add up to the path exactly.
+  const runMs = RUNNER_PARTS.reduce((sum, part) => sum + Math.round(path.totals[part] * 1000), 0);
+  const seconds: Record<(typeof WRITTEN_PATH_PARTS)[number], number> = {
+    delay: path.totals.delay,
+    manual_wait: path.totals.manual_wait,
+    retry_wait: path.totals.retry_wait,
+    queue: path.totals.queue,
+    run: runMs / 1000,
+  };
+  return {
+    jobs,
+    pipeline: Object.fromEntries(WRITTEN_PATH_PARTS.map((part) => [`ci.pipeline.critical_path.${part}_seconds`, seconds[part]])),
+  };
+}
