@@ -96,12 +96,14 @@ describe('PipelineSpansService at pickup (SPEC §10)', () => {
   });
 
   it('does not write again a pipeline it recorded lately, unless a job needs it kept longer', async () => {
-    service.recordPickup(pickedUp(1001), grantEnd(), '0000000000000001');
+    // Grants longer than the time a pipeline is remembered at least (6 h), so each job's own grant decides.
+    const longGrantEnd = () => Date.now() + 8 * 3_600_000;
+    service.recordPickup(pickedUp(1001), longGrantEnd(), '0000000000000001');
     await service.onModuleDestroy();
-    service.recordPickup(pickedUp(1002), grantEnd() - 60_000, '0000000000000002');
+    service.recordPickup(pickedUp(1002), longGrantEnd() - 60_000, '0000000000000002');
     await service.onModuleDestroy();
     expect(store.pipelineWrites).toEqual([[501, 500]]);
-    service.recordPickup(pickedUp(1003), grantEnd() + 600_000, '0000000000000003');
+    service.recordPickup(pickedUp(1003), longGrantEnd() + 600_000, '0000000000000003');
     await service.onModuleDestroy();
     expect(store.pipelineWrites).toEqual([
       [501, 500],

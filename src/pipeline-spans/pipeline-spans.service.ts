@@ -147,7 +147,8 @@ export class PipelineSpansService implements OnModuleDestroy {
       const spans: ControlPlaneSpan[] = [];
       for (const { job, ttlMs, jobSpanId } of batch) {
         for (const pipelineId of [job.pipelineId, job.rootPipelineId]) {
-          if ((this.recordedPipelines.get(pipelineId) ?? 0) >= now + ttlMs) continue;
+          // Written lately to last about as long (within the memo's minute): not written again at every pickup.
+          if ((this.recordedPipelines.get(pipelineId) ?? 0) >= now + ttlMs - RECORDED_PIPELINE_MEMO_MS) continue;
           if ((pipelines.get(pipelineId)?.ttlMs ?? 0) < ttlMs) pipelines.set(pipelineId, { value: tracedPipelineOf(job, pipelineId), ttlMs });
         }
         if (this.config.TRACE_ID_SCHEME === 'keyed' && job.queuedAt !== undefined) {
