@@ -102,11 +102,17 @@ export async function startService(env: Record<string, string> = {}, options: { 
   const url = `http://127.0.0.1:${port}`;
 
   if (options.waitReady !== false) {
-    await waitFor(`service on ${url} (output: ${output})`, async () => {
-      if (child.exitCode !== null) throw new Error(`exited with ${child.exitCode}: ${output}`);
-      const response = await fetch(`${url}/-/readiness`);
-      return response.status === 200 ? true : undefined;
-    });
+    try {
+      await waitFor(`service on ${url}`, async () => {
+        if (child.exitCode !== null) throw new Error(`exited with ${child.exitCode}: ${output}`);
+        const response = await fetch(`${url}/-/readiness`);
+        return response.status === 200 ? true : undefined;
+      });
+    } catch (error) {
+      // A service that never became ready is stopped, not left behind to hold the test run open.
+      if (child.exitCode === null) child.kill('SIGKILL');
+      throw new Error(`${(error as Error).message} (output: ${output})`);
+    }
   }
   return {
     url,
