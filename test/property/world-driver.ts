@@ -9,6 +9,7 @@ import { pickUpJob } from '../helpers/ci-job';
 import { writeFlagsFile } from '../helpers/flags-file';
 import { WebhookSecret } from '../helpers/gitlab-webhooks';
 import { SecretFiles } from '../helpers/internal-api';
+import Redis from 'ioredis';
 import { RedisServer } from '../helpers/redis';
 import { ServiceProcess, startService } from '../helpers/service';
 import { CollectedSpan, CollectorStandIn, traceRequestType } from './collector-stand-in';
@@ -347,6 +348,24 @@ export async function runWorld(bench: Bench, world: World, timeline: Timeline): 
       }
       const drained = [...parkedBytes, ...outboxSpans].every((value) => value === 0);
       if (drained && Date.now() - stableSince > 1500) break;
+    }
+    if (bench.redis !== undefined && outboxSpans.some((spans) => spans !== 0)) {
+      // What is left in the outbox, for the report: each entry's key, when it is due and its attempts.
+      const client = new Redis(bench.redis.url, { lazyConnect: true, maxRetriesPerRequest: 1 });
+      try {
+        await client.connect();
+        const due = await client.zrange('cjt:{outbox}:due', 0, -1, 'WITHSCORES');
+        const attempts = await client.hgetall('cjt:{outbox}:attempts');
+        const left = [];
+        for (let i = 0; i + 1 < due.length; i += 2) left.push(`${due[i]} due in ${Number(due[i + 1]) - Date.now()} ms, ${attempts[due[i]] ?? 0} attempts`);
+        log.push(`outbox left: ${left.join('; ')}`);
+        for (const service of replicas.services) {
+          const said = (service?.output() ?? '').split('\n').filter((line) => /outbox|parked|trace /.test(line));
+          log.push(...said.slice(-5).map((line) => `  replica said: ${line.slice(0, 400)}`));
+        }
+      } finally {
+        client.disconnect();
+      }
     }
     const traceId = [...picked.values()][0]?.traceId;
     const { expected, reasons } = expectedOf(timeline, delivered, headSampled);

@@ -65,6 +65,17 @@ export function behavesAsAParkingStore(world: StoreWorld) {
       expect(await parking.usage()).toMatchObject({ spans: 1, bytes: 900 });
     });
 
+    it('releases and finishes an entry of no span (an export whose spans were all rejected) like any other', async () => {
+      expect(await parking.park(trace, { kind: 'protobuf', body: body(40), spans: 0 }, limits)).toEqual({ kind: 'parked' });
+      const ids = await parking.parkedIds(trace);
+      await parking.release(
+        trace,
+        ids.map((id) => id.id),
+      );
+      await parking.finish(trace);
+      expect(await parking.usage()).toEqual({ traces: 0, spans: 0, bytes: 0 });
+    });
+
     it('drops a trace without reading it and, once finished, has nothing left in the budget or the index', async () => {
       await parking.park(trace, { kind: 'protobuf', body: body(400), spans: 4 }, limits);
       await parking.park(trace, { kind: 'json', body: body(300, 0x7b), spans: 2 }, limits);

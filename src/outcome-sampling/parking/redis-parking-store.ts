@@ -42,12 +42,17 @@ redis.call('ZADD', KEYS[2], 'NX', ARGV[5], ARGV[4])
 return 1
 `;
 
+/*
+ * Amounts are given back as `0 - n`, never `-n`: Lua's -0 reaches Redis as "-0", which HINCRBY refuses as "not an
+ * integer" (an export whose spans were all rejected parks with 0 spans).
+ */
+
 /** Gives part of a trace's reservation back (ARGV: trace id, bytes, spans). KEYS: total. */
 const GIVE_BACK = `
-redis.call('HINCRBY', KEYS[1], 'bytes', -tonumber(ARGV[2]))
-redis.call('HINCRBY', KEYS[1], 'spans', -tonumber(ARGV[3]))
-redis.call('HINCRBY', KEYS[1], 'b:' .. ARGV[1], -tonumber(ARGV[2]))
-redis.call('HINCRBY', KEYS[1], 's:' .. ARGV[1], -tonumber(ARGV[3]))
+redis.call('HINCRBY', KEYS[1], 'bytes', 0 - tonumber(ARGV[2]))
+redis.call('HINCRBY', KEYS[1], 'spans', 0 - tonumber(ARGV[3]))
+redis.call('HINCRBY', KEYS[1], 'b:' .. ARGV[1], 0 - tonumber(ARGV[2]))
+redis.call('HINCRBY', KEYS[1], 's:' .. ARGV[1], 0 - tonumber(ARGV[3]))
 return 1
 `;
 
@@ -55,8 +60,8 @@ return 1
 const FINISH = `
 local bytes = tonumber(redis.call('HGET', KEYS[1], 'b:' .. ARGV[1]) or '0')
 local spans = tonumber(redis.call('HGET', KEYS[1], 's:' .. ARGV[1]) or '0')
-redis.call('HINCRBY', KEYS[1], 'bytes', -bytes)
-redis.call('HINCRBY', KEYS[1], 'spans', -spans)
+redis.call('HINCRBY', KEYS[1], 'bytes', 0 - bytes)
+redis.call('HINCRBY', KEYS[1], 'spans', 0 - spans)
 redis.call('HDEL', KEYS[1], 'b:' .. ARGV[1], 's:' .. ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
 return 1
@@ -96,8 +101,8 @@ for _, field in ipairs(ARGV) do
   end
 end
 if bytes > 0 or spans > 0 then
-  redis.call('HINCRBY', KEYS[2], 'bytes', -bytes)
-  redis.call('HINCRBY', KEYS[2], 'spans', -spans)
+  redis.call('HINCRBY', KEYS[2], 'bytes', 0 - bytes)
+  redis.call('HINCRBY', KEYS[2], 'spans', 0 - spans)
 end
 return {bytes, spans}
 `;
