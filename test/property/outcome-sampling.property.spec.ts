@@ -127,6 +127,29 @@ const REGRESSIONS: Record<'memory' | 'redis', Array<{ name: string; world: World
         newerGitlab: false,
       },
     },
+    {
+      // Not a defect of the service: a runner's last batch (its job_execution) answered 503 while the store was paused
+      // until the exporter gave up, so its stage spans, acknowledged before, have a parent nobody acknowledged. Kept so
+      // the model keeps telling that apart from a parent the service lost.
+      name: "a runner's last batch given up while the store was away",
+      world: {
+        rootJobs: [
+          { status: 'failed', allowFailure: true, queueLong: false, autoRetried: false, split: true, lastBatchLate: true, hookDelay: 2, offset: 1 },
+          { status: 'success', allowFailure: true, queueLong: false, autoRetried: true, split: true, lastBatchLate: true, hookDelay: 4, offset: 0 },
+        ],
+        children: [],
+        slow: true,
+        rootDelay: 4,
+        reopen: { kind: 'manual', status: 'success' },
+        staleRunningReplay: false,
+        redeliver: [],
+        rate: 0,
+        rateChange: { to: 50, at: 1e-323 },
+        faults: [{ kind: 'redis-pause', at: 0.6243818859054403, length: 6, replica: 1 }],
+        routing: [0, 1, 0, 0, 1, 0, 0, 1],
+        newerGitlab: true,
+      },
+    },
   ],
 };
 

@@ -46,6 +46,11 @@ export interface RunResult {
   readonly received: CollectedSpan[];
   /** Runner spans the gateway acknowledged with 2xx, and in which part of the story. */
   readonly acknowledged: Array<{ spanId: string; epoch: 1 | 2 }>;
+  /**
+   * Runner spans of exports the gateway never acknowledged (answered retryable until the exporter gave up, as while
+   * the store was away): not the control plane's to deliver, so a span whose parent is one of them is no defect.
+   */
+  readonly givenUp: string[];
   /** Job spans (span_parent_id) of every traced job, and in which part of the story. */
   readonly jobSpans: Array<{ spanId: string; epoch: 1 | 2 }>;
   readonly parkedBytes: number[];
@@ -190,6 +195,7 @@ export async function runWorld(bench: Bench, world: World, timeline: Timeline): 
   const picked = new Map<number, Picked>();
   const delivered: Step[] = [];
   const acknowledged: RunResult['acknowledged'] = [];
+  const givenUp: string[] = [];
   let headSampled: boolean | undefined;
   let redisPaused = false;
 
@@ -281,10 +287,9 @@ export async function runWorld(bench: Bench, world: World, timeline: Timeline): 
           if (job === undefined) break;
           const outcome = await exportOnce(step, job);
           log.push(`export ${step.malformed === true ? 'malformed' : step.batch} of job ${job.job.jobId} on replica ${step.replica}: ${outcome}`);
-          if (outcome === 'acknowledged' && step.malformed !== true) {
-            const ids = step.batch === 'stages' ? job.runnerSpanIds.slice(1) : step.batch === 'last' ? job.runnerSpanIds.slice(0, 1) : job.runnerSpanIds;
-            for (const spanId of ids) acknowledged.push({ spanId, epoch: job.job.epoch });
-          }
+          const ids = step.batch === 'stages' ? job.runnerSpanIds.slice(1) : step.batch === 'last' ? job.runnerSpanIds.slice(0, 1) : job.runnerSpanIds;
+          if (outcome === 'acknowledged' && step.malformed !== true) for (const spanId of ids) acknowledged.push({ spanId, epoch: job.job.epoch });
+          else if (outcome === 'gave up' && step.malformed !== true) givenUp.push(...ids);
           break;
         }
         case 'hook': {
@@ -375,6 +380,7 @@ export async function runWorld(bench: Bench, world: World, timeline: Timeline): 
       traceId,
       received: bench.collector.spans.filter((span) => span.traceId === traceId),
       acknowledged,
+      givenUp,
       jobSpans: [...picked.values()].map((job) => ({ spanId: job.spanParentId, epoch: job.job.epoch })),
       parkedBytes,
       outboxSpans,
@@ -401,7 +407,8 @@ export function brokenInvariants(result: RunResult): string[] {
   const ids = new Set(received.map((span) => span.spanId));
   const roots = new Set(received.filter((span) => span.parentSpanId === '').map((span) => span.spanId));
   if (roots.size !== 1) broken.push(`${roots.size} roots instead of one`);
-  const orphans = received.filter((span) => span.parentSpanId !== '' && !ids.has(span.parentSpanId));
+  const givenUp = new Set(result.givenUp);
+  const orphans = received.filter((span) => span.parentSpanId !== '' && !ids.has(span.parentSpanId) && !givenUp.has(span.parentSpanId));
   if (orphans.length > 0) broken.push(`spans whose parent is missing: ${orphans.map((span) => `${span.name} ${span.spanId}`).join(', ')}`);
   const bySpanId = new Map<string, CollectedSpan[]>();
   for (const span of received) bySpanId.set(span.spanId, [...(bySpanId.get(span.spanId) ?? []), span]);
