@@ -498,12 +498,17 @@ export function expectedOf(timeline: Timeline, delivered: Step[], headSampled: b
   const childFailed = hooks.some((hook) => (hook.fact.about === 'child' || (hook.fact.about === 'job' && hook.fact.child)) && hook.fact.status === 'failed');
   const longQueue = timeline.jobs.some((job) => (job.hook.queuedSeconds ?? 0) > POLICY.keep.queued_longer_than_seconds);
   const reasons: string[] = [];
-  let failedSeen = false;
+  // A failed job (an allowed-to-fail one, an attempt retried) keeps its pipeline whichever order its Job Hook and the
+  // root's terminal hook come in (issue 35: facts decide even after the root ended, within OUTCOME_SAMPLING_LATE_CHILD_SECONDS,
+  // which the driver sets so that every hook of a run falls within it): for the first end, the failures of the first
+  // run; for the end after a reopening, any.
+  const jobFailed = (epochs: readonly number[]) =>
+    hooks.some((hook) => hook.fact.about === 'job' && !hook.fact.child && hook.fact.status === 'failed' && epochs.includes(hook.fact.epoch));
   const decisions: boolean[] = [];
   for (const hook of hooks) {
     const fact = hook.fact;
-    if (fact.about === 'job' && !fact.child && fact.status === 'failed') failedSeen = true;
     if (fact.about === 'root' && fact.terminal) {
+      const failedSeen = jobFailed(fact.epoch === 1 ? [1] : [1, 2]);
       const slow =
         fact.epoch === 1 && hook.body.object_attributes !== undefined && Number((hook.body.object_attributes as Record<string, unknown>).duration) > 600;
       const keep = (decisions.at(-1) ?? false) || fact.status === 'failed' || fact.failedBuild || failedSeen || childFailed || slow || longQueue;
