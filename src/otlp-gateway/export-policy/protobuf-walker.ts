@@ -40,6 +40,7 @@ import { protobufSamplingReason } from '../../otlp/sampling-reason';
 import {
   LOG_RECORD_RULE,
   MessageRule,
+  ProtobufBody,
   RESOURCE_RULE,
   SCOPE_RULE,
   SPAN_RULE,
@@ -126,6 +127,8 @@ const SIGNAL_NAMES: Record<OtlpSignal, { container: string; scope: string; item:
 interface Enforcement {
   signal: OtlpSignal;
   body: Buffer;
+  /** The body as the decodability checks read it. */
+  checked: ProtobufBody;
   traceId: Buffer;
   /** Resource.attributes fields carrying the grant's identity and the sampling reason, appended to every resource. */
   identity: Buffer;
@@ -166,6 +169,7 @@ export function enforceProtobufExport(
   const enforcement: Enforcement = {
     signal,
     body,
+    checked: new ProtobufBody(body),
     traceId,
     identity,
     traceState,
@@ -223,7 +227,7 @@ function rewriteContainer(enforcement: Enforcement, start: number, end: number):
     reader.readTag();
     if (reader.fieldNumber === CONTAINER_RESOURCE) {
       const resourceEnd = reader.expectLengthDelimited('Resource');
-      refuseUndecodable(body, reader.pos, resourceEnd, RESOURCE_RULE, `${names.container}.resource`);
+      refuseUndecodable(enforcement, reader.pos, resourceEnd, RESOURCE_RULE, `${names.container}.resource`);
       stripIdentityAttributes(body, reader.pos, resourceEnd, resource);
       reader.pos = resourceEnd;
     } else if (reader.fieldNumber === CONTAINER_SCOPES) {
@@ -235,7 +239,7 @@ function rewriteContainer(enforcement: Enforcement, start: number, end: number):
       deprecatedScopes.push([reader.pos, scopeEnd]);
       reader.pos = scopeEnd;
     } else if (reader.fieldNumber === CONTAINER_SCHEMA_URL) {
-      reader.pos = expectString(reader, `${names.container}.schema_url`);
+      reader.pos = expectString(enforcement, reader, `${names.container}.schema_url`);
       rest.copy(fieldStart, reader.pos);
     } else {
       // Not in the allow-list: dropped.
@@ -259,15 +263,15 @@ function rewriteContainer(enforcement: Enforcement, start: number, end: number):
  * What the resource, scope or log record an export shares among its items holds must be decodable by the collector,
  * as its framing must be: otherwise the export is refused as a bad request (SPEC §6), since no one item is at fault.
  */
-function refuseUndecodable(body: Buffer, start: number, end: number, rule: MessageRule, where: string): void {
-  const reason = undecodableReason(body, start, end, rule);
+function refuseUndecodable(enforcement: Enforcement, start: number, end: number, rule: MessageRule, where: string): void {
+  const reason = undecodableReason(enforcement.checked, start, end, rule);
   if (reason !== undefined) throw new OtlpPayloadError(`${where}: ${reason}, which the collector cannot decode`);
 }
 
 /** The end of a string field whose tag was just read: length-delimited and UTF-8, or the export is a bad request. */
-function expectString(reader: WireReader, where: string): number {
+function expectString(enforcement: Enforcement, reader: WireReader, where: string): number {
   const end = reader.expectLengthDelimited(where);
-  if (!utf8(reader.buf, reader.pos, end)) throw new OtlpPayloadError(`${where} is not valid UTF-8, which the collector cannot decode`);
+  if (!utf8(enforcement.checked, reader.pos, end)) throw new OtlpPayloadError(`${where} is not valid UTF-8, which the collector cannot decode`);
   return end;
 }
 
@@ -327,7 +331,7 @@ function rewriteScope(enforcement: Enforcement, start: number, end: number): Rew
         rewrite = rewriteMetric(enforcement, reader.pos, itemEnd);
       } else {
         // Log records are counted, never dropped one by one: one the collector cannot decode refuses the export.
-        refuseUndecodable(body, reader.pos, itemEnd, LOG_RECORD_RULE, 'LogRecord');
+        refuseUndecodable(enforcement, reader.pos, itemEnd, LOG_RECORD_RULE, 'LogRecord');
         enforcement.policy.countItems(1);
         rewrite = stampItemAttributes(enforcement, reader.pos, itemEnd, LOG_RECORD_ATTRIBUTES);
       }
@@ -345,11 +349,11 @@ function rewriteScope(enforcement: Enforcement, start: number, end: number): Rew
       reader.pos = itemEnd;
     } else if (reader.fieldNumber === SCOPE_SCOPE) {
       const scopeEnd = reader.expectLengthDelimited(`${SIGNAL_NAMES[signal].scope}.scope`);
-      refuseUndecodable(body, reader.pos, scopeEnd, SCOPE_RULE, `${SIGNAL_NAMES[signal].scope}.scope`);
+      refuseUndecodable(enforcement, reader.pos, scopeEnd, SCOPE_RULE, `${SIGNAL_NAMES[signal].scope}.scope`);
       reader.pos = scopeEnd;
       scope.copy(fieldStart, reader.pos);
     } else if (reader.fieldNumber === SCOPE_SCHEMA_URL) {
-      reader.pos = expectString(reader, `${SIGNAL_NAMES[signal].scope}.schema_url`);
+      reader.pos = expectString(enforcement, reader, `${SIGNAL_NAMES[signal].scope}.schema_url`);
       scope.copy(fieldStart, reader.pos);
     } else {
       // Not in the allow-list: dropped.
@@ -402,7 +406,7 @@ function admitSpan(enforcement: Enforcement, start: number, end: number): Rewrit
   span.inGrantedTrace = inTrace;
   // Only a span in the grant's trace can go on, so only it is checked for what the collector cannot decode: the
   // canonical walk checked it on its way, and the general check runs only when that did not vouch for the span.
-  if (inTrace && !span.walkedDecodable) span.undecodable = undecodableReason(body, start, end, SPAN_RULE);
+  if (inTrace && !span.walkedDecodable) span.undecodable = undecodableReason(enforcement.checked, start, end, SPAN_RULE);
   if (!enforcement.policy.admitSpan(span)) return 'dropped';
   const rewrite = span.carriesIdentity ? stampItemAttributes(enforcement, start, end, SPAN_ATTRIBUTES) : 'unchanged';
   return enforcement.traceState === undefined ? rewrite : withTraceState(enforcement, rewrite, start, end);
@@ -486,12 +490,12 @@ function scanCanonicalSpan(enforcement: Enforcement, start: number, end: number)
         if (decodable) decodable = length === 16 || length === 0;
       } else if (field === SPAN_ATTRIBUTES) {
         // One look at an attribute in its usual form serves both: its decodability, and where its key is.
-        const plain = plainKeyValueDecodable(body, pos, valueEnd);
-        if (decodable && !plain) decodable = lengthDelimitedDecodable(body, SPAN_RULE, field, pos, valueEnd);
+        const plain = plainKeyValueDecodable(enforcement.checked, pos, valueEnd);
+        if (decodable && !plain) decodable = lengthDelimitedDecodable(enforcement.checked, SPAN_RULE, field, pos, valueEnd);
         scanSpanAttribute(enforcement, pos, valueEnd, plain);
       } else {
         if (field === SPAN_NAME && length === JOB_EXECUTION.length) span.jobExecution = isJobExecution(body, pos, valueEnd);
-        if (decodable) decodable = lengthDelimitedDecodable(body, SPAN_RULE, field, pos, valueEnd);
+        if (decodable) decodable = lengthDelimitedDecodable(enforcement.checked, SPAN_RULE, field, pos, valueEnd);
       }
       pos = valueEnd;
     } else if (field === SPAN_TRACE_ID || field === SPAN_ATTRIBUTES) {
