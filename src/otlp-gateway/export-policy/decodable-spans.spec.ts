@@ -212,8 +212,23 @@ describe('protobuf spans the collector could not decode (the walker forwards onl
   });
 
   it('forwards only what the collector decodes, whatever bytes of a valid export are changed (property)', () => {
-    const valid = exportOf([spanBytes('first'), spanBytes('second', { traceState: 'ot=th:c', flags: 769 }), spanBytes('third')]);
+    // Every form of attribute value, so that changes land in each path the walker checks them by: strings short and
+    // long (two-byte lengths), non-ASCII, ints of one and ten bytes, bool, double, bytes, arrays, an empty value.
+    const scalars = spanBytes('scalars', {
+      attributes: [
+        { key: 'n', value: { intValue: 300 } },
+        { key: 'neg', value: { intValue: -1 } },
+        { key: 'ok', value: { boolValue: true } },
+        { key: 'ratio', value: { doubleValue: 0.25 } },
+        { key: 'raw', value: { bytesValue: Buffer.from([0xff, 0xc3]) } },
+        { key: 'long', value: { stringValue: 'x'.repeat(200) } },
+        { key: 'grüße', value: { stringValue: 'naïve €' } },
+        { key: 'empty', value: {} },
+      ],
+    });
+    const valid = exportOf([spanBytes('first'), spanBytes('second', { traceState: 'ot=th:c', flags: 769 }), scalars, spanBytes('third')]);
     expectCollectorDecodes(valid);
+    expect(enforce(valid).forwardedItems).toBe(4);
     const mutation = fc.record({
       at: fc.nat({ max: valid.length - 1 }),
       byte: fc.integer({ min: 0, max: 255 }),

@@ -37,7 +37,19 @@ import {
 import type { OtlpSignal } from '../../otlp/otlp-encoding';
 import type { EnforcedExport, GatewayGrant, RunnerJobEnd, SpanBudget, SpanLimits } from './otlp-types';
 import { protobufSamplingReason } from '../../otlp/sampling-reason';
-import { LOG_RECORD_RULE, MessageRule, RESOURCE_RULE, SCOPE_RULE, SPAN_RULE, undecodableReason, utf8 } from '../../otlp/otlp-decodable';
+import {
+  LOG_RECORD_RULE,
+  MessageRule,
+  ProtobufBody,
+  RESOURCE_RULE,
+  SCOPE_RULE,
+  SPAN_RULE,
+  lengthDelimitedDecodable,
+  plainKeyValueDecodable,
+  undecodableReason,
+  utf8,
+  wireTypeDecodable,
+} from '../../otlp/otlp-decodable';
 import {
   ChunkList,
   OtlpPayloadError,
@@ -115,6 +127,8 @@ const SIGNAL_NAMES: Record<OtlpSignal, { container: string; scope: string; item:
 interface Enforcement {
   signal: OtlpSignal;
   body: Buffer;
+  /** The body as the decodability checks read it. */
+  checked: ProtobufBody;
   traceId: Buffer;
   /** Resource.attributes fields carrying the grant's identity and the sampling reason, appended to every resource. */
   identity: Buffer;
@@ -155,6 +169,7 @@ export function enforceProtobufExport(
   const enforcement: Enforcement = {
     signal,
     body,
+    checked: new ProtobufBody(body),
     traceId,
     identity,
     traceState,
@@ -212,7 +227,7 @@ function rewriteContainer(enforcement: Enforcement, start: number, end: number):
     reader.readTag();
     if (reader.fieldNumber === CONTAINER_RESOURCE) {
       const resourceEnd = reader.expectLengthDelimited('Resource');
-      refuseUndecodable(body, reader.pos, resourceEnd, RESOURCE_RULE, `${names.container}.resource`);
+      refuseUndecodable(enforcement, reader.pos, resourceEnd, RESOURCE_RULE, `${names.container}.resource`);
       stripIdentityAttributes(body, reader.pos, resourceEnd, resource);
       reader.pos = resourceEnd;
     } else if (reader.fieldNumber === CONTAINER_SCOPES) {
@@ -224,7 +239,7 @@ function rewriteContainer(enforcement: Enforcement, start: number, end: number):
       deprecatedScopes.push([reader.pos, scopeEnd]);
       reader.pos = scopeEnd;
     } else if (reader.fieldNumber === CONTAINER_SCHEMA_URL) {
-      reader.pos = expectString(reader, `${names.container}.schema_url`);
+      reader.pos = expectString(enforcement, reader, `${names.container}.schema_url`);
       rest.copy(fieldStart, reader.pos);
     } else {
       // Not in the allow-list: dropped.
@@ -248,15 +263,15 @@ function rewriteContainer(enforcement: Enforcement, start: number, end: number):
  * What the resource, scope or log record an export shares among its items holds must be decodable by the collector,
  * as its framing must be: otherwise the export is refused as a bad request (SPEC §6), since no one item is at fault.
  */
-function refuseUndecodable(body: Buffer, start: number, end: number, rule: MessageRule, where: string): void {
-  const reason = undecodableReason(body, start, end, rule);
+function refuseUndecodable(enforcement: Enforcement, start: number, end: number, rule: MessageRule, where: string): void {
+  const reason = undecodableReason(enforcement.checked, start, end, rule);
   if (reason !== undefined) throw new OtlpPayloadError(`${where}: ${reason}, which the collector cannot decode`);
 }
 
 /** The end of a string field whose tag was just read: length-delimited and UTF-8, or the export is a bad request. */
-function expectString(reader: WireReader, where: string): number {
+function expectString(enforcement: Enforcement, reader: WireReader, where: string): number {
   const end = reader.expectLengthDelimited(where);
-  if (!utf8(reader.buf, reader.pos, end)) throw new OtlpPayloadError(`${where} is not valid UTF-8, which the collector cannot decode`);
+  if (!utf8(enforcement.checked, reader.pos, end)) throw new OtlpPayloadError(`${where} is not valid UTF-8, which the collector cannot decode`);
   return end;
 }
 
@@ -316,7 +331,7 @@ function rewriteScope(enforcement: Enforcement, start: number, end: number): Rew
         rewrite = rewriteMetric(enforcement, reader.pos, itemEnd);
       } else {
         // Log records are counted, never dropped one by one: one the collector cannot decode refuses the export.
-        refuseUndecodable(body, reader.pos, itemEnd, LOG_RECORD_RULE, 'LogRecord');
+        refuseUndecodable(enforcement, reader.pos, itemEnd, LOG_RECORD_RULE, 'LogRecord');
         enforcement.policy.countItems(1);
         rewrite = stampItemAttributes(enforcement, reader.pos, itemEnd, LOG_RECORD_ATTRIBUTES);
       }
@@ -334,11 +349,11 @@ function rewriteScope(enforcement: Enforcement, start: number, end: number): Rew
       reader.pos = itemEnd;
     } else if (reader.fieldNumber === SCOPE_SCOPE) {
       const scopeEnd = reader.expectLengthDelimited(`${SIGNAL_NAMES[signal].scope}.scope`);
-      refuseUndecodable(body, reader.pos, scopeEnd, SCOPE_RULE, `${SIGNAL_NAMES[signal].scope}.scope`);
+      refuseUndecodable(enforcement, reader.pos, scopeEnd, SCOPE_RULE, `${SIGNAL_NAMES[signal].scope}.scope`);
       reader.pos = scopeEnd;
       scope.copy(fieldStart, reader.pos);
     } else if (reader.fieldNumber === SCOPE_SCHEMA_URL) {
-      reader.pos = expectString(reader, `${SIGNAL_NAMES[signal].scope}.schema_url`);
+      reader.pos = expectString(enforcement, reader, `${SIGNAL_NAMES[signal].scope}.schema_url`);
       scope.copy(fieldStart, reader.pos);
     } else {
       // Not in the allow-list: dropped.
@@ -357,6 +372,8 @@ class SpanScan extends SpanSeen {
   idStart = -1;
   idEnd = -1;
   carriesIdentity = false;
+  /** True when the walk itself checked every value of the span and the collector decodes them all. */
+  walkedDecodable = false;
 
   constructor(private readonly body: Buffer) {
     super();
@@ -369,6 +386,7 @@ class SpanScan extends SpanSeen {
     this.idStart = -1;
     this.idEnd = -1;
     this.carriesIdentity = false;
+    this.walkedDecodable = false;
   }
 
   jobExecutionEnd(): RunnerJobEnd | undefined {
@@ -386,8 +404,9 @@ function admitSpan(enforcement: Enforcement, start: number, end: number): Rewrit
     if (body[idStart + i] !== traceId[i]) inTrace = false;
   }
   span.inGrantedTrace = inTrace;
-  // Only a span in the grant's trace can go on, so only it is checked for what the collector cannot decode.
-  if (inTrace) span.undecodable = undecodableReason(body, start, end, SPAN_RULE);
+  // Only a span in the grant's trace can go on, so only it is checked for what the collector cannot decode: the
+  // canonical walk checked it on its way, and the general check runs only when that did not vouch for the span.
+  if (inTrace && !span.walkedDecodable) span.undecodable = undecodableReason(enforcement.checked, start, end, SPAN_RULE);
   if (!enforcement.policy.admitSpan(span)) return 'dropped';
   const rewrite = span.carriesIdentity ? stampItemAttributes(enforcement, start, end, SPAN_ATTRIBUTES) : 'unchanged';
   return enforcement.traceState === undefined ? rewrite : withTraceState(enforcement, rewrite, start, end);
@@ -421,7 +440,7 @@ function scanSpan(enforcement: Enforcement, start: number, end: number): void {
       reader.pos = span.idEnd;
     } else if (reader.fieldNumber === SPAN_ATTRIBUTES) {
       const attributeEnd = reader.expectLengthDelimited('Span.attributes');
-      scanSpanAttribute(enforcement, reader.pos, attributeEnd);
+      scanSpanAttribute(enforcement, reader.pos, attributeEnd, false);
       reader.pos = attributeEnd;
     } else if (reader.fieldNumber === SPAN_NAME && reader.wireType === WIRE_LENGTH_DELIMITED) {
       const nameEnd = reader.readLengthDelimitedEnd();
@@ -438,10 +457,14 @@ function scanSpan(enforcement: Enforcement, start: number, end: number): void {
  * the general reader's calls per field were half the protobuf path (issue 12 profile). False, with nothing
  * decided, for anything else, malformed spans included: scanSpan then walks the span again. It accepts no span
  * that scanSpan refuses.
+ *
+ * It also checks, field by field as it reads them, that the collector decodes the span (walkedDecodable): a second
+ * walk of every span for that alone made the protobuf path 3–4 times slower (bench/otlp-payload.bench.js).
  */
 function scanCanonicalSpan(enforcement: Enforcement, start: number, end: number): boolean {
   enforcement.span.begin(start, end);
   const { body, span } = enforcement;
+  let decodable = true;
   let pos = start;
   while (pos < end) {
     let tag = body[pos++];
@@ -464,10 +487,15 @@ function scanCanonicalSpan(enforcement: Enforcement, start: number, end: number)
       if (field === SPAN_TRACE_ID) {
         span.idStart = pos;
         span.idEnd = valueEnd;
+        if (decodable) decodable = length === 16 || length === 0;
       } else if (field === SPAN_ATTRIBUTES) {
-        scanSpanAttribute(enforcement, pos, valueEnd);
-      } else if (field === SPAN_NAME && length === JOB_EXECUTION.length) {
-        span.jobExecution = isJobExecution(body, pos, valueEnd);
+        // One look at an attribute in its usual form serves both: its decodability, and where its key is.
+        const plain = plainKeyValueDecodable(enforcement.checked, pos, valueEnd);
+        if (decodable && !plain) decodable = lengthDelimitedDecodable(enforcement.checked, SPAN_RULE, field, pos, valueEnd);
+        scanSpanAttribute(enforcement, pos, valueEnd, plain);
+      } else {
+        if (field === SPAN_NAME && length === JOB_EXECUTION.length) span.jobExecution = isJobExecution(body, pos, valueEnd);
+        if (decodable) decodable = lengthDelimitedDecodable(enforcement.checked, SPAN_RULE, field, pos, valueEnd);
       }
       pos = valueEnd;
     } else if (field === SPAN_TRACE_ID || field === SPAN_ATTRIBUTES) {
@@ -478,13 +506,16 @@ function scanCanonicalSpan(enforcement: Enforcement, start: number, end: number)
       while (pos < varintEnd && body[pos] >= 0x80) pos++;
       if (pos >= varintEnd) return false;
       pos++;
+      if (decodable) decodable = wireTypeDecodable(SPAN_RULE, field, wireType);
     } else if (wireType === WIRE_FIXED64 || wireType === WIRE_FIXED32) {
       pos += wireType === WIRE_FIXED64 ? 8 : 4;
       if (pos > end) return false;
+      if (decodable) decodable = wireTypeDecodable(SPAN_RULE, field, wireType);
     } else {
       return false;
     }
   }
+  span.walkedDecodable = decodable;
   return true;
 }
 
@@ -492,10 +523,11 @@ function isJobExecution(body: Buffer, start: number, end: number): boolean {
   return end - start === JOB_EXECUTION.length && body.compare(JOB_EXECUTION, 0, JOB_EXECUTION.length, start, end) === 0;
 }
 
-function scanSpanAttribute(enforcement: Enforcement, start: number, end: number): void {
+/** `plainKeyValue`: plainKeyValueDecodable said yes, so the attribute is its key and then one value. */
+function scanSpanAttribute(enforcement: Enforcement, start: number, end: number, plainKeyValue: boolean): void {
   const { body, limits, span } = enforcement;
   span.attributes++;
-  if (!span.carriesIdentity && keyMayBeIdentity(body, start, end) && itemIdentityKey(enforcement, start, end) !== undefined) {
+  if (!span.carriesIdentity && keyMayBeIdentity(body, start, end, plainKeyValue) && itemIdentityKey(enforcement, start, end) !== undefined) {
     span.carriesIdentity = true;
   }
   // The whole KeyValue is an upper bound of its value's size: only a long one is looked into, and none once the
@@ -590,11 +622,11 @@ function itemIdentityKey(enforcement: Enforcement, start: number, end: number): 
  * with "ci.": decided from a few bytes where it sits. A search of the whole body for "ci." was a quarter of the
  * protobuf path once the span walk got faster (issue 12 profile). True for anything else, which is decoded.
  */
-function keyMayBeIdentity(body: Buffer, start: number, end: number): boolean {
+function keyMayBeIdentity(body: Buffer, start: number, end: number, plainKeyValue: boolean): boolean {
   const keyLength = body[start + 1];
-  if (body[start] !== KEY_VALUE_KEY_TAG || keyLength >= 0x80 || start + 2 + keyLength > end) return true;
+  if (!plainKeyValue && (body[start] !== KEY_VALUE_KEY_TAG || keyLength >= 0x80 || start + 2 + keyLength > end)) return true;
   if (keyLength >= 3 && body[start + 2] === 0x63 && body[start + 3] === 0x69 && body[start + 4] === 0x2e) return true;
-  return !onlyValueAfter(body, start + 2 + keyLength, end);
+  return !plainKeyValue && !onlyValueAfter(body, start + 2 + keyLength, end);
 }
 
 /** True when `[pos, end)` is empty or exactly one KeyValue.value field: the key before it is the only one. */
