@@ -32,6 +32,7 @@
  */
 import autocannon from 'autocannon';
 import { printTable } from './lib/table';
+import { printCpuProfiles } from './lib/cpu-profile-summary';
 import { existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -42,7 +43,7 @@ import { RedisServer, startRedis } from '../test/helpers/redis';
 import { repositoryRoot, rollingAuthHeader, runBench } from './lib/bench-env';
 import { BARE_ROUTE, BenchServer, DECORATOR_ROUTE, ECHO_ROUTE, ECHO_STORE_ROUTE, FLOOR_ROUTE, serverScript, startBenchServer } from './lib/bench-server';
 import { runFixedRate } from './lib/fixed-rate-load';
-import { jobPayloadBodies } from './lib/job-payload-body';
+import { jobPayloadBodies, PIPELINE_SIZES } from './lib/job-payload-body';
 import { median, percentile } from './lib/percentiles';
 
 type Route = 'bare' | 'echo' | 'echo-store' | 'floor' | 'decorator';
@@ -71,8 +72,27 @@ const { values: args } = parseArgs({
     'cpu-prof': { type: 'boolean', default: false },
     routes: { type: 'string', default: 'bare,echo,echo-store,floor,decorator' },
     'autocannon-rate': { type: 'boolean', default: false },
+    help: { type: 'boolean', default: false },
   },
 });
+if (args.help) {
+  console.log(`npm run -s bench:job-payload -- [options]
+
+  --stores memory,redis      stores to bench, one server each (default memory,redis)
+  --routes bare,echo,echo-store,floor,decorator
+                             routes to load (with --cpu-prof, a profile of one route alone)
+  --rounds 3                 alternating max-throughput rounds per route (ABBA order)
+  --round-seconds 5          length of each round
+  --warmup-seconds 2         warm-up per route before the rounds
+  --connections 10           keep-alive connections
+  --rate 1000                open-loop rate of the latency runs (bare and decorator), req/s
+  --latency-seconds 5        length of each latency run (0: none)
+  --cpu-prof                 keep the server's .cpuprofile and print its busiest functions
+  --autocannon-rate          also measure latency with autocannon's overallRate, for comparison
+
+Job ids are new for every request; pipelines are ${PIPELINE_SIZES.join(', ')} jobs in turn (10 to 40, 25 on average).`);
+  process.exit(0);
+}
 const options = {
   stores: args.stores.split(',').map((store) => store.trim()) as Store[],
   rounds: Number(args.rounds),
@@ -143,7 +163,8 @@ async function main(): Promise<void> {
       .join(
         ' ',
       )} at start · body ${(bodies.bytes / 1024).toFixed(1)} KiB · ${options.connections} connections · ${options.rounds}×${options.roundSeconds} s alternating rounds · ` +
-      `${options.rate} req/s × ${options.latencySeconds} s open-loop · node ${process.version} · ${cpus().length} CPUs · logs: pino batched → file`,
+      `${options.rate} req/s × ${options.latencySeconds} s open-loop (latency from when each request was due) · a new job id per request, ` +
+      `10 to 40 jobs per pipeline (25 on average) · node ${process.version} · ${cpus().length} CPUs · logs: pino batched → file`,
   );
 
   const load = async (server: BenchServer, label: string, run: () => Promise<Omit<RunStats, 'serverCpuMicrosPerRequest' | 'generatorCpuShare'>>) => {
@@ -327,8 +348,10 @@ async function main(): Promise<void> {
       .map((load) => load.toFixed(1))
       .join(' ')}`,
   );
-  if (options.cpuProf) console.log(`server CPU profiles kept in ${join(work, 'profiles')}`);
-  else rmSync(work, { recursive: true, force: true });
+  if (options.cpuProf) {
+    printCpuProfiles(join(work, 'profiles'), root);
+    console.log(`server CPU profiles kept in ${join(work, 'profiles')}`);
+  } else rmSync(work, { recursive: true, force: true });
   rmSync(secrets.dir, { recursive: true, force: true });
 
   if (failures.length > 0) {

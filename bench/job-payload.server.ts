@@ -26,6 +26,9 @@ import { decoratePayload, enabledTelemetry, flagContextOf, pickupRecords, traces
 import { capabilityPath, mintCapability } from '../src/runner-auth/job-capability';
 import { spanIdFor, traceContextOf, traceIdFor } from '../src/trace-context/trace-context';
 import { testGrant } from '../test/helpers/grants';
+import { HeadDecisions } from '../src/job-payload/head-decisions';
+import { TracedWorkStore } from '../src/traced-work/traced-work';
+import { TRACED_WORK_STORE } from '../src/traced-work/traced-work.constants';
 import {
   BARE_ROUTE,
   BARE_SAMPLED_ROUTE,
@@ -90,6 +93,7 @@ async function serve(): Promise<void> {
   const flags = app.get(FlagsService);
   const pipelineSpans = app.get(PipelineSpansService);
   const traceIds = new Map<number, string>();
+  const headDecisions = new HeadDecisions(app.get<TracedWorkStore>(TRACED_WORK_STORE), config.OUTBOX_DEDUP_SECONDS * 1000);
   const gateway = withoutTrailingSlash(config.GATEWAY_PUBLIC_URL);
   await fastify.register(async (scope) => {
     useJobPayloadParser(scope);
@@ -97,9 +101,12 @@ async function serve(): Promise<void> {
       const body = request.body as JobPayloadBody;
       const { runner, job, payload } = parseJobPayloadRequest(body.json).request!;
       const flagged = flags.isTelemetryEnabled(flagContextOf(runner, job));
+      // Issue 35: the root pipeline's head decision, pinned in the store at its first pickup on this replica.
+      const head =
+        headDecisions.remembered(job.root_pipeline_id) ?? (await headDecisions.pin(job.root_pipeline_id, { samplingPercent: flags.samplingPercent() }));
       let traceId = traceIds.get(job.root_pipeline_id);
       if (traceId === undefined) traceIds.set(job.root_pipeline_id, (traceId = traceIdFor(secrets.traceKey, job.root_pipeline_id)));
-      const context = traceContextOf(traceId, spanIdFor(secrets.traceKey, job.id), flags.samplingPercent());
+      const context = traceContextOf(traceId, spanIdFor(secrets.traceKey, job.id), head.samplingPercent);
       if (!flagged || !context.sampled) throw new Error('floor: every bench pickup is enabled');
       const { grant, tracedJob, saveOptions } = pickupRecords(runner, job, context, secrets.tokenDigestKey, config.GRANT_GRACE_SECONDS);
       await store.saveGrant(grant, tracedJob, saveOptions);
