@@ -67,6 +67,11 @@ export class RedisGrantStore implements GrantStore {
   constructor(private readonly store: RedisStore) {
     // The number of keys is given on each call: three, or four with the job-token index (outside a cluster).
     store.client.defineCommand('cjtSaveGrant', { lua: SAVE_GRANT });
+    // A pickup's one command is written at once rather than auto-pipelined: the pipeline ioredis builds per
+    // event-loop turn (a copy of every script command defined on the connection) and the turn it waits cost more
+    // than the writes it saves. Measured on one connection, saving grants from 10 callers at once: 14 µs of CPU a
+    // grant written alone, 20 µs auto-pipelined; paced at 1,000 a second, 104-117 µs against 142-170 µs.
+    store.writeAlone('cjtSaveGrant');
     store.client.defineCommand('cjtRevokeGrant', { numberOfKeys: 2, lua: REVOKE_GRANT });
     this.scripts = store.client as unknown as GrantScripts;
   }
