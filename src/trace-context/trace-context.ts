@@ -89,7 +89,8 @@ export function tracestateFor(percent: number): string | undefined {
 
 export function isSampled(traceId: string, percent: number): boolean {
   const threshold = samplingThreshold(percent);
-  return threshold !== null && randomnessOf(traceId) >= threshold;
+  // At 100 % every trace is in: no BigInt of the trace id to compare with a zero threshold (every pickup asks).
+  return threshold === 0n || (threshold !== null && randomnessOf(traceId) >= threshold);
 }
 
 /** The context for ids already derived (`traceIdFor`, `spanIdFor`), for callers that keep trace ids per pipeline. */
