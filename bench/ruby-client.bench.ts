@@ -14,6 +14,8 @@
  *
  * Options: --threads 16  --rate 500 (calls a second, all threads together)  --rounds 3  --seconds 10 (per way and
  *          round)  --warmup-seconds 2  --deadline 0.05 (the client's, seconds)  --store redis|memory
+ *          --server-dir <dir> (serve another revision: a checkout whose bench was built into <dir>/out, as
+ *          bench:job-payload-revisions builds one; the Ruby side and the load stay this checkout's)
  *
  * The server is bench/job-payload.server.ts (the internal API built as src/main.ts builds it, with the bare
  * route beside it), with a real redis-server by default, LOG_LEVEL info with stdout to a file, flags from
@@ -57,6 +59,7 @@ const { values: args } = parseArgs({
     rate: { type: 'string', default: '500' },
     deadline: { type: 'string', default: '0.05' },
     store: { type: 'string', default: 'redis' },
+    'server-dir': { type: 'string' },
   },
 });
 
@@ -97,8 +100,8 @@ async function main(): Promise<void> {
     if (args.store === 'redis') redis = await startRedis();
     else if (args.store !== 'memory') throw new Error(`--store must be redis or memory, not ${args.store}`);
     server = await startBenchServer({
-      script: serverScript(__dirname),
-      cwd: root,
+      script: args['server-dir'] === undefined ? serverScript(__dirname) : join(args['server-dir'], 'out', 'bench', 'job-payload.server.js'),
+      cwd: args['server-dir'] ?? root,
       logFile: join(work, 'service.log'),
       env: {
         HOST: '127.0.0.1',
