@@ -63,7 +63,7 @@ const { values: args } = parseArgs({
   },
 });
 
-type RubyLine = { way: Way; round: number; samples_ms: number[]; late_ms: number[] } | { outcomes: Record<string, number> };
+type RubyLine = { way: Way; round: number; samples_ms: number[]; late_ms: number[]; skipped?: number } | { outcomes: Record<string, number> };
 
 function runRuby(root: string, env: Record<string, string>): Promise<RubyLine[]> {
   return new Promise((resolve, reject) => {
@@ -136,14 +136,15 @@ async function main(): Promise<void> {
     });
 
     // Per way: the median over rounds of each round's p50 and p99.
-    const rounds = new Map<Way, { p50: number[]; p99: number[]; late99: number[] }>();
+    const rounds = new Map<Way, { p50: number[]; p99: number[]; late99: number[]; skipped: number }>();
     let outcomes: Record<string, number> = {};
     for (const line of lines) {
       if ('outcomes' in line) {
         outcomes = line.outcomes;
         continue;
       }
-      const figures = rounds.get(line.way) ?? { p50: [], p99: [], late99: [] };
+      const figures = rounds.get(line.way) ?? { p50: [], p99: [], late99: [], skipped: 0 };
+      figures.skipped += line.skipped ?? 0;
       figures.p50.push(percentile(line.samples_ms, 50));
       figures.p99.push(percentile(line.samples_ms, 99));
       if (line.late_ms.length > 0) figures.late99.push(percentile(line.late_ms, 99));
@@ -173,6 +174,8 @@ async function main(): Promise<void> {
           .p99.map((p99, i) => (p99 / rounds.get('bare')!.p99[i]).toFixed(2))
           .join(' '),
     );
+    const skipped = rounds.get('client')!.skipped;
+    if (skipped > 0) console.log(`${skipped} decorate calls found the breaker open (calls past the deadline opened it): left out of the percentiles`);
     console.log(`client outcomes: ${JSON.stringify(outcomes)}`);
     const notDecorated = Object.entries(outcomes).filter(([outcome]) => outcome !== 'decorated' && outcome !== 'timeout');
     if (notDecorated.length > 0) {
