@@ -14,7 +14,7 @@
  *
  * Options: --stores memory,redis  --rounds 3  --round-seconds 5  --connections 10  --rate 1000
  *          --latency-seconds 5  --warmup-seconds 2  --cpu-prof (keeps the server's .cpuprofile)
- *          --routes bare,echo,echo-store,floor,decorator (load only these: with --cpu-prof, a profile of one route alone)
+ *          --routes bare,bare-sampled,echo,echo-store,floor,decorator (load only these: with --cpu-prof, a profile of one route alone)
  *          --autocannon-rate (also measures latency with autocannon's overallRate, for comparison)
  *
  * The machine is shared and noisy, so only ratios against the baseline measured in the same run
@@ -32,6 +32,7 @@
  */
 import autocannon from 'autocannon';
 import { printTable } from './lib/table';
+import { printCpuProfiles } from './lib/cpu-profile-summary';
 import { existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -40,19 +41,37 @@ import { parseArgs } from 'node:util';
 import { makeSecretFiles } from '../test/helpers/internal-api';
 import { RedisServer, startRedis } from '../test/helpers/redis';
 import { repositoryRoot, rollingAuthHeader, runBench } from './lib/bench-env';
-import { BARE_ROUTE, BenchServer, DECORATOR_ROUTE, ECHO_ROUTE, ECHO_STORE_ROUTE, FLOOR_ROUTE, serverScript, startBenchServer } from './lib/bench-server';
+import {
+  BARE_ROUTE,
+  BARE_SAMPLED_ROUTE,
+  BenchServer,
+  DECORATOR_ROUTE,
+  ECHO_ROUTE,
+  ECHO_STORE_ROUTE,
+  FLOOR_ROUTE,
+  serverScript,
+  startBenchServer,
+} from './lib/bench-server';
 import { runFixedRate } from './lib/fixed-rate-load';
-import { jobPayloadBodies } from './lib/job-payload-body';
+import { jobPayloadBodies, PIPELINE_SIZES } from './lib/job-payload-body';
 import { median, percentile } from './lib/percentiles';
 
-type Route = 'bare' | 'echo' | 'echo-store' | 'floor' | 'decorator';
+type Route = 'bare' | 'bare-sampled' | 'echo' | 'echo-store' | 'floor' | 'decorator';
 type Store = 'memory' | 'redis';
-const PATHS: Record<Route, string> = { bare: BARE_ROUTE, echo: ECHO_ROUTE, 'echo-store': ECHO_STORE_ROUTE, floor: FLOOR_ROUTE, decorator: DECORATOR_ROUTE };
-const ROUTES: readonly Route[] = ['bare', 'echo', 'echo-store', 'floor', 'decorator'];
+const PATHS: Record<Route, string> = {
+  bare: BARE_ROUTE,
+  'bare-sampled': BARE_SAMPLED_ROUTE,
+  echo: ECHO_ROUTE,
+  'echo-store': ECHO_STORE_ROUTE,
+  floor: FLOOR_ROUTE,
+  decorator: DECORATOR_ROUTE,
+};
+const ROUTES: readonly Route[] = ['bare', 'bare-sampled', 'echo', 'echo-store', 'floor', 'decorator'];
 /** Issue 12's targets: decorator throughput over the bare route's, measured side by side. */
 const TARGET_RATIO: Record<Store, number> = { memory: 0.85, redis: 0.75 };
 const ROUTE_LABELS: Record<Route, string> = {
   bare: 'bare',
+  'bare-sampled': 'bare, successes logged sampled',
   echo: 'echo (extra baseline)',
   'echo-store': 'echo + store write',
   floor: 'floor (bound)',
@@ -69,10 +88,29 @@ const { values: args } = parseArgs({
     rate: { type: 'string', default: '1000' },
     'latency-seconds': { type: 'string', default: '5' },
     'cpu-prof': { type: 'boolean', default: false },
-    routes: { type: 'string', default: 'bare,echo,echo-store,floor,decorator' },
+    routes: { type: 'string', default: 'bare,bare-sampled,echo,echo-store,floor,decorator' },
     'autocannon-rate': { type: 'boolean', default: false },
+    help: { type: 'boolean', default: false },
   },
 });
+if (args.help) {
+  console.log(`npm run -s bench:job-payload -- [options]
+
+  --stores memory,redis      stores to bench, one server each (default memory,redis)
+  --routes bare,bare-sampled,echo,echo-store,floor,decorator
+                             routes to load (with --cpu-prof, a profile of one route alone)
+  --rounds 3                 alternating max-throughput rounds per route (ABBA order)
+  --round-seconds 5          length of each round
+  --warmup-seconds 2         warm-up per route before the rounds
+  --connections 10           keep-alive connections
+  --rate 1000                open-loop rate of the latency runs (bare and decorator), req/s
+  --latency-seconds 5        length of each latency run (0: none)
+  --cpu-prof                 keep the server's .cpuprofile and print its busiest functions
+  --autocannon-rate          also measure latency with autocannon's overallRate, for comparison
+
+Job ids are new for every request; pipelines are ${PIPELINE_SIZES.join(', ')} jobs in turn (10 to 40, 25 on average).`);
+  process.exit(0);
+}
 const options = {
   stores: args.stores.split(',').map((store) => store.trim()) as Store[],
   rounds: Number(args.rounds),
@@ -143,7 +181,8 @@ async function main(): Promise<void> {
       .join(
         ' ',
       )} at start · body ${(bodies.bytes / 1024).toFixed(1)} KiB · ${options.connections} connections · ${options.rounds}×${options.roundSeconds} s alternating rounds · ` +
-      `${options.rate} req/s × ${options.latencySeconds} s open-loop · node ${process.version} · ${cpus().length} CPUs · logs: pino batched → file`,
+      `${options.rate} req/s × ${options.latencySeconds} s open-loop (latency from when each request was due) · a new job id per request, ` +
+      `10 to 40 jobs per pipeline (25 on average) · node ${process.version} · ${cpus().length} CPUs · logs: pino batched → file`,
   );
 
   const load = async (server: BenchServer, label: string, run: () => Promise<Omit<RunStats, 'serverCpuMicrosPerRequest' | 'generatorCpuShare'>>) => {
@@ -264,7 +303,7 @@ async function main(): Promise<void> {
           throw new Error(`${store}: ${decorating} answered ${smoke.status} ${JSON.stringify(answer.telemetry)} (TRACEPARENT ×${traceparents})`);
         }
       }
-      for (const baseline of [BARE_ROUTE, ECHO_ROUTE, ECHO_STORE_ROUTE]) {
+      for (const baseline of [BARE_ROUTE, BARE_SAMPLED_ROUTE, ECHO_ROUTE, ECHO_STORE_ROUTE]) {
         const answered = await fetch(server.origin + baseline, { method: 'POST', headers: jsonHeaders(), body: nextBody() });
         if (answered.status !== 200) throw new Error(`${store}: ${baseline} answered ${answered.status}: ${await answered.text()}`);
       }
@@ -277,6 +316,7 @@ async function main(): Promise<void> {
       }
       const routes: Record<Route, RouteReport> = {
         bare: { rounds: [] },
+        'bare-sampled': { rounds: [] },
         echo: { rounds: [] },
         'echo-store': { rounds: [] },
         floor: { rounds: [] },
@@ -327,8 +367,10 @@ async function main(): Promise<void> {
       .map((load) => load.toFixed(1))
       .join(' ')}`,
   );
-  if (options.cpuProf) console.log(`server CPU profiles kept in ${join(work, 'profiles')}`);
-  else rmSync(work, { recursive: true, force: true });
+  if (options.cpuProf) {
+    printCpuProfiles(join(work, 'profiles'), root);
+    console.log(`server CPU profiles kept in ${join(work, 'profiles')}`);
+  } else rmSync(work, { recursive: true, force: true });
   rmSync(secrets.dir, { recursive: true, force: true });
 
   if (failures.length > 0) {
@@ -337,6 +379,7 @@ async function main(): Promise<void> {
   }
 }
 
+const verdict = (value: number, met: (value: number) => boolean) => (Number.isNaN(value) ? 'not measured' : met(value) ? 'met' : 'MISSED');
 const fixed = (value: number | undefined, digits: number) => (value === undefined || Number.isNaN(value) ? '-' : value.toFixed(digits));
 const ratio = (a: number, b: number) => (b === 0 ? Number.NaN : a / b);
 
@@ -402,6 +445,11 @@ function printReport(reports: StoreReport[]): void {
         ` ${fixed(ratio(medianOf('floor', throughput), medianOf('echo', throughput)), 2)}× echo (CPU ×${fixed(ratio(medianOf('floor', cpu), medianOf('echo', cpu)), 2)});` +
         ` the decorator reaches ${fixed(ratio(medianOf('decorator', throughput), medianOf('floor', throughput)), 2)}× the floor` +
         ` (CPU ×${fixed(ratio(medianOf('decorator', cpu), medianOf('floor', cpu)), 2)})`,
+      `${' '.repeat(store.length)}  issue 37: server CPU decorator/bare ×${fixed(cpuRatio, 2)} (target ≤ 2: ${verdict(cpuRatio, (r) => r <= 2)})` +
+        ` · throughput decorator/echo ${fixed(ratio(medianOf('decorator', throughput), medianOf('echo', throughput)), 2)}` +
+        ` (target ≥ 0.6: ${verdict(ratio(medianOf('decorator', throughput), medianOf('echo', throughput)), (r) => r >= 0.6)})` +
+        ` · p99 at ${options.rate} req/s decorator/bare ×${fixed(p99Ratio, 2)} (target ≤ 2: ${verdict(p99Ratio, (r) => r <= 2)})` +
+        ` · against a bare route logged as the decorator is (sampled): CPU ×${fixed(ratio(medianOf('decorator', cpu), medianOf('bare-sampled', cpu)), 2)}`,
       `${' '.repeat(store.length)}  checked: ${decoratorOk} decorator answers, decisions ${JSON.stringify(decisions)}; ` +
         `log ${(logBytes / 1024 / 1024).toFixed(1)} MiB`,
     );

@@ -26,6 +26,9 @@ import { decoratePayload, enabledTelemetry, flagContextOf, pickupRecords, traces
 import { capabilityPath, mintCapability } from '../src/runner-auth/job-capability';
 import { spanIdFor, traceContextOf, traceIdFor } from '../src/trace-context/trace-context';
 import { testGrant } from '../test/helpers/grants';
+import { HeadDecisions } from '../src/job-payload/head-decisions';
+import { TracedWorkStore } from '../src/traced-work/traced-work';
+import { TRACED_WORK_STORE } from '../src/traced-work/traced-work.constants';
 import {
   BARE_ROUTE,
   BARE_SAMPLED_ROUTE,
@@ -86,30 +89,39 @@ async function serve(): Promise<void> {
 
   // The decorator's floor: each step SPEC §4 and §10 ask of an enabled pickup, made by the same calls the decorator
   // makes, and nothing else: no decision metrics, self-tracing span or store timeout, no branch for another outcome.
+  // Its successes are logged as the decorator's are (sampled): a line per pickup is no step SPEC §4 or §10 asks.
   const verifier = app.get<InternalApiTokenVerifier>(INTERNAL_API_VERIFIER);
   const flags = app.get(FlagsService);
   const pipelineSpans = app.get(PipelineSpansService);
   const traceIds = new Map<number, string>();
+  const headDecisions = new HeadDecisions(app.get<TracedWorkStore>(TRACED_WORK_STORE), config.OUTBOX_DEDUP_SECONDS * 1000);
   const gateway = withoutTrailingSlash(config.GATEWAY_PUBLIC_URL);
   await fastify.register(async (scope) => {
     useJobPayloadParser(scope);
-    scope.post(FLOOR_ROUTE, { onRequest: callerCheckHook((headers) => verifier.refusal(headers[INTERNAL_API_HEADER]), logger) }, async (request, reply) => {
-      const body = request.body as JobPayloadBody;
-      const { runner, job, payload } = parseJobPayloadRequest(body.json).request!;
-      const flagged = flags.isTelemetryEnabled(flagContextOf(runner, job));
-      let traceId = traceIds.get(job.root_pipeline_id);
-      if (traceId === undefined) traceIds.set(job.root_pipeline_id, (traceId = traceIdFor(secrets.traceKey, job.root_pipeline_id)));
-      const context = traceContextOf(traceId, spanIdFor(secrets.traceKey, job.id), flags.samplingPercent());
-      if (!flagged || !context.sampled) throw new Error('floor: every bench pickup is enabled');
-      const { grant, tracedJob, saveOptions } = pickupRecords(runner, job, context, secrets.tokenDigestKey, config.GRANT_GRACE_SECONDS);
-      await store.saveGrant(grant, tracedJob, saveOptions);
-      pipelineSpans.recordPickup(tracedJob, grant.expiresAt, context.spanParentId);
-      const capabilityBase = `${gateway}${capabilityPath(job.id, mintCapability(secrets.capabilityKeys[0], job.id))}`;
-      const endpoint = { url: tracesUrl(capabilityBase) };
-      const telemetry = enabledTelemetry(context, endpoint, grant.expiresAt);
-      void reply.header('content-type', 'application/json; charset=utf-8');
-      return decoratedAnswer(body, payload, { payload: decoratePayload(payload, context, endpoint, capabilityBase), telemetry });
-    });
+    scope.post(
+      FLOOR_ROUTE,
+      { config: SAMPLED_ACCESS_LOG, onRequest: callerCheckHook((headers) => verifier.refusal(headers[INTERNAL_API_HEADER]), logger) },
+      async (request, reply) => {
+        const body = request.body as JobPayloadBody;
+        const { runner, job, payload } = parseJobPayloadRequest(body.json).request!;
+        const flagged = flags.isTelemetryEnabled(flagContextOf(runner, job));
+        // Issue 35: the root pipeline's head decision, pinned in the store at its first pickup on this replica.
+        const head =
+          headDecisions.remembered(job.root_pipeline_id) ?? (await headDecisions.pin(job.root_pipeline_id, { samplingPercent: flags.samplingPercent() }));
+        let traceId = traceIds.get(job.root_pipeline_id);
+        if (traceId === undefined) traceIds.set(job.root_pipeline_id, (traceId = traceIdFor(secrets.traceKey, job.root_pipeline_id)));
+        const context = traceContextOf(traceId, spanIdFor(secrets.traceKey, job.id), head.samplingPercent);
+        if (!flagged || !context.sampled) throw new Error('floor: every bench pickup is enabled');
+        const { grant, tracedJob, saveOptions } = pickupRecords(runner, job, context, secrets.tokenDigestKey, config.GRANT_GRACE_SECONDS);
+        await store.saveGrant(grant, tracedJob, saveOptions);
+        pipelineSpans.recordPickup(tracedJob, grant.expiresAt, context.spanParentId);
+        const capabilityBase = `${gateway}${capabilityPath(job.id, mintCapability(secrets.capabilityKeys[0], job.id))}`;
+        const endpoint = { url: tracesUrl(capabilityBase) };
+        const telemetry = enabledTelemetry(context, endpoint, grant.expiresAt);
+        void reply.header('content-type', 'application/json; charset=utf-8');
+        return decoratedAnswer(body, payload, { payload: decoratePayload(payload, context, endpoint, capabilityBase), telemetry });
+      },
+    );
   });
 
   // The digests as the service makes them: crypto.hash of the caller's header, and the credential's cache key.

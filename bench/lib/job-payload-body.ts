@@ -3,7 +3,22 @@ import { jobPayloadRequest } from '../../test/fixtures/job-payload';
 /** Placeholders no real field holds, replaced per request so every request is a distinct job. */
 const JOB_ID_MARK = 900_000_000_001;
 const PIPELINE_ID_MARK = 900_000_000_002;
-const JOBS_PER_PIPELINE = 20;
+/**
+ * Jobs per pipeline, a cycle of sizes from 10 to 40 (GitLab pipelines run about 10 to 40 jobs), 25 on average:
+ * consecutive job ids fill one pipeline after another. The decorator pins its head decision once per root
+ * pipeline and replica (a store call, then an in-process cache): one pickup in 25 pays for it here, as it would
+ * on one replica; with N replicas behind a load balancer, up to N in 25 do.
+ */
+export const PIPELINE_SIZES: readonly number[] = [24, 10, 38, 16, 30, 12, 40, 22, 34, 18, 28, 14, 36, 20, 32, 26];
+const CYCLE_JOBS = PIPELINE_SIZES.reduce((sum, size) => sum + size, 0);
+const CYCLE_ENDS = PIPELINE_SIZES.map((_, i) => PIPELINE_SIZES.slice(0, i + 1).reduce((sum, size) => sum + size, 0));
+
+/** The pipeline of a job id under PIPELINE_SIZES: a pure function, so every bench and replica agrees. */
+export function pipelineIdOf(jobId: number): number {
+  const cycle = Math.floor(jobId / CYCLE_JOBS);
+  const within = jobId - cycle * CYCLE_JOBS;
+  return cycle * PIPELINE_SIZES.length + CYCLE_ENDS.findIndex((end) => within < end);
+}
 
 export interface JobPayloadBodies {
   /** Size of one request body in bytes (ids vary by a few digits). */
@@ -126,7 +141,7 @@ export function jobPayloadBodies(scriptLineCount = 200): JobPayloadBodies {
   });
   const segments = JSON.stringify(request).split(new RegExp(`(${JOB_ID_MARK}|${PIPELINE_ID_MARK})`));
   const bodyFor = (jobId: number): string => {
-    const pipelineId = String(Math.floor(jobId / JOBS_PER_PIPELINE));
+    const pipelineId = String(pipelineIdOf(jobId));
     const job = String(jobId);
     let body = '';
     for (let i = 0; i < segments.length; i++) {

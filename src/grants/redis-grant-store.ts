@@ -26,9 +26,12 @@ return ARGV[1]
  * Lua's cjson, which would round those above 10^14 when encoding. The traced job (KEYS[3], ARGV[4]; none
  * when ARGV[4] is empty) is set in the same step, the job's slot too, to live as long as the grant as stored
  * and at least ARGV[5] ms (SPEC §10): one script rather than a second write per pickup, a measured win.
- * Answers the outcome, the revocation time and the expiry kept.
+ * KEYS[4], when given, is the job-token index (ARGV[6] the job id), set for the pickup's own TTL as the
+ * separate write would set it: only outside a cluster, where a script may touch any key; on a cluster it is
+ * another slot and written beside the script. Answers the outcome, the revocation time and the expiry kept.
  */
 const SAVE_GRANT = `
+if KEYS[4] and tonumber(ARGV[2]) > 0 then redis.call('SET', KEYS[4], ARGV[6], 'PX', ARGV[2]) end
 local revokedAt = redis.call('GET', KEYS[2])
 local function remember(ttl)
   if ARGV[4] ~= '' then redis.call('SET', KEYS[3], ARGV[4], 'PX', math.max(ttl, tonumber(ARGV[5]))) end
@@ -53,16 +56,8 @@ type SaveGrantReply = ['created' | 'absent', string | null] | ['kept', string | 
 
 /** The grant scripts as ioredis commands: sent by SHA (EVALSHA) after the first use, not as text. */
 interface GrantScripts {
-  cjtSaveGrant(
-    grantKey: string,
-    revokedKey: string,
-    tracedKey: string,
-    grantJsonUpToExpiry: string,
-    ttlMs: string,
-    expiresAt: string,
-    tracedJson: string,
-    tracedMinTtlMs: string,
-  ): Promise<SaveGrantReply>;
+  /** Three keys (grant, revocation, traced job), or four with the job-token index; then ARGV as SAVE_GRANT reads it. */
+  cjtSaveGrant(numberOfKeys: 3 | 4, ...keysAndArgs: string[]): Promise<SaveGrantReply>;
   cjtRevokeGrant(grantKey: string, revokedKey: string, revokedAt: string): Promise<string | null>;
 }
 
@@ -70,7 +65,13 @@ export class RedisGrantStore implements GrantStore {
   private readonly scripts: GrantScripts;
 
   constructor(private readonly store: RedisStore) {
-    store.client.defineCommand('cjtSaveGrant', { numberOfKeys: 3, lua: SAVE_GRANT });
+    // The number of keys is given on each call: three, or four with the job-token index (outside a cluster).
+    store.client.defineCommand('cjtSaveGrant', { lua: SAVE_GRANT });
+    // A pickup's one command is written at once rather than auto-pipelined: the pipeline ioredis builds per
+    // event-loop turn (a copy of every script command defined on the connection) and the turn it waits cost more
+    // than the writes it saves. Measured on one connection, saving grants from 10 callers at once: 14 µs of CPU a
+    // grant written alone, 20 µs auto-pipelined; paced at 1,000 a second, 104-117 µs against 142-170 µs.
+    store.writeAlone('cjtSaveGrant');
     store.client.defineCommand('cjtRevokeGrant', { numberOfKeys: 2, lua: REVOKE_GRANT });
     this.scripts = store.client as unknown as GrantScripts;
   }
@@ -79,30 +80,35 @@ export class RedisGrantStore implements GrantStore {
     const ttlMs = grant.expiresAt - Date.now();
     const { expiresAt, ...fields } = grant;
     const grantJsonUpToExpiry = `${JSON.stringify(fields).slice(0, -1)},"expiresAt":`;
+    const grantKey = GRANT_KEY(grant.jobId);
+    // The index is looked up by digest alone, so it is another slot: a lookup checks the grant's own digest,
+    // so an index entry written without its grant (or outliving it) finds nothing.
+    const index = indexJobToken && grant.jobTokenDigest !== undefined && ttlMs > 0 ? JOB_TOKEN_KEY(grant.jobTokenDigest) : undefined;
+    const indexInScript = index !== undefined && !this.store.isCluster;
+    const args = [
+      grantKey,
+      REVOKED_KEY(grant.jobId),
+      TRACED_JOB_KEY(grant.jobId),
+      ...(indexInScript ? [index] : []),
+      grantJsonUpToExpiry,
+      String(ttlMs),
+      String(expiresAt),
+      tracedJob === undefined ? '' : JSON.stringify(tracedJob),
+      String(MIN_TRACED_MEMORY_MS),
+      String(grant.jobId),
+    ];
     return this.store.guard(async () => {
-      const grantKeys = [GRANT_KEY(grant.jobId), REVOKED_KEY(grant.jobId)] as const;
-      // The index is another slot, so not part of the script; a lookup checks the grant's own digest,
-      // so an index entry written without its grant (or outliving it) finds nothing.
-      const index = indexJobToken && grant.jobTokenDigest !== undefined && ttlMs > 0 ? JOB_TOKEN_KEY(grant.jobTokenDigest) : undefined;
-      // Both in the same tick: the auto-pipelining connection writes them at once, beside the
-      // other pickups' commands of that event-loop turn (one write per node on a cluster).
-      const [reply] = await Promise.all([
-        this.scripts.cjtSaveGrant(
-          ...grantKeys,
-          TRACED_JOB_KEY(grant.jobId),
-          grantJsonUpToExpiry,
-          String(ttlMs),
-          String(expiresAt),
-          tracedJob === undefined ? '' : JSON.stringify(tracedJob),
-          String(MIN_TRACED_MEMORY_MS),
-        ),
-        index === undefined ? undefined : this.store.client.set(index, String(grant.jobId), 'PX', ttlMs),
-      ]);
-      const [outcome, revokedAt, keptExpiresAt] = reply;
+      // Outside a cluster everything a pickup stores is one script, one command. On a cluster the index goes in the
+      // same tick: the auto-pipelining connection writes both at once (one write per node).
+      const saved = this.scripts.cjtSaveGrant(indexInScript ? 4 : 3, ...args);
+      const [outcome, revokedAt, keptExpiresAt] =
+        index === undefined || indexInScript ? await saved : (await Promise.all([saved, this.store.client.set(index, String(grant.jobId), 'PX', ttlMs)]))[0];
       if (outcome === 'absent') return grant;
       const stored = outcome === 'kept' ? { ...grant, expiresAt: Number(keptExpiresAt) } : grant;
-      // On a cluster the index may sit on another primary, with replicas of its own.
-      await Promise.all([this.store.replicated(grantKeys[0]), index !== undefined && this.store.replicated(index)]);
+      if (this.store.waitsForReplicas) {
+        // On a cluster the index may sit on another primary, with replicas of its own.
+        await Promise.all([this.store.replicated(grantKey), index !== undefined && !indexInScript && this.store.replicated(index)]);
+      }
       return revokedAt === null ? stored : { ...stored, revokedAt: Number(revokedAt) };
     });
   }

@@ -1,7 +1,9 @@
-import type { FastifyInstance } from 'fastify';
+import { errorCodes, type FastifyInstance } from 'fastify';
 import { DecoratedJobPayload } from './job-payload-decoration';
 import { JobPayload } from './job-payload-request';
 import { JsonTooDeepError, MAX_JSON_DEPTH, PayloadLayout, payloadJson, scanRequestText } from './job-payload-text';
+
+const BYTE_ORDER_MARK = 0xfeff;
 
 /** What the route's JSON parser hands the handler: the parsed body, and its text for the answer to reuse. */
 export interface JobPayloadBody {
@@ -25,6 +27,17 @@ export function useJobPayloadParser(scope: FastifyInstance): void {
   scope.addContentTypeParser<string>('application/json', { parseAs: 'string' }, (request, text, done) => {
     const scanned = scanRequestText(text, MAX_JSON_DEPTH);
     if (scanned.tooDeep) return done(new JsonTooDeepError(MAX_JSON_DEPTH), undefined);
+    // The scan has looked at every key already: a text with none that could poison a prototype (and no byte-order
+    // mark) is JSON.parse's alone, without the poisoning parser's own search of the text (about 8 µs a pickup).
+    if (scanned.plain === true && text.length > 0 && text.charCodeAt(0) !== BYTE_ORDER_MARK) {
+      let json: unknown;
+      try {
+        json = JSON.parse(text);
+      } catch {
+        return done(new errorCodes.FST_ERR_CTP_INVALID_JSON_BODY(), undefined);
+      }
+      return done(null, { json, text, payloadLayout: scanned.payload } satisfies JobPayloadBody);
+    }
     parseJson(request, text, (error, json) => {
       if (error !== null) done(error, undefined);
       else done(null, { json, text, payloadLayout: scanned.payload } satisfies JobPayloadBody);

@@ -146,3 +146,32 @@ describe('payloadJson', () => {
     expect(written).not.toContain('old');
   });
 });
+
+describe('scanRequestText: keys that could poison a prototype', () => {
+  const plain = (text: string) => scanRequestText(text, MAX_JSON_DEPTH).plain;
+
+  it('finds __proto__ and constructor keys at any depth, as written or escaped', () => {
+    for (const text of [
+      '{"__proto__":{"admin":true}}',
+      '{"payload":{"a":[{"b":{"constructor":{"prototype":{}}}}]}}',
+      '[1,{"x":2},{"__proto__":3}]',
+      '{"a":"b","\\u005f_proto__":1}',
+      '{"a":{"cons\\u0074ructor":1}}',
+    ]) {
+      expect(plain(text)).toBe(false);
+    }
+  });
+
+  it('lets a job payload whose strings, not keys, say __proto__ go to JSON.parse alone', () => {
+    for (const text of [
+      JSON.stringify({ payload: { steps: [{ script: ['echo "__proto__"', 'constructor'] }], variables: [{ key: 'A', value: '__proto__' }] } }),
+      '{"a":["__proto__","constructor"],"longer_key_without_escapes":1}',
+    ]) {
+      expect(plain(text)).toBe(true);
+    }
+  });
+
+  it('says nothing about a text it could not scan to its end', () => {
+    expect(plain('{"a":"never closed')).not.toBe(true);
+  });
+});

@@ -39,6 +39,12 @@ export interface PayloadLayout {
 
 export interface ScannedRequestText {
   readonly tooDeep: boolean;
+  /**
+   * The text was scanned to its end and holds no key that could be `__proto__` or `constructor` (neither as
+   * written nor with escapes): JSON.parse alone then parses it as safely as a parser that looks for prototype
+   * poisoning, which would only search the same text for those keys again.
+   */
+  readonly plain?: boolean;
   /** Absent when the request has no `payload` object (or is not JSON: the parser refuses it then). */
   readonly payload?: PayloadLayout;
 }
@@ -51,6 +57,22 @@ const OPEN_ARRAY = 0x5b;
 const CLOSE_OBJECT = 0x7d;
 const CLOSE_ARRAY = 0x5d;
 const COMMA = 0x2c;
+
+const PROTO_KEY = '__proto__';
+const CONSTRUCTOR_KEY = 'constructor';
+
+/**
+ * Whether the key [start, end) (quotes included) could name `__proto__` or `constructor`: exactly one of them,
+ * or any key long enough to spell one with escapes. Most keys are shorter, or longer without a backslash.
+ */
+function mayPoison(text: string, start: number, end: number): boolean {
+  const length = end - start - 2;
+  if (length < PROTO_KEY.length) return false;
+  if (length === PROTO_KEY.length && text.startsWith(PROTO_KEY, start + 1)) return true;
+  if (length === CONSTRUCTOR_KEY.length && text.startsWith(CONSTRUCTOR_KEY, start + 1)) return true;
+  for (let at = start + 1; at < end - 1; at++) if (text.charCodeAt(at) === BACKSLASH) return true;
+  return false;
+}
 
 /** Position just past the string that opens at `at` (its quote), or -1 when it never closes. */
 function endOfString(text: string, at: number): number {
@@ -86,8 +108,9 @@ function keyOf(text: string, start: number, end: number): string | undefined {
 export function scanRequestText(text: string, maxDepth: number): ScannedRequestText {
   const end = text.length;
   let depth = 0;
-  // Whether the container at depth 1, 2, 3 is an object; deeper ones do not matter here.
+  // Whether the container at each depth is an object: its members' keys are checked for prototype poisoning.
   const isObject: boolean[] = [];
+  let plain = true;
   let expectingKey = false;
   let requestKey: string | undefined;
   let payload: PayloadLayout | undefined;
@@ -111,6 +134,7 @@ export function scanRequestText(text: string, maxDepth: number): ScannedRequestT
       if (after === -1) return { tooDeep: false };
       if (expectingKey) {
         expectingKey = false;
+        if (plain && mayPoison(text, at, after)) plain = false;
         if (depth === 1 && isObject[1]) requestKey = keyOf(text, at, after);
         else if (depth === 2 && scanning !== undefined)
           member = { key: keyOf(text, at, after), start: at, end: -1, index: memberCount++, delimiters: undefined };
@@ -123,7 +147,7 @@ export function scanRequestText(text: string, maxDepth: number): ScannedRequestT
       case OPEN_ARRAY:
         if (++depth > maxDepth) return { tooDeep: true };
         expectingKey = code === OPEN_OBJECT;
-        if (depth <= 3) isObject[depth] = expectingKey;
+        isObject[depth] = expectingKey;
         if (depth === 2 && expectingKey && isObject[1] && requestKey === 'payload') scanning = { start: at, members: new Map() };
         else if (depth === 3 && !expectingKey && member !== undefined) member.delimiters = [at];
         break;
@@ -141,12 +165,12 @@ export function scanRequestText(text: string, maxDepth: number): ScannedRequestT
       case COMMA:
         if (depth === 2 && scanning !== undefined) closeMember(at);
         else if (depth === 3 && member?.delimiters !== undefined) member.delimiters.push(at);
-        expectingKey = depth <= 3 && isObject[depth] === true;
+        expectingKey = isObject[depth] === true;
         break;
     }
     at++;
   }
-  return payload === undefined ? { tooDeep: false } : { tooDeep: false, payload };
+  return payload === undefined ? { tooDeep: false, plain } : { tooDeep: false, plain, payload };
 }
 
 /**

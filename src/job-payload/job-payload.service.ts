@@ -31,6 +31,7 @@ import {
 } from './job-payload-decoration';
 import { JobPayloadRequest } from './job-payload-request';
 import { JobPayloadMetrics } from './job-payload.metrics';
+import { HeadDecisions } from './head-decisions';
 
 /** Root pipelines whose trace id is kept: every job of a pipeline asks for the same one (~100 bytes each). */
 const TRACE_ID_CACHE_SIZE = 10_000;
@@ -48,8 +49,7 @@ export class JobPayloadService {
   /** Trace id by root pipeline id: a pure function of the two, so a kept one is always the right one. */
   private readonly traceIds = new LRUCache<number, string>({ max: TRACE_ID_CACHE_SIZE });
   /** Head decisions by root pipeline id, as the store keeps them (they never change while remembered). */
-  private readonly headDecisions: LRUCache<number, HeadDecision>;
-  private readonly headMemoryMs: number;
+  private readonly headDecisions: HeadDecisions;
 
   constructor(
     @Inject(APP_CONFIG) private readonly config: AppConfig,
@@ -59,11 +59,10 @@ export class JobPayloadService {
     private readonly metrics: JobPayloadMetrics,
     private readonly pipelineSpans: PipelineSpansService,
     private readonly outcomeSampling: OutcomeSamplingService,
-    @Inject(TRACED_WORK_STORE) private readonly tracedWork: TracedWorkStore,
+    @Inject(TRACED_WORK_STORE) tracedWork: TracedWorkStore,
   ) {
     // As long as the pipeline's record and its spans' versions are remembered (a pipeline retried days later).
-    this.headMemoryMs = config.OUTBOX_DEDUP_SECONDS * 1000;
-    this.headDecisions = new LRUCache<number, HeadDecision>({ max: TRACE_ID_CACHE_SIZE, ttl: this.headMemoryMs });
+    this.headDecisions = new HeadDecisions(tracedWork, config.OUTBOX_DEDUP_SECONDS * 1000);
     this.hostedRunnerTypes = new Set(config.HOSTED_RUNNER_TYPES);
     this.hostedRunnerIds = new Set(config.HOSTED_RUNNER_IDS);
     this.gatewayBase = withoutTrailingSlash(config.GATEWAY_PUBLIC_URL);
@@ -100,7 +99,8 @@ export class JobPayloadService {
     if (!this.flags.isTelemetryEnabled(flagContext)) return off('flag_disabled');
 
     const hosted = this.hostedRunnerTypes.has(runner.runner_type) || this.hostedRunnerIds.has(runner.id);
-    const head = await this.headDecisionFor(job.root_pipeline_id, flagContext);
+    // A pipeline's later jobs find its decision here: no store call, and no promise to wait on.
+    const head = this.headDecisions.remembered(job.root_pipeline_id) ?? (await this.headDecisionFor(job.root_pipeline_id, flagContext));
     let context = this.traceContextFor(job.root_pipeline_id, job.id, head.samplingPercent);
     // Left out by the head decision: traced provisionally where its outcome can still keep it (SPEC §11), except on a
     // hosted runner, which exports straight to the collector and so could not be parked.
@@ -149,14 +149,10 @@ export class JobPayloadService {
    * here, as before.
    */
   private async headDecisionFor(rootPipelineId: number, flagContext: FlagContext): Promise<HeadDecision> {
-    const kept = this.headDecisions.get(rootPipelineId);
-    if (kept !== undefined) return kept;
     const proposed: HeadDecision = { samplingPercent: this.flags.samplingPercent(), ...this.provisionalPolicy(flagContext) };
     if (this.config.TRACE_ID_SCHEME !== 'keyed') return proposed;
     try {
-      const pinned = await withTimeout(() => this.tracedWork.pinHeadDecision(rootPipelineId, proposed, this.headMemoryMs), this.config.STORE_TIMEOUT_MS);
-      this.headDecisions.set(rootPipelineId, pinned);
-      return pinned;
+      return await withTimeout(() => this.headDecisions.pin(rootPipelineId, proposed), this.config.STORE_TIMEOUT_MS);
     } catch (error) {
       this.logger.warn(`pipeline ${rootPipelineId}: head decision not kept in the store, taken here: ${(error as Error).message}`);
       return proposed;

@@ -1,3 +1,4 @@
+import { Cluster } from 'ioredis';
 import { connectRedis, pingRedis, RedisClient, RedisConnectionEvents, RedisConnectionSettings } from './redis-connection';
 import { StoreUnavailableError } from './store-unavailable-error';
 
@@ -27,6 +28,16 @@ export class RedisStore {
       });
     });
     return new RedisStore(client, { waitReplicas: settings.waitReplicas ?? 0, waitTimeoutMs: settings.commandTimeoutMs });
+  }
+
+  /** Whether this is a Redis Cluster, where a script's keys must all be in one slot. */
+  get isCluster(): boolean {
+    return this.client instanceof Cluster;
+  }
+
+  /** Whether writes wait for replicas (REDIS_WAIT_REPLICAS): when not, `replicated` need not be called at all. */
+  get waitsForReplicas(): boolean {
+    return this.durability.waitReplicas > 0;
   }
 
   /**

@@ -22,13 +22,20 @@ const MAX_THRESHOLD = 1n << RANDOMNESS_BITS;
 /** Percentages are honoured to 1/10,000 of a percent; Unleash itself only stores whole percentages. */
 const PERCENT_SCALE = 1_000_000n;
 
+const ALL_ZERO_HEX = /^0+$/;
+
 function nonZeroDigest(key: Buffer, message: string, bytes: number): string {
   // An all-zero id is invalid in W3C Trace Context. A 2^-64 event, but deterministic all the same:
-  // rehash with a counter so every holder of the key picks the same replacement.
+  // rehash with a counter so every holder of the key picks the same replacement. The digest is taken as hex
+  // and cut, rather than as a Buffer cut and then written as hex: a Buffer fewer per id, about 1 µs of a 2.5 µs
+  // HMAC (measured). Caching the key's HMAC state and copying it per id measured slower than createHmac.
   for (let attempt = 0; ; attempt++) {
     const input = attempt === 0 ? message : `${message}#${attempt}`;
-    const id = createHmac('sha256', key).update(input).digest().subarray(0, bytes);
-    if (id.some((byte) => byte !== 0)) return id.toString('hex');
+    const id = createHmac('sha256', key)
+      .update(input)
+      .digest('hex')
+      .slice(0, bytes * 2);
+    if (!ALL_ZERO_HEX.test(id)) return id;
   }
 }
 
@@ -82,7 +89,8 @@ export function tracestateFor(percent: number): string | undefined {
 
 export function isSampled(traceId: string, percent: number): boolean {
   const threshold = samplingThreshold(percent);
-  return threshold !== null && randomnessOf(traceId) >= threshold;
+  // At 100 % every trace is in: no BigInt of the trace id to compare with a zero threshold (every pickup asks).
+  return threshold === 0n || (threshold !== null && randomnessOf(traceId) >= threshold);
 }
 
 /** The context for ids already derived (`traceIdFor`, `spanIdFor`), for callers that keep trace ids per pipeline. */

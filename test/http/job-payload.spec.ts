@@ -235,6 +235,18 @@ describe('POST /internal/ci/telemetry/job_payload', () => {
       expect(body.error).toContain('payload');
     });
 
+    it('refuses a body with a __proto__ key, escaped or not, and decorates one whose scripts only mention it', async () => {
+      for (const key of ['__proto__', '\\u005f_proto__']) {
+        const body = JSON.stringify(jobPayloadRequest({ job: { id: 1053 } })).replace('"allow_git_fetch":true', `"allow_git_fetch":{"${key}":{"x":1}}`);
+        expect((await call(running(), body)).status).toBe(400);
+      }
+      expect(await running().app.get<GrantStore>(GRANT_STORE).findGrant(1053)).toBeNull();
+      const script = ['echo "__proto__": constructor'];
+      const mentions = await call(running(), jobPayloadRequest({ payload: { id: 1054, steps: [{ name: 'script', script }] } }));
+      expect(mentions.status).toBe(200);
+      expect(mentions.body.payload.steps[0].script).toEqual(script);
+    });
+
     it('echoes the caller request id and puts it in the error body', async () => {
       const response = await running().app.inject({ method: 'POST', url: PATH, headers: { 'x-request-id': 'gitlab-corr-123' }, payload: {} });
       expect(response.headers['x-request-id']).toBe('gitlab-corr-123');
