@@ -150,6 +150,22 @@ describe('PipelineSpansService at pickup (SPEC §10)', () => {
     expect((await store.findTracedPipeline(501))?.traceId).toBe('a'.repeat(32));
   });
 
+  it("tells of a child pipeline none of whose jobs was traced, in its traced root pipeline's trace", async () => {
+    // The root's record, as its pickups wrote it; the child's jobs found the store away at pickup and were not traced.
+    await store.recordTracedPipelines([{ value: { pipelineId: 500, rootPipelineId: 500, projectId: 7, traceId: 'a'.repeat(32) }, ttlMs: 60_000 }]);
+    const outcome = await service.handleWebhook({
+      kind: 'pipeline',
+      pipelineId: 502,
+      projectId: 7,
+      rootPipelineId: 500,
+      finishedJobs: [],
+      activeJobIds: [],
+      end: { status: 'failed', createdAt: Date.now() - 60_000, finishedAt: Date.now() },
+    });
+    expect(outcome.queued).toBe(1);
+    expect((await store.findTracedPipeline(502))?.traceId).toBe('a'.repeat(32));
+  });
+
   it('loses only these spans when the store is down: it counts and logs the failure, and throws nothing', async () => {
     store.failing = true;
     service.recordPickup(pickedUp(1001), grantEnd(), '0000000000000001');

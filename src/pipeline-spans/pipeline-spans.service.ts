@@ -198,10 +198,23 @@ export class PipelineSpansService implements OnModuleDestroy {
     const jobIds = [...event.finishedJobs.map((job) => job.jobId), ...event.activeJobIds].slice(0, PIPELINE_JOBS_LOOKED_UP);
     const jobs = await Promise.all(jobIds.map((jobId) => this.store.findTracedJob(jobId)));
     const job = jobs.find((found) => found !== null && found.pipelineId === event.pipelineId);
-    if (job === undefined || job === null) return null;
-    const pipeline = tracedPipelineOf(job, event.pipelineId);
+    const pipeline = job === undefined || job === null ? await this.childOfTracedRoot(event) : tracedPipelineOf(job, event.pipelineId);
+    if (pipeline === null) return null;
     await this.store.recordTracedPipelines([{ value: pipeline, ttlMs: this.limits.rememberMs }]);
     return pipeline;
+  }
+
+  /**
+   * A child pipeline none of whose jobs was traced (their pickups found the store away), of a root pipeline that is:
+   * it is in its root's trace under its root's head decision, so its hooks still tell (a child failing keeps the
+   * whole pipeline, SPEC §11). Found through the hook's root pipeline id, else the pipeline that triggered it.
+   */
+  private async childOfTracedRoot(event: PipelineEvent): Promise<TracedPipeline | null> {
+    const rootId = event.rootPipelineId ?? event.source?.pipelineId;
+    if (rootId === undefined || rootId === event.pipelineId) return null;
+    const root = await this.store.findTracedPipeline(rootId);
+    if (root === null) return null;
+    return { ...root, pipelineId: event.pipelineId };
   }
 
   /**

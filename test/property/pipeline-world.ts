@@ -495,19 +495,37 @@ export function expectedOf(timeline: Timeline, delivered: Step[], headSampled: b
   if (headSampled === undefined) return { expected: 'nothing', reasons: ['no job of the pipeline was traced'] };
   if (headSampled) return { expected: 'whole', reasons: ['head-sampled at its first pickup'] };
   const hooks = delivered.filter((step): step is Extract<Step, { kind: 'hook' }> => step.kind === 'hook');
-  const childFailed = hooks.some((hook) => (hook.fact.about === 'child' || (hook.fact.about === 'job' && hook.fact.child)) && hook.fact.status === 'failed');
-  const longQueue = timeline.jobs.some((job) => (job.hook.queuedSeconds ?? 0) > POLICY.keep.queued_longer_than_seconds);
+  // What the service can know: queue waits of the jobs it traced (a degraded pickup, the store away, tells nothing),
+  // and a root pipeline's end only once one of its jobs was traced (before, it has no record of the pipeline).
+  const traced = new Set(delivered.flatMap((step) => (step.kind === 'pickup' ? [step.job.jobId] : [])));
+  const tracedBefore = (hook: Step) => delivered.slice(0, delivered.indexOf(hook)).some((step) => step.kind === 'pickup');
+  const tracedPipelines = new Set(delivered.flatMap((step) => (step.kind === 'pickup' ? [step.job.pipelineId] : [])));
+  const pipelineOf = (hook: Extract<Step, { kind: 'hook' }>) => Number((hook.body.object_attributes as Record<string, unknown> | undefined)?.id);
+  const childFailed = hooks.some(
+    (hook) =>
+      ((hook.fact.about === 'child' && (tracedPipelines.has(pipelineOf(hook)) || tracedBefore(hook))) ||
+        (hook.fact.about === 'job' && hook.fact.child && traced.has(Number(hook.body.build_id)))) &&
+      hook.fact.status === 'failed',
+  );
+  const longQueue = timeline.jobs.some((job) => traced.has(job.jobId) && (job.hook.queuedSeconds ?? 0) > POLICY.keep.queued_longer_than_seconds);
   const reasons: string[] = [];
   // A failed job (an allowed-to-fail one, an attempt retried) keeps its pipeline whichever order its Job Hook and the
   // root's terminal hook come in (issue 35: facts decide even after the root ended, within OUTCOME_SAMPLING_LATE_CHILD_SECONDS,
   // which the driver sets so that every hook of a run falls within it): for the first end, the failures of the first
   // run; for the end after a reopening, any.
   const jobFailed = (epochs: readonly number[]) =>
-    hooks.some((hook) => hook.fact.about === 'job' && !hook.fact.child && hook.fact.status === 'failed' && epochs.includes(hook.fact.epoch));
+    hooks.some(
+      (hook) =>
+        hook.fact.about === 'job' &&
+        !hook.fact.child &&
+        hook.fact.status === 'failed' &&
+        epochs.includes(hook.fact.epoch) &&
+        traced.has(Number(hook.body.build_id)),
+    );
   const decisions: boolean[] = [];
   for (const hook of hooks) {
     const fact = hook.fact;
-    if (fact.about === 'root' && fact.terminal) {
+    if (fact.about === 'root' && fact.terminal && tracedBefore(hook)) {
       const failedSeen = jobFailed(fact.epoch === 1 ? [1] : [1, 2]);
       const slow =
         fact.epoch === 1 && hook.body.object_attributes !== undefined && Number((hook.body.object_attributes as Record<string, unknown>).duration) > 600;

@@ -272,6 +272,8 @@ export async function runWorld(bench: Bench, world: World, timeline: Timeline): 
             `pickup job ${job.jobId} (pipeline ${job.pipelineId}) on replica ${step.replica}: ${enabled ? (provisional ? 'provisional' : 'head') : decorated.telemetry?.reason}`,
           );
           if (enabled && headSampled === undefined) headSampled = !provisional;
+          // The model reads which jobs the service traced, and when (a pickup refused as degraded traced nothing).
+          if (enabled) delivered.push(step);
           if (enabled) {
             picked.set(job.jobId, {
               job,
