@@ -483,7 +483,11 @@ export function timelineOf(world: World, ids: { root: number }, replicas: number
 
 // ── The model's verdict ──
 
-export type Expected = 'whole' | 'whole-after-reopen' | 'nothing';
+/**
+ * `either`: the root's end came before any of its jobs was traced, so whether the service heard it depends on when it
+ * handled the hook (a hook the store could not take is spooled and handled later): kept whole, or nothing.
+ */
+export type Expected = 'whole' | 'whole-after-reopen' | 'nothing' | 'either';
 
 /**
  * What SPEC §11 (with issue 35's rules) says must reach the collector, from what the service was told in the order
@@ -538,6 +542,9 @@ export function expectedOf(timeline: Timeline, delivered: Step[], headSampled: b
       if (decisions.length === 0 || fact.epoch === 2) decisions.push(keep);
     }
   }
+  const endBeforeTraced = hooks.some((hook) => hook.fact.about === 'root' && hook.fact.terminal && !tracedBefore(hook));
+  if (endBeforeTraced && traced.size > 0 && !decisions.some(Boolean))
+    return { expected: 'either', reasons: [...reasons, "the root's end came before any of its jobs was traced"] };
   if (decisions[0]) return { expected: 'whole', reasons };
   if (decisions.some(Boolean)) return { expected: 'whole-after-reopen', reasons: [...reasons, 'dropped first, then reopened'] };
   return { expected: 'nothing', reasons: ['provisional, and nothing the policy keeps'] };
