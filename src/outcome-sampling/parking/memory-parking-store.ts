@@ -1,9 +1,9 @@
-import { createHash } from 'node:crypto';
 import {
   FactsUpdate,
   OutcomeFacts,
   ParkedEntry,
   ParkedEntryId,
+  parkedDigest,
   parkedEntryId,
   ParkedKind,
   ParkingLimits,
@@ -51,7 +51,7 @@ export class MemoryParkingStore implements ParkingStore {
     if (decision !== undefined) return { kind: 'decided', decision };
     const trace = this.trace(traceId);
     const bytes = entry.body.length;
-    const id = parkedEntryId(createHash('sha1').update(entry.body).digest('hex').slice(0, 20), entry.kind, entry.spans, bytes);
+    const id = parkedEntryId(parkedDigest(entry.body), entry.kind, entry.spans, bytes);
     if (trace?.entries.has(id.id) === true) return { kind: 'parked' };
     if (entry.exempt !== true) {
       if ((trace?.spans ?? 0) + entry.spans > limits.maxTraceSpans) return { kind: 'full', limit: 'trace_spans' };

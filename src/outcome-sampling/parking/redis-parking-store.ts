@@ -1,4 +1,3 @@
-import { createHash } from 'node:crypto';
 import { OUTCOME_FACTS_KEY, PARKED_KEY, PARKED_SIZE_KEY, PARKING_OVERDUE_KEY, PARKING_TOTAL_KEY, TRACE_DECISION_KEY } from '../../store/redis-keys';
 import { RedisStore } from '../../store/redis-store';
 import {
@@ -7,6 +6,7 @@ import {
   OutcomeFacts,
   ParkedEntry,
   ParkedEntryId,
+  parkedDigest,
   parkedEntryId,
   parsedEntryId,
   ParkedKind,
@@ -182,9 +182,6 @@ function decisionOf(stored: string): TraceDecision {
   return verdict === 'keep' ? { keep: true, reason: reason as KeepReason } : { keep: false, reason: reason as 'outcome' | 'no_outcome' };
 }
 
-/** A body's digest: the same export parked again (a retry after a timed-out answer) finds its field taken. Not a security boundary: a trace's own exports only. */
-const digestOf = (body: Buffer) => createHash('sha1').update(body).digest('hex').slice(0, 20);
-
 /**
  * The parking store on Redis (SPEC §11): one hash of entries per trace, in the trace's slot, with its size beside
  * it; bodies are stored as the bytes they are (no base64), so a parked span costs its encoded size plus the hash's
@@ -212,7 +209,7 @@ export class RedisParkingStore implements ParkingStore {
   async park(traceId: string, entry: { kind: ParkedKind; body: Buffer; spans: number; exempt?: boolean }, limits: ParkingLimits): Promise<ParkOutcome> {
     const bytes = String(entry.body.length);
     const spans = String(entry.spans);
-    const field = parkedEntryId(digestOf(entry.body), entry.kind, entry.spans, entry.body.length).id;
+    const field = parkedEntryId(parkedDigest(entry.body), entry.kind, entry.spans, entry.body.length).id;
     const ttlMs = String(Math.max(1, Math.round(limits.holdMs + limits.rememberMs)));
     const exempt = entry.exempt === true;
     return this.store.guard(async () => {
