@@ -67,24 +67,28 @@ export function addRequestHooks(app: FastifyInstance, logger: Logger, options: A
   // Answers below 400 at most once per interval, saying how many went unlogged since (metrics count them
   // all): one line per export cost the gateway a fifth of its CPU (issue 21). Refusals and failures always.
   const interval = options.successLogIntervalMs ?? 0;
-  let lastSuccessLine = -Infinity;
-  let unlogged = 0;
+  // Each route its own interval, so a busy one (the pickups) never hides another's successes (the auth endpoint's).
+  const sampling = new Map<string, { lastLineAt: number; unlogged: number }>();
   app.addHook('onResponse', (request, reply, done) => {
     const status = reply.statusCode;
     const sampled = status < 400 && interval > 0 && (options.sampledRoutes === 'all' || request.routeOptions.config?.sampledAccessLog === true);
+    const route = loggedRoute(request);
+    let unlogged = 0;
     if (sampled) {
       const now = performance.now();
-      if (now - lastSuccessLine < interval) {
-        unlogged++;
+      let seen = sampling.get(route);
+      if (seen === undefined) sampling.set(route, (seen = { lastLineAt: -Infinity, unlogged: 0 }));
+      if (now - seen.lastLineAt < interval) {
+        seen.unlogged++;
         return done();
       }
-      lastSuccessLine = now;
+      seen.lastLineAt = now;
+      unlogged = seen.unlogged;
+      seen.unlogged = 0;
     }
-    const line = { method: request.method, route: loggedRoute(request), status, ms: Math.round(reply.elapsedTime * 100) / 100 };
-    if (sampled) {
-      logger.info({ ...line, successes_unlogged: unlogged }, 'request completed');
-      unlogged = 0;
-    } else logger.info(line, 'request completed');
+    const line = { method: request.method, route, status, ms: Math.round(reply.elapsedTime * 100) / 100 };
+    if (sampled) logger.info({ ...line, successes_unlogged: unlogged }, 'request completed');
+    else logger.info(line, 'request completed');
     done();
   });
 }
