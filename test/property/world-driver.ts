@@ -11,6 +11,7 @@ import { WebhookSecret } from '../helpers/gitlab-webhooks';
 import { SecretFiles } from '../helpers/internal-api';
 import Redis from 'ioredis';
 import { RedisServer } from '../helpers/redis';
+import { waitFor } from '../helpers/ports';
 import { ServiceProcess, startService } from '../helpers/service';
 import { CollectedSpan, CollectorStandIn, traceRequestType } from './collector-stand-in';
 import { expectedOf, Expected, JobRef, POLICY, Step, Timeline, World } from './pipeline-world';
@@ -162,8 +163,23 @@ class Replicas {
     };
   }
 
-  async start(index: number): Promise<void> {
-    this.services[index] = await startService(this.env(index));
+  /**
+   * Started and ready; or, for a replica replacing a crashed one, answering (its liveness, not its readiness): one
+   * that starts while the store is paused is rightly not ready until the store is back, and the world goes on.
+   */
+  async start(index: number, ready = true): Promise<void> {
+    if (ready) {
+      this.services[index] = await startService(this.env(index));
+      return;
+    }
+    const service = await startService(this.env(index), { waitReady: false });
+    try {
+      await waitFor(`replica ${index} answering`, async () => ((await fetch(`${service.url}/-/liveness`)).status === 200 ? true : undefined), 30_000);
+    } catch (error) {
+      await service.stop('SIGKILL');
+      throw error;
+    }
+    this.services[index] = service;
   }
 
   async startAll(): Promise<void> {
@@ -173,7 +189,7 @@ class Replicas {
   async crash(index: number): Promise<void> {
     await this.services[index]?.stop('SIGKILL');
     this.services[index] = undefined;
-    await this.start(index);
+    await this.start(index, false);
   }
 
   at(index: number): ServiceProcess {
