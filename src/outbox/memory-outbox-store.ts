@@ -5,7 +5,7 @@ export class MemoryOutboxStore implements OutboxStore {
   /** Keys ever enqueued, until they are forgotten. */
   private readonly remembered = new Map<string, number>();
   /** Waiting entries by key, with the time each is next due. */
-  private readonly waiting = new Map<string, { entry: OutboxEntry; dueAt: number; attempts: number }>();
+  private readonly waiting = new Map<string, { entry: OutboxEntry; dueAt: number; attempts: number; leased: boolean }>();
   private readonly sweeper: NodeJS.Timeout;
 
   constructor(
@@ -25,7 +25,7 @@ export class MemoryOutboxStore implements OutboxStore {
       else if (this.waiting.size >= limits.maxSpans) refused++;
       else {
         this.remembered.set(entry.key, now + limits.rememberMs);
-        this.waiting.set(entry.key, { entry, dueAt: now, attempts: 0 });
+        this.waiting.set(entry.key, { entry, dueAt: now, attempts: 0, leased: false });
         queued++;
       }
     }
@@ -39,7 +39,8 @@ export class MemoryOutboxStore implements OutboxStore {
       if (claimed.length >= max) break;
       if (waiting.dueAt > now) continue;
       waiting.dueAt = now + leaseMs;
-      claimed.push({ ...waiting.entry, attempts: waiting.attempts });
+      claimed.push({ ...waiting.entry, attempts: waiting.attempts, leaseRanOut: waiting.leased });
+      waiting.leased = true;
     }
     return claimed;
   }
@@ -74,7 +75,7 @@ export class MemoryOutboxStore implements OutboxStore {
       if (waiting === undefined) continue;
       // Moved to the end, so entries put back go after the others due now.
       this.waiting.delete(key);
-      this.waiting.set(key, { ...waiting, dueAt, attempts: waiting.attempts + attempts });
+      this.waiting.set(key, { ...waiting, dueAt, attempts: waiting.attempts + attempts, leased: false });
     }
   }
 

@@ -56,7 +56,8 @@ export function deliveryOf(result: ExportResult, attempts: number, maxBackoffMs:
  * answered 2xx. Entries of a registered kind go to their owner, one per round, so that a round carries at most
  * two requests and never outlives its lease. Failures back off exponentially per entry, up to
  * OUTBOX_MAX_BACKOFF_SECONDS, or the collector's Retry-After. A span is sent twice only if this process stops
- * between the collector's 2xx and the acknowledgement, a window of one store round trip.
+ * between the collector's 2xx and the acknowledgement (a window of one store round trip; a graceful stop finishes
+ * the delivery in flight first): the next claimer is told the lease ran out, and counts it.
  */
 @Injectable()
 export class OutboxDeliverer implements OnApplicationBootstrap, OnModuleDestroy {
@@ -71,6 +72,8 @@ export class OutboxDeliverer implements OnApplicationBootstrap, OnModuleDestroy 
   private kicked = false;
   private depthReadAt = -Infinity;
   private failing: string | undefined;
+  /** Keys the collector took whose acknowledgement the store did not answer: acknowledged first thing next round. */
+  private unacknowledged: string[] = [];
 
   constructor(
     @Inject(APP_CONFIG) config: AppConfig,
@@ -121,6 +124,11 @@ export class OutboxDeliverer implements OnApplicationBootstrap, OnModuleDestroy 
 
   /** One claim: at most one owner's entry and one export of spans; true when more may be waiting (look again at once). */
   private async deliverOnce(): Promise<boolean> {
+    if (this.unacknowledged.length > 0) {
+      // Within their lease still (a round is far shorter): acknowledged now, they are not sent again.
+      await this.store.acknowledge(this.unacknowledged);
+      this.unacknowledged = [];
+    }
     const claimed = await this.store.claim(BATCH_SPANS, this.leaseMs);
     // With each delivery, and once a second while idle.
     if (claimed.length > 0 || performance.now() - this.depthReadAt >= DEPTH_EVERY_MS) {
@@ -128,6 +136,7 @@ export class OutboxDeliverer implements OnApplicationBootstrap, OnModuleDestroy 
       this.metrics.outboxDepth(await this.store.depth());
     }
     if (claimed.length === 0) return false;
+    this.noteLeasesRanOut(claimed);
     const spans: ClaimedEntry[] = [];
     const owned: ClaimedEntry[] = [];
     for (const entry of claimed) {
@@ -153,7 +162,7 @@ export class OutboxDeliverer implements OnApplicationBootstrap, OnModuleDestroy 
     const keys = claimed.map((span) => span.key);
     switch (delivery.kind) {
       case 'accepted':
-        await this.store.acknowledge(keys);
+        await this.acknowledge(keys);
         this.metrics.deliveredSpans(claimed.map((span) => span.enqueuedAt));
         this.recovered('collector');
         if (delivery.rejected > 0)
@@ -161,7 +170,7 @@ export class OutboxDeliverer implements OnApplicationBootstrap, OnModuleDestroy 
         return true;
       case 'refused':
         // An answer the collector will give again to the same spans: retrying cannot help, and would hold them forever.
-        await this.store.acknowledge(keys);
+        await this.acknowledge(keys);
         this.metrics.deliveryFailed(String(delivery.status));
         this.logger.error(`the collector refused ${keys.length} pipeline spans with ${delivery.status}; dropped`);
         return true;
@@ -193,8 +202,21 @@ export class OutboxDeliverer implements OnApplicationBootstrap, OnModuleDestroy 
     }
     this.recovered('collector');
     if (more) await this.store.putBack([entry.key]);
-    else await this.store.acknowledge([entry.key]);
+    else await this.acknowledge([entry.key]);
     return more;
+  }
+
+  /**
+   * Delivered entries leave the outbox. If the store does not answer, they are kept to be acknowledged again at the
+   * start of the next round, before their lease runs out, rather than sent again by whoever claims them next.
+   */
+  private async acknowledge(keys: readonly string[]): Promise<void> {
+    try {
+      await this.store.acknowledge(keys);
+    } catch (error) {
+      this.unacknowledged.push(...keys);
+      throw error;
+    }
   }
 
   /**
@@ -222,6 +244,20 @@ export class OutboxDeliverer implements OnApplicationBootstrap, OnModuleDestroy 
         timer = setTimeout(done, LINGER_MS).unref();
       };
     });
+  }
+
+  /**
+   * Entries a deliverer claimed and never answered, its lease run out: it stopped between sending and acknowledging
+   * (a SIGKILL, a crash, the store lost at that moment), so the collector may have them already. Sent again (an
+   * outage or a restart loses nothing), counted, and said: the one place a span can reach the collector twice.
+   */
+  private noteLeasesRanOut(claimed: readonly ClaimedEntry[]): void {
+    const again = claimed.filter((entry) => entry.leaseRanOut).length;
+    if (again === 0) return;
+    this.metrics.redeliveredAfterLease(again);
+    this.logger.warn(
+      `outbox: ${again} entr${again === 1 ? 'y' : 'ies'} claimed again after a deliverer stopped mid-delivery; sent again, the collector may get them twice (readers keep one copy per span id and version)`,
+    );
   }
 
   /** One warning when delivery starts failing, one line when it works again: not one per attempt. */

@@ -9,6 +9,7 @@ export class OutboxMetrics {
   private readonly delivered: Counter;
   private readonly failures: Counter<'reason'>;
   private readonly delaySeconds: Histogram;
+  private readonly redelivered: Counter;
   private readonly failureSeries = seriesOf((reason) => this.failures.labels(reason));
   private depth: OutboxDepth = { spans: 0 };
 
@@ -27,6 +28,11 @@ export class OutboxMetrics {
       buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 15, 60, 300, 1800],
       registers,
     });
+    this.redelivered = new Counter({
+      name: 'ci_job_telemetry_outbox_redelivered_total',
+      help: 'Outbox entries claimed again after a deliverer stopped mid-delivery (its lease ran out unanswered): the collector may get them twice',
+      registers,
+    });
     metrics.gauge('ci_job_telemetry_outbox_spans', 'Spans waiting in the outbox for the collector (all replicas)', () => this.depth.spans);
     metrics.gauge('ci_job_telemetry_outbox_oldest_span_age_seconds', 'Age of the oldest span waiting in the outbox, 0 when empty', () =>
       this.depth.oldestEnqueuedAt === undefined ? 0 : Math.max(0, Date.now() - this.depth.oldestEnqueuedAt) / 1000,
@@ -37,6 +43,10 @@ export class OutboxMetrics {
     this.delivered.inc(enqueuedAt.length);
     const now = Date.now();
     for (const at of enqueuedAt) this.delaySeconds.observe(Math.max(0, now - at) / 1000);
+  }
+
+  redeliveredAfterLease(entries: number): void {
+    this.redelivered.inc(entries);
   }
 
   deliveryFailed(reason: string): void {

@@ -24,6 +24,12 @@ export interface OutboxEntry {
 export interface ClaimedEntry extends OutboxEntry {
   /** Deliveries tried before this one. */
   readonly attempts: number;
+  /**
+   * Claimed before by a deliverer that never answered (it stopped mid-delivery, and its lease ran out): that delivery
+   * may have reached the collector, so this one can make a second copy. Counted, never skipped (SPEC §10: an outage
+   * or a restart loses nothing).
+   */
+  readonly leaseRanOut: boolean;
 }
 
 export interface OutboxLimits {
@@ -58,7 +64,8 @@ export interface OutboxStore {
   enqueue(entries: readonly OutboxEntry[], limits: OutboxLimits): Promise<EnqueueOutcome>;
   /**
    * Hands out up to `max` entries that are due, each to one caller only: a claimed entry is due again after
-   * `leaseMs` unless acknowledged, retried or put back, so a deliverer that dies loses nothing.
+   * `leaseMs` unless acknowledged, retried or put back, so a deliverer that dies loses nothing; claimed again then,
+   * it says so (`leaseRanOut`).
    */
   claim(max: number, leaseMs: number): Promise<ClaimedEntry[]>;
   /** Delivered: the entries leave the outbox (their keys stay remembered). */

@@ -1,8 +1,10 @@
-import { OUTBOX_ATTEMPTS_KEY, OUTBOX_DUE_KEY, OUTBOX_ENQUEUED_KEY, OUTBOX_SEEN_KEY, OUTBOX_SPANS_KEY } from '../store/redis-keys';
+import { OUTBOX_ATTEMPTS_KEY, OUTBOX_DUE_KEY, OUTBOX_ENQUEUED_KEY, OUTBOX_LEASED_KEY, OUTBOX_SEEN_KEY, OUTBOX_SPANS_KEY } from '../store/redis-keys';
 import { RedisStore } from '../store/redis-store';
 import { ClaimedEntry, EnqueueOutcome, OutboxDepth, OutboxEntry, OutboxLimits, OutboxStore } from './outbox';
 
 const OUTBOX_KEYS = [OUTBOX_DUE_KEY, OUTBOX_ENQUEUED_KEY, OUTBOX_SPANS_KEY, OUTBOX_ATTEMPTS_KEY] as const;
+/** The keys of the scripts that claim and answer entries: the outbox's, then the lease marks. */
+const LEASE_KEYS = [...OUTBOX_KEYS, OUTBOX_LEASED_KEY] as const;
 
 /**
  * Enqueues spans never seen before while the outbox has room. KEYS: due, enqueued, spans, attempts,
@@ -30,7 +32,10 @@ end
 return {queued, duplicates, refused}
 `;
 
-/** Claims due spans for ARGV[3] ms: answers id, text, attempts and enqueue time for each. */
+/**
+ * Claims due spans for ARGV[3] ms: answers id, text, attempts, enqueue time and whether a lease on it ran out
+ * unanswered (its mark in KEYS[5] still set) for each.
+ */
 const CLAIM_SPANS = `
 local now = tonumber(ARGV[1])
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
@@ -43,9 +48,11 @@ for _, id in ipairs(ids) do
     claimed[#claimed + 1] = text
     claimed[#claimed + 1] = redis.call('HGET', KEYS[4], id) or '0'
     claimed[#claimed + 1] = redis.call('ZSCORE', KEYS[2], id) or tostring(now)
+    claimed[#claimed + 1] = tostring(1 - redis.call('HSETNX', KEYS[5], id, '1'))
   else
     redis.call('ZREM', KEYS[1], id)
     redis.call('ZREM', KEYS[2], id)
+    redis.call('HDEL', KEYS[5], id)
   end
 end
 return claimed
@@ -57,6 +64,7 @@ for _, id in ipairs(ARGV) do
   redis.call('ZREM', KEYS[2], id)
   redis.call('HDEL', KEYS[3], id)
   redis.call('HDEL', KEYS[4], id)
+  redis.call('HDEL', KEYS[5], id)
 end
 return #ARGV
 `;
@@ -67,6 +75,7 @@ for i = 2, #ARGV do
   if redis.call('ZSCORE', KEYS[1], ARGV[i]) then
     redis.call('ZADD', KEYS[1], tonumber(ARGV[1]), ARGV[i])
     redis.call('HINCRBY', KEYS[4], ARGV[i], 1)
+    redis.call('HDEL', KEYS[5], ARGV[i])
   end
 end
 return 1
@@ -75,7 +84,10 @@ return 1
 /** Makes entries due at ARGV[1] at once, no attempt counted; one acknowledged meanwhile stays gone. */
 const PUT_BACK = `
 for i = 2, #ARGV do
-  if redis.call('ZSCORE', KEYS[1], ARGV[i]) then redis.call('ZADD', KEYS[1], tonumber(ARGV[1]), ARGV[i]) end
+  if redis.call('ZSCORE', KEYS[1], ARGV[i]) then
+    redis.call('ZADD', KEYS[1], tonumber(ARGV[1]), ARGV[i])
+    redis.call('HDEL', KEYS[2], ARGV[i])
+  end
 end
 return 1
 `;
@@ -83,10 +95,10 @@ return 1
 /** The outbox scripts as ioredis commands: sent by SHA (EVALSHA) after the first use, not as text. */
 interface OutboxScripts {
   cjtEnqueueSpans(numberOfKeys: number, ...keysAndArgs: string[]): Promise<[number, number, number]>;
-  cjtClaimSpans(due: string, enqueued: string, spans: string, attempts: string, now: string, max: string, leaseMs: string): Promise<string[]>;
-  cjtAcknowledgeSpans(due: string, enqueued: string, spans: string, attempts: string, ...keys: string[]): Promise<number>;
-  cjtRetrySpans(due: string, enqueued: string, spans: string, attempts: string, dueAt: string, ...keys: string[]): Promise<number>;
-  cjtPutBackSpans(due: string, dueAt: string, ...keys: string[]): Promise<number>;
+  cjtClaimSpans(due: string, enqueued: string, spans: string, attempts: string, leased: string, now: string, max: string, leaseMs: string): Promise<string[]>;
+  cjtAcknowledgeSpans(due: string, enqueued: string, spans: string, attempts: string, leased: string, ...keys: string[]): Promise<number>;
+  cjtRetrySpans(due: string, enqueued: string, spans: string, attempts: string, leased: string, dueAt: string, ...keys: string[]): Promise<number>;
+  cjtPutBackSpans(due: string, leased: string, dueAt: string, ...keys: string[]): Promise<number>;
 }
 
 /**
@@ -100,10 +112,10 @@ export class RedisOutboxStore implements OutboxStore {
     const redis = store.client;
     // The number of keys varies with the entries enqueued: given first on each call.
     redis.defineCommand('cjtEnqueueSpans', { lua: ENQUEUE_SPANS });
-    redis.defineCommand('cjtClaimSpans', { numberOfKeys: 4, lua: CLAIM_SPANS });
-    redis.defineCommand('cjtAcknowledgeSpans', { numberOfKeys: 4, lua: ACKNOWLEDGE_SPANS });
-    redis.defineCommand('cjtRetrySpans', { numberOfKeys: 4, lua: RETRY_SPANS });
-    redis.defineCommand('cjtPutBackSpans', { numberOfKeys: 1, lua: PUT_BACK });
+    redis.defineCommand('cjtClaimSpans', { numberOfKeys: 5, lua: CLAIM_SPANS });
+    redis.defineCommand('cjtAcknowledgeSpans', { numberOfKeys: 5, lua: ACKNOWLEDGE_SPANS });
+    redis.defineCommand('cjtRetrySpans', { numberOfKeys: 5, lua: RETRY_SPANS });
+    redis.defineCommand('cjtPutBackSpans', { numberOfKeys: 2, lua: PUT_BACK });
     this.scripts = redis as unknown as OutboxScripts;
   }
 
@@ -117,27 +129,27 @@ export class RedisOutboxStore implements OutboxStore {
   }
 
   async claim(max: number, leaseMs: number): Promise<ClaimedEntry[]> {
-    const reply = await this.store.guard(() => this.scripts.cjtClaimSpans(...OUTBOX_KEYS, String(Date.now()), String(max), String(Math.round(leaseMs))));
+    const reply = await this.store.guard(() => this.scripts.cjtClaimSpans(...LEASE_KEYS, String(Date.now()), String(max), String(Math.round(leaseMs))));
     const claimed: ClaimedEntry[] = [];
-    for (let i = 0; i + 3 < reply.length; i += 4) {
-      claimed.push({ key: reply[i], body: reply[i + 1], attempts: Number(reply[i + 2]), enqueuedAt: Number(reply[i + 3]) });
+    for (let i = 0; i + 4 < reply.length; i += 5) {
+      claimed.push({ key: reply[i], body: reply[i + 1], attempts: Number(reply[i + 2]), enqueuedAt: Number(reply[i + 3]), leaseRanOut: reply[i + 4] === '1' });
     }
     return claimed;
   }
 
   async acknowledge(keys: readonly string[]): Promise<void> {
     if (keys.length === 0) return;
-    await this.store.guard(() => this.scripts.cjtAcknowledgeSpans(...OUTBOX_KEYS, ...keys));
+    await this.store.guard(() => this.scripts.cjtAcknowledgeSpans(...LEASE_KEYS, ...keys));
   }
 
   async retry(keys: readonly string[], delayMs: number): Promise<void> {
     if (keys.length === 0) return;
-    await this.store.guard(() => this.scripts.cjtRetrySpans(...OUTBOX_KEYS, String(Date.now() + Math.round(delayMs)), ...keys));
+    await this.store.guard(() => this.scripts.cjtRetrySpans(...LEASE_KEYS, String(Date.now() + Math.round(delayMs)), ...keys));
   }
 
   async putBack(keys: readonly string[]): Promise<void> {
     if (keys.length === 0) return;
-    await this.store.guard(() => this.scripts.cjtPutBackSpans(OUTBOX_DUE_KEY, String(Date.now()), ...keys));
+    await this.store.guard(() => this.scripts.cjtPutBackSpans(OUTBOX_DUE_KEY, OUTBOX_LEASED_KEY, String(Date.now()), ...keys));
   }
 
   async depth(): Promise<OutboxDepth> {

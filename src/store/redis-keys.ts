@@ -37,6 +37,8 @@ export const OUTBOX_DUE_KEY = 'cjt:{outbox}:due';
 export const OUTBOX_ENQUEUED_KEY = 'cjt:{outbox}:enqueued';
 export const OUTBOX_SPANS_KEY = 'cjt:{outbox}:spans';
 export const OUTBOX_ATTEMPTS_KEY = 'cjt:{outbox}:attempts';
+/** A hash of the entries a deliverer holds on lease: one still there at the next claim was never answered. */
+export const OUTBOX_LEASED_KEY = 'cjt:{outbox}:leased';
 export const OUTBOX_SEEN_KEY = (spanId: string) => `cjt:{outbox}:seen:${spanId}`;
 
 /*

@@ -24,6 +24,8 @@ export interface CollectedSpan {
   readonly serviceName: string;
   /** Order of the accepted request it came in, across the whole run. */
   readonly arrival: number;
+  /** Epoch ms its request was accepted. */
+  readonly receivedAt: number;
 }
 
 export interface CollectorStandIn {
@@ -65,7 +67,7 @@ function attributesOf(list: unknown): Map<string, unknown> {
 class Undecodable extends Error {}
 
 /** The spans of one export, ids as hex; throws {@link Undecodable} where the Collector could not decode. */
-function decode(contentType: string, body: Buffer): Array<Omit<CollectedSpan, 'arrival'>> {
+function decode(contentType: string, body: Buffer): Array<Omit<CollectedSpan, 'arrival' | 'receivedAt'>> {
   const json = contentType.includes('json');
   let request: Json;
   if (json) {
@@ -74,7 +76,7 @@ function decode(contentType: string, body: Buffer): Array<Omit<CollectedSpan, 'a
     const type = traceRequestType();
     request = type.toObject(type.decode(body), { longs: String, bytes: Uint8Array }) as Json;
   }
-  const spans: Array<Omit<CollectedSpan, 'arrival'>> = [];
+  const spans: Array<Omit<CollectedSpan, 'arrival' | 'receivedAt'>> = [];
   for (const resourceSpans of (request.resourceSpans ?? request.resource_spans ?? []) as Json[]) {
     const resource = attributesOf((resourceSpans.resource as Json | undefined)?.attributes);
     for (const scopeSpans of (resourceSpans.scopeSpans ?? resourceSpans.scope_spans ?? []) as Json[]) {
@@ -127,7 +129,8 @@ export async function startCollectorStandIn(): Promise<CollectorStandIn> {
           if (request.headers['content-encoding'] === 'gzip') body = gunzipSync(body);
           const decoded = decode(contentType, body);
           const arrival = arrivals++;
-          for (const span of decoded) spans.push({ ...span, arrival });
+          const receivedAt = Date.now();
+          for (const span of decoded) spans.push({ ...span, arrival, receivedAt });
           answer(response, contentType, 200);
         } catch (error) {
           if (!(error instanceof Undecodable) && !(error instanceof Error)) throw error;

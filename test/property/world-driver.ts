@@ -57,9 +57,28 @@ export interface RunResult {
   readonly parkedBytes: number[];
   readonly outboxSpans: number[];
   readonly log: string[];
+  /** What the replicas logged (warnings and errors), crashed ones included: read when a run breaks an invariant. */
+  readonly said: string[];
+  /** Epoch ms the run started (log lines and a duplicate's arrivals are told relative to it). */
+  readonly startedAt: number;
+  /**
+   * Outbox entries the service said it sent again because a replica stopped between the collector's 2xx and its
+   * acknowledgement: the one way a span can reach the collector twice, which no sender can close (readers keep one
+   * copy per span id and version). With none, every span must have come once.
+   */
+  readonly redelivered: number;
+  /** When a replica was killed ([at, at]) or the store away (paused or restarting), epoch ms. */
+  readonly interruptions: Array<{ from: number; to: number }>;
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+const UPSTREAM_TIMEOUT_MS = 1000;
+/** An outbox claim's lease, as the deliverer sizes it: a dead replica's entries are claimed again after it. */
+const OUTBOX_LEASE_MS = UPSTREAM_TIMEOUT_MS * 2 + 5000;
+
+/** The service's count of outbox entries sent again after a deliverer stopped mid-delivery (SPEC §10's one exception to "once"). */
+const REDELIVERED = 'ci_job_telemetry_outbox_redelivered_total';
 
 async function metricOf(url: string, name: string): Promise<number> {
   const text = await (await fetch(`${url}/metrics`)).text();
@@ -132,6 +151,10 @@ function runnerExport(picked: Picked, batch: 'all' | 'stages' | 'last', malforme
 class Replicas {
   readonly services: Array<ServiceProcess | undefined> = [];
   private readonly dataDirs: string[] = [];
+  /** Output of replicas that crashed, which the fresh ones replacing them do not hold. */
+  private readonly crashedOutput: string[] = [];
+  /** Redeliveries the crashed replicas had counted, scraped just before each crash. */
+  private crashedRedelivered = 0;
 
   constructor(
     private readonly bench: Bench,
@@ -149,7 +172,7 @@ class Replicas {
       FLAGS_FILE: this.flagsFile,
       GITLAB_WEBHOOK_SECRET_FILE: bench.webhookSecret.file,
       OTLP_UPSTREAM_URL: bench.collector.url,
-      OTLP_UPSTREAM_TIMEOUT_MS: '1000',
+      OTLP_UPSTREAM_TIMEOUT_MS: String(UPSTREAM_TIMEOUT_MS),
       OUTBOX_MAX_BACKOFF_SECONDS: '1',
       WEBHOOK_STORE_TIMEOUT_MS: '300',
       WEBHOOK_REPLAY_MAX_BACKOFF_SECONDS: '1',
@@ -158,7 +181,7 @@ class Replicas {
       // than the quiet wait (a dropped pipeline's parked bytes must be back to zero by then).
       OUTCOME_SAMPLING_LATE_CHILD_SECONDS: '3',
       DATA_DIR: this.dataDirs[index],
-      LOG_LEVEL: 'warn',
+      LOG_LEVEL: process.env.PROPERTY_LOG_LEVEL ?? 'warn',
       ...(bench.redis === undefined ? {} : { REDIS_URL: bench.redis.url }),
     };
   }
@@ -187,7 +210,10 @@ class Replicas {
   }
 
   async crash(index: number): Promise<void> {
+    const url = this.services[index]?.url;
+    if (url !== undefined) this.crashedRedelivered += await metricOf(url, REDELIVERED).catch(() => 0);
     await this.services[index]?.stop('SIGKILL');
+    this.crashedOutput.push(...this.linesOf(index, this.services[index], ' (crashed)'));
     this.services[index] = undefined;
     await this.start(index, false);
   }
@@ -198,6 +224,24 @@ class Replicas {
     return service;
   }
 
+  /** Outbox entries the replicas, crashed ones included, sent again after a lease ran out unanswered. */
+  async redelivered(): Promise<number> {
+    const live = this.services.flatMap((service) => (service === undefined ? [] : [service.url]));
+    return this.crashedRedelivered + (await Promise.all(live.map((url) => metricOf(url, REDELIVERED).catch(() => 0)))).reduce((a, b) => a + b, 0);
+  }
+
+  /** Every line the replicas wrote, each with its replica. */
+  said(): string[] {
+    return [...this.crashedOutput, ...this.services.flatMap((service, index) => this.linesOf(index, service, ''))];
+  }
+
+  private linesOf(index: number, service: ServiceProcess | undefined, note: string): string[] {
+    return (service?.output() ?? '')
+      .split('\n')
+      .filter((line) => line.trim() !== '')
+      .map((line) => `replica ${index}${note}: ${line.slice(0, 400)}`);
+  }
+
   async stopAll(): Promise<void> {
     await Promise.all(this.services.map((service) => service?.stop('SIGKILL')));
   }
@@ -205,6 +249,9 @@ class Replicas {
 
 export async function runWorld(bench: Bench, world: World, timeline: Timeline): Promise<RunResult> {
   const log: string[] = [];
+  const startedAt = Date.now();
+  /** A line of the run's story, with when it happened (ms since the run started), to set beside the collector's arrivals. */
+  const note = (...lines: string[]) => log.push(...lines.map((line) => `+${String(Date.now() - startedAt).padStart(5)} ms ${line}`));
   const flagsFile = writeFlagsFile({ sampling: world.rate, outcomeSampling: POLICY });
   const replicas = new Replicas(bench, flagsFile);
   await bench.collector.mode('up');
@@ -217,6 +264,8 @@ export async function runWorld(bench: Bench, world: World, timeline: Timeline): 
   const givenUp: string[] = [];
   let headSampled: boolean | undefined;
   let redisPaused = false;
+  const interruptions: RunResult['interruptions'] = [];
+  let pausedAt = 0;
 
   const redisSignal = (signal: NodeJS.Signals) => {
     const pid = bench.redis?.pid;
@@ -229,9 +278,9 @@ export async function runWorld(bench: Bench, world: World, timeline: Timeline): 
       try {
         const answer = await deliverWebhook(replicas.at(step.replica).url, step.event, step.body, { token: bench.webhookSecret.secret, uuid: step.uuid });
         if (answer.status < 300) return true;
-        log.push(`  ${step.event} answered ${answer.status}`);
+        note(`  ${step.event} answered ${answer.status}`);
       } catch (error) {
-        log.push(`  ${step.event} failed: ${String(error)}`);
+        note(`  ${step.event} failed: ${String(error)}`);
       }
       await sleep(300);
     }
@@ -255,9 +304,9 @@ export async function runWorld(bench: Bench, world: World, timeline: Timeline): 
           return (decoded.partialSuccess?.rejectedSpans ?? 0) === 0 ? 'acknowledged' : `partly rejected`;
         }
         if (![429, 502, 503, 504].includes(response.status)) return `refused ${response.status}`;
-        log.push(`  export answered ${response.status}, retrying`);
+        note(`  export answered ${response.status}, retrying`);
       } catch (error) {
-        log.push(`  export failed: ${String(error)}`);
+        note(`  export failed: ${String(error)}`);
       }
       await sleep(250);
     }
@@ -284,7 +333,7 @@ export async function runWorld(bench: Bench, world: World, timeline: Timeline): 
             { trace_id: string; span_parent_id: string; otel_endpoints: Array<{ url: string }>; tracestate?: string } | undefined;
           const enabled = decorated.status === 200 && tracing !== undefined;
           const provisional = decorated.telemetry?.provisional === true || tracing?.tracestate === 'ot=th:0';
-          log.push(
+          note(
             `pickup job ${job.jobId} (pipeline ${job.pipelineId}) on replica ${step.replica}: ${enabled ? (provisional ? 'provisional' : 'head') : decorated.telemetry?.reason}`,
           );
           if (enabled && headSampled === undefined) headSampled = !provisional;
@@ -307,7 +356,7 @@ export async function runWorld(bench: Bench, world: World, timeline: Timeline): 
           const job = picked.get(step.job.jobId);
           if (job === undefined) break;
           const outcome = await exportOnce(step, job);
-          log.push(`export ${step.malformed === true ? 'malformed' : step.batch} of job ${job.job.jobId} on replica ${step.replica}: ${outcome}`);
+          note(`export ${step.malformed === true ? 'malformed' : step.batch} of job ${job.job.jobId} on replica ${step.replica}: ${outcome}`);
           const ids = step.batch === 'stages' ? job.runnerSpanIds.slice(1) : step.batch === 'last' ? job.runnerSpanIds.slice(0, 1) : job.runnerSpanIds;
           if (outcome === 'acknowledged' && step.malformed !== true) for (const spanId of ids) acknowledged.push({ spanId, epoch: job.job.epoch });
           else if (outcome === 'gave up' && step.malformed !== true) givenUp.push(...ids);
@@ -316,39 +365,44 @@ export async function runWorld(bench: Bench, world: World, timeline: Timeline): 
         case 'hook': {
           const ok = await deliver(step);
           const attributes = step.body.object_attributes as Record<string, unknown> | undefined;
-          log.push(
+          note(
             `${step.event} ${step.event === 'Pipeline Hook' ? `pipeline ${String(attributes?.id)} ${String(attributes?.status)}` : `job ${String(step.body.build_id)} ${String(step.body.build_status)}`}${step.fact.about === 'root' && step.fact.stale ? ' (stale replay)' : ''} uuid ${step.uuid.slice(0, 8)} on replica ${step.replica}: ${ok ? 'accepted' : 'not accepted'}`,
           );
           if (ok) delivered.push(step);
           break;
         }
         case 'rate':
-          log.push(`sampling rate → ${step.to} %`);
+          note(`sampling rate → ${step.to} %`);
           writeFlagsFile({ sampling: step.to, outcomeSampling: POLICY }, flagsFile);
           // The file is polled every second: give the change time to apply, so the next pickups see it.
           await sleep(1300);
           break;
         case 'collector':
-          log.push(`collector ${step.mode}`);
+          note(`collector ${step.mode}`);
           await bench.collector.mode(step.mode);
           break;
         case 'redis':
-          log.push(`redis ${step.action}`);
+          note(`redis ${step.action}`);
           if (step.action === 'pause' && !redisPaused) {
             redisSignal('SIGSTOP');
             redisPaused = true;
+            pausedAt = Date.now();
           } else if (step.action === 'resume' && redisPaused) {
             redisSignal('SIGCONT');
             redisPaused = false;
+            interruptions.push({ from: pausedAt, to: Date.now() });
           } else if (step.action === 'restart') {
+            const from = redisPaused ? pausedAt : Date.now();
             if (redisPaused) redisSignal('SIGCONT');
             redisPaused = false;
             await bench.redis?.stop();
             await bench.redis?.start();
+            interruptions.push({ from, to: Date.now() });
           }
           break;
         case 'crash':
-          log.push(`replica ${step.replica} crashes (SIGKILL) and a fresh one starts on the same store`);
+          note(`replica ${step.replica} crashes (SIGKILL) and a fresh one starts on the same store`);
+          interruptions.push({ from: Date.now(), to: Date.now() });
           await replicas.crash(step.replica);
           break;
       }
@@ -356,7 +410,10 @@ export async function runWorld(bench: Bench, world: World, timeline: Timeline): 
 
     // Quiescence: the collector up, the store back, then wait until the outbox is empty and the collector has
     // received nothing new for a while (or the deadline passes: the assertions then say what is missing).
-    if (redisPaused) redisSignal('SIGCONT');
+    if (redisPaused) {
+      redisSignal('SIGCONT');
+      interruptions.push({ from: pausedAt, to: Date.now() });
+    }
     await bench.collector.mode('up');
     const deadline = Date.now() + 15_000;
     let seen = -1;
@@ -384,10 +441,10 @@ export async function runWorld(bench: Bench, world: World, timeline: Timeline): 
         const attempts = await client.hgetall('cjt:{outbox}:attempts');
         const left = [];
         for (let i = 0; i + 1 < due.length; i += 2) left.push(`${due[i]} due in ${Number(due[i + 1]) - Date.now()} ms, ${attempts[due[i]] ?? 0} attempts`);
-        log.push(`outbox left: ${left.join('; ')}`);
+        note(`outbox left: ${left.join('; ')}`);
         for (const service of replicas.services) {
           const said = (service?.output() ?? '').split('\n').filter((line) => /outbox|parked|trace /.test(line));
-          log.push(...said.slice(-5).map((line) => `  replica said: ${line.slice(0, 400)}`));
+          note(...said.slice(-5).map((line) => `  replica said: ${line.slice(0, 400)}`));
         }
       } finally {
         client.disconnect();
@@ -406,11 +463,42 @@ export async function runWorld(bench: Bench, world: World, timeline: Timeline): 
       parkedBytes,
       outboxSpans,
       log,
+      said: replicas.said(),
+      redelivered: await replicas.redelivered(),
+      interruptions,
+      startedAt,
     };
   } finally {
     if (redisPaused) redisSignal('SIGCONT');
     await replicas.stopAll();
   }
+}
+
+/** Copies of a span as they arrived: version (or unversioned) and when, in ms since the run started. */
+function arrivalsOf(copies: readonly CollectedSpan[], startedAt: number): string {
+  return [...copies]
+    .sort((a, b) => a.arrival - b.arrival)
+    .map((copy) => `${copy.version === undefined ? 'unversioned' : `v${copy.version}`} at +${copy.receivedAt - startedAt} ms`)
+    .join(', ');
+}
+
+/**
+ * The copies of one span less those sent again after a replica stopped mid-delivery: the service counted such
+ * redeliveries (without a count, none is excused), the first copy came before an interruption ended (a crash, the
+ * store away) and the later one at least a lease after it, when the entry the dead delivery held was claimed again.
+ */
+function withoutRedeliveries(copies: readonly CollectedSpan[], result: RunResult): CollectedSpan[] {
+  if (result.redelivered === 0) return [...copies];
+  const kept: CollectedSpan[] = [];
+  for (const copy of [...copies].sort((a, b) => a.arrival - b.arrival)) {
+    const first = kept.find((earlier) => earlier.version === copy.version);
+    const again =
+      first !== undefined &&
+      copy.receivedAt - first.receivedAt >= OUTBOX_LEASE_MS - 100 &&
+      result.interruptions.some((interruption) => first.receivedAt <= interruption.to + 100);
+    if (!again) kept.push(copy);
+  }
+  return kept;
 }
 
 /** Every invariant the run breaks, in words (empty when the run is right). */
@@ -435,19 +523,21 @@ export function brokenInvariants(result: RunResult): string[] {
   if (orphans.length > 0) broken.push(`spans whose parent is missing: ${orphans.map((span) => `${span.name} ${span.spanId}`).join(', ')}`);
   const bySpanId = new Map<string, CollectedSpan[]>();
   for (const span of received) bySpanId.set(span.spanId, [...(bySpanId.get(span.spanId) ?? []), span]);
-  for (const [spanId, copies] of bySpanId) {
-    if (copies.length === 1) continue;
+  for (const [spanId, all] of bySpanId) {
+    if (all.length === 1) continue;
+    const copies = withoutRedeliveries(all, result);
     // A job span is sent unversioned when the job ends, then as a version when the path is written at the root
     // pipeline's end (SPEC §12): readers take the unversioned copy as version 0, so it may come once, first.
     if (copies.filter((copy) => copy.version === undefined).length > 1) {
-      broken.push(`${copies[0].name} ${spanId} delivered ${copies.length} times`);
+      broken.push(`${copies[0].name} ${spanId} delivered ${copies.length} times (${arrivalsOf(copies, result.startedAt)})`);
       continue;
     }
     // Each version once. Their order of arrival is not checked: a version the collector was down for is retried
     // with backoff and can arrive after a newer one, and every reader (the CI view, the read API, npm run -s trace)
     // takes the highest version, which is what SPEC §10's "never an older one over a newer" asks of the trace.
     const versions = [...copies].sort((a, b) => a.arrival - b.arrival).map((copy) => copy.version ?? 0);
-    if (new Set(versions).size !== versions.length) broken.push(`${copies[0].name} ${spanId}: a version delivered twice (${versions.join(' → ')})`);
+    if (new Set(versions).size !== versions.length)
+      broken.push(`${copies[0].name} ${spanId}: a version delivered twice (${versions.join(' → ')}; ${arrivalsOf(copies, result.startedAt)})`);
   }
   const epochs = result.expected === 'whole-after-reopen' ? [2] : [1, 2];
   const missingAcknowledged = result.acknowledged.filter((span) => epochs.includes(span.epoch) && !ids.has(span.spanId));

@@ -24,16 +24,37 @@ export function behavesAsAnOutboxStore(world: StoreWorld) {
     it('hands each due span to one claimer only until its lease runs out, and forgets it once acknowledged', async () => {
       await outbox.enqueue([outboxSpan('0a'), outboxSpan('0b')], limits);
       const first = await outbox.claim(10, 300);
-      expect(first.map((span) => [span.key, span.body, span.attempts])).toEqual([
-        ['0a', '{"span":"0a"}', 0],
-        ['0b', '{"span":"0b"}', 0],
+      expect(first.map((span) => [span.key, span.body, span.attempts, span.leaseRanOut])).toEqual([
+        ['0a', '{"span":"0a"}', 0, false],
+        ['0b', '{"span":"0b"}', 0, false],
       ]);
       expect(await outbox.claim(10, 300)).toEqual([]);
       await outbox.acknowledge(['0a']);
       await world.elapse(400);
-      // The claimer of 0b died: its lease ran out and the span is due again.
-      expect((await outbox.claim(10, 300)).map((span) => span.key)).toEqual(['0b']);
+      // The claimer of 0b died: its lease ran out and the span is due again, said to be (it may have been sent).
+      expect((await outbox.claim(10, 300)).map((span) => [span.key, span.leaseRanOut])).toEqual([['0b', true]]);
       expect(await outbox.depth()).toEqual({ spans: 1, oldestEnqueuedAt: expect.any(Number) });
+    });
+
+    it('says a lease ran out only when the claimer never answered: not after a retry or a put-back', async () => {
+      await outbox.enqueue([outboxSpan('1a'), outboxSpan('1b')], limits);
+      await outbox.claim(10, 300);
+      await outbox.retry(['1a'], 0);
+      await outbox.putBack(['1b']);
+      const again = await outbox.claim(10, 300);
+      expect(again.map((span) => [span.key, span.attempts, span.leaseRanOut]).sort()).toEqual([
+        ['1a', 1, false],
+        ['1b', 0, false],
+      ]);
+      await world.elapse(400);
+      expect((await outbox.claim(10, 300)).map((span) => [span.key, span.leaseRanOut]).sort()).toEqual([
+        ['1a', true],
+        ['1b', true],
+      ]);
+      // Delivered and gone: enqueued again later (its key forgotten), it starts with no lease behind it.
+      await outbox.acknowledge(['1a', '1b']);
+      await outbox.enqueue([outboxSpan('1c')], limits);
+      expect((await outbox.claim(10, 300)).map((span) => [span.key, span.leaseRanOut])).toEqual([['1c', false]]);
     });
 
     it('puts a span whose delivery failed back for later, counting the attempt', async () => {
