@@ -27,19 +27,29 @@ import {
  */
 
 /**
- * Reserves an entry's bytes and spans. KEYS: total, overdue. ARGV: bytes, spans, max total bytes (-1: exempt from
- * the bound), trace id, due at. Answers 1, or 0 with nothing changed when the total would pass its bound. The
- * first reservation of a trace puts it in the time-limit index.
+ * Reserves an entry's bytes and spans in the budget of all traces, or answers 0 with nothing changed when the total
+ * would pass its bound; the first reservation of a trace puts it in the time-limit index. Expects locals totalKey,
+ * overdueKey and rBytes, rSpans, rMax (-1: exempt from the bound), rTrace, rDue.
  */
-const RESERVE = `
-local total = tonumber(redis.call('HGET', KEYS[1], 'bytes') or '0')
-if tonumber(ARGV[3]) >= 0 and total + tonumber(ARGV[1]) > tonumber(ARGV[3]) then return 0 end
-redis.call('HINCRBY', KEYS[1], 'bytes', ARGV[1])
-redis.call('HINCRBY', KEYS[1], 'spans', ARGV[2])
-redis.call('HINCRBY', KEYS[1], 'b:' .. ARGV[4], ARGV[1])
-redis.call('HINCRBY', KEYS[1], 's:' .. ARGV[4], ARGV[2])
-redis.call('ZADD', KEYS[2], 'NX', ARGV[5], ARGV[4])
+const RESERVE_STEP = `
+local total = tonumber(redis.call('HGET', totalKey, 'bytes') or '0')
+if tonumber(rMax) >= 0 and total + tonumber(rBytes) > tonumber(rMax) then return 0 end
+redis.call('HINCRBY', totalKey, 'bytes', rBytes)
+redis.call('HINCRBY', totalKey, 'spans', rSpans)
+redis.call('HINCRBY', totalKey, 'b:' .. rTrace, rBytes)
+redis.call('HINCRBY', totalKey, 's:' .. rTrace, rSpans)
+redis.call('ZADD', overdueKey, 'NX', rDue, rTrace)
 return 1
+`;
+
+/** KEYS: total, overdue. ARGV: bytes, spans, max total bytes (-1: exempt), trace id, due at. Answers 1, or 0 (full). */
+const RESERVE = `
+local totalKey, overdueKey = KEYS[1], KEYS[2]
+local rBytes, rSpans, rMax, rTrace, rDue = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local function reserve()
+${RESERVE_STEP}
+end
+return reserve()
 `;
 
 /*
@@ -68,26 +78,51 @@ return 1
 `;
 
 /**
- * Parks one entry in its trace's slot. KEYS: parked, size, decision. ARGV: body, field, spans, max trace spans
- * (-1: exempt), max trace bytes, ttl ms. Answers {'decided', decision}, {'full', limit}, {'exists'} or {'parked'}.
+ * Parks one entry in its trace's slot, in two steps around the reservation: checks (answers {'decided', decision},
+ * {'exists'} or {'full', limit}), then the write (answers {'parked'}). Expect locals parkedKey, sizeKey, decisionKey;
+ * ARGV: body, field, spans, max trace spans (-1: exempt), max trace bytes, ttl ms.
  */
-const PARK = `
-local decision = redis.call('GET', KEYS[3])
+const PARK_CHECKS = `
+local decision = redis.call('GET', decisionKey)
 if decision then return {'decided', decision} end
-if redis.call('HEXISTS', KEYS[1], ARGV[2]) == 1 then return {'exists'} end
+if redis.call('HEXISTS', parkedKey, ARGV[2]) == 1 then return {'exists'} end
 if tonumber(ARGV[4]) >= 0 then
-  local spans = tonumber(redis.call('HGET', KEYS[2], 'spans') or '0')
-  local bytes = tonumber(redis.call('HGET', KEYS[2], 'bytes') or '0')
+  local spans = tonumber(redis.call('HGET', sizeKey, 'spans') or '0')
+  local bytes = tonumber(redis.call('HGET', sizeKey, 'bytes') or '0')
   if spans + tonumber(ARGV[3]) > tonumber(ARGV[4]) then return {'full', 'trace_spans'} end
   if bytes + string.len(ARGV[1]) > tonumber(ARGV[5]) then return {'full', 'trace_bytes'} end
 end
-redis.call('HSET', KEYS[1], ARGV[2], ARGV[1])
-redis.call('HINCRBY', KEYS[2], 'spans', ARGV[3])
-redis.call('HINCRBY', KEYS[2], 'bytes', string.len(ARGV[1]))
-for i = 1, 2 do
-  if redis.call('PTTL', KEYS[i]) < tonumber(ARGV[6]) then redis.call('PEXPIRE', KEYS[i], ARGV[6]) end
+`;
+const PARK_WRITE = `
+redis.call('HSET', parkedKey, ARGV[2], ARGV[1])
+redis.call('HINCRBY', sizeKey, 'spans', ARGV[3])
+redis.call('HINCRBY', sizeKey, 'bytes', string.len(ARGV[1]))
+for _, key in ipairs({parkedKey, sizeKey}) do
+  if redis.call('PTTL', key) < tonumber(ARGV[6]) then redis.call('PEXPIRE', key, ARGV[6]) end
 end
 return {'parked'}
+`;
+
+/** After a reservation (RESERVE): KEYS parked, size, decision. */
+const PARK = `
+local parkedKey, sizeKey, decisionKey = KEYS[1], KEYS[2], KEYS[3]
+${PARK_CHECKS}
+${PARK_WRITE}
+`;
+
+/**
+ * Outside a cluster, where every key is one server's: checks, reserves and parks in one command. KEYS: total,
+ * overdue, parked, size, decision; ARGV: PARK's, then RESERVE's. A full total answers {'full', 'total_bytes'}.
+ */
+const RESERVE_AND_PARK = `
+local totalKey, overdueKey, parkedKey, sizeKey, decisionKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local rBytes, rSpans, rMax, rTrace, rDue = ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11]
+local function reserve()
+${RESERVE_STEP}
+end
+${PARK_CHECKS}
+if reserve() == 0 then return {'full', 'total_bytes'} end
+${PARK_WRITE}
 `;
 
 /** Removes entries (ARGV: fields) and answers the bytes and spans they held. KEYS: parked, size. */
@@ -153,21 +188,17 @@ for _, id in ipairs(ids) do redis.call('ZADD', KEYS[1], tonumber(ARGV[1]) + tonu
 return ids
 `;
 
+/** PARK's arguments: body, field, spans, max trace spans, max trace bytes, ttl ms. */
+type ParkArgs = [Buffer, string, string, string, string, string];
+/** RESERVE's arguments: bytes, spans, max total bytes, trace id, due at. */
+type ReserveArgs = [string, string, string, string, string];
+
 interface ParkingScripts {
   cjtParkingReserve(total: string, overdue: string, bytes: string, spans: string, maxTotal: string, traceId: string, dueAt: string): Promise<number>;
   cjtParkingGiveBack(total: string, traceId: string, bytes: string, spans: string): Promise<number>;
   cjtParkingFinish(total: string, overdue: string, traceId: string): Promise<number>;
-  cjtPark(
-    parked: string,
-    size: string,
-    decision: string,
-    body: Buffer,
-    field: string,
-    spans: string,
-    maxSpans: string,
-    maxBytes: string,
-    ttlMs: string,
-  ): Promise<string[]>;
+  cjtPark(parked: string, size: string, decision: string, ...parkArgs: ParkArgs): Promise<string[]>;
+  cjtReserveAndPark(total: string, overdue: string, parked: string, size: string, decision: string, ...args: [...ParkArgs, ...ReserveArgs]): Promise<string[]>;
   cjtParkingRelease(parked: string, size: string, ...fields: string[]): Promise<[number, number]>;
   cjtDecide(decision: string, value: string, rememberMs: string): Promise<[string, number]>;
   cjtReopen(decision: string, facts: string): Promise<number>;
@@ -198,6 +229,8 @@ export class RedisParkingStore implements ParkingStore {
     redis.defineCommand('cjtParkingFinish', { numberOfKeys: 2, lua: FINISH });
     redis.defineCommand('cjtPark', { numberOfKeys: 3, lua: PARK });
     store.writeAlone('cjtPark');
+    redis.defineCommand('cjtReserveAndPark', { numberOfKeys: 5, lua: RESERVE_AND_PARK });
+    store.writeAlone('cjtReserveAndPark');
     redis.defineCommand('cjtParkingRelease', { numberOfKeys: 2, lua: RELEASE });
     redis.defineCommand('cjtDecide', { numberOfKeys: 1, lua: DECIDE });
     redis.defineCommand('cjtReopen', { numberOfKeys: 2, lua: REOPEN });
@@ -210,50 +243,54 @@ export class RedisParkingStore implements ParkingStore {
     const bytes = String(entry.body.length);
     const spans = String(entry.spans);
     const field = parkedEntryId(parkedDigest(entry.body), entry.kind, entry.spans, entry.body.length).id;
-    const ttlMs = String(Math.max(1, Math.round(limits.holdMs + limits.rememberMs)));
     const exempt = entry.exempt === true;
+    const parkArgs: ParkArgs = [
+      entry.body,
+      field,
+      spans,
+      exempt ? '-1' : String(limits.maxTraceSpans),
+      String(limits.maxTraceBytes),
+      String(Math.max(1, Math.round(limits.holdMs + limits.rememberMs))),
+    ];
+    const reserveArgs = (): ReserveArgs => [bytes, spans, exempt ? '-1' : String(limits.maxTotalBytes), traceId, String(Date.now() + limits.holdMs)];
+    const keys = [PARKED_KEY(traceId), PARKED_SIZE_KEY(traceId), TRACE_DECISION_KEY(traceId)] as const;
     return this.store.guard(async () => {
-      const dueAt = String(Date.now() + limits.holdMs);
-      const reserved = await this.scripts.cjtParkingReserve(
-        PARKING_TOTAL_KEY,
-        PARKING_OVERDUE_KEY,
-        bytes,
-        spans,
-        exempt ? '-1' : String(limits.maxTotalBytes),
-        traceId,
-        dueAt,
-      );
-      if (Number(reserved) !== 1) {
-        // A pipeline decided already is not held to the budget of what waits (SPEC §11 "Bounds": before a decision only).
-        const decision = await this.findDecision(traceId);
-        return decision === null ? { kind: 'full', limit: 'total_bytes' } : { kind: 'decided', decision };
-      }
       let reply: string[];
-      try {
-        reply = await this.scripts.cjtPark(
-          PARKED_KEY(traceId),
-          PARKED_SIZE_KEY(traceId),
-          TRACE_DECISION_KEY(traceId),
-          entry.body,
-          field,
-          spans,
-          exempt ? '-1' : String(limits.maxTraceSpans),
-          String(limits.maxTraceBytes),
-          ttlMs,
-        );
-      } catch (error) {
-        // Perhaps parked after all (a timeout after the write): the trace's finish gives the reservation back then.
-        await this.scripts.cjtParkingGiveBack(PARKING_TOTAL_KEY, traceId, bytes, spans).catch(() => undefined);
-        throw error;
+      if (!this.store.isCluster) {
+        // One server holds every key: checked, reserved and parked in one command, so a lost answer leaves either
+        // nothing or a parked entry with its reservation (given back when the trace ends).
+        reply = await this.scripts.cjtReserveAndPark(PARKING_TOTAL_KEY, PARKING_OVERDUE_KEY, ...keys, ...parkArgs, ...reserveArgs());
+      } else {
+        // On a cluster the budget ({parking}) and the trace are two slots: reserved first, given back if not parked.
+        const reserved = await this.scripts.cjtParkingReserve(PARKING_TOTAL_KEY, PARKING_OVERDUE_KEY, ...reserveArgs());
+        if (Number(reserved) !== 1) reply = ['full', 'total_bytes'];
+        else {
+          try {
+            reply = await this.scripts.cjtPark(...keys, ...parkArgs);
+          } catch (error) {
+            // Perhaps parked after all (a timeout after the write): the trace's finish gives the reservation back then.
+            await this.scripts.cjtParkingGiveBack(PARKING_TOTAL_KEY, traceId, bytes, spans).catch(() => undefined);
+            throw error;
+          }
+          if (reply[0] !== 'parked') await this.scripts.cjtParkingGiveBack(PARKING_TOTAL_KEY, traceId, bytes, spans);
+        }
       }
-      if (reply[0] === 'parked') {
-        // Acknowledged to the runner only once kept (SPEC §11): with REDIS_WAIT_REPLICAS, once replicas have it.
-        await this.store.replicated(PARKED_KEY(traceId));
-        return { kind: 'parked' };
+      switch (reply[0]) {
+        case 'parked':
+          // Acknowledged to the runner only once kept (SPEC §11): with REDIS_WAIT_REPLICAS, once replicas have it.
+          await this.store.replicated(PARKED_KEY(traceId));
+          return { kind: 'parked' };
+        case 'exists':
+          return { kind: 'parked' };
+        case 'decided':
+          return { kind: 'decided', decision: decisionOf(reply[1]) };
+        default: {
+          if (reply[1] !== 'total_bytes') return { kind: 'full', limit: reply[1] as 'trace_spans' | 'trace_bytes' };
+          // A pipeline decided already is not held to the budget of what waits (SPEC §11 "Bounds": before a decision only).
+          const decision = await this.findDecision(traceId);
+          return decision === null ? { kind: 'full', limit: 'total_bytes' } : { kind: 'decided', decision };
+        }
       }
-      await this.scripts.cjtParkingGiveBack(PARKING_TOTAL_KEY, traceId, bytes, spans);
-      if (reply[0] === 'exists') return { kind: 'parked' };
-      return reply[0] === 'decided' ? { kind: 'decided', decision: decisionOf(reply[1]) } : { kind: 'full', limit: reply[1] as 'trace_spans' | 'trace_bytes' };
     });
   }
 
