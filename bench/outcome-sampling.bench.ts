@@ -27,6 +27,7 @@
  *          --store-exports 50  --store-jobs 40  --budget-bytes 536870912 (what the budget figures are for)
  *          --pipelines 20  --pipeline-exports 10
  *          --service-env NAME=VALUE, repeatable (e.g. OTLP_UPSTREAM_LINGER_MS=0: forwarding without coalescing)
+ *          --cpu-prof (profiles the service of parts 1 and 2, both lanes, and prints its busiest functions)
  *          --smoke (a second's warm-up and one second of load each, a few exports and jobs, 3 pipelines: to check it
  *                   still works; no verdict)
  *
@@ -60,6 +61,7 @@ import { ciJobSpanBatch, withBinaryIds } from './lib/otlp-batch';
 import { median, percentile } from './lib/percentiles';
 import { procCpuMicros } from './lib/proc-cpu';
 import { guardedRun, startBuiltService, startBytesSink } from './lib/child-process';
+import { printCpuProfiles } from './lib/cpu-profile-summary';
 import { printTable } from './lib/table';
 import { describeExport, distinctExports, otlpTypes, traceExport } from './otlp-gateway.payload';
 
@@ -99,6 +101,7 @@ const { values: args } = parseArgs({
     smoke: { type: 'boolean', default: false },
     // Experiments: e.g. OTLP_UPSTREAM_LINGER_MS=0, forwarding each export alone as before coalescing (issue 29).
     'service-env': { type: 'string', multiple: true, default: [] },
+    'cpu-prof': { type: 'boolean', default: false },
   },
 });
 const serviceEnv = Object.fromEntries(
@@ -317,6 +320,7 @@ async function main(): Promise<void> {
       root,
       { ...baseEnv, REDIS_URL: redis.url, OTLP_UPSTREAM_URL: sink.origin, ...serviceEnv },
       join(work, 'service.log'),
+      { nodeArgs: args['cpu-prof'] ? ['--cpu-prof', `--cpu-prof-dir=${join(work, 'profiles')}`, '--cpu-prof-name=service.cpuprofile'] : [] },
     );
     let serviceStopped = false;
     stops.push(async () => void (serviceStopped ? undefined : await service.stop()));
@@ -434,6 +438,7 @@ async function main(): Promise<void> {
     void afterStore;
     await service.stop();
     serviceStopped = true;
+    if (args['cpu-prof']) printCpuProfiles(join(work, 'profiles'), root);
     await sink.stop();
 
     // ---- 3: hook-to-collector delay, on a service of its own forwarding to a sink that decodes what arrives.
