@@ -179,10 +179,12 @@ export class PipelineSpansService implements OnModuleDestroy {
     // The traced work it reads may still wait in this process's pickup batch.
     await this.pickups.flushed();
     if (event.kind === 'job') return event.job === undefined ? NOTHING : this.enqueue(await this.finishedJobSpans([event.job], 'job_hook'), 'job_hook');
-    const pipeline = (await this.store.findTracedPipeline(event.pipelineId)) ?? (await this.pipelineOfItsJobs(event));
+    const recorded = await this.store.findTracedPipeline(event.pipelineId);
+    // Found through its jobs or its root instead, its record was written just now.
+    const pipeline = recorded ?? (await this.pipelineOfItsJobs(event));
     if (pipeline === null) return NOTHING;
     // A pipeline lives as long as GitLab still tells of it (untraced jobs, a manual gate): its record with it.
-    await this.store.recordTracedPipelines([{ value: pipeline, ttlMs: this.limits.rememberMs }]);
+    if (recorded !== null) await this.store.recordTracedPipelines([{ value: pipeline, ttlMs: this.limits.rememberMs }]);
     // The hook's own spans first: parked, for a provisional pipeline, before its outcome decides on them.
     const outcome = await this.enqueue(await this.pipelineEventSpans(event, pipeline), 'pipeline_hook');
     if (pipeline.outcomePolicy !== undefined) await this.outcomeSampling.onPipelineHook(pipeline, event);
