@@ -11,6 +11,7 @@ export class OutcomeSamplingMetrics {
   private readonly late: Counter<'decision'>;
   private readonly fallbacks: Counter<'limit'>;
   private readonly delay: Histogram;
+  private readonly expired: Counter;
   private readonly decisionSeries = seriesOf((decision, reason) => this.decisions.labels(decision, reason));
   private readonly lateSeries = seriesOf((decision) => this.late.labels(decision));
   private readonly fallbackSeries = seriesOf((limit) => this.fallbacks.labels(limit));
@@ -46,6 +47,11 @@ export class OutcomeSamplingMetrics {
       buckets: [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 15, 60, 300, 1800],
       registers,
     });
+    this.expired = new Counter({
+      name: 'ci_job_telemetry_outcome_expired_pipelines_total',
+      help: 'Kept pipelines given up: their parked spans expired in the store before the collector took them (it was unreachable for longer than they are held)',
+      registers,
+    });
   }
 
   decided(decision: TraceDecision): void {
@@ -66,6 +72,10 @@ export class OutcomeSamplingMetrics {
 
   delivered(decidedAt: number): void {
     this.delay.observe(Math.max(0, Date.now() - decidedAt) / 1000);
+  }
+
+  expiredBeforeDelivery(): void {
+    this.expired.inc();
   }
 
   observedUsage(usage: ParkingUsage): void {

@@ -40,6 +40,7 @@ class World {
   readonly parking = new MemoryParkingStore();
   readonly outbox = new MemoryOutboxStore();
   readonly sent: Array<{ encoding: string; body: Buffer }> = [];
+  readonly metrics = new MetricsService();
   collectorUp = true;
   private kind: OutboxEntryKind | undefined;
   readonly service: OutcomeSamplingService;
@@ -54,7 +55,7 @@ class World {
       },
     };
     const deliverer = { register: (kind: OutboxEntryKind) => (this.kind = kind), kick: () => undefined } as unknown as OutboxDeliverer;
-    this.service = new OutcomeSamplingService(config, this.parking, this.outbox, collector, deliverer, new OutcomeSamplingMetrics(new MetricsService()));
+    this.service = new OutcomeSamplingService(config, this.parking, this.outbox, collector, deliverer, new OutcomeSamplingMetrics(this.metrics));
   }
 
   /** What the outbox's deliverer does, round after round, until nothing is due: the parked pointer's rounds and the spans. */
@@ -111,6 +112,29 @@ describe('outcome sampling in the orders and faults GitLab and operators meet (i
     await world.deliverAll();
     expect(world.sent.some((sent) => sent.encoding === 'protobuf' && sent.body.length === 6)).toBe(true);
     expect(await world.parking.usage()).toEqual({ traces: 0, spans: 0, bytes: 0 });
+  });
+
+  it('counts and says a kept pipeline whose parked spans expired while the collector was away, never as delivered (1)', async () => {
+    jest.useFakeTimers({ now: T0, doNotFake: ['nextTick', 'setImmediate', 'queueMicrotask'] });
+    try {
+      world = new World();
+      await world.service.parkExport(TRACE, 'protobuf', exportOf(3), 3);
+      world.collectorUp = false;
+      await world.service.onPipelineHook(pipeline, rootHook('failed'));
+      await world.deliverAll();
+      // The collector comes back after the parked spans' hold (6 h) and the decision's memory (3 days) have passed.
+      jest.setSystemTime(T0 + (6 * 3600 + 3 * 24 * 3600) * 1000 + 1);
+      world.collectorUp = true;
+      await world.deliverAll();
+      expect(world.sent.filter((sent) => sent.encoding === 'protobuf')).toEqual([]);
+      const metric = async (name: string) => (await world.metrics.registry.getSingleMetric(name)!.get()).values;
+      expect((await metric('ci_job_telemetry_outcome_expired_pipelines_total'))[0].value).toBe(1);
+      const delays = (await metric('ci_job_telemetry_outcome_decision_delay_seconds')) as Array<{ metricName?: string; value: number }>;
+      expect(delays.find((value) => value.metricName?.endsWith('_count'))?.value).toBe(0);
+      expect(await world.outbox.depth()).toEqual({ spans: 0 });
+    } finally {
+      jest.useRealTimers();
+    }
   });
 
   it('keeps a pipeline whose child fails after its root succeeded (3)', async () => {

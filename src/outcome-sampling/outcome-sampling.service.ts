@@ -316,7 +316,14 @@ export class OutcomeSamplingService implements OnApplicationBootstrap, OnModuleD
     const ids = await this.parking.parkedIds(traceId);
     if (ids.length === 0) {
       await this.parking.finish(traceId);
-      this.metrics.delivered(entry.enqueuedAt);
+      // Parked spans are held a fixed time from their last park, which is no later than the decision that enqueued
+      // this pointer: one that waited longer finds them expired, not delivered (the collector was away that long).
+      if (Date.now() - entry.enqueuedAt >= this.factsTtlMs) {
+        this.metrics.expiredBeforeDelivery();
+        this.logger.error(
+          `trace ${traceId}: kept pipeline given up: its parked spans expired before the collector took them (unreachable for ${Math.round((Date.now() - entry.enqueuedAt) / 3_600_000)} h)`,
+        );
+      } else this.metrics.delivered(entry.enqueuedAt);
       return { result: { kind: 'accepted', status: 200, partialSuccess: undefined }, more: false };
     }
     const planned = nextPage(ids);

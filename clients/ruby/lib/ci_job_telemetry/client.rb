@@ -109,19 +109,8 @@ module CiJobTelemetry
       payload = sent
       begin
         payload = exchange(request, sent, started + @deadline, call) || sent
-      rescue Net::OpenTimeout, Net::ReadTimeout, Net::WriteTimeout => e
-        fail_with(call, :timeout, e.class.name)
-      rescue Answer::Invalid, AnswerTooLarge => e
-        fail_with(call, :invalid_answer, e.message)
-      rescue Net::HTTPBadResponse, Net::HTTPHeaderSyntaxError => e
-        fail_with(call, :invalid_answer, e.class.name)
-      rescue EOFError, IOError, SystemCallError, SocketError, OpenSSL::SSL::SSLError => e
-        fail_with(call, :unreachable, e.class.name)
-      rescue InternalApiToken::InvalidSecret => e
-        fail_with(call, :error, e.message)
       rescue StandardError => e
-        # The class only: the message of an unforeseen error may quote the payload (a JSON::GeneratorError does).
-        fail_with(call, :error, e.class.name)
+        failed(call, e)
       ensure
         # Always, even for an exception not rescued here: a probe that never reported would hold the breaker
         # half open, skipping every call, for good.
@@ -261,18 +250,8 @@ module CiJobTelemetry
         else call.outcome = :http_error
         end
         call.error = service_error(text) unless status == 200
-      rescue Net::OpenTimeout, Net::ReadTimeout, Net::WriteTimeout => e
-        fail_with(call, :timeout, e.class.name)
-      rescue Answer::Invalid, AnswerTooLarge => e
-        fail_with(call, :invalid_answer, e.message)
-      rescue Net::HTTPBadResponse, Net::HTTPHeaderSyntaxError => e
-        fail_with(call, :invalid_answer, e.class.name)
-      rescue EOFError, IOError, SystemCallError, SocketError, OpenSSL::SSL::SSLError => e
-        fail_with(call, :unreachable, e.class.name)
-      rescue InternalApiToken::InvalidSecret => e
-        fail_with(call, :error, e.message)
       rescue StandardError => e
-        fail_with(call, :error, e.class.name)
+        failed(call, e)
       ensure
         READ_FAILURES.include?(call.outcome) ? @read_breaker.failure : @read_breaker.success
       end
@@ -337,6 +316,20 @@ module CiJobTelemetry
         InternalApiToken.new(InternalApiToken.read_secret(@secret_file), issuer: @issuer)
       rescue SystemCallError => e
         raise InternalApiToken::InvalidSecret, "cannot read the secret file (#{e.class.name})"
+      end
+    end
+
+    # What an exception raised by a call makes of it: its outcome, and an error that never quotes what was sent.
+    def failed(call, error)
+      case error
+      when Net::OpenTimeout, Net::ReadTimeout, Net::WriteTimeout then fail_with(call, :timeout, error.class.name)
+      when Answer::Invalid, AnswerTooLarge then fail_with(call, :invalid_answer, error.message)
+      when Net::HTTPBadResponse, Net::HTTPHeaderSyntaxError then fail_with(call, :invalid_answer, error.class.name)
+      when EOFError, IOError, SystemCallError, SocketError, OpenSSL::SSL::SSLError
+        fail_with(call, :unreachable, error.class.name)
+      when InternalApiToken::InvalidSecret then fail_with(call, :error, error.message)
+      # The class only: the message of an unforeseen error may quote the payload (a JSON::GeneratorError does).
+      else fail_with(call, :error, error.class.name)
       end
     end
 
