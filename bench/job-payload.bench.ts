@@ -52,6 +52,7 @@ import {
   serverScript,
   startBenchServer,
 } from './lib/bench-server';
+import { BytesSink, startBytesSink } from './lib/child-process';
 import { runFixedRate } from './lib/fixed-rate-load';
 import { jobPayloadBodies, PIPELINE_SIZES } from './lib/job-payload-body';
 import { median, percentile } from './lib/percentiles';
@@ -90,6 +91,7 @@ const { values: args } = parseArgs({
     'cpu-prof': { type: 'boolean', default: false },
     routes: { type: 'string', default: 'bare,bare-sampled,echo,echo-store,floor,decorator' },
     'autocannon-rate': { type: 'boolean', default: false },
+    upstream: { type: 'string', default: 'embedded' },
     help: { type: 'boolean', default: false },
   },
 });
@@ -107,6 +109,9 @@ if (args.help) {
   --latency-seconds 5        length of each latency run (0: none)
   --cpu-prof                 keep the server's .cpuprofile and print its busiest functions
   --autocannon-rate          also measure latency with autocannon's overallRate, for comparison
+  --upstream embedded|sink   where the control plane's spans (a queue wait per pickup) go: the embedded collector in
+                             the server's process (the default, as the quick start runs), or a separate OTLP sink
+                             process, as a deployment with its own Collector does
 
 Job ids are new for every request; pipelines are ${PIPELINE_SIZES.join(', ')} jobs in turn (10 to 40, 25 on average).`);
   process.exit(0);
@@ -122,7 +127,9 @@ const options = {
   cpuProf: args['cpu-prof'],
   routes: ROUTES.filter((route) => args.routes.split(',').some((name) => name.trim() === route)),
   autocannonRate: args['autocannon-rate'],
+  upstream: args.upstream === 'sink' ? ('sink' as const) : ('embedded' as const),
 };
+if (args.upstream !== 'sink' && args.upstream !== 'embedded') throw new Error(`--upstream is embedded or sink, not ${args.upstream}`);
 
 /** One load run against one route. */
 interface RunStats {
@@ -182,7 +189,7 @@ async function main(): Promise<void> {
         ' ',
       )} at start · body ${(bodies.bytes / 1024).toFixed(1)} KiB · ${options.connections} connections · ${options.rounds}×${options.roundSeconds} s alternating rounds · ` +
       `${options.rate} req/s × ${options.latencySeconds} s open-loop (latency from when each request was due) · a new job id per request, ` +
-      `10 to 40 jobs per pipeline (25 on average) · node ${process.version} · ${cpus().length} CPUs · logs: pino batched → file`,
+      `10 to 40 jobs per pipeline (25 on average) · node ${process.version} · ${cpus().length} CPUs · logs: pino batched → file · control-plane spans to ${options.upstream === 'sink' ? 'a separate OTLP sink' : 'the embedded collector'}`,
   );
 
   const load = async (server: BenchServer, label: string, run: () => Promise<Omit<RunStats, 'serverCpuMicrosPerRequest' | 'generatorCpuShare'>>) => {
@@ -275,9 +282,11 @@ async function main(): Promise<void> {
   const benchStore = async (store: Store): Promise<Omit<StoreReport, 'logBytes'>> => {
     let redis: RedisServer | undefined;
     let server: BenchServer | undefined;
+    let sink: BytesSink | undefined;
     const logFile = join(work, `service-${store}.log`);
     try {
       if (store === 'redis') redis = await startRedis();
+      if (options.upstream === 'sink') sink = await startBytesSink(join(__dirname, 'otlp-gateway.sink.js'));
       server = await startBenchServer({
         script: serverScript(__dirname),
         cwd: root,
@@ -291,6 +300,7 @@ async function main(): Promise<void> {
           TRACE_KEY_FILE: secrets.traceKeyFile,
           FLAGS_FILE: join(root, 'config', 'flags.json'),
           ...(redis === undefined ? {} : { REDIS_URL: redis.url }),
+          ...(sink === undefined ? {} : { OTLP_UPSTREAM_URL: sink.origin }),
         },
       });
 
@@ -344,6 +354,7 @@ async function main(): Promise<void> {
       return { store, routes, decisions, decoratorOk };
     } finally {
       await server?.stop();
+      await sink?.stop();
       await redis?.stop();
     }
   };
