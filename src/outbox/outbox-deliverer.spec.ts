@@ -63,7 +63,12 @@ describe('OutboxDeliverer', () => {
   };
 
   const start = () => {
-    deliverer = new OutboxDeliverer(loadConfig({ OTLP_UPSTREAM_TIMEOUT_MS: '1000', OUTBOX_MAX_BACKOFF_SECONDS: '1' }), store, collector, new OutboxMetrics(metrics));
+    deliverer = new OutboxDeliverer(
+      loadConfig({ OTLP_UPSTREAM_TIMEOUT_MS: '1000', OUTBOX_MAX_BACKOFF_SECONDS: '1' }),
+      store,
+      collector,
+      new OutboxMetrics(metrics),
+    );
     deliverer.onApplicationBootstrap();
   };
   const until = async (what: () => Promise<boolean>) => {
