@@ -22,7 +22,7 @@ import { FlagsService } from '../src/flags/flags.service';
 import { PipelineSpansService } from '../src/pipeline-spans/pipeline-spans.service';
 import { parseJobPayloadRequest } from '../src/job-payload/job-payload-request';
 import { decoratedAnswer, JobPayloadBody, useJobPayloadParser } from '../src/job-payload/job-payload-body';
-import { decoratePayload, enabledTelemetry, flagContextOf, pickupRecords, tracesUrl, withoutTrailingSlash } from '../src/job-payload/job-payload-decoration';
+import { enabledTelemetry, flagContextOf, payloadChanges, pickupRecords, tracesUrl, withoutTrailingSlash } from '../src/job-payload/job-payload-decoration';
 import { capabilityPath, mintCapability } from '../src/runner-auth/job-capability';
 import { spanIdFor, traceContextOf, traceIdFor } from '../src/trace-context/trace-context';
 import { testGrant } from '../test/helpers/grants';
@@ -119,7 +119,7 @@ async function serve(): Promise<void> {
         const endpoint = { url: tracesUrl(capabilityBase) };
         const telemetry = enabledTelemetry(context, endpoint, grant.expiresAt);
         void reply.header('content-type', 'application/json; charset=utf-8');
-        return decoratedAnswer(body, payload, { payload: decoratePayload(payload, context, endpoint, capabilityBase), telemetry });
+        return decoratedAnswer(body, payload!, { changes: payloadChanges(context, endpoint, capabilityBase), telemetry });
       },
     );
   });

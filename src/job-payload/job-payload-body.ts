@@ -1,5 +1,5 @@
 import { errorCodes, type FastifyInstance } from 'fastify';
-import { DecoratedJobPayload } from './job-payload-decoration';
+import { applyPayloadChanges, Decoration } from './job-payload-decoration';
 import { JobPayload } from './job-payload-request';
 import { JsonTooDeepError, MAX_JSON_DEPTH, PayloadLayout, payloadJson, scanRequestText } from './job-payload-text';
 
@@ -46,9 +46,36 @@ export function useJobPayloadParser(scope: FastifyInstance): void {
 }
 
 /** The decorator's answer, the payload written back from the request's own text where it did not change. */
-export function decoratedAnswer(body: JobPayloadBody, sent: JobPayload, { payload, telemetry }: DecoratedJobPayload): string {
+export function decoratedAnswer(body: JobPayloadBody, sent: JobPayload, { changes, telemetry }: Decoration): string {
+  const payload = changes === undefined ? sent : applyPayloadChanges(sent, changes);
   const payloadText = body.payloadLayout === undefined ? JSON.stringify(payload) : payloadJson(body.text, body.payloadLayout, sent, payload);
   return `{"payload":${payloadText},"telemetry":${JSON.stringify(telemetry)}}`;
+}
+
+/**
+ * The answer to a caller that asked for the changes (`Prefer: return=minimal`): what to do to the payload it holds
+ * (nothing when telemetry is not enabled), and the job it is for, so that a caller can tell it from another job's.
+ */
+export function changesAnswer(jobId: number, { changes, telemetry }: Decoration): string {
+  return JSON.stringify({ job_id: jobId, changes: changes ?? {}, telemetry });
+}
+
+/**
+ * Whether the caller asked for the changes instead of the payload: a `return=minimal` preference (RFC 7240) among
+ * those of its `Prefer` header(s), the name in any case, the value bare or quoted.
+ */
+export function prefersChanges(prefer: string | string[] | undefined): boolean {
+  if (prefer === undefined) return false;
+  for (const header of Array.isArray(prefer) ? prefer : [prefer]) {
+    for (const preference of header.split(',')) {
+      const [name, value] = preference
+        .split(';', 1)[0]
+        .split('=', 2)
+        .map((part) => part.trim());
+      if (name.toLowerCase() === 'return' && (value === 'minimal' || value === '"minimal"')) return true;
+    }
+  }
+  return false;
 }
 
 /** 415 through the internal API's error shape (AllExceptionsFilter reads `statusCode`), naming what was sent. */

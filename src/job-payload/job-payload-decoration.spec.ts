@@ -2,7 +2,9 @@ import { tokenDigest } from '../grants/token-digest';
 import { traceContextOf } from '../trace-context/trace-context';
 import { jobPayloadRequest, JOB_TOKEN, RUNNER_TOKEN } from '../../test/fixtures/job-payload';
 import {
-  decoratePayload,
+  applyPayloadChanges,
+  DECORATOR_VARIABLES,
+  payloadChanges,
   enabledTelemetry,
   flagContextOf,
   OTLP_ENDPOINT_VARIABLE,
@@ -92,13 +94,13 @@ describe('the decorator steps (SPEC §4)', () => {
     });
   });
 
-  describe('decoratePayload', () => {
+  describe('payloadChanges applied (applyPayloadChanges)', () => {
     const endpoint = { url: 'https://gateway.example.com/jobs/1001/cap/v1/traces' };
     const capabilityBase = 'https://gateway.example.com/jobs/1001/cap';
 
     it("sets features.tracing and TRACEPARENT, masks the capability URL, and leaves the caller's payload as it was", () => {
       const sent = structuredClone(payload);
-      const decorated = decoratePayload(payload, context, endpoint, capabilityBase);
+      const decorated = applyPayloadChanges(payload, payloadChanges(context, endpoint, capabilityBase));
       expect(payload).toEqual(sent);
       expect(decorated.features).toEqual({
         ...(payload.features as object),
@@ -122,14 +124,21 @@ describe('the decorator steps (SPEC §4)', () => {
           { key: 'KEPT', value: '1', public: true, masked: false },
         ],
       };
-      const variables = decoratePayload(stale, context, endpoint, undefined).variables!;
+      const variables = applyPayloadChanges(stale, payloadChanges(context, endpoint, undefined)).variables!;
       expect(variables.map((variable) => (variable as { key: string }).key)).toEqual(['KEPT', 'TRACEPARENT']);
-      expect(decoratePayload(stale, sampledContext, endpoint, undefined).variables).toContainEqual({
+      expect(applyPayloadChanges(stale, payloadChanges(sampledContext, endpoint, undefined)).variables).toContainEqual({
         key: 'TRACESTATE',
         value: sampledContext.tracestate,
         public: true,
         masked: false,
       });
+    });
+
+    it('are the same for every payload: a caller holding the payload can apply them itself', () => {
+      const changes = payloadChanges(sampledContext, endpoint, capabilityBase);
+      expect(changes.variables.remove).toEqual(DECORATOR_VARIABLES);
+      expect(changes.variables.append.map((variable) => variable.key)).toEqual(['TRACEPARENT', 'TRACESTATE', OTLP_ENDPOINT_VARIABLE]);
+      expect(applyPayloadChanges({ id: 1 }, changes)).toEqual({ id: 1, variables: changes.variables.append, features: changes.features });
     });
   });
 });

@@ -50,13 +50,12 @@ export type Telemetry =
       readonly expires_at: string;
     };
 
-export interface DecoratedJobPayload {
-  readonly payload: JobPayload;
+/** What the decorator decided for a pickup: its telemetry, and when enabled what it does to the payload. */
+export interface Decoration {
   readonly telemetry: Telemetry;
+  /** Absent when telemetry is not enabled: the payload stays as it came. */
+  readonly changes?: PayloadChanges;
 }
-
-/** Variables the decorator owns: an existing entry of the same key is replaced, never duplicated. */
-const DECORATOR_VARIABLES = new Set(['TRACEPARENT', 'TRACESTATE', OTLP_ENDPOINT_VARIABLE]);
 
 /** Who the `ci_job_telemetry` flag is asked about (SPEC §4 "Flags"). */
 export function flagContextOf(runner: Runner, job: Job): FlagContext {
@@ -142,25 +141,50 @@ export function tracesUrl(base: string): string {
   return `${base}/v1/traces`;
 }
 
+/** A CI variable as GitLab's job payload carries it. */
+export interface JobVariable {
+  readonly key: string;
+  readonly value: string;
+  readonly public: boolean;
+  readonly masked: boolean;
+}
+
+export interface TracingFeature {
+  readonly trace_id: string;
+  readonly span_parent_id: string;
+  readonly traceparent: string;
+  readonly tracestate?: string;
+  readonly otel_endpoints: OtelEndpoint[];
+}
+
 /**
- * The payload with `features.tracing` and the decorator's variables set. Copies only what it changes,
- * so the caller's object (and its megabytes of scripts) is never touched.
+ * What decorating does to a job payload (SPEC §4), whatever the payload holds: every variable keyed in
+ * `variables.remove` goes, `variables.append` is added at the end, and `features.tracing` is set. The service
+ * applies it for a caller that sent the payload (applyPayloadChanges); a caller that asked for the changes
+ * (`Prefer: return=minimal`) applies it to the payload it holds, which then never crosses the network twice.
  */
-export function decoratePayload(payload: JobPayload, context: TraceContext, endpoint: OtelEndpoint, capabilityBase: string | undefined): JobPayload {
-  const traceVariables = [
-    { key: 'TRACEPARENT', value: context.traceparent, public: true, masked: false },
-    ...(context.tracestate === undefined ? [] : [{ key: 'TRACESTATE', value: context.tracestate, public: true, masked: false }]),
-    // A credential: masked in job logs, and not public (not shown in the UI, not passed to services).
-    // No OTEL_EXPORTER_* variable is set: that would make instrumented programs export unasked.
-    ...(capabilityBase === undefined ? [] : [{ key: OTLP_ENDPOINT_VARIABLE, value: capabilityBase, public: false, masked: true }]),
-  ];
-  // A TRACESTATE left from elsewhere describes another trace; it goes with the TRACEPARENT it belonged to.
-  const variables = (payload.variables ?? []).filter((variable) => !DECORATOR_VARIABLES.has((variable as { key?: unknown } | null)?.key as string));
+export interface PayloadChanges {
+  readonly variables: { readonly remove: readonly string[]; readonly append: readonly JobVariable[] };
+  readonly features: { readonly tracing: TracingFeature };
+}
+
+/**
+ * The variables the decorator owns: any entry of these keys is replaced, never duplicated. A TRACESTATE left from
+ * elsewhere describes another trace; it goes with the TRACEPARENT it belonged to, even when no new one is set.
+ */
+export const DECORATOR_VARIABLES: readonly string[] = ['TRACEPARENT', 'TRACESTATE', OTLP_ENDPOINT_VARIABLE];
+const DECORATOR_VARIABLE_SET: ReadonlySet<string> = new Set(DECORATOR_VARIABLES);
+
+/** The changes that give a job its trace context and its endpoint (`capabilityBase` when the gateway can honour it). */
+export function payloadChanges(context: TraceContext, endpoint: OtelEndpoint, capabilityBase: string | undefined): PayloadChanges {
+  const append: JobVariable[] = [{ key: 'TRACEPARENT', value: context.traceparent, public: true, masked: false }];
+  if (context.tracestate !== undefined) append.push({ key: 'TRACESTATE', value: context.tracestate, public: true, masked: false });
+  // A credential: masked in job logs, and not public (not shown in the UI, not passed to services).
+  // No OTEL_EXPORTER_* variable is set: that would make instrumented programs export unasked.
+  if (capabilityBase !== undefined) append.push({ key: OTLP_ENDPOINT_VARIABLE, value: capabilityBase, public: false, masked: true });
   return {
-    ...payload,
-    variables: [...variables, ...traceVariables],
+    variables: { remove: DECORATOR_VARIABLES, append },
     features: {
-      ...payload.features,
       tracing: {
         trace_id: context.traceId,
         span_parent_id: context.spanParentId,
@@ -169,5 +193,19 @@ export function decoratePayload(payload: JobPayload, context: TraceContext, endp
         otel_endpoints: [endpoint],
       },
     },
+  };
+}
+
+/**
+ * The payload with `changes` applied. Copies only what it changes, so the caller's object (and its megabytes of
+ * scripts) is never touched.
+ */
+export function applyPayloadChanges(payload: JobPayload, changes: PayloadChanges): JobPayload {
+  const remove = changes.variables.remove === DECORATOR_VARIABLES ? DECORATOR_VARIABLE_SET : new Set(changes.variables.remove);
+  const variables = (payload.variables ?? []).filter((variable) => !remove.has((variable as { key?: unknown } | null)?.key as string));
+  return {
+    ...payload,
+    variables: [...variables, ...changes.variables.append],
+    features: { ...payload.features, ...changes.features },
   };
 }

@@ -43,6 +43,14 @@ describe('parseJobPayloadRequest (SPEC §4 request)', () => {
     for (const body of [undefined, null, 'text', [valid()]]) expect(fieldsOf(body)).toEqual(['runner', 'job', 'payload']);
   });
 
+  it('lets a caller that asked for the changes leave the payload out, and no one else', () => {
+    const { payload: _, ...withoutPayload } = valid();
+    expect(fieldsOf(withoutPayload)).toEqual(['payload']);
+    expect(parseJobPayloadRequest(withoutPayload, false).request?.payload).toBeUndefined();
+    // A payload sent anyway is still checked.
+    expect(parseJobPayloadRequest({ ...withoutPayload, payload: [] }, false).problems?.map((problem) => problem.field)).toEqual(['payload']);
+  });
+
   it('treats null optional fields as absent, so no null token reaches the digest', () => {
     const body = valid();
     Object.assign(body.runner, { token: null, features: null });

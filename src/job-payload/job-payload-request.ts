@@ -36,7 +36,8 @@ export interface JobPayload extends Record<string, unknown> {
 export interface JobPayloadRequest {
   readonly runner: Runner;
   readonly job: Job;
-  readonly payload: JobPayload;
+  /** Absent only from a caller that asked for the changes (`Prefer: return=minimal`): it holds the payload itself. */
+  readonly payload?: JobPayload;
 }
 
 export interface FieldProblem {
@@ -103,16 +104,22 @@ const isPlainObject = (value: unknown): value is Record<string, unknown> => type
 
 const orUndefined = <T>(value: T | null | undefined): T | undefined => value ?? undefined;
 
+const PAYLOAD_REQUIRED: FieldProblem = { field: 'payload', problems: ['payload is required'] };
+
 /**
  * Checks a decorator request (SPEC §4) against openapi/openapi.yaml's JobPayloadRequest and names every
  * bad field by its dotted path. The job payload itself is neither copied nor changed: members the schema
- * does not describe pass through as they came.
+ * does not describe pass through as they came. `payload` may be left out only when the answer is to be the
+ * changes (the caller holds the payload): `payloadRequired` false.
  */
-export function parseJobPayloadRequest(body: unknown): ParsedJobPayloadRequest {
+export function parseJobPayloadRequest(body: unknown, payloadRequired = true): ParsedJobPayloadRequest {
   validateRequest ??= compileRequestSchema();
-  // A body that is not an object is answered by naming the three parts it should have had.
+  // A body that is not an object is answered by naming the parts it should have had.
   const sent = isPlainObject(body) ? body : {};
-  if (!validateRequest(sent)) return { problems: problemsOf(validateRequest.errors ?? []) };
+  const valid = validateRequest(sent);
+  const missingPayload = payloadRequired && sent.payload === undefined ? [PAYLOAD_REQUIRED] : [];
+  if (!valid) return { problems: [...problemsOf(validateRequest.errors ?? []), ...missingPayload] };
+  if (missingPayload.length > 0) return { problems: missingPayload };
 
   const runner = sent.runner as Record<keyof Runner, never>;
   const job = sent.job as Record<keyof Job, never>;
@@ -135,7 +142,7 @@ export function parseJobPayloadRequest(body: unknown): ParsedJobPayloadRequest {
         queued_at: orUndefined(job.queued_at),
         token: orUndefined(job.token),
       },
-      payload: sent.payload as JobPayload,
+      payload: sent.payload as JobPayload | undefined,
     },
   };
 }

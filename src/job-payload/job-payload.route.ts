@@ -9,7 +9,7 @@ import { sendError } from '../observability/http-error';
 import { APP_LOGGER } from '../observability/logger';
 import { registerPlainPost } from '../observability/plain-route';
 import { SAMPLED_ACCESS_LOG } from '../observability/request-hooks';
-import { decoratedAnswer, JobPayloadBody, useJobPayloadParser } from './job-payload-body';
+import { changesAnswer, decoratedAnswer, JobPayloadBody, prefersChanges, useJobPayloadParser } from './job-payload-body';
 import { loadJobPayloadRequestSchema, parseJobPayloadRequest } from './job-payload-request';
 import { JobPayloadService } from './job-payload.service';
 
@@ -58,14 +58,20 @@ export class JobPayloadRoute implements OnModuleInit {
       sendError(request, reply, 415, 'a JSON body is required (content-type: application/json)');
       return reply;
     }
-    const parsed = parseJobPayloadRequest(body.json);
+    // A caller holding the payload may ask for the changes alone: neither sends nor receives its megabytes again.
+    const changesOnly = prefersChanges(request.headers.prefer);
+    const parsed = parseJobPayloadRequest(body.json, !changesOnly);
     if (parsed.problems !== undefined) {
       const error = `invalid request: ${parsed.problems.flatMap((problem) => problem.problems).join('; ')}`;
       sendError(request, reply, 400, error, { details: { fields: parsed.problems } });
       return reply;
     }
-    const decorated = await this.jobPayloads.decorate(parsed.request);
+    const decoration = await this.jobPayloads.decorate(parsed.request);
     void reply.header('content-type', 'application/json; charset=utf-8');
-    return decoratedAnswer(body, parsed.request.payload, decorated);
+    if (changesOnly) {
+      void reply.header('preference-applied', 'return=minimal');
+      return changesAnswer(parsed.request.job.id, decoration);
+    }
+    return decoratedAnswer(body, parsed.request.payload!, decoration);
   }
 }

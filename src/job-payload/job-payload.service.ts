@@ -17,13 +17,13 @@ import { OutcomePolicy } from '../outcome-sampling/outcome-policy';
 import { OutcomeSamplingService } from '../outcome-sampling/outcome-sampling.service';
 import { FlagContext } from '../flags/flags.service';
 import {
-  DecoratedJobPayload,
-  decoratePayload,
+  Decoration,
   enabledTelemetry,
   flagContextOf,
   GATEWAY_AUTH_TYPE,
   HOSTED_AUTH_TYPE,
   OtelEndpoint,
+  payloadChanges,
   pickupRecords,
   TelemetryReason,
   tracesUrl,
@@ -73,8 +73,11 @@ export class JobPayloadService {
     };
   }
 
-  /** Never throws for the store or Unleash: job pickup must not fail because of telemetry (SPEC §4). */
-  async decorate(request: JobPayloadRequest): Promise<DecoratedJobPayload> {
+  /**
+   * What a pickup's payload gets, from its runner and job alone (the payload itself decides nothing). Never throws
+   * for the store or Unleash: job pickup must not fail because of telemetry (SPEC §4).
+   */
+  async decorate(request: Pick<JobPayloadRequest, 'runner' | 'job'>): Promise<Decoration> {
     const started = process.hrtime.bigint();
     const span = startDecisionSpan('ci_job_telemetry.job_payload');
     const result = await this.decide(request);
@@ -87,11 +90,8 @@ export class JobPayloadService {
     return result;
   }
 
-  private async decide({ runner, job, payload }: JobPayloadRequest): Promise<DecoratedJobPayload> {
-    const off = (reason: Exclude<TelemetryReason, 'enabled'>): DecoratedJobPayload => ({
-      payload,
-      telemetry: { enabled: false, reason },
-    });
+  private async decide({ runner, job }: Pick<JobPayloadRequest, 'runner' | 'job'>): Promise<Decoration> {
+    const off = (reason: Exclude<TelemetryReason, 'enabled'>): Decoration => ({ telemetry: { enabled: false, reason } });
 
     if (!this.runnerSupportsTracing(runner.features)) return off('runner_unsupported');
 
@@ -134,7 +134,7 @@ export class JobPayloadService {
       stored !== undefined ? `${this.gatewayBase}${capabilityPath(job.id, mintCapability(this.secrets.capabilityKeys[0], job.id))}` : undefined;
     const endpoint = hosted ? this.hostedEndpoint : this.config.RUNNER_ENDPOINT_FORM === 'headers' ? this.headerEndpoint : { url: tracesUrl(capabilityBase!) };
     return {
-      payload: decoratePayload(payload, context, endpoint, capabilityBase),
+      changes: payloadChanges(context, endpoint, capabilityBase),
       // A job decorated again keeps its first expiry and any revocation: the store says which.
       telemetry: enabledTelemetry(context, endpoint, grantEndsAt(stored ?? grant), outcomePolicy !== undefined),
     };

@@ -192,26 +192,38 @@ interface MisbehavingServer {
   close(): Promise<void>;
 }
 
-/** The decorator's answer shape, made by hand: what a wrong service could send back for `body`. */
-function forgedAnswer(body: string, change: (payload: Record<string, unknown>) => Record<string, unknown>): string {
-  const { payload } = JSON.parse(body) as { payload: Record<string, unknown> };
+/**
+ * A decorator's answer made by hand, wrong in one way (another job's, or dropping a variable that is not the
+ * decorator's), in the shape the client asked for: the payload, or with `Prefer: return=minimal` the changes to it.
+ */
+function forgedAnswer(body: string, changesAsked: boolean, wrong: 'other-job' | 'lost-variables'): string {
+  const request = JSON.parse(body) as { job: { id: number }; payload?: Record<string, unknown> };
   const traceparent = '00-0123456789abcdef0123456789abcdef-0123456789abcdef-03';
-  const decorated = {
-    ...payload,
-    variables: [...((payload.variables as unknown[]) ?? []), { key: 'TRACEPARENT', value: traceparent, public: true, masked: false }],
-    features: { ...(payload.features as object), tracing: { traceparent } },
-  };
-  return JSON.stringify({ payload: change(decorated), telemetry: { enabled: true, reason: 'enabled' } });
+  const telemetry = { enabled: true, reason: 'enabled' };
+  const added = { key: 'TRACEPARENT', value: traceparent, public: true, masked: false };
+  if (changesAsked) {
+    const remove = wrong === 'lost-variables' ? ['TRACEPARENT', 'SECRET'] : ['TRACEPARENT'];
+    const changes = { variables: { remove, append: [added] }, features: { tracing: { traceparent } } };
+    return JSON.stringify({ job_id: request.job.id + (wrong === 'other-job' ? 1 : 0), changes, telemetry });
+  }
+  const payload = request.payload ?? {};
+  const variables = [...((payload.variables as { key: string }[] | undefined) ?? []), added];
+  const decorated = { ...payload, variables, features: { ...(payload.features as object), tracing: { traceparent } } };
+  const answered =
+    wrong === 'other-job' ? { ...decorated, id: Number(payload.id) + 1 } : { ...decorated, variables: variables.filter((v) => v.key !== 'SECRET') };
+  return JSON.stringify({ payload: answered, telemetry });
 }
 
 /**
  * One server for every way a service can fail the client, by path prefix (the client keeps a base URL's path):
  * `/<behaviour>/internal/ci/telemetry/job_payload`. `/proxy` passes calls to the real service; `/switch` does
  * what `/switch/-/mode` was last told (500, slow-500, proxy) and counts the calls that reach it.
- * `/-/connections` counts the connections that carried a client's call, to show keep-alive.
+ * `/-/connections` counts the connections that carried a client's call, to show keep-alive; `/-/last-request-bytes`
+ * is the size of the last call's body, to show what the client sends.
  */
 async function startMisbehavingServer(serviceUrl: string): Promise<MisbehavingServer> {
   let connections = 0;
+  let lastRequestBytes = 0;
   let switchMode = '500';
   let switchCalls = 0;
   const sockets = new Set<Socket>();
@@ -266,15 +278,8 @@ async function startMisbehavingServer(serviceUrl: string): Promise<MisbehavingSe
         response.write(`{"payload":{"id":1,"x":"${'x'.repeat(256 * 1024)}`);
         return;
       case 'other-job':
-        return json(
-          200,
-          forgedAnswer(body, (payload) => ({ ...payload, id: Number(payload.id) + 1 })),
-        );
       case 'lost-variables':
-        return json(
-          200,
-          forgedAnswer(body, (payload) => ({ ...payload, variables: (payload.variables as { key: string }[]).filter((v) => v.key !== 'SECRET') })),
-        );
+        return json(200, forgedAnswer(body, request.headers.prefer === 'return=minimal', behaviour));
       case 'unavailable':
         // What the read API answers when its store cannot answer in time (SPEC §12).
         return response
@@ -292,10 +297,12 @@ async function startMisbehavingServer(serviceUrl: string): Promise<MisbehavingSe
       const body = Buffer.concat(chunks).toString();
       const url = request.url ?? '/';
       if (url === '/-/connections') return void response.end(String(connections));
+      if (url === '/-/last-request-bytes') return void response.end(String(lastRequestBytes));
       if (url === '/switch/-/mode') return void ((switchMode = body), response.end(switchMode));
       if (url === '/switch/-/count') return void response.end(String(switchCalls));
       const [, behaviour, ...rest] = url.split('/');
       const path = `/${rest.join('/')}`;
+      lastRequestBytes = Buffer.byteLength(body);
       if (!clientSockets.has(request.socket)) {
         clientSockets.add(request.socket);
         connections++;

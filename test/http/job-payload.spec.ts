@@ -263,6 +263,75 @@ describe('POST /internal/ci/telemetry/job_payload', () => {
     });
   });
 
+  describe('answering with the changes (Prefer: return=minimal)', () => {
+    const MINIMAL = { prefer: 'return=minimal' };
+    const withHeaders = async (extra: Record<string, string>) => ({ ...(await internalApiHeaders(running().secrets.internalApiSecret)), ...extra });
+    type Variable = { key: string };
+    type Changes = { variables?: { remove: string[]; append: Variable[] }; features?: Record<string, unknown> };
+    /** The changes applied as the OpenAPI document describes them, independently of the service's own code. */
+    const applied = (payload: Record<string, unknown>, changes: Changes) => {
+      if (changes.variables === undefined) return payload;
+      const remove = new Set(changes.variables.remove);
+      const kept = ((payload.variables as Variable[] | undefined) ?? []).filter((variable) => !remove.has(variable.key));
+      return { ...payload, variables: [...kept, ...changes.variables.append], features: { ...(payload.features as object), ...changes.features } };
+    };
+
+    it('gives, applied to the payload the caller holds, exactly the payload the whole answer carries', async () => {
+      service = await startInProcess({ FLAGS_FILE: writeFlagsFile({ constraints: [{ contextName: 'projectId', operator: 'IN', values: ['7'] }] }) });
+      const stale = [
+        { key: 'TRACEPARENT', value: '00-11111111111111111111111111111111-2222222222222222-01', public: true },
+        { key: 'CI_JOB_ID', value: '1', public: true, masked: false },
+        { key: 'TRACESTATE', value: 'vendor=x', public: true },
+        { key: 'CI_JOB_TELEMETRY_OTLP_ENDPOINT', value: 'http://attacker.example', public: true },
+      ];
+      const payloads: Record<string, unknown>[] = [
+        jobPayloadRequest().payload,
+        { id: 1001 },
+        { id: 1001, variables: stale, features: { trace_sections: true } },
+      ];
+      for (const [index, payload] of payloads.entries()) {
+        for (const job of [{ id: 1100 + index }, { id: 1200 + index, project_id: 8 }]) {
+          const whole = await call(running(), jobPayloadRequest({ job, payload }));
+          expect(whole.status).toBe(200);
+          const { payload: _, ...withoutPayload } = jobPayloadRequest({ job });
+          const minimal = await call(running(), withoutPayload, await withHeaders(MINIMAL));
+          expect(minimal.status).toBe(200);
+          expect(minimal.headers['preference-applied']).toBe('return=minimal');
+          expect(minimal.body).not.toHaveProperty('payload');
+          expect(minimal.body.job_id).toBe(job.id);
+          expect(minimal.body.telemetry).toEqual(whole.body.telemetry);
+          expect(applied(payload, minimal.body.changes)).toEqual(whole.body.payload);
+          if (job.project_id === 8) expect(minimal.body.changes).toEqual({});
+        }
+      }
+    });
+
+    it('reads the preference among others, and answers with the payload to any other', async () => {
+      service = await startInProcess();
+      const { payload: _, ...withoutPayload } = jobPayloadRequest();
+      const among = await call(running(), withoutPayload, await withHeaders({ prefer: 'respond-async, RETURN="minimal"; x=1' }));
+      expect(among.body.changes.features.tracing.traceparent).toBe(among.body.telemetry.traceparent);
+      const representation = await call(running(), jobPayloadRequest(), await withHeaders({ prefer: 'return=representation' }));
+      expect(representation.headers['preference-applied']).toBeUndefined();
+      expect(representation.body.payload.features.tracing.traceparent).toBe(representation.body.telemetry.traceparent);
+      const missing = await call(running(), withoutPayload, await withHeaders({ prefer: 'return=representation' }));
+      expect(missing.status).toBe(400);
+      expect(missing.body.fields).toEqual([{ field: 'payload', problems: ['payload is required'] }]);
+    });
+
+    it('still checks a payload sent with it, and stores the same grant as the whole answer would', async () => {
+      service = await startInProcess();
+      const bad = await call(running(), jobPayloadRequest({ payload: { variables: 'x' } }), await withHeaders(MINIMAL));
+      expect(bad.status).toBe(400);
+      expect(bad.body.fields.map((field: { field: string }) => field.field)).toEqual(['payload.variables']);
+      const { payload: _, ...withoutPayload } = jobPayloadRequest({ job: { id: 1301 } });
+      const minimal = await call(running(), withoutPayload, await withHeaders(MINIMAL));
+      const grant = await running().app.get<GrantStore>(GRANT_STORE).findGrant(1301);
+      expect(grant).toMatchObject({ jobId: 1301, traceId: minimal.body.telemetry.trace_id, spanParentId: minimal.body.telemetry.span_parent_id });
+      expect(grant?.jobTokenDigest).toBe(tokenDigest(running().secrets.tokenDigestKey, JOB_TOKEN));
+    });
+  });
+
   describe('negotiation with the runner', () => {
     it.each([
       ['tracing: false', 'runner_unsupported', { tracing: false }],

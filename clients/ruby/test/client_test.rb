@@ -24,14 +24,19 @@ class ClientTest < Minitest::Test
     assert_equal "cannot read the secret file (Errno::ENOENT)", call.error
   end
 
-  def test_a_payload_that_cannot_be_sent_fails_open_without_quoting_it
-    client, calls = client_for(closed_port_url, secret_file: secret_file_with(Random.new(2).bytes(32)), deadline: DEADLINE)
-    request = job_request
-    request["payload"]["variables"] << { "key" => "BAD", "value" => "s3cr3t-\xff".b.force_encoding(Encoding::UTF_8) }
-    assert_same request["payload"], client.decorate(request)
-    call = calls.pop
-    assert_equal :error, call.outcome
-    refute_includes call.error.to_s, "s3cr3t"
+  def test_a_request_that_cannot_be_sent_fails_open_without_quoting_it
+    bad = "s3cr3t-\xff".b.force_encoding(Encoding::UTF_8)
+    # The payload is sent only when the whole payload is asked for; the job always is.
+    { payload: ->(request) { request["payload"]["variables"] << { "key" => "BAD", "value" => bad } },
+      changes: ->(request) { request["job"]["token"] = bad } }.each do |answer, spoil|
+      client, calls = client_for(closed_port_url, secret_file: secret_file_with(Random.new(2).bytes(32)), deadline: DEADLINE, answer: answer)
+      request = job_request
+      spoil.call(request)
+      assert_same request["payload"], client.decorate(request)
+      call = calls.pop
+      assert_equal :error, call.outcome, answer
+      refute_includes call.error.to_s, "s3cr3t"
+    end
   end
 
   def test_a_callback_that_raises_does_not_reach_the_pickup

@@ -52,6 +52,9 @@ module CiJobTelemetry
       "Accept-Encoding" => "identity",
       "User-Agent" => "ci-job-telemetry-ruby/#{VERSION}"
     }.freeze
+    # Asks for the changes to the payload rather than the payload (RFC 7240): the payload is not sent at all.
+    CHANGES_HEADERS = HEADERS.merge("Prefer" => "return=minimal").freeze
+    ANSWERS = %i[changes payload].freeze
 
     class AnswerTooLarge < StandardError; end
 
@@ -66,11 +69,16 @@ module CiJobTelemetry
     # - read_deadline: seconds a read may take in all; a person is waiting for a page, not a runner for a job.
     # - read_breaker: the reads' Breaker, or its options.
     # - max_read_bytes: an answer to a read larger than this is not read (a trace of thousands of spans is megabytes).
+    # - answer: :changes (sends the runner and the job only, and applies the service's changes to the payload here:
+    #   its kilobytes cross the network neither way; needs a service that knows `Prefer: return=minimal`) or
+    #   :payload (sends the payload and takes the decorated one back, as SPEC §4 first described).
     def initialize(base_url:, secret_file:, deadline: 0.05, issuer: "gitlab", on_call: nil, breaker: {}, pool_size: 8, keep_alive: 30,
-                   read_deadline: 2.0, read_breaker: {}, max_read_bytes: 64 * 1024 * 1024)
+                   read_deadline: 2.0, read_breaker: {}, max_read_bytes: 64 * 1024 * 1024, answer: :changes)
       uri = URI(base_url)
       raise ArgumentError, "base_url must be an http or https URL" unless %w[http https].include?(uri.scheme) && uri.host
+      raise ArgumentError, "answer must be one of #{ANSWERS.join(', ')}" unless ANSWERS.include?(answer)
 
+      @answer = answer
       @path = "#{uri.path.chomp('/')}#{PATH}"
       @reads_path = "#{uri.path.chomp('/')}#{READS_PATH}"
       @read_deadline = Float(read_deadline)
@@ -156,12 +164,14 @@ module CiJobTelemetry
 
     # Fills `call` and returns the payload to hand out (nil: the request's own).
     def exchange(request, sent, deadline, call)
-      body = JSON.generate(request)
-      status, text = post(body, token.current, deadline)
+      changes = @answer == :changes && Answer.appliable?(sent)
+      job = Answer.field(request, "job")
+      body = JSON.generate(changes ? { "runner" => Answer.field(request, "runner"), "job" => job } : request)
+      status, text = post(body, token.current, deadline, changes ? CHANGES_HEADERS : HEADERS)
       call.status = status
       case status
       when 200
-        call.outcome, payload, call.reason = Answer.read(text, sent)
+        call.outcome, payload, call.reason = changes ? Answer.read_changes(text, sent, Answer.field(job, "id")) : Answer.read(text, sent)
         payload
       when 401, 403
         fail_with(call, :unauthorized, service_error(text))
@@ -173,8 +183,8 @@ module CiJobTelemetry
     end
 
     # One POST of the decorator: [status, body].
-    def post(body, token, deadline)
-      request = Net::HTTP::Post.new(@path, HEADERS.merge(InternalApiToken::HEADER_NAME => token))
+    def post(body, token, deadline, headers)
+      request = Net::HTTP::Post.new(@path, headers.merge(InternalApiToken::HEADER_NAME => token))
       request.body = body
       status, text, = pooled(request, deadline, body.bytesize * 2 + ANSWER_SLACK_BYTES, body.bytesize + 4096)
       [status, text]

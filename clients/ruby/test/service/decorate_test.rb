@@ -33,7 +33,10 @@ class DecorateTest < Minitest::Test
     request = JSON.parse(JSON.generate(job_request(job_id: 3002)), symbolize_names: true)
     payload = client.decorate(request)
     assert_equal :decorated, calls.pop.outcome
-    assert_equal 3002, payload["id"]
+    # The changes keep the caller's kind of keys; what they add has string keys, as the whole payload answer has.
+    assert_equal 3002, payload[:id]
+    assert_match(/\A00-\h{32}-\h{16}-03\z/, payload[:features]["tracing"]["traceparent"])
+    assert_equal "TRACEPARENT", payload[:variables][-2]["key"]
   end
 
   def test_a_job_the_flag_leaves_out_comes_back_untouched
@@ -63,4 +66,40 @@ class DecorateTest < Minitest::Test
     assert_equal [:decorated] * 5, Array.new(5) { calls.pop.outcome }
     assert_equal before + 1, Integer(Net::HTTP.get(URI("#{world('CJT_MISBEHAVING_URL')}/-/connections")))
   end
+
+  # The changes (the default) applied here and the whole payload the service decorates give the runner one payload.
+  def test_the_changes_applied_here_give_the_payload_the_service_would_have_decorated
+    changes_client, changes_calls = client_for(world("CJT_SERVICE_URL"), deadline: DEADLINE_FOR_ANSWERS)
+    payload_client, payload_calls = client_for(world("CJT_SERVICE_URL"), deadline: DEADLINE_FOR_ANSWERS, answer: :payload)
+    stale = [{ "key" => "TRACEPARENT", "value" => "00-stale", "public" => true }, { "key" => "TRACESTATE", "value" => "x=1", "public" => true }]
+    [
+      job_request(job_id: 3020),
+      job_request(job_id: 3021).tap { |request| request["payload"].delete("variables") && request["payload"].delete("features") },
+      job_request(job_id: 3022).tap { |request| request["payload"]["variables"].concat(stale) },
+      JSON.parse(JSON.generate(job_request(job_id: 3023)), symbolize_names: true),
+      job_request(job_id: 3024, project_id: 8)
+    ].each do |request|
+      payload = Answer.field(request, "payload")
+      sent = Marshal.load(Marshal.dump(payload))
+      changed = changes_client.decorate(request)
+      whole = payload_client.decorate(request)
+      outcomes = [changes_calls.pop.outcome, payload_calls.pop.outcome]
+      assert_equal [outcomes.last] * 2, outcomes
+      assert_equal JSON.parse(JSON.generate(whole)), JSON.parse(JSON.generate(changed)), "job #{Answer.field(payload, 'id')}"
+      assert_equal sent, payload, "the request's payload itself is not changed"
+    end
+  end
+
+  def test_the_changes_request_does_not_carry_the_payload
+    client, calls = client_for("#{world('CJT_MISBEHAVING_URL')}/proxy", deadline: DEADLINE_FOR_ANSWERS)
+    request = job_request(job_id: 3030)
+    request["payload"]["variables"] << { "key" => "BIG", "value" => "x" * 100_000, "public" => false, "masked" => false }
+    payload = client.decorate(request)
+    call = calls.pop
+    assert_equal :decorated, call.outcome
+    assert_equal "x" * 100_000, payload["variables"].find { |variable| variable["key"] == "BIG" }["value"]
+    assert_operator Integer(Net::HTTP.get(URI("#{world('CJT_MISBEHAVING_URL')}/-/last-request-bytes"))), :<, 2_000
+  end
+
+  Answer = CiJobTelemetry::Answer
 end

@@ -8,9 +8,9 @@ require "test_helper"
 class FailuresTest < Minitest::Test
   include ClientTestSupport
 
-  def fails_open(base_url)
+  def fails_open(base_url, answer: :changes)
     # A breaker that never opens here: each test sees the failure itself.
-    client, calls = client_for(base_url, deadline: DEADLINE, breaker: { threshold: 1000 })
+    client, calls = client_for(base_url, deadline: DEADLINE, breaker: { threshold: 1000 }, answer: answer)
     request = job_request
     result, seconds = timed_decorate(client, request)
     assert_untouched_in_time(request, result, seconds)
@@ -63,12 +63,22 @@ class FailuresTest < Minitest::Test
   end
 
   def test_another_job_payload
-    call = fails_open(misbehaving("other-job"))
+    call = fails_open(misbehaving("other-job"), answer: :payload)
     assert_equal [:invalid_answer, "the payload of another job"], [call.outcome, call.error]
   end
 
+  def test_changes_for_another_job
+    call = fails_open(misbehaving("other-job"))
+    assert_equal [:invalid_answer, "the answer of another job"], [call.outcome, call.error]
+  end
+
   def test_a_payload_that_lost_variables
-    call = fails_open(misbehaving("lost-variables"))
+    call = fails_open(misbehaving("lost-variables"), answer: :payload)
     assert_equal [:invalid_answer, "variables missing"], [call.outcome, call.error]
+  end
+
+  def test_changes_that_would_drop_a_variable_not_the_decorators
+    call = fails_open(misbehaving("lost-variables"))
+    assert_equal [:invalid_answer, "changes to variables that are not the decorator's"], [call.outcome, call.error]
   end
 end
