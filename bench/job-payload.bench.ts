@@ -14,7 +14,10 @@
  *
  * Options: --stores memory,redis  --rounds 3  --round-seconds 5  --connections 10  --rate 1000
  *          --latency-seconds 5  --warmup-seconds 2  --cpu-prof (keeps the server's .cpuprofile)
- *          --routes bare,bare-sampled,echo,echo-store,floor,decorator (load only these: with --cpu-prof, a profile of one route alone)
+ *          --routes bare,bare-changes,bare-sampled,echo,echo-store,floor,decorator (load only these: with --cpu-prof, a profile of one route alone)
+ *          --answer changes|payload (how the decorator and the floor are asked: the Ruby client's default, the changes
+ *          without sending the payload, or the whole payload there and back; `bare-changes` is the bare route sent
+ *          the changes request, the stricter baseline for it)
  *          --autocannon-rate (also measures latency with autocannon's overallRate, for comparison)
  *
  * The machine is shared and noisy, so only ratios against the baseline measured in the same run
@@ -57,21 +60,23 @@ import { runFixedRate } from './lib/fixed-rate-load';
 import { jobPayloadBodies, PIPELINE_SIZES } from './lib/job-payload-body';
 import { median, percentile } from './lib/percentiles';
 
-type Route = 'bare' | 'bare-sampled' | 'echo' | 'echo-store' | 'floor' | 'decorator';
+type Route = 'bare' | 'bare-changes' | 'bare-sampled' | 'echo' | 'echo-store' | 'floor' | 'decorator';
 type Store = 'memory' | 'redis';
 const PATHS: Record<Route, string> = {
   bare: BARE_ROUTE,
+  'bare-changes': BARE_ROUTE,
   'bare-sampled': BARE_SAMPLED_ROUTE,
   echo: ECHO_ROUTE,
   'echo-store': ECHO_STORE_ROUTE,
   floor: FLOOR_ROUTE,
   decorator: DECORATOR_ROUTE,
 };
-const ROUTES: readonly Route[] = ['bare', 'bare-sampled', 'echo', 'echo-store', 'floor', 'decorator'];
+const ROUTES: readonly Route[] = ['bare', 'bare-changes', 'bare-sampled', 'echo', 'echo-store', 'floor', 'decorator'];
 /** Issue 12's targets: decorator throughput over the bare route's, measured side by side. */
 const TARGET_RATIO: Record<Store, number> = { memory: 0.85, redis: 0.75 };
 const ROUTE_LABELS: Record<Route, string> = {
   bare: 'bare',
+  'bare-changes': 'bare, sent the changes request',
   'bare-sampled': 'bare, successes logged sampled',
   echo: 'echo (extra baseline)',
   'echo-store': 'echo + store write',
@@ -89,9 +94,11 @@ const { values: args } = parseArgs({
     rate: { type: 'string', default: '1000' },
     'latency-seconds': { type: 'string', default: '5' },
     'cpu-prof': { type: 'boolean', default: false },
-    routes: { type: 'string', default: 'bare,bare-sampled,echo,echo-store,floor,decorator' },
+    routes: { type: 'string', default: 'bare,bare-changes,bare-sampled,echo,echo-store,floor,decorator' },
+    answer: { type: 'string', default: 'changes' },
     'autocannon-rate': { type: 'boolean', default: false },
     upstream: { type: 'string', default: 'embedded' },
+    'node-args': { type: 'string', default: '' },
     help: { type: 'boolean', default: false },
   },
 });
@@ -99,8 +106,12 @@ if (args.help) {
   console.log(`npm run -s bench:job-payload -- [options]
 
   --stores memory,redis      stores to bench, one server each (default memory,redis)
-  --routes bare,bare-sampled,echo,echo-store,floor,decorator
+  --routes bare,bare-changes,bare-sampled,echo,echo-store,floor,decorator
                              routes to load (with --cpu-prof, a profile of one route alone)
+  --answer changes|payload   how the decorator and the floor are asked (default changes, as the Ruby client asks):
+                             runner and job only with Prefer: return=minimal, answered with the changes; or the
+                             whole payload sent and answered decorated. bare-changes is the bare route sent the
+                             changes request
   --rounds 3                 alternating max-throughput rounds per route (ABBA order)
   --round-seconds 5          length of each round
   --warmup-seconds 2         warm-up per route before the rounds
@@ -109,6 +120,7 @@ if (args.help) {
   --latency-seconds 5        length of each latency run (0: none)
   --cpu-prof                 keep the server's .cpuprofile and print its busiest functions
   --autocannon-rate          also measure latency with autocannon's overallRate, for comparison
+  --node-args="..."          options for the server's node (e.g. --max-semi-space-size=32), space-separated
   --upstream embedded|sink   where the control plane's spans (a queue wait per pickup) go: the embedded collector in
                              the server's process (the default, as the quick start runs), or a separate OTLP sink
                              process, as a deployment with its own Collector does
@@ -128,7 +140,10 @@ const options = {
   routes: ROUTES.filter((route) => args.routes.split(',').some((name) => name.trim() === route)),
   autocannonRate: args['autocannon-rate'],
   upstream: args.upstream === 'sink' ? ('sink' as const) : ('embedded' as const),
+  answer: args.answer === 'payload' ? ('payload' as const) : ('changes' as const),
+  nodeArgs: args['node-args'].split(' ').filter((arg) => arg !== ''),
 };
+if (args.answer !== 'payload' && args.answer !== 'changes') throw new Error(`--answer is changes or payload, not ${args.answer}`);
 if (args.upstream !== 'sink' && args.upstream !== 'embedded') throw new Error(`--upstream is embedded or sink, not ${args.upstream}`);
 
 /** One load run against one route. */
@@ -179,6 +194,10 @@ async function main(): Promise<void> {
   let nextJobId = 1_000_000;
   const nextBody = () => bodies.bodyFor(nextJobId++);
   const jsonHeaders = (): Record<string, string> => ({ 'content-type': 'application/json', ...auth.current() });
+  // The decorator and the floor asked as --answer says; bare-changes is the bare route sent the changes request.
+  const asksChanges = (route: Route) => route === 'bare-changes' || (options.answer === 'changes' && (route === 'decorator' || route === 'floor'));
+  const headersFor = (route: Route) => (asksChanges(route) ? { ...jsonHeaders(), prefer: 'return=minimal' } : jsonHeaders());
+  const bodyFor = (route: Route) => (asksChanges(route) ? bodies.changesBodyFor(nextJobId++) : nextBody());
   const started = performance.now();
 
   console.log('job-payload decorator vs bare Fastify route, same server process (ratios are the result; absolute numbers are noise)');
@@ -188,8 +207,10 @@ async function main(): Promise<void> {
       .join(
         ' ',
       )} at start · body ${(bodies.bytes / 1024).toFixed(1)} KiB · ${options.connections} connections · ${options.rounds}×${options.roundSeconds} s alternating rounds · ` +
+      `decorator asked for ${options.answer === 'changes' ? `the changes (request ${(bodies.changesBytes / 1024).toFixed(1)} KiB, no payload)` : 'the payload'} · ` +
       `${options.rate} req/s × ${options.latencySeconds} s open-loop (latency from when each request was due) · a new job id per request, ` +
-      `10 to 40 jobs per pipeline (25 on average) · node ${process.version} · ${cpus().length} CPUs · logs: pino batched → file · control-plane spans to ${options.upstream === 'sink' ? 'a separate OTLP sink' : 'the embedded collector'}`,
+      `10 to 40 jobs per pipeline (25 on average) · node ${process.version} · ${cpus().length} CPUs · logs: pino batched → file · control-plane spans to ${options.upstream === 'sink' ? 'a separate OTLP sink' : 'the embedded collector'}` +
+      (options.nodeArgs.length === 0 ? '' : ` · server node ${options.nodeArgs.join(' ')}`),
   );
 
   const load = async (server: BenchServer, label: string, run: () => Promise<Omit<RunStats, 'serverCpuMicrosPerRequest' | 'generatorCpuShare'>>) => {
@@ -217,7 +238,7 @@ async function main(): Promise<void> {
         pipelining: 1,
         duration: seconds,
         timeout: 10,
-        requests: [{ method: 'POST', path: PATHS[route], setupRequest: (request) => ({ ...request, headers: jsonHeaders(), body: nextBody() }) }],
+        requests: [{ method: 'POST', path: PATHS[route], setupRequest: (request) => ({ ...request, headers: headersFor(route), body: bodyFor(route) }) }],
       });
       return {
         ok: result['2xx'],
@@ -235,8 +256,8 @@ async function main(): Promise<void> {
         ratePerSecond: options.rate,
         durationSeconds: options.latencySeconds,
         connections: options.connections,
-        headers: jsonHeaders,
-        bodyFor: () => nextBody(),
+        headers: () => headersFor(route),
+        bodyFor: () => bodyFor(route),
       });
       if (result.maxSendLagMs > 20) console.log(`  note: ${route} fixed-rate sender fell ${result.maxSendLagMs.toFixed(1)} ms behind schedule once`);
       return {
@@ -261,7 +282,7 @@ async function main(): Promise<void> {
             overallRate: options.rate,
             duration: options.latencySeconds,
             timeout: 10,
-            requests: [{ method: 'POST', path: PATHS[route], setupRequest: (request) => ({ ...request, headers: jsonHeaders(), body: nextBody() }) }],
+            requests: [{ method: 'POST', path: PATHS[route], setupRequest: (request) => ({ ...request, headers: headersFor(route), body: bodyFor(route) }) }],
           },
           (error, finished) => (error ? reject(error) : resolve(finished)),
         );
@@ -291,7 +312,10 @@ async function main(): Promise<void> {
         script: serverScript(__dirname),
         cwd: root,
         logFile,
-        nodeArgs: options.cpuProf ? ['--cpu-prof', `--cpu-prof-dir=${join(work, 'profiles')}`, `--cpu-prof-name=server-${store}.cpuprofile`] : [],
+        nodeArgs: [
+          ...options.nodeArgs,
+          ...(options.cpuProf ? ['--cpu-prof', `--cpu-prof-dir=${join(work, 'profiles')}`, `--cpu-prof-name=server-${store}.cpuprofile`] : []),
+        ],
         env: {
           HOST: '127.0.0.1',
           INTERNAL_PORT: '0',
@@ -305,10 +329,16 @@ async function main(): Promise<void> {
       });
 
       // One request each, answer checked: a decorator (or floor) that answers 200 without decorating would be a cheap lie.
-      for (const decorating of [DECORATOR_ROUTE, FLOOR_ROUTE]) {
-        const smoke = await fetch(server.origin + decorating, { method: 'POST', headers: jsonHeaders(), body: nextBody() });
-        const answer = (await smoke.json()) as { telemetry?: { reason?: string }; payload?: { variables?: Array<{ key: string }> } };
-        const traceparents = answer.payload?.variables?.filter((variable) => variable.key === 'TRACEPARENT').length;
+      for (const route of ['decorator', 'floor'] as const) {
+        const decorating = PATHS[route];
+        const smoke = await fetch(server.origin + decorating, { method: 'POST', headers: headersFor(route), body: bodyFor(route) });
+        const answer = (await smoke.json()) as {
+          telemetry?: { reason?: string };
+          payload?: { variables?: Array<{ key: string }> };
+          changes?: { variables?: { append?: Array<{ key: string }> } };
+        };
+        const variables = asksChanges(route) ? answer.changes?.variables?.append : answer.payload?.variables;
+        const traceparents = variables?.filter((variable) => variable.key === 'TRACEPARENT').length;
         if (smoke.status !== 200 || answer.telemetry?.reason !== 'enabled' || traceparents !== 1) {
           throw new Error(`${store}: ${decorating} answered ${smoke.status} ${JSON.stringify(answer.telemetry)} (TRACEPARENT ×${traceparents})`);
         }
@@ -326,6 +356,7 @@ async function main(): Promise<void> {
       }
       const routes: Record<Route, RouteReport> = {
         bare: { rounds: [] },
+        'bare-changes': { rounds: [] },
         'bare-sampled': { rounds: [] },
         echo: { rounds: [] },
         'echo-store': { rounds: [] },
@@ -460,7 +491,8 @@ function printReport(reports: StoreReport[]): void {
         ` · throughput decorator/echo ${fixed(ratio(medianOf('decorator', throughput), medianOf('echo', throughput)), 2)}` +
         ` (target ≥ 0.6: ${verdict(ratio(medianOf('decorator', throughput), medianOf('echo', throughput)), (r) => r >= 0.6)})` +
         ` · p99 at ${options.rate} req/s decorator/bare ×${fixed(p99Ratio, 2)} (target ≤ 2: ${verdict(p99Ratio, (r) => r <= 2)})` +
-        ` · against a bare route logged as the decorator is (sampled): CPU ×${fixed(ratio(medianOf('decorator', cpu), medianOf('bare-sampled', cpu)), 2)}`,
+        ` · against a bare route logged as the decorator is (sampled): CPU ×${fixed(ratio(medianOf('decorator', cpu), medianOf('bare-sampled', cpu)), 2)}` +
+        ` · against the bare route sent the changes request: CPU ×${fixed(ratio(medianOf('decorator', cpu), medianOf('bare-changes', cpu)), 2)}`,
       `${' '.repeat(store.length)}  checked: ${decoratorOk} decorator answers, decisions ${JSON.stringify(decisions)}; ` +
         `log ${(logBytes / 1024 / 1024).toFixed(1)} MiB`,
     );

@@ -21,7 +21,7 @@ import { callerCheckHook } from '../src/internal-api/internal-api-caller';
 import { FlagsService } from '../src/flags/flags.service';
 import { PipelineSpansService } from '../src/pipeline-spans/pipeline-spans.service';
 import { parseJobPayloadRequest } from '../src/job-payload/job-payload-request';
-import { decoratedAnswer, JobPayloadBody, useJobPayloadParser } from '../src/job-payload/job-payload-body';
+import { changesAnswer, decoratedAnswer, JobPayloadBody, prefersChanges, useJobPayloadParser } from '../src/job-payload/job-payload-body';
 import { enabledTelemetry, flagContextOf, payloadChanges, pickupRecords, tracesUrl, withoutTrailingSlash } from '../src/job-payload/job-payload-decoration';
 import { capabilityPath, mintCapability } from '../src/runner-auth/job-capability';
 import { spanIdFor, traceContextOf, traceIdFor } from '../src/trace-context/trace-context';
@@ -103,7 +103,8 @@ async function serve(): Promise<void> {
       { config: SAMPLED_ACCESS_LOG, onRequest: callerCheckHook((headers) => verifier.refusal(headers[INTERNAL_API_HEADER]), logger) },
       async (request, reply) => {
         const body = request.body as JobPayloadBody;
-        const { runner, job, payload } = parseJobPayloadRequest(body.json).request!;
+        const changesOnly = prefersChanges(request.headers.prefer);
+        const { runner, job, payload } = parseJobPayloadRequest(body.json, !changesOnly).request!;
         const flagged = flags.isTelemetryEnabled(flagContextOf(runner, job));
         // Issue 35: the root pipeline's head decision, pinned in the store at its first pickup on this replica.
         const head =
@@ -117,9 +118,13 @@ async function serve(): Promise<void> {
         pipelineSpans.recordPickup(tracedJob, grant.expiresAt, context.spanParentId);
         const capabilityBase = `${gateway}${capabilityPath(job.id, mintCapability(secrets.capabilityKeys[0], job.id))}`;
         const endpoint = { url: tracesUrl(capabilityBase) };
-        const telemetry = enabledTelemetry(context, endpoint, grant.expiresAt);
+        const decoration = { changes: payloadChanges(context, endpoint, capabilityBase), telemetry: enabledTelemetry(context, endpoint, grant.expiresAt) };
         void reply.header('content-type', 'application/json; charset=utf-8');
-        return decoratedAnswer(body, payload!, { changes: payloadChanges(context, endpoint, capabilityBase), telemetry });
+        if (changesOnly) {
+          void reply.header('preference-applied', 'return=minimal');
+          return changesAnswer(job.id, decoration);
+        }
+        return decoratedAnswer(body, payload!, decoration);
       },
     );
   });

@@ -16,6 +16,8 @@
  *          round)  --warmup-seconds 2  --deadline 0.05 (the client's, seconds)  --store redis|memory
  *          --server-dir <dir> (serve another revision: a checkout whose bench was built into <dir>/out, as
  *          bench:job-payload-revisions builds one; the Ruby side and the load stay this checkout's)
+ *          --upstream embedded|sink (where the control plane's spans go: the embedded collector in the server's process,
+ *          as the quick start runs, or a separate OTLP sink process, as a deployment with its own Collector has)
  *
  * The server is bench/job-payload.server.ts (the internal API built as src/main.ts builds it, with the bare
  * route beside it), with a real redis-server by default, LOG_LEVEL info with stdout to a file, flags from
@@ -35,6 +37,7 @@ import { freePort } from '../test/helpers/ports';
 import { RedisServer, startRedis } from '../test/helpers/redis';
 import { repositoryRoot, runBench } from './lib/bench-env';
 import { BenchServer, serverScript, startBenchServer } from './lib/bench-server';
+import { BytesSink, startBytesSink } from './lib/child-process';
 import { jobPayloadBodies, PIPELINE_SIZES } from './lib/job-payload-body';
 import { median, percentile } from './lib/percentiles';
 import { printTable } from './lib/table';
@@ -60,10 +63,13 @@ const { values: args } = parseArgs({
     deadline: { type: 'string', default: '0.05' },
     store: { type: 'string', default: 'redis' },
     'server-dir': { type: 'string' },
+    upstream: { type: 'string', default: 'embedded' },
   },
 });
+if (args.upstream !== 'embedded' && args.upstream !== 'sink') throw new Error(`--upstream is embedded or sink, not ${args.upstream}`);
 
-type RubyLine = { way: Way; round: number; samples_ms: number[]; late_ms: number[]; skipped?: number } | { outcomes: Record<string, number> };
+type RubyLine =
+  { way: Way; round: number; samples_ms: number[]; late_ms: number[]; skipped?: number; cpu_us_per_call?: number } | { outcomes: Record<string, number> };
 
 function runRuby(root: string, env: Record<string, string>): Promise<RubyLine[]> {
   return new Promise((resolve, reject) => {
@@ -96,9 +102,11 @@ async function main(): Promise<void> {
   writeFileSync(bodiesFile, `[${Array.from({ length: TEMPLATES }, (_, i) => bodies.bodyFor(2_000_000 + i)).join(',')}]`);
   let server: BenchServer | undefined;
   let redis: RedisServer | undefined;
+  let sink: BytesSink | undefined;
   try {
     if (args.store === 'redis') redis = await startRedis();
     else if (args.store !== 'memory') throw new Error(`--store must be redis or memory, not ${args.store}`);
+    if (args.upstream === 'sink') sink = await startBytesSink(join(__dirname, 'otlp-gateway.sink.js'));
     server = await startBenchServer({
       script: args['server-dir'] === undefined ? serverScript(__dirname) : join(args['server-dir'], 'out', 'bench', 'job-payload.server.js'),
       cwd: args['server-dir'] ?? root,
@@ -111,6 +119,7 @@ async function main(): Promise<void> {
         TRACE_KEY_FILE: secrets.traceKeyFile,
         FLAGS_FILE: join(root, 'config', 'flags.json'),
         ...(redis === undefined ? {} : { REDIS_URL: redis.url }),
+        ...(sink === undefined ? {} : { OTLP_UPSTREAM_URL: sink.origin }),
       },
     });
     console.log('Ruby client decorate vs a bare Ruby call, same Ruby process, same server (ratios are the result; absolute numbers are noise)');
@@ -118,7 +127,8 @@ async function main(): Promise<void> {
       `${cpus().length} CPUs, load ${loadavg()
         .map((load) => load.toFixed(2))
         .join(' ')}; ${args.threads} Ruby threads at ${args.rate} calls/s together, ${args.rounds} rounds × ${args.seconds} s per way; ` +
-        `a new job per call, ${PIPELINE_SIZES.length} pipeline sizes from 10 to 40 jobs; request ${bodies.bytes} bytes; ${args.store} store; client deadline ${args.deadline} s`,
+        `a new job per call, ${PIPELINE_SIZES.length} pipeline sizes from 10 to 40 jobs; request ${bodies.bytes} bytes; ${args.store} store; client deadline ${args.deadline} s; ` +
+        `control-plane spans to ${sink === undefined ? 'the embedded collector' : 'a separate OTLP sink'}`,
     );
     const lines = await runRuby(root, {
       BENCH_ORIGIN: server.origin,
@@ -136,28 +146,30 @@ async function main(): Promise<void> {
     });
 
     // Per way: the median over rounds of each round's p50 and p99.
-    const rounds = new Map<Way, { p50: number[]; p99: number[]; late99: number[]; skipped: number }>();
+    const rounds = new Map<Way, { p50: number[]; p99: number[]; late99: number[]; cpu: number[]; skipped: number }>();
     let outcomes: Record<string, number> = {};
     for (const line of lines) {
       if ('outcomes' in line) {
         outcomes = line.outcomes;
         continue;
       }
-      const figures = rounds.get(line.way) ?? { p50: [], p99: [], late99: [], skipped: 0 };
+      const figures = rounds.get(line.way) ?? { p50: [], p99: [], late99: [], cpu: [], skipped: 0 };
       figures.skipped += line.skipped ?? 0;
+      if (line.cpu_us_per_call !== undefined) figures.cpu.push(line.cpu_us_per_call);
       figures.p50.push(percentile(line.samples_ms, 50));
       figures.p99.push(percentile(line.samples_ms, 99));
       if (line.late_ms.length > 0) figures.late99.push(percentile(line.late_ms, 99));
       rounds.set(line.way, figures);
     }
-    const p = (way: Way, which: 'p50' | 'p99' | 'late99') => median(rounds.get(way)![which]);
-    const rows = [['way', 'p50', 'p99', 'p99 started late', 'p50 / bare', 'p99 / bare', 'p50 / bare-decorator', 'p99 / bare-decorator']];
+    const p = (way: Way, which: 'p50' | 'p99' | 'late99' | 'cpu') => median(rounds.get(way)![which]);
+    const rows = [['way', 'p50', 'p99', 'p99 started late', 'Ruby CPU/call', 'p50 / bare', 'p99 / bare', 'p50 / bare-decorator', 'p99 / bare-decorator']];
     for (const way of [...WAYS, 'breaker-open' as const]) {
       rows.push([
         LABELS[way],
         ms(p(way, 'p50')),
         ms(p(way, 'p99')),
         way === 'breaker-open' ? '-' : ms(p(way, 'late99')),
+        way === 'breaker-open' ? '-' : `${p(way, 'cpu').toFixed(0)} µs`,
         (p(way, 'p50') / p('bare', 'p50')).toFixed(2),
         (p(way, 'p99') / p('bare', 'p99')).toFixed(2),
         (p(way, 'p50') / p('bare-decorator', 'p50')).toFixed(3),
@@ -184,6 +196,7 @@ async function main(): Promise<void> {
     }
   } finally {
     await server?.stop();
+    await sink?.stop();
     await redis?.stop();
     rmSync(work, { recursive: true, force: true });
   }

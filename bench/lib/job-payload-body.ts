@@ -25,6 +25,9 @@ export interface JobPayloadBodies {
   readonly bytes: number;
   /** The JSON body for one job: job id, payload id, CI_JOB_ID and the pipeline ids set. */
   bodyFor(jobId: number): string;
+  readonly changesBytes: number;
+  /** The same request without its payload, as a caller asking for the changes (`Prefer: return=minimal`) sends it. */
+  changesBodyFor(jobId: number): string;
 }
 
 function scriptLines(count: number): string[] {
@@ -139,16 +142,21 @@ export function jobPayloadBodies(scriptLineCount = 200): JobPayloadBodies {
       features: { trace_sections: true, failure_reasons: ['script_failure', 'runner_system_failure', 'job_execution_timeout'] },
     },
   });
-  const segments = JSON.stringify(request).split(new RegExp(`(${JOB_ID_MARK}|${PIPELINE_ID_MARK})`));
-  const bodyFor = (jobId: number): string => {
-    const pipelineId = String(pipelineIdOf(jobId));
-    const job = String(jobId);
-    let body = '';
-    for (let i = 0; i < segments.length; i++) {
-      const segment = segments[i];
-      body += i % 2 === 0 ? segment : segment === String(JOB_ID_MARK) ? job : pipelineId;
-    }
-    return body;
+  const withJob = (text: string) => {
+    const segments = text.split(new RegExp(`(${JOB_ID_MARK}|${PIPELINE_ID_MARK})`));
+    return (jobId: number): string => {
+      const pipelineId = String(pipelineIdOf(jobId));
+      const job = String(jobId);
+      let body = '';
+      for (let i = 0; i < segments.length; i++) {
+        const segment = segments[i];
+        body += i % 2 === 0 ? segment : segment === String(JOB_ID_MARK) ? job : pipelineId;
+      }
+      return body;
+    };
   };
-  return { bytes: Buffer.byteLength(bodyFor(1_000_000)), bodyFor };
+  const bodyFor = withJob(JSON.stringify(request));
+  const { payload: _, ...runnerAndJob } = request;
+  const changesBodyFor = withJob(JSON.stringify(runnerAndJob));
+  return { bytes: Buffer.byteLength(bodyFor(1_000_000)), bodyFor, changesBytes: Buffer.byteLength(changesBodyFor(1_000_000)), changesBodyFor };
 }

@@ -66,6 +66,7 @@ export function changesAnswer(jobId: number, { changes, telemetry }: Decoration)
  */
 export function prefersChanges(prefer: string | string[] | undefined): boolean {
   if (prefer === undefined) return false;
+  if (prefer === 'return=minimal') return true; // as the Ruby client sends it
   for (const header of Array.isArray(prefer) ? prefer : [prefer]) {
     for (const preference of header.split(',')) {
       const [name, value] = preference

@@ -7,27 +7,56 @@ const OUTBOX_KEYS = [OUTBOX_DUE_KEY, OUTBOX_ENQUEUED_KEY, OUTBOX_SPANS_KEY, OUTB
 const LEASE_KEYS = [...OUTBOX_KEYS, OUTBOX_LEASED_KEY] as const;
 
 /**
+ * The scripts run in Redis, which serves nothing else meanwhile: every pickup's grant waits behind them. So they
+ * touch many entries with a few variadic commands, not a few commands per entry (a claim of 100 entries took
+ * 1.3 ms of Redis as 500 single-entry calls; issue 37), in pieces of at most 1,000 arguments, under Lua's limit
+ * on unpack. ZMSCORE needs Redis 6.2.
+ */
+const CHUNKED = `
+local function chunked(command, key, list)
+  for i = 1, #list, 1000 do
+    redis.call(command, key, unpack(list, i, math.min(i + 999, #list)))
+  end
+end
+local function fetched(command, key, list)
+  local all = {}
+  for i = 1, #list, 1000 do
+    local part = redis.call(command, key, unpack(list, i, math.min(i + 999, #list)))
+    for j = 1, #part do all[#all + 1] = part[j] end
+  end
+  return all
+end
+`;
+
+/**
  * Enqueues spans never seen before while the outbox has room. KEYS: due, enqueued, spans, attempts,
  * then one seen-marker per span; ARGV: now, max spans, remember ms, then span id and text per span.
  */
-const ENQUEUE_SPANS = `
-local now = tonumber(ARGV[1])
+const ENQUEUE_SPANS = `${CHUNKED}
+local now = ARGV[1]
+local max = tonumber(ARGV[2])
 local size = redis.call('ZCARD', KEYS[1])
 local queued, duplicates, refused = 0, 0, 0
+local texts, scores = {}, {}
 for i = 5, #KEYS do
   local spanId = ARGV[4 + (i - 5) * 2]
-  if redis.call('EXISTS', KEYS[i]) == 1 then
-    duplicates = duplicates + 1
-  elseif size >= tonumber(ARGV[2]) then
-    refused = refused + 1
-  else
-    redis.call('SET', KEYS[i], '1', 'PX', ARGV[3])
-    redis.call('HSET', KEYS[3], spanId, ARGV[5 + (i - 5) * 2])
-    redis.call('ZADD', KEYS[1], now, spanId)
-    redis.call('ZADD', KEYS[2], now, spanId)
+  if size >= max then
+    if redis.call('EXISTS', KEYS[i]) == 1 then duplicates = duplicates + 1 else refused = refused + 1 end
+  elseif redis.call('SET', KEYS[i], '1', 'PX', ARGV[3], 'NX') then
+    texts[#texts + 1] = spanId
+    texts[#texts + 1] = ARGV[5 + (i - 5) * 2]
+    scores[#scores + 1] = now
+    scores[#scores + 1] = spanId
     size = size + 1
     queued = queued + 1
+  else
+    duplicates = duplicates + 1
   end
+end
+if queued > 0 then
+  chunked('HSET', KEYS[3], texts)
+  chunked('ZADD', KEYS[1], scores)
+  chunked('ZADD', KEYS[2], scores)
 end
 return {queued, duplicates, refused}
 `;
@@ -36,36 +65,49 @@ return {queued, duplicates, refused}
  * Claims due spans for ARGV[3] ms: answers id, text, attempts, enqueue time and whether a lease on it ran out
  * unanswered (its mark in KEYS[5] still set) for each.
  */
-const CLAIM_SPANS = `
+const CLAIM_SPANS = `${CHUNKED}
 local now = tonumber(ARGV[1])
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
-local claimed = {}
-for _, id in ipairs(ids) do
-  local text = redis.call('HGET', KEYS[3], id)
-  if text then
-    redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), id)
+if #ids == 0 then return {} end
+local texts = fetched('HMGET', KEYS[3], ids)
+local attempts = fetched('HMGET', KEYS[4], ids)
+local enqueued = fetched('ZMSCORE', KEYS[2], ids)
+local marks = fetched('HMGET', KEYS[5], ids)
+local leaseEnds = string.format('%.0f', now + tonumber(ARGV[3]))
+local claimed, due, marked, gone = {}, {}, {}, {}
+for i, id in ipairs(ids) do
+  if texts[i] then
+    due[#due + 1] = leaseEnds
+    due[#due + 1] = id
+    marked[#marked + 1] = id
+    marked[#marked + 1] = '1'
     claimed[#claimed + 1] = id
-    claimed[#claimed + 1] = text
-    claimed[#claimed + 1] = redis.call('HGET', KEYS[4], id) or '0'
-    claimed[#claimed + 1] = redis.call('ZSCORE', KEYS[2], id) or tostring(now)
-    claimed[#claimed + 1] = tostring(1 - redis.call('HSETNX', KEYS[5], id, '1'))
+    claimed[#claimed + 1] = texts[i]
+    claimed[#claimed + 1] = attempts[i] or '0'
+    claimed[#claimed + 1] = enqueued[i] or tostring(now)
+    claimed[#claimed + 1] = marks[i] and '1' or '0'
   else
-    redis.call('ZREM', KEYS[1], id)
-    redis.call('ZREM', KEYS[2], id)
-    redis.call('HDEL', KEYS[5], id)
+    gone[#gone + 1] = id
   end
+end
+if #due > 0 then
+  chunked('ZADD', KEYS[1], due)
+  chunked('HSET', KEYS[5], marked)
+end
+if #gone > 0 then
+  chunked('ZREM', KEYS[1], gone)
+  chunked('ZREM', KEYS[2], gone)
+  chunked('HDEL', KEYS[5], gone)
 end
 return claimed
 `;
 
-const ACKNOWLEDGE_SPANS = `
-for _, id in ipairs(ARGV) do
-  redis.call('ZREM', KEYS[1], id)
-  redis.call('ZREM', KEYS[2], id)
-  redis.call('HDEL', KEYS[3], id)
-  redis.call('HDEL', KEYS[4], id)
-  redis.call('HDEL', KEYS[5], id)
-end
+const ACKNOWLEDGE_SPANS = `${CHUNKED}
+chunked('ZREM', KEYS[1], ARGV)
+chunked('ZREM', KEYS[2], ARGV)
+chunked('HDEL', KEYS[3], ARGV)
+chunked('HDEL', KEYS[4], ARGV)
+chunked('HDEL', KEYS[5], ARGV)
 return #ARGV
 `;
 
