@@ -281,6 +281,10 @@ describe('outcome-based sampling across replicas on a Redis Cluster, through a c
       GITLAB_WEBHOOK_SECRET_FILE: secret.file,
       FLAGS_FILE: writeFlagsFile({ sampling: 10, outcomeSampling: POLICY }),
       OUTBOX_MAX_BACKOFF_SECONDS: '1',
+      // Every pickup here must be enabled: a grant write slower than the default 150 ms (a three-node cluster on a
+      // loaded two-core CI machine, once in CI) would leave its job `degraded`, which is the decorator failing open
+      // as it should (test/http/job-payload.spec.ts), not what this test asks about.
+      STORE_TIMEOUT_MS: '2000',
     };
     first = await startService(world);
     // The second replica shares the first's keys: either can take any pickup, export or hook.
