@@ -198,6 +198,16 @@ export class OutcomeSamplingService implements OnApplicationBootstrap, OnModuleD
   }
 
   /**
+   * Statuses a Job Hook told of jobs of `pipelineId` that the decorator did not trace (their pickup found the store
+   * away): still its jobs' outcomes (SPEC §11 "any of its jobs failed"). Kept under the pipeline's id, for its
+   * terminal Pipeline Hook to read whenever that comes; the caller then also notes them on the pipeline's trace if it
+   * knows it already, so one of the two always sees them, in whichever order, and on whichever replica, both come.
+   */
+  async notePipelineJobStatuses(pipelineId: number, statuses: readonly string[]): Promise<void> {
+    await this.parking.notePipelineJobStatuses(pipelineId, statuses, this.factsTtlMs);
+  }
+
+  /**
    * A provisional pipeline's Pipeline Hook, once its own spans were parked (SPEC §11 "Decision on outcome"): a child
    * pipeline's statuses are gathered (and decide at once if its root has ended); the root's terminal hook decides;
    * the root running again after its end reopens it, unless the hook is an old one.
@@ -206,7 +216,9 @@ export class OutcomeSamplingService implements OnApplicationBootstrap, OnModuleD
     const policy = pipeline.outcomePolicy;
     if (policy === undefined) return;
     const traceId = pipeline.traceId;
-    const statuses = [...(event.end === undefined ? [] : [event.end.status]), ...event.finishedJobs.map((job) => job.status)];
+    // At its end, with what Job Hooks told of its jobs that were not traced (read before the end is noted).
+    const untraced = event.end === undefined ? [] : await this.parking.jobStatusesOf(event.pipelineId);
+    const statuses = [...(event.end === undefined ? [] : [event.end.status]), ...event.finishedJobs.map((job) => job.status), ...untraced];
     const root = event.rootPipelineId ?? pipeline.rootPipelineId;
     if (event.pipelineId !== root) {
       const child = event.end === undefined ? { childRunning: event.pipelineId } : { childEnded: event.pipelineId };

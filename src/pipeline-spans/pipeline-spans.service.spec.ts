@@ -10,6 +10,9 @@ import { PipelineSpansMetrics } from './pipeline-spans.metrics';
 import { PipelineSpansService } from './pipeline-spans.service';
 import { OutcomeSamplingService } from '../outcome-sampling/outcome-sampling.service';
 import { OutboxDeliverer } from '../outbox/outbox-deliverer';
+import { DEFAULT_OUTCOME_POLICY } from '../outcome-sampling/outcome-policy';
+import { OutcomeSamplingMetrics } from '../outcome-sampling/outcome-sampling.metrics';
+import { MemoryParkingStore } from '../outcome-sampling/parking/memory-parking-store';
 
 const secrets = TEST_SECRETS;
 
@@ -214,5 +217,65 @@ describe('PipelineSpansService at pickup (SPEC §10)', () => {
       expect(store.jobLookups).toBe(lookups + 2);
       expect(store.enqueued.length).toBe(before + 1);
     });
+  });
+});
+
+describe('a failed attempt the decorator did not trace still tells its pipeline’s outcome (SPEC §11)', () => {
+  // Its pickup found the store away (answered `degraded`); it failed, GitLab retried it, and the Pipeline Hook lists
+  // only the retry's success: the failed attempt's Job Hook is the only word of the failure.
+  const TRACE = 'c'.repeat(32);
+  const ROOT = 700;
+  const FAILED_ATTEMPT = 7001;
+  let store: RecordingStore;
+  let parking: MemoryParkingStore;
+  let service: PipelineSpansService;
+
+  beforeEach(() => {
+    store = new RecordingStore();
+    parking = new MemoryParkingStore();
+    const config = loadConfig({ OUTCOME_SAMPLING_LATE_CHILD_SECONDS: '300' });
+    const deliverer = { register: () => undefined, kick: () => undefined } as unknown as OutboxDeliverer;
+    const collector = { export: async () => ({ kind: 'accepted', status: 200 }) } as unknown as ConstructorParameters<typeof OutcomeSamplingService>[3];
+    const metrics = new MetricsService();
+    const outcomeSampling = new OutcomeSamplingService(config, parking, store.outbox, collector, deliverer, new OutcomeSamplingMetrics(metrics));
+    service = new PipelineSpansService(config, secrets, store, store.outbox, deliverer, new PipelineSpansMetrics(metrics), outcomeSampling);
+  });
+  afterEach(() => {
+    store.close();
+    store.outbox.close();
+    parking.close();
+  });
+
+  const rootKnown = () =>
+    store.recordTracedPipelines([
+      { value: { pipelineId: ROOT, rootPipelineId: ROOT, projectId: 7, traceId: TRACE, outcomePolicy: DEFAULT_OUTCOME_POLICY }, ttlMs: 3_600_000 },
+    ]);
+  const attemptHook = (status: string) =>
+    service.handleWebhook({ kind: 'job', jobId: FAILED_ATTEMPT, job: { jobId: FAILED_ATTEMPT, pipelineId: ROOT, status, finishedAt: Date.now() - 30_000 } });
+  const rootSucceeded = () =>
+    service.handleWebhook({
+      kind: 'pipeline',
+      pipelineId: ROOT,
+      projectId: 7,
+      finishedJobs: [{ jobId: FAILED_ATTEMPT + 1, pipelineId: ROOT, status: 'success', finishedAt: Date.now() - 1_000 }],
+      activeJobIds: [],
+      end: { status: 'success', createdAt: Date.now() - 120_000, finishedAt: Date.now() },
+    });
+
+  it.each([
+    ['before anything of its pipeline was recorded', [attemptHook, rootKnown, rootSucceeded]],
+    ['after its pipeline was recorded, before the end', [rootKnown, attemptHook, rootSucceeded]],
+    ["after the root's end", [rootKnown, rootSucceeded, attemptHook]],
+  ] as const)('keeps the pipeline when the Job Hook comes %s', async (_order, steps) => {
+    for (const step of steps) await (step === attemptHook ? attemptHook('failed') : step());
+    expect(await parking.findDecision(TRACE)).toEqual({ keep: true, reason: 'failed' });
+  });
+
+  it('leaves a pipeline whose untraced attempts succeeded to be dropped', async () => {
+    await rootKnown();
+    await attemptHook('success');
+    await rootSucceeded();
+    expect(await parking.findDecision(TRACE)).toBeNull();
+    expect((await parking.readFacts(TRACE)).statuses).toEqual(['success']);
   });
 });

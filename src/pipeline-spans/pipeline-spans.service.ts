@@ -333,14 +333,29 @@ export class PipelineSpansService implements OnModuleDestroy {
       const told = { key: `job:${job.jobId}:${toldBy}`, text: JSON.stringify(chapter) };
       chapters.set(job.rootPipelineId, [...(chapters.get(job.rootPipelineId) ?? []), told]);
     }
+    // A job the decorator did not trace (its pickup found the store away) still tells its pipeline's outcome; the
+    // Pipeline Hook lists only the last attempt of a retried job, so a Job Hook may be the only word of a failure.
+    const untraced = new Map<number, string[]>();
+    for (const [i, end] of finished.entries()) {
+      if (traced[i] === null && toldBy === 'job_hook' && end.status !== 'success')
+        untraced.set(end.pipelineId, [...(untraced.get(end.pipelineId) ?? []), end.status]);
+    }
     await Promise.all([
       ...[...statuses.values()].map(({ job, seen }) => this.outcomeSampling.noteJobStatuses(job, seen)),
+      ...[...untraced].map(([pipelineId, seen]) => this.noteUntracedJobStatuses(pipelineId, seen)),
       ...[...chapters].map(([root, told]) => this.store.recordTraceStory(root, told, this.limits.rememberMs)),
     ]);
     return finished.flatMap((end, i) => {
       const job = traced[i];
       return job === null ? [] : [this.jobSpanOf(job, end)];
     });
+  }
+
+  /** Kept under the pipeline's id first, then noted on its trace if it is known: one of the two meets its end (§11). */
+  private async noteUntracedJobStatuses(pipelineId: number, statuses: readonly string[]): Promise<void> {
+    await this.outcomeSampling.notePipelineJobStatuses(pipelineId, statuses);
+    const pipeline = await this.store.findTracedPipeline(pipelineId);
+    if (pipeline?.outcomePolicy !== undefined) await this.outcomeSampling.noteJobStatuses(pipeline, statuses);
   }
 
   private async pipelineEventSpans(event: PipelineEvent, pipeline: TracedPipeline): Promise<ControlPlaneSpan[]> {

@@ -50,5 +50,7 @@ export const PARKED_KEY = (traceId: string) => `cjt:{trace:${traceId}}:parked`;
 export const PARKED_SIZE_KEY = (traceId: string) => `cjt:{trace:${traceId}}:parked-size`;
 export const TRACE_DECISION_KEY = (traceId: string) => `cjt:{trace:${traceId}}:decision`;
 export const OUTCOME_FACTS_KEY = (traceId: string) => `cjt:{trace:${traceId}}:facts`;
+/** Statuses a pipeline's Job Hooks told of jobs the decorator did not trace, until a Pipeline Hook of it reads them. */
+export const PIPELINE_JOB_STATUSES_KEY = (pipelineId: number) => `cjt:{pipeline:${pipelineId}}:job-statuses`;
 export const PARKING_TOTAL_KEY = 'cjt:{parking}:total';
 export const PARKING_OVERDUE_KEY = 'cjt:{parking}:overdue';

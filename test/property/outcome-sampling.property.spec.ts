@@ -212,6 +212,42 @@ const REGRESSIONS: Record<'memory' | 'redis', Array<{ name: string; world: World
         newerGitlab: false,
       },
     },
+    {
+      // A job whose pickup found the store paused (answered degraded, not traced) failed and was retried: only its Job
+      // Hook tells of the failure. Whether it kept the pipeline depended on whether the pickup's grant write, given up
+      // on at STORE_TIMEOUT_MS, still landed when the store came back (seed -232313478, path 415, 1 run in 2-5).
+      name: 'a failed attempt whose pickup found the store paused, told only by its Job Hook',
+      world: {
+        rootJobs: [
+          { status: 'success', allowFailure: true, queueLong: true, autoRetried: false, split: false, lastBatchLate: false, hookDelay: 4, offset: 0 },
+          { status: 'success', allowFailure: false, queueLong: false, autoRetried: true, split: true, lastBatchLate: false, hookDelay: 2, offset: 0 },
+          { status: 'success', allowFailure: false, queueLong: false, autoRetried: false, split: true, lastBatchLate: true, hookDelay: 2, offset: 3 },
+        ],
+        children: [
+          {
+            depend: true,
+            afterRoot: true,
+            jobs: [
+              { status: 'success', allowFailure: false, queueLong: false, autoRetried: false, split: true, lastBatchLate: false, hookDelay: 3, offset: 0 },
+            ],
+            hookDelay: 3,
+          },
+        ],
+        slow: false,
+        rootDelay: 2,
+        reopen: { kind: 'retry', status: 'failed' },
+        staleRunningReplay: true,
+        redeliver: [26],
+        rate: 50,
+        rateChange: null,
+        faults: [
+          { kind: 'collector-down', at: 5.820918335193628e-36, length: 1, replica: 0 },
+          { kind: 'redis-pause', at: 1.4028545107481414e-278, length: 3, replica: 1 },
+        ],
+        routing: [0, 1, 1, 0, 0, 0],
+        newerGitlab: false,
+      },
+    },
   ],
 };
 

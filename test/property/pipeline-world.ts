@@ -505,27 +505,30 @@ export function expectedOf(timeline: Timeline, delivered: Step[], headSampled: b
   const tracedBefore = (hook: Step) => delivered.slice(0, delivered.indexOf(hook)).some((step) => step.kind === 'pickup');
   const tracedPipelines = new Set(delivered.flatMap((step) => (step.kind === 'pickup' ? [step.job.pipelineId] : [])));
   const pipelineOf = (hook: Extract<Step, { kind: 'hook' }>) => Number((hook.body.object_attributes as Record<string, unknown> | undefined)?.id);
+  // A child pipeline the service knows of (one of its jobs traced, or its hook came after its root's first traced
+  // pickup) tells its status and its jobs' (a failed job allowed to fail is listed as failed); a failed job of a child
+  // tells through its Job Hook if its pipeline is known, whether or not the job itself was traced.
+  const childKnown = (hook: Extract<Step, { kind: 'hook' }>) => hook.fact.about === 'child' && (tracedPipelines.has(pipelineOf(hook)) || tracedBefore(hook));
+  const knownChildren = new Set(hooks.filter(childKnown).map(pipelineOf));
+  const listsFailed = (hook: Extract<Step, { kind: 'hook' }>) =>
+    ((hook.body.builds as Array<{ status?: string }> | undefined) ?? []).some((build) => build.status === 'failed');
   const childFailed = hooks.some(
     (hook) =>
-      ((hook.fact.about === 'child' && (tracedPipelines.has(pipelineOf(hook)) || tracedBefore(hook))) ||
-        (hook.fact.about === 'job' && hook.fact.child && traced.has(Number(hook.body.build_id)))) &&
-      hook.fact.status === 'failed',
+      (childKnown(hook) && (hook.fact.status === 'failed' || listsFailed(hook))) ||
+      (hook.fact.about === 'job' &&
+        hook.fact.child &&
+        hook.fact.status === 'failed' &&
+        (traced.has(Number(hook.body.build_id)) || knownChildren.has(Number(hook.body.pipeline_id)))),
   );
   const longQueue = timeline.jobs.some((job) => traced.has(job.jobId) && (job.hook.queuedSeconds ?? 0) > POLICY.keep.queued_longer_than_seconds);
   const reasons: string[] = [];
   // A failed job (an allowed-to-fail one, an attempt retried) keeps its pipeline whichever order its Job Hook and the
   // root's terminal hook come in (issue 35: facts decide even after the root ended, within OUTCOME_SAMPLING_LATE_CHILD_SECONDS,
   // which the driver sets so that every hook of a run falls within it): for the first end, the failures of the first
-  // run; for the end after a reopening, any.
+  // run; for the end after a reopening, any. Traced or not: a job whose pickup found the store away still failed, and
+  // its Job Hook is what tells of a retried attempt (the Pipeline Hook lists the last one only).
   const jobFailed = (epochs: readonly number[]) =>
-    hooks.some(
-      (hook) =>
-        hook.fact.about === 'job' &&
-        !hook.fact.child &&
-        hook.fact.status === 'failed' &&
-        epochs.includes(hook.fact.epoch) &&
-        traced.has(Number(hook.body.build_id)),
-    );
+    hooks.some((hook) => hook.fact.about === 'job' && !hook.fact.child && hook.fact.status === 'failed' && epochs.includes(hook.fact.epoch));
   const decisions: boolean[] = [];
   for (const hook of hooks) {
     const fact = hook.fact;

@@ -149,6 +149,17 @@ export function behavesAsAParkingStore(world: StoreWorld) {
       expect((await parking.readFacts(trace)).rootEnd).toBeUndefined();
     });
 
+    it("keeps the statuses of a pipeline's untraced jobs under its id, each once, for as long as asked", async () => {
+      expect(await parking.jobStatusesOf(700)).toEqual([]);
+      await parking.notePipelineJobStatuses(700, ['failed'], 300);
+      await parking.notePipelineJobStatuses(700, ['canceled', 'failed'], 300);
+      await parking.notePipelineJobStatuses(701, [], 300);
+      expect(await parking.jobStatusesOf(700)).toEqual(['canceled', 'failed']);
+      expect(await parking.jobStatusesOf(701)).toEqual([]);
+      await world.elapse(400);
+      expect(await parking.jobStatusesOf(700)).toEqual([]);
+    });
+
     it('hands a trace that is due to one caller at a time, until it is finished', async () => {
       await parking.park(trace, { kind: 'protobuf', body: body(10), spans: 1 }, limits);
       expect(await parking.claimOverdue(10, 1000)).toEqual([]);

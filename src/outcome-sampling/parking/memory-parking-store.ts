@@ -40,6 +40,7 @@ export class MemoryParkingStore implements ParkingStore {
   private readonly traces = new Map<string, ParkedTrace>();
   private readonly decisions = new Map<string, Remembered<TraceDecision>>();
   private readonly facts = new Map<string, Remembered<KnownFacts>>();
+  private readonly pipelineJobStatuses = new Map<number, Remembered<Set<string>>>();
   /** The time-limit index: when the sweep looks at each trace next, and until when a claim of it holds. */
   private readonly due = new Map<string, { dueAt: number; claimedUntil: number }>();
   private totalBytes = 0;
@@ -87,6 +88,17 @@ export class MemoryParkingStore implements ParkingStore {
     for (const jobId of facts.finishedRootJobs ?? []) known.finishedRootJobs.add(jobId);
     const expiresAt = Math.max(this.facts.get(traceId)?.expiresAt ?? 0, this.now() + ttlMs);
     this.facts.set(traceId, { value: known, expiresAt });
+  }
+
+  async notePipelineJobStatuses(pipelineId: number, statuses: readonly string[], ttlMs: number): Promise<void> {
+    const known = this.live(this.pipelineJobStatuses, pipelineId) ?? new Set<string>();
+    for (const status of statuses) known.add(status);
+    const expiresAt = Math.max(this.pipelineJobStatuses.get(pipelineId)?.expiresAt ?? 0, this.now() + ttlMs);
+    this.pipelineJobStatuses.set(pipelineId, { value: known, expiresAt });
+  }
+
+  async jobStatusesOf(pipelineId: number): Promise<string[]> {
+    return [...(this.live(this.pipelineJobStatuses, pipelineId) ?? [])].sort();
   }
 
   async readFacts(traceId: string): Promise<OutcomeFacts> {
@@ -202,11 +214,11 @@ export class MemoryParkingStore implements ParkingStore {
     return trace;
   }
 
-  private live<T>(records: Map<string, Remembered<T>>, traceId: string): T | undefined {
-    const record = records.get(traceId);
+  private live<K, T>(records: Map<K, Remembered<T>>, key: K): T | undefined {
+    const record = records.get(key);
     if (record === undefined) return undefined;
     if (record.expiresAt > this.now()) return record.value;
-    records.delete(traceId);
+    records.delete(key);
     return undefined;
   }
 }

@@ -113,6 +113,12 @@ export interface ParkingStore {
   /** Adds to a trace's facts, kept `ttlMs` at least. */
   noteFacts(traceId: string, facts: FactsUpdate, ttlMs: number): Promise<void>;
   readFacts(traceId: string): Promise<OutcomeFacts>;
+  /**
+   * Statuses of jobs of a pipeline that no trace of this store may know of yet (the decorator did not trace them),
+   * kept under the pipeline's id `ttlMs` at least, for its Pipeline Hooks to read with `jobStatusesOf`.
+   */
+  notePipelineJobStatuses(pipelineId: number, statuses: readonly string[], ttlMs: number): Promise<void>;
+  jobStatusesOf(pipelineId: number): Promise<string[]>;
   /** Records the decision unless one is recorded already (the first one stands). Answers the one recorded; remembered `rememberMs`. */
   decide(traceId: string, decision: TraceDecision, rememberMs: number): Promise<{ readonly decision: TraceDecision; readonly changed: boolean }>;
   findDecision(traceId: string): Promise<TraceDecision | null>;

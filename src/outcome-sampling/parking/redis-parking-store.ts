@@ -1,4 +1,12 @@
-import { OUTCOME_FACTS_KEY, PARKED_KEY, PARKED_SIZE_KEY, PARKING_OVERDUE_KEY, PARKING_TOTAL_KEY, TRACE_DECISION_KEY } from '../../store/redis-keys';
+import {
+  OUTCOME_FACTS_KEY,
+  PARKED_KEY,
+  PIPELINE_JOB_STATUSES_KEY,
+  PARKED_SIZE_KEY,
+  PARKING_OVERDUE_KEY,
+  PARKING_TOTAL_KEY,
+  TRACE_DECISION_KEY,
+} from '../../store/redis-keys';
 import { RedisStore } from '../../store/redis-store';
 import {
   FactsUpdate,
@@ -305,6 +313,23 @@ export class RedisParkingStore implements ParkingStore {
     await this.store.guard(() =>
       this.scripts.cjtNoteFacts(OUTCOME_FACTS_KEY(traceId), String(Math.max(1, Math.round(ttlMs))), queue, facts.whenNoOutcome ?? '', rootEnd, ...fields),
     );
+  }
+
+  async notePipelineJobStatuses(pipelineId: number, statuses: readonly string[], ttlMs: number): Promise<void> {
+    if (statuses.length === 0) return;
+    const key = PIPELINE_JOB_STATUSES_KEY(pipelineId);
+    await this.store.guard(() =>
+      this.store.client
+        .multi()
+        .sadd(key, ...statuses)
+        .pexpire(key, Math.max(1, Math.round(ttlMs)))
+        .exec(),
+    );
+  }
+
+  async jobStatusesOf(pipelineId: number): Promise<string[]> {
+    const statuses = await this.store.guard(() => this.store.client.smembers(PIPELINE_JOB_STATUSES_KEY(pipelineId)));
+    return statuses.sort();
   }
 
   async readFacts(traceId: string): Promise<OutcomeFacts> {
