@@ -157,6 +157,9 @@ interface RunStats {
   readonly generatorCpuShare: number;
   readonly p50Ms?: number;
   readonly p99Ms?: number;
+  /** How late the server's event loop ran during the run: its p99 and worst (ms). */
+  readonly loopP99Ms: number;
+  readonly loopMaxMs: number;
 }
 
 interface RouteReport {
@@ -213,7 +216,12 @@ async function main(): Promise<void> {
       (options.nodeArgs.length === 0 ? '' : ` · server node ${options.nodeArgs.join(' ')}`),
   );
 
-  const load = async (server: BenchServer, label: string, run: () => Promise<Omit<RunStats, 'serverCpuMicrosPerRequest' | 'generatorCpuShare'>>) => {
+  const load = async (
+    server: BenchServer,
+    label: string,
+    run: () => Promise<Omit<RunStats, 'serverCpuMicrosPerRequest' | 'generatorCpuShare' | 'loopP99Ms' | 'loopMaxMs'>>,
+  ) => {
+    await server.loopDelay();
     const serverCpuBefore = await server.cpuMicros();
     const generatorBefore = process.cpuUsage();
     const wallBefore = performance.now();
@@ -221,12 +229,15 @@ async function main(): Promise<void> {
     const generator = process.cpuUsage(generatorBefore);
     const wallMicros = (performance.now() - wallBefore) * 1000;
     const serverCpu = (await server.cpuMicros()) - serverCpuBefore;
+    const loop = await server.loopDelay();
     const answered = stats.ok + stats.non2xx;
     if (stats.non2xx > 0 || stats.errors > 0) failures.push(`${label}: ${stats.non2xx} non-2xx answers, ${stats.errors} errors/timeouts`);
     return {
       ...stats,
       serverCpuMicrosPerRequest: answered === 0 ? Number.NaN : serverCpu / answered,
       generatorCpuShare: (generator.user + generator.system) / wallMicros,
+      loopP99Ms: loop.p99Ms,
+      loopMaxMs: loop.maxMs,
     };
   };
 
@@ -426,7 +437,7 @@ const fixed = (value: number | undefined, digits: number) => (value === undefine
 const ratio = (a: number, b: number) => (b === 0 ? Number.NaN : a / b);
 
 function printReport(reports: StoreReport[]): void {
-  const header = ['store', 'route', 'req/s by round', 'median', 'srv µs/req', 'gen CPU', 'p50 ms', 'p99 ms', 'at req/s'];
+  const header = ['store', 'route', 'req/s by round', 'median', 'srv µs/req', 'gen CPU', 'p50 ms', 'p99 ms', 'at req/s', 'loop p99/max ms'];
   const rows: string[][] = [header];
   const verdicts: string[] = [];
   for (const { store, routes, decisions, decoratorOk, logBytes } of reports) {
@@ -442,6 +453,7 @@ function printReport(reports: StoreReport[]): void {
         fixed(latency?.p50Ms, 2),
         fixed(latency?.p99Ms, 2),
         fixed(latency?.reqPerSec, 0),
+        latency === undefined ? '-' : `${fixed(latency.loopP99Ms, 1)}/${fixed(latency.loopMaxMs, 1)}`,
       ]);
       if (autocannonLatency !== undefined) {
         rows.push([
@@ -454,6 +466,7 @@ function printReport(reports: StoreReport[]): void {
           fixed(autocannonLatency.p50Ms, 2),
           fixed(autocannonLatency.p99Ms, 2),
           fixed(autocannonLatency.reqPerSec, 0),
+          `${fixed(autocannonLatency.loopP99Ms, 1)}/${fixed(autocannonLatency.loopMaxMs, 1)}`,
         ]);
       }
     }

@@ -4,6 +4,7 @@
  */
 import 'reflect-metadata';
 import { hash } from 'node:crypto';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import type { FastifyRequest } from 'fastify';
 import type { AddressInfo } from 'node:net';
 import { createInternalApp } from '../src/app.factory';
@@ -138,8 +139,15 @@ async function serve(): Promise<void> {
   const reply = (message: FromServer) => process.send?.(message);
   reply({ type: 'listening', port: (app.getHttpServer().address() as AddressInfo).port });
 
+  const loop = monitorEventLoopDelay({ resolution: 1 });
+  loop.enable();
   process.on('message', (message: ToServer) => {
     switch (message.type) {
+      case 'loop': {
+        reply({ type: 'loop', p99Ms: loop.percentile(99) / 1e6, maxMs: loop.max / 1e6 });
+        loop.reset();
+        break;
+      }
       case 'cpu': {
         const { user, system } = process.cpuUsage();
         reply({ type: 'cpu', micros: user + system });

@@ -42,13 +42,21 @@ export const DIGESTS_ROUTE = '/bench/bare-digests';
 export const DECORATOR_ROUTE = '/internal/ci/telemetry/job_payload';
 
 /** Messages between the bench and its server process (IPC). */
-export type ToServer = { readonly type: 'cpu' } | { readonly type: 'stop' };
-export type FromServer = { readonly type: 'listening'; readonly port: number } | { readonly type: 'cpu'; readonly micros: number };
+export type ToServer = { readonly type: 'cpu' } | { readonly type: 'loop' } | { readonly type: 'stop' };
+export type FromServer =
+  | { readonly type: 'listening'; readonly port: number }
+  | { readonly type: 'cpu'; readonly micros: number }
+  | { readonly type: 'loop'; readonly p99Ms: number; readonly maxMs: number };
 
 export interface BenchServer {
   readonly origin: string;
   /** CPU time (user + system) the server process has used so far, in µs. */
   cpuMicros(): Promise<number>;
+  /**
+   * How late the server's event loop ran since the previous call (its p99 and worst, in ms; 1 ms resolution): a
+   * request that arrives while the loop is busy waits that long, so this says whether a latency tail is the server's.
+   */
+  loopDelay(): Promise<{ p99Ms: number; maxMs: number }>;
   stop(): Promise<void>;
 }
 
@@ -116,6 +124,12 @@ export async function startBenchServer(options: BenchServerOptions): Promise<Ben
       const answer = next('cpu', 5000);
       send({ type: 'cpu' });
       return (await answer).micros;
+    },
+    loopDelay: async () => {
+      const answer = next('loop', 5000);
+      send({ type: 'loop' });
+      const { p99Ms, maxMs } = await answer;
+      return { p99Ms, maxMs };
     },
     stop: async () => {
       if (child.exitCode !== null || child.signalCode !== null) return;
