@@ -262,12 +262,13 @@ describe('a failed attempt the decorator did not trace still tells its pipelineâ
       end: { status: 'success', createdAt: Date.now() - 120_000, finishedAt: Date.now() },
     });
 
+  const attemptFailed = () => attemptHook('failed');
   it.each([
-    ['before anything of its pipeline was recorded', [attemptHook, rootKnown, rootSucceeded]],
-    ['after its pipeline was recorded, before the end', [rootKnown, attemptHook, rootSucceeded]],
-    ["after the root's end", [rootKnown, rootSucceeded, attemptHook]],
+    ['before anything of its pipeline was recorded', [attemptFailed, rootKnown, rootSucceeded]],
+    ['after its pipeline was recorded, before the end', [rootKnown, attemptFailed, rootSucceeded]],
+    ["after the root's end", [rootKnown, rootSucceeded, attemptFailed]],
   ] as const)('keeps the pipeline when the Job Hook comes %s', async (_order, steps) => {
-    for (const step of steps) await (step === attemptHook ? attemptHook('failed') : step());
+    for (const step of steps) await step();
     expect(await parking.findDecision(TRACE)).toEqual({ keep: true, reason: 'failed' });
   });
 

@@ -35,6 +35,9 @@ interface KnownFacts {
   finishedRootJobs: Set<number>;
 }
 
+/** Writes of remembered records between two sweeps of those past their time. */
+const PRUNE_EVERY = 1024;
+
 /** The parking store of one process (embedded default, and the memory side of the store suites). */
 export class MemoryParkingStore implements ParkingStore {
   private readonly traces = new Map<string, ParkedTrace>();
@@ -44,6 +47,7 @@ export class MemoryParkingStore implements ParkingStore {
   /** The time-limit index: when the sweep looks at each trace next, and until when a claim of it holds. */
   private readonly due = new Map<string, { dueAt: number; claimedUntil: number }>();
   private totalBytes = 0;
+  private writes = 0;
 
   constructor(private readonly now: () => number = Date.now) {}
 
@@ -88,6 +92,7 @@ export class MemoryParkingStore implements ParkingStore {
     for (const jobId of facts.finishedRootJobs ?? []) known.finishedRootJobs.add(jobId);
     const expiresAt = Math.max(this.facts.get(traceId)?.expiresAt ?? 0, this.now() + ttlMs);
     this.facts.set(traceId, { value: known, expiresAt });
+    this.pruneNowAndThen();
   }
 
   async notePipelineJobStatuses(pipelineId: number, statuses: readonly string[], ttlMs: number): Promise<void> {
@@ -95,6 +100,7 @@ export class MemoryParkingStore implements ParkingStore {
     for (const status of statuses) known.add(status);
     const expiresAt = Math.max(this.pipelineJobStatuses.get(pipelineId)?.expiresAt ?? 0, this.now() + ttlMs);
     this.pipelineJobStatuses.set(pipelineId, { value: known, expiresAt });
+    this.pruneNowAndThen();
   }
 
   async jobStatusesOf(pipelineId: number): Promise<string[]> {
@@ -117,6 +123,7 @@ export class MemoryParkingStore implements ParkingStore {
     const recorded = this.live(this.decisions, traceId);
     if (recorded !== undefined) return { decision: recorded, changed: false };
     this.decisions.set(traceId, { value: decision, expiresAt: this.now() + rememberMs });
+    this.pruneNowAndThen();
     return { decision, changed: true };
   }
 
@@ -200,6 +207,7 @@ export class MemoryParkingStore implements ParkingStore {
     this.traces.clear();
     this.decisions.clear();
     this.facts.clear();
+    this.pipelineJobStatuses.clear();
     this.due.clear();
   }
 
@@ -212,6 +220,18 @@ export class MemoryParkingStore implements ParkingStore {
       return undefined;
     }
     return trace;
+  }
+
+  /**
+   * Records past their time are forgotten when read; those never read again (the facts and decision of a pipeline
+   * long delivered) are swept every PRUNE_EVERY writes, so a long-lived process holds only what is live.
+   */
+  private pruneNowAndThen(): void {
+    if (++this.writes % PRUNE_EVERY !== 0) return;
+    const now = this.now();
+    for (const records of [this.facts, this.decisions, this.pipelineJobStatuses] as Array<Map<unknown, Remembered<unknown>>>) {
+      for (const [key, record] of records) if (record.expiresAt <= now) records.delete(key);
+    }
   }
 
   private live<K, T>(records: Map<K, Remembered<T>>, key: K): T | undefined {
