@@ -45,6 +45,15 @@ export interface GrantStore {
    * as stored lives, and at least MIN_TRACED_MEMORY_MS (SPEC §10: whether the job's spans are ours to emit).
    */
   saveGrant(grant: Grant, tracedJob?: TracedJob, options?: SaveGrantOptions): Promise<Grant>;
+  /**
+   * Takes back a `saveGrant` whose caller gave up waiting (STORE_TIMEOUT_MS) and answered the job as not traced: the
+   * write may still land when the store answers again, and would then say a job is traced that its runner was told
+   * is not (SPEC §10 "only traced work"). Removes the grant and the traced job only if they are exactly what that
+   * call wrote: its traced job (its pickup time makes it that pickup's own), and a grant with its expiry, so one that
+   * kept an earlier pickup's expiry, or a later pickup's, stays. Sent after the save on the same connection, so the
+   * store carries them out in that order. Answers whether something was taken back.
+   */
+  withdrawGrant(grant: Grant, tracedJob: TracedJob): Promise<boolean>;
   findGrant(jobId: number): Promise<Grant | null>;
   /** The grant whose opaque job token has this digest (SPEC §5). */
   findGrantByJobTokenDigest(jobTokenDigest: string): Promise<Grant | null>;

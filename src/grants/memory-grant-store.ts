@@ -38,6 +38,16 @@ export class MemoryGrantStore implements GrantStore {
     return { ...stored };
   }
 
+  async withdrawGrant(grant: Grant, tracedJob: TracedJob): Promise<boolean> {
+    const current = await this.tracedWork.findTracedJob(grant.jobId);
+    if (current === null || JSON.stringify(current) !== JSON.stringify(tracedJob)) return false;
+    const stored = await this.findGrant(grant.jobId);
+    if (stored !== null && stored.expiresAt !== grant.expiresAt) return false;
+    this.grants.delete(grant.jobId);
+    this.tracedWork.forgetTracedJob(grant.jobId);
+    return true;
+  }
+
   async findGrant(jobId: number): Promise<Grant | null> {
     const grant = this.grants.get(jobId);
     if (grant === undefined) return null;

@@ -51,6 +51,20 @@ remember(redis.call('PTTL', KEYS[1]))
 return {'kept', revokedAt, expiresAt}
 `;
 
+/**
+ * Takes back what one SAVE_GRANT wrote (KEYS: grant, traced job): only if the traced job is that write's (ARGV[1],
+ * its JSON, with the pickup's time) and the grant still ends at that write's expiry (ARGV[2]), so a grant that kept an
+ * earlier pickup's expiry, or another pickup's record, stays. The job-token index is left: a lookup by digest checks
+ * the grant, which is gone.
+ */
+const WITHDRAW_GRANT = `
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
+local current = redis.call('GET', KEYS[1])
+if current and string.sub(current, -(#ARGV[2] + 2)) ~= ':' .. ARGV[2] .. '}' then return 0 end
+redis.call('DEL', KEYS[1], KEYS[2])
+return 1
+`;
+
 /** What SAVE_GRANT answers: `absent` when the grant had already expired and none was stored before. */
 type SaveGrantReply = ['created' | 'absent', string | null] | ['kept', string | null, string];
 
@@ -59,6 +73,7 @@ interface GrantScripts {
   /** Three keys (grant, revocation, traced job), or four with the job-token index; then ARGV as SAVE_GRANT reads it. */
   cjtSaveGrant(numberOfKeys: 3 | 4, ...keysAndArgs: string[]): Promise<SaveGrantReply>;
   cjtRevokeGrant(grantKey: string, revokedKey: string, revokedAt: string): Promise<string | null>;
+  cjtWithdrawGrant(grantKey: string, tracedJobKey: string, tracedJob: string, expiresAt: string): Promise<number>;
 }
 
 export class RedisGrantStore implements GrantStore {
@@ -73,6 +88,7 @@ export class RedisGrantStore implements GrantStore {
     // grant written alone, 20 µs auto-pipelined; paced at 1,000 a second, 104-117 µs against 142-170 µs.
     store.writeAlone('cjtSaveGrant');
     store.client.defineCommand('cjtRevokeGrant', { numberOfKeys: 2, lua: REVOKE_GRANT });
+    store.client.defineCommand('cjtWithdrawGrant', { numberOfKeys: 2, lua: WITHDRAW_GRANT });
     this.scripts = store.client as unknown as GrantScripts;
   }
 
@@ -111,6 +127,13 @@ export class RedisGrantStore implements GrantStore {
       }
       return revokedAt === null ? stored : { ...stored, revokedAt: Number(revokedAt) };
     });
+  }
+
+  async withdrawGrant(grant: Grant, tracedJob: TracedJob): Promise<boolean> {
+    const withdrawn = await this.store.guard(() =>
+      this.scripts.cjtWithdrawGrant(GRANT_KEY(grant.jobId), TRACED_JOB_KEY(grant.jobId), JSON.stringify(tracedJob), String(grant.expiresAt)),
+    );
+    return withdrawn === 1;
   }
 
   async findGrant(jobId: number): Promise<Grant | null> {

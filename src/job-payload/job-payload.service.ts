@@ -189,6 +189,15 @@ export class JobPayloadService {
     return advertised !== false;
   }
 
+  /** Never throws: a grant that cannot be taken back is the store's to expire. */
+  private async takeBack(grant: Grant, tracedJob: TracedJob): Promise<void> {
+    try {
+      if (await this.store.withdrawGrant(grant, tracedJob)) this.logger.log(`grant for job ${grant.jobId}: stored after all, and taken back`);
+    } catch (error) {
+      this.logger.debug(`grant for job ${grant.jobId}: not taken back: ${(error as Error).message}`);
+    }
+  }
+
   /** Bounded by STORE_TIMEOUT_MS whatever the store does, so a hung Redis cannot delay job pickup. */
   private async saveGrant(grant: Grant, tracedJob: TracedJob, options: SaveGrantOptions): Promise<Grant | undefined> {
     try {
@@ -196,6 +205,9 @@ export class JobPayloadService {
     } catch (error) {
       this.metrics.grantNotSaved();
       this.logger.warn(`grant for job ${grant.jobId} not stored: ${(error as Error).message}`);
+      // The write may still land when the store answers again; the job is answered as not traced, so it is taken
+      // back behind it (not awaited: the pickup's answer never waits for it).
+      void this.takeBack(grant, tracedJob);
       return undefined;
     }
   }

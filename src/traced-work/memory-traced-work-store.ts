@@ -28,6 +28,11 @@ export class MemoryTracedWorkStore implements TracedWorkStore {
     this.tracedJobs.set(job.jobId, { value: { ...job }, expiresAt });
   }
 
+  /** The memory grant store's half of `withdrawGrant`. */
+  forgetTracedJob(jobId: number): void {
+    this.tracedJobs.delete(jobId);
+  }
+
   async recordTracedPipelines(pipelines: readonly Remembered<TracedPipeline>[]): Promise<void> {
     const now = this.now();
     for (const { value: pipeline, ttlMs } of pipelines) {

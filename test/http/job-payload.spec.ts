@@ -1,5 +1,6 @@
 import { createHash, createSecretKey } from 'node:crypto';
 import { createServer, Server, Socket } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
 import Redis from 'ioredis';
 import { SignJWT } from 'jose';
 import { GRANT_STORE } from '../../src/grants/grants.constants';
@@ -461,6 +462,34 @@ describe('POST /internal/ci/telemetry/job_payload', () => {
       const { status, body } = await call(running(), request);
       expect(status).toBe(200);
       expect(body).toEqual({ payload: request.payload, telemetry: { enabled: false, reason: 'degraded' } });
+    });
+
+    it('takes back a grant whose write landed after the pickup gave up on it: a job answered degraded is not traced', async () => {
+      // Redis paused (as a slow primary is): the write waits in the connection, the pickup answers at STORE_TIMEOUT_MS.
+      await running().close();
+      service = await startInProcess({ REDIS_URL: redis.url, STORE_TIMEOUT_MS: '150', REDIS_COMMAND_TIMEOUT_MS: '10000' });
+      const paused = redis.pid!;
+      process.kill(paused, 'SIGSTOP');
+      let body: { telemetry: { reason: string } };
+      try {
+        ({ body } = await call(running(), jobPayloadRequest({ job: { id: 4242 } })));
+      } finally {
+        process.kill(paused, 'SIGCONT');
+      }
+      expect(body.telemetry.reason).toBe('degraded');
+      const client = new Redis(redis.url);
+      try {
+        // The grant's script ran when Redis came back, then its withdrawal: neither the grant nor the traced job stays,
+        // so no hook later tells of the job as traced (SPEC §10) and no credential exists for it.
+        await client.ping();
+        await sleep(500);
+        expect(await client.exists('cjt:{job:4242}:grant', 'cjt:{job:4242}:traced')).toBe(0);
+        // The next pickup of the job, with the store answering, is traced as usual.
+        expect((await call(running(), jobPayloadRequest({ job: { id: 4242 } }))).body.telemetry.reason).toBe('enabled');
+        expect(await client.exists('cjt:{job:4242}:grant', 'cjt:{job:4242}:traced')).toBe(2);
+      } finally {
+        client.disconnect();
+      }
     });
 
     it('keeps hosted runners enabled with Redis stopped: they never need the grant', async () => {

@@ -140,6 +140,27 @@ export function behavesAsAGrantStore(world: StoreWorld) {
       expect(await tracedWork.findTracedJob(5001)).toEqual(testTracedJob());
     });
 
+    it('takes back what one pickup wrote, and only that: not a grant that kept an earlier expiry, not a later pickup', async () => {
+      const first = testGrant({ jobId: 5003, expiresAt: world.now() + 60_000 });
+      const pickedUp = testTracedJob({ jobId: 5003, pickedUpAt: 1 });
+      await grants.saveGrant(first, pickedUp);
+      expect(await grants.withdrawGrant(first, pickedUp)).toBe(true);
+      expect(await grants.findGrant(5003)).toBeNull();
+      expect(await tracedWork.findTracedJob(5003)).toBeNull();
+      expect(await grants.withdrawGrant(first, pickedUp)).toBe(false);
+
+      // Decorated again: the grant keeps the first pickup's expiry, so the second pickup's withdrawal leaves it.
+      await grants.saveGrant(first, pickedUp);
+      const again = testGrant({ jobId: 5003, expiresAt: world.now() + 120_000 });
+      const pickedUpAgain = testTracedJob({ jobId: 5003, pickedUpAt: 2 });
+      await grants.saveGrant(again, pickedUpAgain);
+      expect(await grants.withdrawGrant(again, pickedUpAgain)).toBe(false);
+      // And a withdrawal of the first pickup, which a later one replaced, leaves the later one's record.
+      expect(await grants.withdrawGrant(first, pickedUp)).toBe(false);
+      expect((await grants.findGrant(5003))?.expiresAt).toBe(first.expiresAt);
+      expect((await tracedWork.findTracedJob(5003))?.pickedUpAt).toBe(2);
+    });
+
     it('remembers no traced job for a grant saved without one, and the newest pickup of a job decorated again', async () => {
       await grants.saveGrant(testGrant({ jobId: 5002 }));
       expect(await tracedWork.findTracedJob(5002)).toBeNull();
