@@ -35,9 +35,6 @@ interface KnownFacts {
   finishedRootJobs: Set<number>;
 }
 
-/** Writes of remembered records between two sweeps of those past their time. */
-const PRUNE_EVERY = 1024;
-
 /** The parking store of one process (embedded default, and the memory side of the store suites). */
 export class MemoryParkingStore implements ParkingStore {
   private readonly traces = new Map<string, ParkedTrace>();
@@ -47,9 +44,16 @@ export class MemoryParkingStore implements ParkingStore {
   /** The time-limit index: when the sweep looks at each trace next, and until when a claim of it holds. */
   private readonly due = new Map<string, { dueAt: number; claimedUntil: number }>();
   private totalBytes = 0;
-  private writes = 0;
+  private readonly sweeper: NodeJS.Timeout;
 
-  constructor(private readonly now: () => number = Date.now) {}
+  constructor(
+    private readonly now: () => number = Date.now,
+    sweepIntervalMs = 60_000,
+  ) {
+    // Reads check expiry themselves; the sweep only returns memory of records nobody asks about again (the facts and
+    // decision of a pipeline long delivered).
+    this.sweeper = setInterval(() => this.sweep(), sweepIntervalMs).unref();
+  }
 
   async park(traceId: string, entry: { kind: ParkedKind; body: Buffer; spans: number; exempt?: boolean }, limits: ParkingLimits): Promise<ParkOutcome> {
     const decision = this.live(this.decisions, traceId);
@@ -92,7 +96,6 @@ export class MemoryParkingStore implements ParkingStore {
     for (const jobId of facts.finishedRootJobs ?? []) known.finishedRootJobs.add(jobId);
     const expiresAt = Math.max(this.facts.get(traceId)?.expiresAt ?? 0, this.now() + ttlMs);
     this.facts.set(traceId, { value: known, expiresAt });
-    this.pruneNowAndThen();
   }
 
   async notePipelineJobStatuses(pipelineId: number, statuses: readonly string[], ttlMs: number): Promise<void> {
@@ -100,7 +103,6 @@ export class MemoryParkingStore implements ParkingStore {
     for (const status of statuses) known.add(status);
     const expiresAt = Math.max(this.pipelineJobStatuses.get(pipelineId)?.expiresAt ?? 0, this.now() + ttlMs);
     this.pipelineJobStatuses.set(pipelineId, { value: known, expiresAt });
-    this.pruneNowAndThen();
   }
 
   async jobStatusesOf(pipelineId: number): Promise<string[]> {
@@ -123,7 +125,6 @@ export class MemoryParkingStore implements ParkingStore {
     const recorded = this.live(this.decisions, traceId);
     if (recorded !== undefined) return { decision: recorded, changed: false };
     this.decisions.set(traceId, { value: decision, expiresAt: this.now() + rememberMs });
-    this.pruneNowAndThen();
     return { decision, changed: true };
   }
 
@@ -204,6 +205,7 @@ export class MemoryParkingStore implements ParkingStore {
   }
 
   close(): void {
+    clearInterval(this.sweeper);
     this.traces.clear();
     this.decisions.clear();
     this.facts.clear();
@@ -222,12 +224,7 @@ export class MemoryParkingStore implements ParkingStore {
     return trace;
   }
 
-  /**
-   * Records past their time are forgotten when read; those never read again (the facts and decision of a pipeline
-   * long delivered) are swept every PRUNE_EVERY writes, so a long-lived process holds only what is live.
-   */
-  private pruneNowAndThen(): void {
-    if (++this.writes % PRUNE_EVERY !== 0) return;
+  private sweep(): void {
     const now = this.now();
     for (const records of [this.facts, this.decisions, this.pipelineJobStatuses] as Array<Map<unknown, Remembered<unknown>>>) {
       for (const [key, record] of records) if (record.expiresAt <= now) records.delete(key);
