@@ -189,6 +189,13 @@ if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[1]) then redis.call('PEXPIRE', KE
 return 1
 `;
 
+/** Adds statuses to a pipeline's set (KEYS: the set; ARGV: ttl ms, statuses…), its time only ever lengthened. */
+const NOTE_STATUSES = `
+redis.call('SADD', KEYS[1], unpack(ARGV, 2))
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[1]) then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
+return 1
+`;
+
 /** Hands out traces that are due (ARGV: now, max, lease ms), each to one caller for the lease. */
 const CLAIM_OVERDUE = `
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
@@ -211,6 +218,7 @@ interface ParkingScripts {
   cjtDecide(decision: string, value: string, rememberMs: string): Promise<[string, number]>;
   cjtReopen(decision: string, facts: string): Promise<number>;
   cjtNoteFacts(facts: string, ttlMs: string, queueMs: string, whenNoOutcome: string, rootEnd: string, ...fieldsAndValues: string[]): Promise<number>;
+  cjtNoteStatuses(statuses: string, ttlMs: string, ...seen: string[]): Promise<number>;
   cjtClaimOverdue(overdue: string, now: string, max: string, leaseMs: string): Promise<string[]>;
 }
 
@@ -243,6 +251,7 @@ export class RedisParkingStore implements ParkingStore {
     redis.defineCommand('cjtDecide', { numberOfKeys: 1, lua: DECIDE });
     redis.defineCommand('cjtReopen', { numberOfKeys: 2, lua: REOPEN });
     redis.defineCommand('cjtNoteFacts', { numberOfKeys: 1, lua: NOTE_FACTS });
+    redis.defineCommand('cjtNoteStatuses', { numberOfKeys: 1, lua: NOTE_STATUSES });
     redis.defineCommand('cjtClaimOverdue', { numberOfKeys: 1, lua: CLAIM_OVERDUE });
     this.scripts = redis as unknown as ParkingScripts;
   }
@@ -317,14 +326,8 @@ export class RedisParkingStore implements ParkingStore {
 
   async notePipelineJobStatuses(pipelineId: number, statuses: readonly string[], ttlMs: number): Promise<void> {
     if (statuses.length === 0) return;
-    const key = PIPELINE_JOB_STATUSES_KEY(pipelineId);
-    await this.store.guard(() =>
-      this.store.client
-        .multi()
-        .sadd(key, ...statuses)
-        .pexpire(key, Math.max(1, Math.round(ttlMs)))
-        .exec(),
-    );
+    const ttl = String(Math.max(1, Math.round(ttlMs)));
+    await this.store.guard(() => this.scripts.cjtNoteStatuses(PIPELINE_JOB_STATUSES_KEY(pipelineId), ttl, ...statuses));
   }
 
   async jobStatusesOf(pipelineId: number): Promise<string[]> {
