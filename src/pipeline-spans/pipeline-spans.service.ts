@@ -316,29 +316,29 @@ export class PipelineSpansService implements OnModuleDestroy {
   private async finishedJobSpans(finished: readonly FinishedJob[], toldBy: 'job_hook' | 'pipeline_hook'): Promise<ControlPlaneSpan[]> {
     if (this.config.TRACE_ID_SCHEME !== 'keyed' || finished.length === 0) return [];
     const traced = await Promise.all(finished.map((job) => this.store.findTracedJob(job.jobId)));
-    // A provisional pipeline's job that failed keeps it even when the pipeline succeeds (allowed to fail): its jobs'
-    // statuses are gathered, one write per trace.
+    // One pass gathers what the hook tells, one write per trace or pipeline:
+    // - a provisional pipeline's job that failed keeps it even when the pipeline succeeds (allowed to fail), so its
+    //   jobs' statuses are noted;
+    // - each job's chapter of its root pipeline's story, while its record is there to tell it: one per kind of hook,
+    //   as they tell different things (the Job Hook's times to the millisecond, the Pipeline Hook's whether manual);
+    // - a job the decorator did not trace (its pickup found the store away) still tells its pipeline's outcome: the
+    //   Pipeline Hook lists only the last attempt of a retried job, so a Job Hook may be the only word of a failure.
     const statuses = new Map<string, { job: TracedJob; seen: string[] }>();
-    for (const [i, end] of finished.entries()) {
-      const job = traced[i];
-      if (job?.outcomePolicy !== undefined) statuses.set(job.traceId, { job, seen: [...(statuses.get(job.traceId)?.seen ?? []), end.status] });
-    }
-    // Each job's chapter of its root pipeline's story, while its record is there to tell it: one per kind of hook, as
-    // they tell different things (the Job Hook's times to the millisecond, the Pipeline Hook's whether it is manual).
     const chapters = new Map<number, Array<{ key: string; text: string }>>();
-    for (const [i, end] of finished.entries()) {
-      const job = traced[i];
-      if (job === null) continue;
-      const chapter: Chapter = { kind: 'job', job, end, toldBy };
-      const told = { key: `job:${job.jobId}:${toldBy}`, text: JSON.stringify(chapter) };
-      chapters.set(job.rootPipelineId, [...(chapters.get(job.rootPipelineId) ?? []), told]);
-    }
-    // A job the decorator did not trace (its pickup found the store away) still tells its pipeline's outcome; the
-    // Pipeline Hook lists only the last attempt of a retried job, so a Job Hook may be the only word of a failure.
     const untraced = new Map<number, string[]>();
     for (const [i, end] of finished.entries()) {
-      if (traced[i] === null && toldBy === 'job_hook' && end.status !== 'success')
-        untraced.set(end.pipelineId, [...(untraced.get(end.pipelineId) ?? []), end.status]);
+      const job = traced[i];
+      if (job === null) {
+        if (toldBy === 'job_hook' && end.status !== 'success') appendTo(untraced, end.pipelineId, end.status);
+        continue;
+      }
+      if (job.outcomePolicy !== undefined) {
+        const known = statuses.get(job.traceId);
+        if (known === undefined) statuses.set(job.traceId, { job, seen: [end.status] });
+        else known.seen.push(end.status);
+      }
+      const chapter: Chapter = { kind: 'job', job, end, toldBy };
+      appendTo(chapters, job.rootPipelineId, { key: `job:${job.jobId}:${toldBy}`, text: JSON.stringify(chapter) });
     }
     await Promise.all([
       ...[...statuses.values()].map(({ job, seen }) => this.outcomeSampling.noteJobStatuses(job, seen)),
@@ -490,4 +490,10 @@ export class PipelineSpansService implements OnModuleDestroy {
     if (outcome.queued > 0) this.deliverer.kick();
     return outcome;
   }
+}
+
+function appendTo<K, V>(lists: Map<K, V[]>, key: K, value: V): void {
+  const list = lists.get(key);
+  if (list === undefined) lists.set(key, [value]);
+  else list.push(value);
 }
