@@ -13,7 +13,7 @@
  *   npx tsc -p bench/job-payload.tsconfig.json && node node_modules/.cache/job-payload-bench/bench/job-payload.bench.js
  *
  * Options: --stores memory,redis  --rounds 3  --round-seconds 5  --connections 10  --rate 1000
- *          --latency-seconds 5  --warmup-seconds 2  --cpu-prof (keeps the server's .cpuprofile)
+ *          --latency-seconds 5  --latency-rounds 3  --warmup-seconds 2  --cpu-prof (keeps the server's .cpuprofile)
  *          --routes bare,bare-changes,bare-sampled,echo,echo-store,floor,decorator (load only these: with --cpu-prof, a profile of one route alone)
  *          --answer changes|payload (how the decorator and the floor are asked: the Ruby client's default, the changes
  *          without sending the payload, or the whole payload there and back; `bare-changes` is the bare route sent
@@ -93,6 +93,7 @@ const { values: args } = parseArgs({
     connections: { type: 'string', default: '10' },
     rate: { type: 'string', default: '1000' },
     'latency-seconds': { type: 'string', default: '5' },
+    'latency-rounds': { type: 'string', default: '3' },
     'cpu-prof': { type: 'boolean', default: false },
     routes: { type: 'string', default: 'bare,bare-changes,bare-sampled,echo,echo-store,floor,decorator' },
     answer: { type: 'string', default: 'changes' },
@@ -118,6 +119,8 @@ if (args.help) {
   --connections 10           keep-alive connections
   --rate 1000                open-loop rate of the latency runs (bare and decorator), req/s
   --latency-seconds 5        length of each latency run (0: none)
+  --latency-rounds 3         latency runs per route, alternating bare and decorator (ABBA); their latencies are pooled,
+                             so one unlucky window (a collection, a neighbour's burst) does not decide the p99 alone
   --cpu-prof                 keep the server's .cpuprofile and print its busiest functions
   --autocannon-rate          also measure latency with autocannon's overallRate, for comparison
   --node-args="..."          options for the server's node (e.g. --max-semi-space-size=32), space-separated
@@ -136,6 +139,7 @@ const options = {
   connections: Number(args.connections),
   rate: Number(args.rate),
   latencySeconds: Number(args['latency-seconds']),
+  latencyRounds: Math.max(1, Number(args['latency-rounds'])),
   cpuProf: args['cpu-prof'],
   routes: ROUTES.filter((route) => args.routes.split(',').some((name) => name.trim() === route)),
   autocannonRate: args['autocannon-rate'],
@@ -145,6 +149,29 @@ const options = {
 };
 if (args.answer !== 'payload' && args.answer !== 'changes') throw new Error(`--answer is changes or payload, not ${args.answer}`);
 if (args.upstream !== 'sink' && args.upstream !== 'embedded') throw new Error(`--upstream is embedded or sink, not ${args.upstream}`);
+
+/**
+ * Alternating open-loop runs of one route as one: their latencies pooled (p50, p99 of every request), the loop's and
+ * the collector's worst of any run, their p99 and total the median and mean of the runs'.
+ */
+function pooled(runs: readonly RunStats[]): RunStats {
+  const all = Float64Array.from(runs.flatMap((run) => [...(run.latenciesMs ?? [])]));
+  const sum = (stat: (run: RunStats) => number) => runs.reduce((total, run) => total + stat(run), 0);
+  return {
+    ok: sum((run) => run.ok),
+    non2xx: sum((run) => run.non2xx),
+    errors: sum((run) => run.errors),
+    reqPerSec: Math.min(...runs.map((run) => run.reqPerSec)),
+    serverCpuMicrosPerRequest: median(runs.map((run) => run.serverCpuMicrosPerRequest)),
+    generatorCpuShare: median(runs.map((run) => run.generatorCpuShare)),
+    p50Ms: percentile(all, 50),
+    p99Ms: percentile(all, 99),
+    loopP99Ms: median(runs.map((run) => run.loopP99Ms)),
+    loopMaxMs: Math.max(...runs.map((run) => run.loopMaxMs)),
+    gcMaxMs: Math.max(...runs.map((run) => run.gcMaxMs)),
+    gcTotalMs: sum((run) => run.gcTotalMs) / runs.length,
+  };
+}
 
 /** One load run against one route. */
 interface RunStats {
@@ -157,14 +184,21 @@ interface RunStats {
   readonly generatorCpuShare: number;
   readonly p50Ms?: number;
   readonly p99Ms?: number;
+  /** Each answered request's latency (open-loop runs only), so alternating runs can be pooled. */
+  readonly latenciesMs?: Float64Array;
   /** How late the server's event loop ran during the run: its p99 and worst (ms). */
   readonly loopP99Ms: number;
   readonly loopMaxMs: number;
+  /** Garbage collection's longest and total pause during the run (ms). */
+  readonly gcMaxMs: number;
+  readonly gcTotalMs: number;
 }
 
 interface RouteReport {
   readonly rounds: RunStats[];
   latency?: RunStats;
+  /** The alternating open-loop runs `latency` pools. */
+  latencyRounds: RunStats[];
   autocannonLatency?: RunStats;
 }
 
@@ -211,7 +245,7 @@ async function main(): Promise<void> {
         ' ',
       )} at start · body ${(bodies.bytes / 1024).toFixed(1)} KiB · ${options.connections} connections · ${options.rounds}×${options.roundSeconds} s alternating rounds · ` +
       `decorator asked for ${options.answer === 'changes' ? `the changes (request ${(bodies.changesBytes / 1024).toFixed(1)} KiB, no payload)` : 'the payload'} · ` +
-      `${options.rate} req/s × ${options.latencySeconds} s open-loop (latency from when each request was due) · a new job id per request, ` +
+      `${options.rate} req/s × ${options.latencySeconds} s open-loop, ${options.latencyRounds} alternating runs pooled (latency from when each request was due) · a new job id per request, ` +
       `10 to 40 jobs per pipeline (25 on average) · node ${process.version} · ${cpus().length} CPUs · logs: pino batched → file · control-plane spans to ${options.upstream === 'sink' ? 'a separate OTLP sink' : 'the embedded collector'}` +
       (options.nodeArgs.length === 0 ? '' : ` · server node ${options.nodeArgs.join(' ')}`),
   );
@@ -219,7 +253,7 @@ async function main(): Promise<void> {
   const load = async (
     server: BenchServer,
     label: string,
-    run: () => Promise<Omit<RunStats, 'serverCpuMicrosPerRequest' | 'generatorCpuShare' | 'loopP99Ms' | 'loopMaxMs'>>,
+    run: () => Promise<Omit<RunStats, 'serverCpuMicrosPerRequest' | 'generatorCpuShare' | 'loopP99Ms' | 'loopMaxMs' | 'gcMaxMs' | 'gcTotalMs'>>,
   ) => {
     await server.loopDelay();
     const serverCpuBefore = await server.cpuMicros();
@@ -238,6 +272,8 @@ async function main(): Promise<void> {
       generatorCpuShare: (generator.user + generator.system) / wallMicros,
       loopP99Ms: loop.p99Ms,
       loopMaxMs: loop.maxMs,
+      gcMaxMs: loop.gcMaxMs,
+      gcTotalMs: loop.gcTotalMs,
     };
   };
 
@@ -278,6 +314,7 @@ async function main(): Promise<void> {
         reqPerSec: result.achievedRate,
         p50Ms: percentile(result.latenciesMs, 50),
         p99Ms: percentile(result.latenciesMs, 99),
+        latenciesMs: result.latenciesMs,
       };
     });
 
@@ -366,13 +403,13 @@ async function main(): Promise<void> {
         if (route === 'decorator') decoratorOk += warmup.ok;
       }
       const routes: Record<Route, RouteReport> = {
-        bare: { rounds: [] },
-        'bare-changes': { rounds: [] },
-        'bare-sampled': { rounds: [] },
-        echo: { rounds: [] },
-        'echo-store': { rounds: [] },
-        floor: { rounds: [] },
-        decorator: { rounds: [] },
+        bare: { rounds: [], latencyRounds: [] },
+        'bare-changes': { rounds: [], latencyRounds: [] },
+        'bare-sampled': { rounds: [], latencyRounds: [] },
+        echo: { rounds: [], latencyRounds: [] },
+        'echo-store': { rounds: [], latencyRounds: [] },
+        floor: { rounds: [], latencyRounds: [] },
+        decorator: { rounds: [], latencyRounds: [] },
       };
       for (let round = 0; round < options.rounds; round++) {
         const order: Route[] = round % 2 === 0 ? [...options.routes] : [...options.routes].reverse();
@@ -380,7 +417,11 @@ async function main(): Promise<void> {
       }
       // --latency-seconds 0: throughput only, no open-loop run.
       const timed = (['bare', 'decorator'] as const).filter((route) => options.routes.includes(route) && options.latencySeconds > 0);
-      for (const route of timed) routes[route].latency = await fixedRate(server, store, route);
+      for (let round = 0; round < options.latencyRounds; round++) {
+        const order = round % 2 === 0 ? timed : [...timed].reverse();
+        for (const route of order) routes[route].latencyRounds.push(await fixedRate(server, store, route));
+      }
+      for (const route of timed) routes[route].latency = pooled(routes[route].latencyRounds);
       if (options.autocannonRate) {
         for (const route of timed) routes[route].autocannonLatency = await autocannonRate(server, store, route);
       }
@@ -437,7 +478,19 @@ const fixed = (value: number | undefined, digits: number) => (value === undefine
 const ratio = (a: number, b: number) => (b === 0 ? Number.NaN : a / b);
 
 function printReport(reports: StoreReport[]): void {
-  const header = ['store', 'route', 'req/s by round', 'median', 'srv µs/req', 'gen CPU', 'p50 ms', 'p99 ms', 'at req/s', 'loop p99/max ms'];
+  const header = [
+    'store',
+    'route',
+    'req/s by round',
+    'median',
+    'srv µs/req',
+    'gen CPU',
+    'p50 ms',
+    'p99 ms',
+    'at req/s',
+    'loop p99/max ms',
+    'gc max/total ms a run',
+  ];
   const rows: string[][] = [header];
   const verdicts: string[] = [];
   for (const { store, routes, decisions, decoratorOk, logBytes } of reports) {
@@ -454,6 +507,7 @@ function printReport(reports: StoreReport[]): void {
         fixed(latency?.p99Ms, 2),
         fixed(latency?.reqPerSec, 0),
         latency === undefined ? '-' : `${fixed(latency.loopP99Ms, 1)}/${fixed(latency.loopMaxMs, 1)}`,
+        latency === undefined ? '-' : `${fixed(latency.gcMaxMs, 1)}/${fixed(latency.gcTotalMs, 0)}`,
       ]);
       if (autocannonLatency !== undefined) {
         rows.push([
@@ -467,6 +521,7 @@ function printReport(reports: StoreReport[]): void {
           fixed(autocannonLatency.p99Ms, 2),
           fixed(autocannonLatency.reqPerSec, 0),
           `${fixed(autocannonLatency.loopP99Ms, 1)}/${fixed(autocannonLatency.loopMaxMs, 1)}`,
+          `${fixed(autocannonLatency.gcMaxMs, 1)}/${fixed(autocannonLatency.gcTotalMs, 0)}`,
         ]);
       }
     }
@@ -479,6 +534,9 @@ function printReport(reports: StoreReport[]): void {
     const cpuRatio = ratio(medianOf('decorator', cpu), medianOf('bare', cpu));
     const decoratorP99 = routes.decorator.latency?.p99Ms ?? Number.NaN;
     const p99Ratio = ratio(decoratorP99, routes.bare.latency?.p99Ms ?? Number.NaN);
+    const p99PerRound = routes.decorator.latencyRounds
+      .map((run, i) => fixed(ratio(run.p99Ms ?? Number.NaN, routes.bare.latencyRounds[i]?.p99Ms ?? Number.NaN), 2))
+      .join(' ');
     // Past its capacity an open-loop run measures a growing queue, not the service's latency.
     const overloaded = (['bare', 'decorator'] as const)
       .filter((route) => options.routes.includes(route))
@@ -488,7 +546,7 @@ function printReport(reports: StoreReport[]): void {
       `${store}: throughput decorator/bare ${fixed(throughputRatio, 2)} (per round ${perRound}; target ≥ ${target}: ` +
         `${Number.isNaN(throughputRatio) ? 'not measured' : throughputRatio >= target ? 'met' : 'MISSED'})` +
         ` · server CPU/request ×${fixed(cpuRatio, 2)}` +
-        ` · p99 decorator/bare ×${fixed(p99Ratio, 2)}, decorator p99 ${fixed(decoratorP99, 2)} ms` +
+        ` · p99 decorator/bare ×${fixed(p99Ratio, 2)} (per round ${p99PerRound}), decorator p99 ${fixed(decoratorP99, 2)} ms` +
         (overloaded.length === 0 || options.latencySeconds === 0
           ? ''
           : ` · OVERLOADED at ${options.rate} req/s: ${overloaded.join(', ')} (max throughput below the rate: latency is queueing)`),

@@ -4,7 +4,7 @@
  */
 import 'reflect-metadata';
 import { hash } from 'node:crypto';
-import { monitorEventLoopDelay } from 'node:perf_hooks';
+import { monitorEventLoopDelay, PerformanceObserver } from 'node:perf_hooks';
 import type { FastifyRequest } from 'fastify';
 import type { AddressInfo } from 'node:net';
 import { createInternalApp } from '../src/app.factory';
@@ -141,11 +141,21 @@ async function serve(): Promise<void> {
 
   const loop = monitorEventLoopDelay({ resolution: 1 });
   loop.enable();
+  // Garbage collection's pauses, so a loop stall can be told apart from the collector's.
+  const gc = { maxMs: 0, totalMs: 0 };
+  new PerformanceObserver((entries) => {
+    for (const { duration } of entries.getEntries()) {
+      gc.maxMs = Math.max(gc.maxMs, duration);
+      gc.totalMs += duration;
+    }
+  }).observe({ entryTypes: ['gc'] });
   process.on('message', (message: ToServer) => {
     switch (message.type) {
       case 'loop': {
-        reply({ type: 'loop', p99Ms: loop.percentile(99) / 1e6, maxMs: loop.max / 1e6 });
+        reply({ type: 'loop', p99Ms: loop.percentile(99) / 1e6, maxMs: loop.max / 1e6, gcMaxMs: gc.maxMs, gcTotalMs: gc.totalMs });
         loop.reset();
+        gc.maxMs = 0;
+        gc.totalMs = 0;
         break;
       }
       case 'cpu': {

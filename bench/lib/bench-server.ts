@@ -46,17 +46,25 @@ export type ToServer = { readonly type: 'cpu' } | { readonly type: 'loop' } | { 
 export type FromServer =
   | { readonly type: 'listening'; readonly port: number }
   | { readonly type: 'cpu'; readonly micros: number }
-  | { readonly type: 'loop'; readonly p99Ms: number; readonly maxMs: number };
+  | { readonly type: 'loop'; readonly p99Ms: number; readonly maxMs: number; readonly gcMaxMs: number; readonly gcTotalMs: number };
+
+export interface LoopDelay {
+  readonly p99Ms: number;
+  readonly maxMs: number;
+  readonly gcMaxMs: number;
+  readonly gcTotalMs: number;
+}
 
 export interface BenchServer {
   readonly origin: string;
   /** CPU time (user + system) the server process has used so far, in µs. */
   cpuMicros(): Promise<number>;
   /**
-   * How late the server's event loop ran since the previous call (its p99 and worst, in ms; 1 ms resolution): a
-   * request that arrives while the loop is busy waits that long, so this says whether a latency tail is the server's.
+   * How late the server's event loop ran since the previous call (its p99 and worst, in ms; 1 ms resolution), and
+   * garbage collection's longest and total pause in that time: a request that arrives while the loop is busy waits
+   * that long, so this says whether a latency tail is the server's, and whether it is the collector's.
    */
-  loopDelay(): Promise<{ p99Ms: number; maxMs: number }>;
+  loopDelay(): Promise<LoopDelay>;
   stop(): Promise<void>;
 }
 
@@ -128,8 +136,8 @@ export async function startBenchServer(options: BenchServerOptions): Promise<Ben
     loopDelay: async () => {
       const answer = next('loop', 5000);
       send({ type: 'loop' });
-      const { p99Ms, maxMs } = await answer;
-      return { p99Ms, maxMs };
+      const { p99Ms, maxMs, gcMaxMs, gcTotalMs } = await answer;
+      return { p99Ms, maxMs, gcMaxMs, gcTotalMs };
     },
     stop: async () => {
       if (child.exitCode !== null || child.signalCode !== null) return;
