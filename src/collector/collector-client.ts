@@ -27,10 +27,19 @@ export type ExportResult =
       readonly retryAfterSeconds?: number;
     };
 
+/** How an export came to be, when that lets a collector do less with it. */
+export interface ExportOrigin {
+  /**
+   * The body is this service's own OTLP/JSON, written by JSON.stringify (the outbox's spans): well formed and on one
+   * line, so the collector in this process keeps it as it is instead of decoding it again to check it.
+   */
+  readonly own?: boolean;
+}
+
 /** What the gateway and the pipeline spans send through: the collector at OTLP_UPSTREAM_URL, or the embedded one. */
 export interface CollectorClient {
   /** Never rejects: a transport failure is a `retry`. */
-  export(signal: OtlpSignal, encoding: OtlpEncoding, body: Buffer): Promise<ExportResult>;
+  export(signal: OtlpSignal, encoding: OtlpEncoding, body: Buffer, origin?: ExportOrigin): Promise<ExportResult>;
   reachable(): Promise<boolean>;
   close(): Promise<void>;
 }

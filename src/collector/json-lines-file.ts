@@ -14,6 +14,8 @@ interface PendingLine {
  * twice the bound on disk. Lines queued while a write is under way go out together in the next write, in the
  * order they were appended; each `append` settles once its line is written (or the write failed).
  */
+const NEWLINE = Buffer.from('\n');
+
 export class JsonLinesFile {
   private handle: FileHandle | undefined;
   private size = 0;
@@ -26,9 +28,10 @@ export class JsonLinesFile {
   ) {}
 
   /** `line` must hold no newline: it is written followed by one. */
-  append(line: string): Promise<void> {
+  append(line: string | Buffer): Promise<void> {
     return new Promise((resolve, reject) => {
-      this.queue.push({ bytes: Buffer.from(line + '\n'), resolve, reject });
+      const bytes = typeof line === 'string' ? Buffer.from(line + '\n') : Buffer.concat([line, NEWLINE]);
+      this.queue.push({ bytes, resolve, reject });
       this.draining ??= this.drain();
     });
   }

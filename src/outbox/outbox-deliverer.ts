@@ -157,7 +157,7 @@ export class OutboxDeliverer implements OnApplicationBootstrap, OnModuleDestroy 
   /** The outbox's own spans, as one OTLP/JSON export; true unless the collector asked to wait. */
   private async deliverSpans(claimed: ClaimedEntry[]): Promise<boolean> {
     const body = Buffer.from(`{"resourceSpans":[${claimed.map((span) => span.body).join(',')}]}`);
-    const result = await this.collector.export('traces', 'json', body);
+    const result = await this.collector.export('traces', 'json', body, { own: true });
     const delivery = deliveryOf(result, Math.max(...claimed.map((span) => span.attempts)), this.maxBackoffMs);
     const keys = claimed.map((span) => span.key);
     switch (delivery.kind) {
