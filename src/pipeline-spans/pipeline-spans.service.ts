@@ -48,7 +48,8 @@ const NOTHING: WebhookOutcome = { queued: 0, duplicates: 0, refused: 0, parked: 
  * reach the collector within about a tenth of a second of the pickup either way.
  */
 const PICKUP_LINGER_MS = 50;
-const PICKUP_BATCH_MAX = 500;
+/** As the outbox's claims (outbox-deliverer.ts): a batch's one script holds Redis for every pickup's grant write. */
+const PICKUP_BATCH_MAX = 100;
 /**
  * Every job of a pipeline names the same pipeline record: one written by this process in the last
  * minute, to last at least as long as a new job needs, is not written again. Bounded so that a record
