@@ -39,7 +39,8 @@ export class MemoryOutboxStore implements OutboxStore {
       if (claimed.length >= max) break;
       if (waiting.dueAt > now) continue;
       waiting.dueAt = now + leaseMs;
-      claimed.push({ ...waiting.entry, attempts: waiting.attempts, leaseRanOut: waiting.leased });
+      const { key, body, enqueuedAt } = waiting.entry;
+      claimed.push({ key, body: Buffer.from(body), enqueuedAt, attempts: waiting.attempts, leaseRanOut: waiting.leased });
       waiting.leased = true;
     }
     return claimed;

@@ -23,6 +23,10 @@ const IDLE_POLL_MS = 1000;
 const LINGER_MS = 100;
 /** The outbox's depth (for its metrics and readiness) is read with every delivery, and this often while idle. */
 const DEPTH_EVERY_MS = 1000;
+/** An OTLP/JSON export around the claimed `ResourceSpans`, joined as bytes. */
+const EXPORT_START = Buffer.from('{"resourceSpans":[');
+const COMMA = Buffer.from(',');
+const EXPORT_END = Buffer.from(']}');
 const FIRST_BACKOFF_MS = 500;
 /** A collector's Retry-After is honoured up to this. */
 const MAX_RETRY_AFTER_MS = 300_000;
@@ -160,7 +164,7 @@ export class OutboxDeliverer implements OnApplicationBootstrap, OnModuleDestroy 
 
   /** The outbox's own spans, as one OTLP/JSON export; true unless the collector asked to wait. */
   private async deliverSpans(claimed: ClaimedEntry[]): Promise<boolean> {
-    const body = Buffer.from(`{"resourceSpans":[${claimed.map((span) => span.body).join(',')}]}`);
+    const body = Buffer.concat([EXPORT_START, ...claimed.flatMap((span, i) => (i === 0 ? [span.body] : [COMMA, span.body])), EXPORT_END]);
     const result = await this.collector.export('traces', 'json', body, { own: true });
     const delivery = deliveryOf(result, Math.max(...claimed.map((span) => span.attempts)), this.maxBackoffMs);
     const keys = claimed.map((span) => span.key);

@@ -136,8 +136,18 @@ return 1
 
 /** The outbox scripts as ioredis commands: sent by SHA (EVALSHA) after the first use, not as text. */
 interface OutboxScripts {
-  cjtEnqueueSpans(numberOfKeys: number, ...keysAndArgs: string[]): Promise<[number, number, number]>;
-  cjtClaimSpans(due: string, enqueued: string, spans: string, attempts: string, leased: string, now: string, max: string, leaseMs: string): Promise<string[]>;
+  cjtEnqueueSpans(numberOfKeys: number, ...keysAndArgs: Array<string | Buffer>): Promise<[number, number, number]>;
+  /** Answered in bytes (ioredis' `Buffer` form of the script), so the bodies never become strings. */
+  cjtClaimSpansBuffer(
+    due: string,
+    enqueued: string,
+    spans: string,
+    attempts: string,
+    leased: string,
+    now: string,
+    max: string,
+    leaseMs: string,
+  ): Promise<Buffer[]>;
   cjtAcknowledgeSpans(due: string, enqueued: string, spans: string, attempts: string, leased: string, ...keys: string[]): Promise<number>;
   cjtRetrySpans(due: string, enqueued: string, spans: string, attempts: string, leased: string, dueAt: string, ...keys: string[]): Promise<number>;
   cjtPutBackSpans(due: string, leased: string, dueAt: string, ...keys: string[]): Promise<number>;
@@ -164,17 +174,24 @@ export class RedisOutboxStore implements OutboxStore {
   async enqueue(entries: readonly OutboxEntry[], limits: OutboxLimits): Promise<EnqueueOutcome> {
     if (entries.length === 0) return { queued: 0, duplicates: 0, refused: 0 };
     const keys = [...OUTBOX_KEYS, ...entries.map((entry) => OUTBOX_SEEN_KEY(entry.key))];
-    const args = [String(Date.now()), String(limits.maxSpans), String(Math.max(1, Math.round(limits.rememberMs)))];
-    for (const entry of entries) args.push(entry.key, entry.body);
+    const args: Array<string | Buffer> = [String(Date.now()), String(limits.maxSpans), String(Math.max(1, Math.round(limits.rememberMs)))];
+    // Bodies as bytes: the command is written as its pieces, not first concatenated into one string on the heap.
+    for (const entry of entries) args.push(entry.key, Buffer.from(entry.body));
     const [queued, duplicates, refused] = await this.store.guard(() => this.scripts.cjtEnqueueSpans(keys.length, ...keys, ...args));
     return { queued: Number(queued), duplicates: Number(duplicates), refused: Number(refused) };
   }
 
   async claim(max: number, leaseMs: number): Promise<ClaimedEntry[]> {
-    const reply = await this.store.guard(() => this.scripts.cjtClaimSpans(...LEASE_KEYS, String(Date.now()), String(max), String(Math.round(leaseMs))));
+    const reply = await this.store.guard(() => this.scripts.cjtClaimSpansBuffer(...LEASE_KEYS, String(Date.now()), String(max), String(Math.round(leaseMs))));
     const claimed: ClaimedEntry[] = [];
     for (let i = 0; i + 4 < reply.length; i += 5) {
-      claimed.push({ key: reply[i], body: reply[i + 1], attempts: Number(reply[i + 2]), enqueuedAt: Number(reply[i + 3]), leaseRanOut: reply[i + 4] === '1' });
+      claimed.push({
+        key: reply[i].toString(),
+        body: reply[i + 1],
+        attempts: Number(reply[i + 2].toString()),
+        enqueuedAt: Number(reply[i + 3].toString()),
+        leaseRanOut: reply[i + 4].toString() === '1',
+      });
     }
     return claimed;
   }

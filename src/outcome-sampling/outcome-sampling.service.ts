@@ -324,7 +324,7 @@ export class OutcomeSamplingService implements OnApplicationBootstrap, OnModuleD
    */
   private async deliverParked(entry: ClaimedEntry): Promise<KindDelivery> {
     const traceId = entry.key.slice(PARKED_KIND.length + 1);
-    const reason = entry.body as KeepReason;
+    const reason = entry.body.toString() as KeepReason;
     const ids = await this.parking.parkedIds(traceId);
     if (ids.length === 0) {
       await this.parking.finish(traceId);

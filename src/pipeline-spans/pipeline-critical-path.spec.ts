@@ -121,7 +121,7 @@ class PipelineStory {
   /** Everything the collector would keep: every version sent, and each span in its latest. */
   async collected(): Promise<{ sent: CollectedSpan[]; latest: CollectedSpan[] }> {
     const claimed = await this.outbox.claim(10_000, 60_000);
-    const sent = collectedSpans({ resourceSpans: claimed.map((entry) => JSON.parse(entry.body) as Record<string, unknown>) });
+    const sent = collectedSpans({ resourceSpans: claimed.map((entry) => JSON.parse(entry.body.toString()) as Record<string, unknown>) });
     const version = (span: CollectedSpan) => Number(span.attributes[SPAN_VERSION_ATTRIBUTE] ?? 0);
     const latest = new Map<string, CollectedSpan>();
     for (const span of sent) if (version(span) >= version(latest.get(span.spanId) ?? span)) latest.set(span.spanId, span);

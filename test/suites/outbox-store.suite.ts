@@ -21,10 +21,18 @@ export function behavesAsAnOutboxStore(world: StoreWorld) {
       expect(await outbox.enqueue([outboxSpan('04'), outboxSpan('01')], limits)).toEqual({ queued: 1, duplicates: 1, refused: 0 });
     });
 
+    it('hands a body back as the bytes it was enqueued as, whatever its characters', async () => {
+      // A job named in any language, with an emoji and an escaped quote: the trace shows it as GitLab sent it.
+      const body = '{"name":"déploiement 🚀 日本語 \\"prod\\""}';
+      await outbox.enqueue([{ key: '0c', body, enqueuedAt: world.now() }], limits);
+      const [claimed] = await outbox.claim(10, 300);
+      expect(claimed.body.equals(Buffer.from(body))).toBe(true);
+    });
+
     it('hands each due span to one claimer only until its lease runs out, and forgets it once acknowledged', async () => {
       await outbox.enqueue([outboxSpan('0a'), outboxSpan('0b')], limits);
       const first = await outbox.claim(10, 300);
-      expect(first.map((span) => [span.key, span.body, span.attempts, span.leaseRanOut])).toEqual([
+      expect(first.map((span) => [span.key, span.body.toString(), span.attempts, span.leaseRanOut])).toEqual([
         ['0a', '{"span":"0a"}', 0, false],
         ['0b', '{"span":"0b"}', 0, false],
       ]);
