@@ -49,6 +49,17 @@ function logLines(service: ServiceProcess): Array<Record<string, unknown>> {
     .map((line) => JSON.parse(line) as Record<string, unknown>);
 }
 
+/**
+ * The log once its start-up line has reached this process: the service writes it before it answers ready, but its
+ * stdout pipe and the readiness answer's socket are two channels, and a loaded machine may deliver the answer first.
+ */
+async function logOnceStarted(service: ServiceProcess): Promise<Array<Record<string, unknown>>> {
+  return waitFor('the start-up line', async () => {
+    const lines = logLines(service);
+    return lines.some((line) => line.msg === 'ci-job-telemetry started') ? lines : undefined;
+  });
+}
+
 describe('first contact (issue 20)', () => {
   let service: ServiceProcess | undefined;
   afterEach(async () => {
@@ -124,7 +135,7 @@ describe('first contact (issue 20)', () => {
 
   it('says in one info line what it is once it listens, with the framework narration at debug', async () => {
     service = await startService(SERVICE_ENV);
-    const started = logLines(service).filter((line) => line.msg === 'ci-job-telemetry started');
+    const started = (await logOnceStarted(service)).filter((line) => line.msg === 'ci-job-telemetry started');
     const { port: internalPort } = new URL(service.url);
     const { port: gatewayPort } = new URL(service.gatewayUrl);
     expect(started).toEqual([
@@ -150,6 +161,7 @@ describe('first contact (issue 20)', () => {
     service = await startService(SERVICE_ENV, { waitReady: false });
     const { port: gatewayPort } = new URL(service.gatewayUrl);
     const answers: Array<{ status: number; contentType: string | undefined; body: { status: string } }> = [];
+    let readyAt = 0;
     await waitFor(
       'readiness',
       async () => {
@@ -160,13 +172,17 @@ describe('first contact (issue 20)', () => {
           contentType: response.headers.get('content-type') ?? undefined,
           body: (await response.json()) as { status: string },
         });
+        readyAt = Date.now();
         return response.status === 200 ? true : undefined;
       },
       20_000,
       2,
     );
-    // The moment readiness says 200, an operator can already read the line and a runner can already export.
-    expect(logLines(service).filter((line) => line.msg === 'ci-job-telemetry started')).toHaveLength(1);
+    // The moment readiness says 200, an operator can already read the line (it was written before) and a runner can
+    // already export.
+    const started = (await logOnceStarted(service)).filter((line) => line.msg === 'ci-job-telemetry started');
+    expect(started).toHaveLength(1);
+    expect(Date.parse(String(started[0].time))).toBeLessThanOrEqual(readyAt);
     const exportAnswer = await fetch(`http://127.0.0.1:${gatewayPort}/v1/traces`, { method: 'POST', body: '' });
     expect(exportAnswer.status).toBe(401);
     for (const { status, contentType, body } of answers) expectMatchesOpenApi('/-/readiness', 'get', status, contentType, body);
@@ -184,7 +200,7 @@ describe('first contact (issue 20)', () => {
     });
     const body = (await response.json()) as { payload: { features: { tracing: { otel_endpoints: Array<{ url: string }> } } } };
     expect(body.payload.features.tracing.otel_endpoints[0].url).toMatch(new RegExp(`^http://localhost:${gatewayPort}/jobs/1001/[A-Za-z0-9_-]+/v1/traces$`));
-    expect(logLines(service).find((line) => line.msg === 'ci-job-telemetry started')?.gatewayPublicUrl).toBe(`http://localhost:${gatewayPort}`);
+    expect((await logOnceStarted(service)).find((line) => line.msg === 'ci-job-telemetry started')?.gatewayPublicUrl).toBe(`http://localhost:${gatewayPort}`);
   });
 
   describe('a store that is not there', () => {
