@@ -2,6 +2,8 @@ import { FileHandle, mkdir, open, rename } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { previousFile } from './collector-files';
 
+const NEWLINE = Buffer.from('\n');
+
 interface PendingLine {
   readonly bytes: Buffer;
   readonly resolve: () => void;
@@ -14,8 +16,6 @@ interface PendingLine {
  * twice the bound on disk. Lines queued while a write is under way go out together in the next write, in the
  * order they were appended; each `append` settles once its line is written (or the write failed).
  */
-const NEWLINE = Buffer.from('\n');
-
 export class JsonLinesFile {
   private handle: FileHandle | undefined;
   private size = 0;
