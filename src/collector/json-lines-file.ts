@@ -5,6 +5,7 @@ import { previousFile } from './collector-files';
 const NEWLINE = Buffer.from('\n');
 
 interface PendingLine {
+  /** Without its newline: added in the one copy each write makes of its lines. */
   readonly bytes: Buffer;
   readonly resolve: () => void;
   readonly reject: (error: unknown) => void;
@@ -30,7 +31,7 @@ export class JsonLinesFile {
   /** `line` must hold no newline: it is written followed by one. */
   append(line: string | Buffer): Promise<void> {
     return new Promise((resolve, reject) => {
-      const bytes = typeof line === 'string' ? Buffer.from(line + '\n') : Buffer.concat([line, NEWLINE]);
+      const bytes = typeof line === 'string' ? Buffer.from(line) : line;
       this.queue.push({ bytes, resolve, reject });
       this.draining ??= this.drain();
     });
@@ -63,22 +64,24 @@ export class JsonLinesFile {
     let pending: Buffer[] = [];
     let pendingBytes = 0;
     for (const line of lines) {
-      if (this.size + pendingBytes > 0 && this.size + pendingBytes + line.length > this.maxBytes) {
+      const lineBytes = line.length + NEWLINE.length;
+      if (this.size + pendingBytes > 0 && this.size + pendingBytes + lineBytes > this.maxBytes) {
         await this.flush(pending);
         await this.rotate();
         pending = [];
         pendingBytes = 0;
       }
-      pending.push(line);
-      pendingBytes += line.length;
+      pending.push(line, NEWLINE);
+      pendingBytes += lineBytes;
     }
     await this.flush(pending);
   }
 
-  private async flush(lines: Buffer[]): Promise<void> {
-    if (lines.length === 0) return;
+  /** `pieces`: lines and their newlines. */
+  private async flush(pieces: Buffer[]): Promise<void> {
+    if (pieces.length === 0) return;
     const handle = await this.opened();
-    const bytes = lines.length === 1 ? lines[0] : Buffer.concat(lines);
+    const bytes = Buffer.concat(pieces);
     await handle.writeFile(bytes);
     this.size += bytes.length;
   }

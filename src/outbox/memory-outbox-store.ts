@@ -1,11 +1,13 @@
 import { ClaimedEntry, EnqueueOutcome, OutboxDepth, OutboxEntry, OutboxLimits, OutboxStore } from './outbox';
 
+type StoredEntry = Omit<ClaimedEntry, 'attempts' | 'leaseRanOut'>;
+
 /** Single-process outbox: the embedded default when no Redis is configured (SPEC §7). */
 export class MemoryOutboxStore implements OutboxStore {
   /** Keys ever enqueued, until they are forgotten. */
   private readonly remembered = new Map<string, number>();
-  /** Waiting entries by key, with the time each is next due. */
-  private readonly waiting = new Map<string, { entry: OutboxEntry; dueAt: number; attempts: number; leased: boolean }>();
+  /** Waiting entries by key, with the time each is next due: their bodies as bytes once, not at every claim. */
+  private readonly waiting = new Map<string, { entry: StoredEntry; dueAt: number; attempts: number; leased: boolean }>();
   private readonly sweeper: NodeJS.Timeout;
 
   constructor(
@@ -25,7 +27,8 @@ export class MemoryOutboxStore implements OutboxStore {
       else if (this.waiting.size >= limits.maxSpans) refused++;
       else {
         this.remembered.set(entry.key, now + limits.rememberMs);
-        this.waiting.set(entry.key, { entry, dueAt: now, attempts: 0, leased: false });
+        const stored = { key: entry.key, body: Buffer.from(entry.body), enqueuedAt: entry.enqueuedAt };
+        this.waiting.set(entry.key, { entry: stored, dueAt: now, attempts: 0, leased: false });
         queued++;
       }
     }
@@ -40,7 +43,7 @@ export class MemoryOutboxStore implements OutboxStore {
       if (waiting.dueAt > now) continue;
       waiting.dueAt = now + leaseMs;
       const { key, body, enqueuedAt } = waiting.entry;
-      claimed.push({ key, body: Buffer.from(body), enqueuedAt, attempts: waiting.attempts, leaseRanOut: waiting.leased });
+      claimed.push({ key, body, enqueuedAt, attempts: waiting.attempts, leaseRanOut: waiting.leased });
       waiting.leased = true;
     }
     return claimed;

@@ -464,10 +464,7 @@ export class PipelineSpansService implements OnModuleDestroy {
     for (const span of spans) {
       const entry = { key: outboxKeyOf(span), body: JSON.stringify(span.resourceSpans), enqueuedAt };
       if (span.provisional !== true) entries.push(entry);
-      else {
-        const traceId = span.resourceSpans.scopeSpans[0].spans[0].traceId;
-        provisional.set(traceId, [...(provisional.get(traceId) ?? []), entry]);
-      }
+      else appendTo(provisional, span.resourceSpans.scopeSpans[0].spans[0].traceId, entry);
     }
     for (const [traceId, waiting] of provisional) {
       const answer = await this.outcomeSampling.parkSpans(traceId, waiting);
