@@ -106,8 +106,14 @@ function defined<T extends object>(options: T): Partial<T> {
  * Options that make a Redis outage cost milliseconds, not seconds: commands fail at once while
  * disconnected instead of queueing (the decorator must answer fast, SPEC §4 "Grant"), and a hung
  * connection is cut by the command timeout. The connection itself keeps retrying in the background.
- * Commands issued in one turn of the event loop (concurrent exports, pickups) go out in one write and
- * come back in one read: a socket write per command was the gateway's largest cost after the body.
+ *
+ * Each command is written as it is issued. Auto-pipelining would gather a turn's commands into one write, but
+ * ioredis builds a `Pipeline` for each such turn with a copy of every script command defined on the connection
+ * (about thirty here): an object V8 keeps as a dictionary and promotes, so each turn left old-generation garbage
+ * behind. At 1,000 pickups/s that was most of what the decorator promoted (1.8 of 2.3 MB/s with the queue-wait
+ * spans' objects), a mark-compact every second or two, and a p99 at ×3 to ×10 the bare route's in the rounds where
+ * one came (issue 37). With the store's calls leased in blocks, the gateway makes 0.05 store calls per export, so
+ * the writes pipelining saved are few: measured side by side, the gateway forwards as fast or faster without it.
  */
 function nodeOptions(settings: RedisConnectionSettings): RedisOptions {
   const tls: ConnectionOptions | undefined = settings.tls === true || settings.tlsCa !== undefined ? defined({ ca: settings.tlsCa }) : undefined;
@@ -118,7 +124,7 @@ function nodeOptions(settings: RedisConnectionSettings): RedisOptions {
     connectTimeout: Math.max(1000, settings.commandTimeoutMs),
     retryStrategy: (attempt) => Math.min(attempt * 100, 2000),
     lazyConnect: false,
-    enableAutoPipelining: true,
+    enableAutoPipelining: false,
     ...defined({ username: settings.username, password: settings.password, tls }),
   };
 }
@@ -157,7 +163,7 @@ export function connectRedis(settings: RedisConnectionSettings, events?: RedisCo
       const { enableOfflineQueue: _queue, retryStrategy: _retry, ...perNode } = options;
       const clusterOptions: ClusterOptions = {
         enableOfflineQueue: false,
-        enableAutoPipelining: true,
+        enableAutoPipelining: false,
         redisOptions: perNode,
         clusterRetryStrategy: (attempt) => Math.min(100 + attempt * 100, 2000),
         retryDelayOnFailover: 100,

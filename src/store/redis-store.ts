@@ -3,9 +3,9 @@ import { connectRedis, pingRedis, RedisClient, RedisConnectionEvents, RedisConne
 import { StoreUnavailableError } from './store-unavailable-error';
 
 /**
- * The one Redis connection every port's Redis implementation shares (grants, limits, traced work): one
- * auto-pipelining connection carries all their commands of an event-loop turn in one write. Each port
- * defines its own scripts on `client`.
+ * The one Redis connection every port's Redis implementation shares (grants, limits, traced work), each command
+ * written as it is issued (see `nodeOptions` for why not auto-pipelined). Each port defines its own scripts on
+ * `client`.
  */
 export class RedisStore {
   constructor(
@@ -38,17 +38,6 @@ export class RedisStore {
   /** Whether writes wait for replicas (REDIS_WAIT_REPLICAS): when not, `replicated` need not be called at all. */
   get waitsForReplicas(): boolean {
     return this.durability.waitReplicas > 0;
-  }
-
-  /**
-   * A command that carries a large body (a parked export, tens of KiB) is written on its own rather than
-   * auto-pipelined: ioredis copies a command's arguments into one buffer, and a pipeline copies all its
-   * commands into one buffer again, so the body would be copied twice and a large buffer allocated per turn.
-   * The small commands of the same turn still go together.
-   */
-  writeAlone(commandName: string): void {
-    const ignored = this.client.options.autoPipeliningIgnoredCommands ?? [];
-    if (!ignored.includes(commandName)) this.client.options.autoPipeliningIgnoredCommands = [...ignored, commandName];
   }
 
   /** Runs store commands; any failure is a StoreUnavailableError. */

@@ -70,7 +70,7 @@ export class RedisTracedWorkStore implements TracedWorkStore {
   }
 
   async recordTracedPipelines(pipelines: readonly Remembered<TracedPipeline>[]): Promise<void> {
-    // All in one tick: the auto-pipelining connection writes them at once (one write per node on a cluster).
+    // A batch of pickups holds a few pipelines (a root and its children): a write each, all awaited together.
     await this.store.guard(() =>
       Promise.all(
         pipelines.map(({ value: pipeline, ttlMs }) =>

@@ -244,9 +244,7 @@ export class RedisParkingStore implements ParkingStore {
     redis.defineCommand('cjtParkingGiveBack', { numberOfKeys: 1, lua: GIVE_BACK });
     redis.defineCommand('cjtParkingFinish', { numberOfKeys: 2, lua: FINISH });
     redis.defineCommand('cjtPark', { numberOfKeys: 3, lua: PARK });
-    store.writeAlone('cjtPark');
     redis.defineCommand('cjtReserveAndPark', { numberOfKeys: 5, lua: RESERVE_AND_PARK });
-    store.writeAlone('cjtReserveAndPark');
     redis.defineCommand('cjtParkingRelease', { numberOfKeys: 2, lua: RELEASE });
     redis.defineCommand('cjtDecide', { numberOfKeys: 1, lua: DECIDE });
     redis.defineCommand('cjtReopen', { numberOfKeys: 2, lua: REOPEN });
