@@ -25,7 +25,8 @@
  * behind its due time Ruby started it is shown too (16 threads share one interpreter lock). The machine is shared
  * and noisy: only the ratios, measured side by side, mean anything; rounds alternate the order of the ways. Exits 1
  * when a call was not answered 200 or a decorate call was not decorated for any reason but its deadline (calls
- * past the deadline are counted and shown: on a loaded machine they are the client doing its job).
+ * past the deadline are counted and shown: on a loaded machine they are the client doing its job). With Redis, last,
+ * the commands that held Redis for 200 µs or more (its slow log): a pickup arriving then waits behind them.
  */
 import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -41,6 +42,7 @@ import { BytesSink, startBytesSink } from './lib/child-process';
 import { jobPayloadBodies, PIPELINE_SIZES } from './lib/job-payload-body';
 import { median, percentile } from './lib/percentiles';
 import { printTable } from './lib/table';
+import { watchRedisHolds } from './lib/redis-holds';
 
 type Way = 'bare' | 'bare-decorator' | 'client' | 'breaker-open';
 const WAYS: readonly Way[] = ['bare', 'bare-decorator', 'client'];
@@ -130,6 +132,7 @@ async function main(): Promise<void> {
         `a new job per call, ${PIPELINE_SIZES.length} pipeline sizes from 10 to 40 jobs; request ${bodies.bytes} bytes; ${args.store} store; client deadline ${args.deadline} s; ` +
         `control-plane spans to ${sink === undefined ? 'the embedded collector' : 'a separate OTLP sink'}`,
     );
+    const holds = redis === undefined ? undefined : await watchRedisHolds(redis.url);
     const lines = await runRuby(root, {
       BENCH_ORIGIN: server.origin,
       BENCH_DOWN_URL: `http://127.0.0.1:${await freePort()}`,
@@ -189,6 +192,11 @@ async function main(): Promise<void> {
     const skipped = rounds.get('client')!.skipped;
     if (skipped > 0) console.log(`${skipped} decorate calls found the breaker open (calls past the deadline opened it): left out of the percentiles`);
     console.log(`client outcomes: ${JSON.stringify(outcomes)}`);
+    if (holds !== undefined) {
+      const held = await holds.summary();
+      console.log(`Redis held by one command for 200 µs or more, over the whole run (warm-ups and every way): ${held.length === 0 ? 'never' : ''}`);
+      for (const line of held.slice(0, 6)) console.log(`  ${line}`);
+    }
     const notDecorated = Object.entries(outcomes).filter(([outcome]) => outcome !== 'decorated' && outcome !== 'timeout');
     if (notDecorated.length > 0) {
       console.error(`client calls not decorated: ${JSON.stringify(Object.fromEntries(notDecorated))}`);
