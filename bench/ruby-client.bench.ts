@@ -46,6 +46,8 @@ import { watchRedisHolds } from './lib/redis-holds';
 
 type Way = 'bare' | 'bare-decorator' | 'client' | 'breaker-open';
 const WAYS: readonly Way[] = ['bare', 'bare-decorator', 'client'];
+/** A Redis command this long or longer is reported as holding Redis up (its slow log's threshold). */
+const HOLD_US = 200;
 const LABELS: Record<Way, string> = {
   bare: 'bare Ruby call, bare route (baseline)',
   'bare-decorator': 'bare Ruby call, decorator (extra baseline)',
@@ -132,7 +134,7 @@ async function main(): Promise<void> {
         `a new job per call, ${PIPELINE_SIZES.length} pipeline sizes from 10 to 40 jobs; request ${bodies.bytes} bytes; ${args.store} store; client deadline ${args.deadline} s; ` +
         `control-plane spans to ${sink === undefined ? 'the embedded collector' : 'a separate OTLP sink'}`,
     );
-    const holds = redis === undefined ? undefined : await watchRedisHolds(redis.url);
+    const holds = redis === undefined ? undefined : await watchRedisHolds(redis.url, HOLD_US);
     const lines = await runRuby(root, {
       BENCH_ORIGIN: server.origin,
       BENCH_DOWN_URL: `http://127.0.0.1:${await freePort()}`,
@@ -194,7 +196,7 @@ async function main(): Promise<void> {
     console.log(`client outcomes: ${JSON.stringify(outcomes)}`);
     if (holds !== undefined) {
       const held = await holds.summary();
-      console.log(`Redis held by one command for 200 µs or more, over the whole run (warm-ups and every way): ${held.length === 0 ? 'never' : ''}`);
+      console.log(`Redis held by one command for ${HOLD_US} µs or more, over the whole run (warm-ups and every way): ${held.length === 0 ? 'never' : ''}`);
       for (const line of held.slice(0, 6)) console.log(`  ${line}`);
     }
     const notDecorated = Object.entries(outcomes).filter(([outcome]) => outcome !== 'decorated' && outcome !== 'timeout');

@@ -12,15 +12,16 @@ function scriptNames(): Map<string, string> {
   const store = new RedisStore(client);
   for (const Port of [RedisGrantStore, RedisLimitStore, RedisOutboxStore, RedisParkingStore, RedisTracedWorkStore]) new Port(store);
   const scripts = (client as unknown as { scriptsSet: Record<string, { sha: string }> }).scriptsSet;
+  client.disconnect(); // never connected: it only held the definitions
   return new Map(Object.entries(scripts).map(([name, { sha }]) => [sha, name]));
 }
 
 /**
  * What held Redis up during a run: Redis runs one command at a time, so a pickup whose write arrives while a script
- * runs waits for it. `start` turns on Redis' slow log for every command of `thresholdUs` or more; `summary` reads it
- * back, grouped by command (a script by its name) and first key (numbers in keys as N), most time first.
+ * runs waits for it. Turns on Redis' slow log for every command of `thresholdUs` or more (emptied first); `summary`
+ * reads it back, grouped by command (a script by its name) and first key (numbers in keys as N), most time first.
  */
-export async function watchRedisHolds(url: string, thresholdUs = 200): Promise<{ summary(): Promise<string[]> }> {
+export async function watchRedisHolds(url: string, thresholdUs: number): Promise<{ summary(): Promise<string[]> }> {
   const client = new Redis(url, { lazyConnect: true, enableAutoPipelining: false });
   await client.connect();
   await client.config('SET', 'slowlog-log-slower-than', String(thresholdUs));
