@@ -77,6 +77,30 @@ describe('Redis store key layout', () => {
     expect(new Set(tags)).toEqual(new Set(['job:4242']));
   });
 
+  it("enqueues a large batch as scripts of a few dozen spans each, so pickups' writes are served between them", async () => {
+    // A kept pipeline's parked spans are released at once; one script for all of them would hold Redis throughout.
+    const outbox = new RedisOutboxStore(store);
+    // Its script loaded first, so that each piece below is one EVALSHA (not a refused one, then an EVAL).
+    await outbox.enqueue([{ key: 'warm', body: '{}', enqueuedAt: Date.now() }], { maxSpans: 1000, rememberMs: 60_000 });
+    const client = new Redis(redis.url);
+    const monitor = await client.monitor();
+    const spansPerScript: number[] = [];
+    monitor.on('monitor', (_time: string, args: string[]) => {
+      if (['eval', 'evalsha'].includes(args[0].toLowerCase()) && args.slice(3).some((arg) => arg.startsWith('cjt:{outbox}:seen:')))
+        spansPerScript.push(Number(args[2]) - 4);
+    });
+    try {
+      const entries = Array.from({ length: 230 }, (_, i) => ({ key: `big${i}`, body: `{"span":${i}}`, enqueuedAt: Date.now() }));
+      expect(await outbox.enqueue(entries, { maxSpans: 1000, rememberMs: 60_000 })).toEqual({ queued: 230, duplicates: 0, refused: 0 });
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    } finally {
+      monitor.disconnect();
+      client.disconnect();
+    }
+    expect(spansPerScript.reduce((sum, n) => sum + n, 0)).toBe(230);
+    expect(Math.max(...spansPerScript)).toBeLessThanOrEqual(25);
+  });
+
   it('reads the records a running install already holds, under the key names it wrote them with', async () => {
     const { expiresAt, ...fields } = grant({ jobId: 4343, jobTokenDigest: '9'.repeat(64) });
     const client = new Redis(redis.url);

@@ -21,6 +21,18 @@ export function behavesAsAnOutboxStore(world: StoreWorld) {
       expect(await outbox.enqueue([outboxSpan('04'), outboxSpan('01')], limits)).toEqual({ queued: 1, duplicates: 1, refused: 0 });
     });
 
+    it("keeps each span once and the outbox's bound across a large batch (a kept pipeline's spans, released at once)", async () => {
+      const many = (from: number, count: number) => Array.from({ length: count }, (_, i) => outboxSpan((from + i).toString(16).padStart(3, '0')));
+      const bound = { maxSpans: 50, rememberMs: 60_000 };
+      expect(await outbox.enqueue(many(0, 10), bound)).toEqual({ queued: 10, duplicates: 0, refused: 0 });
+      // 10 seen already, then 60 new of which 40 fit: the bound holds however the batch is written.
+      expect(await outbox.enqueue([...many(100, 30), ...many(0, 10), ...many(200, 30)], bound)).toEqual({ queued: 40, duplicates: 10, refused: 20 });
+      expect((await outbox.depth()).spans).toBe(50);
+      // Taken in the batch's order until the bound: what was refused is the end of it.
+      const keys = (await outbox.claim(100, 60_000)).map((span) => span.key).sort();
+      expect(keys).toEqual([...many(0, 10), ...many(100, 30), ...many(200, 10)].map((span) => span.key).sort());
+    });
+
     it('hands a body back as the bytes it was enqueued as, whatever its characters', async () => {
       // A job named in any language, with an emoji and an escaped quote: the trace shows it as GitLab sent it.
       const body = '{"name":"déploiement 🚀 日本語 \\"prod\\""}';
