@@ -26,6 +26,7 @@ benches=(
   "store-durability|npm run -s bench:store-durability|npm run -s bench:store-durability -- --smoke"
   "pipeline-spans|npm run -s bench:pipeline-spans|npm run -s bench:pipeline-spans -- --smoke"
   "lease-bound|npm run -s bench:lease-bound|npm run -s bench:lease-bound -- --smoke"
+  "outbox-holds|npm run -s bench:outbox-holds|npm run -s bench:outbox-holds -- --rounds 5"
   "ruby-client|npm run -s bench:ruby-client|npm run -s bench:ruby-client -- --rounds 1 --seconds 0.5 --warmup-seconds 0.2 --rate 100"
   "outcome-sampling|npm run -s bench:outcome-sampling|npx tsc -p bench/outcome-sampling.tsconfig.json && node node_modules/.cache/outcome-sampling-bench/bench/outcome-sampling.bench.js --smoke"
   "trace-reads|npm run -s bench:trace-reads|npm run -s bench:trace-reads -- --smoke"

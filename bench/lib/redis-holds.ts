@@ -7,7 +7,7 @@ import { RedisStore } from '../../src/store/redis-store';
 import { RedisTracedWorkStore } from '../../src/traced-work/redis-traced-work-store';
 
 /** The service's scripts by their digest (EVALSHA's first argument) and the name each store gives its own. */
-function scriptNames(): Map<string, string> {
+export function scriptNames(): Map<string, string> {
   const client = new Redis({ lazyConnect: true });
   const store = new RedisStore(client);
   for (const Port of [RedisGrantStore, RedisLimitStore, RedisOutboxStore, RedisParkingStore, RedisTracedWorkStore]) new Port(store);

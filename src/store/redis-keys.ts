@@ -33,11 +33,12 @@ export const HEAD_DECISION_KEY = (rootPipelineId: number) => `cjt:{pipeline:${ro
 export const RUNNER_JOB_ENDS_KEY = (pipelineId: number) => `cjt:{pipeline:${pipelineId}}:runner-job-ends`;
 /** A hash: per job or bridge of the root pipeline's trace, what the control plane told of it (its critical path's input). */
 export const TRACE_STORY_KEY = (rootPipelineId: number) => `cjt:{pipeline:${rootPipelineId}}:story`;
+/** A sorted set: each entry by when it is next due, an even millisecond; on lease, the odd one its lease ends at (see the claim). */
 export const OUTBOX_DUE_KEY = 'cjt:{outbox}:due';
 export const OUTBOX_ENQUEUED_KEY = 'cjt:{outbox}:enqueued';
 export const OUTBOX_SPANS_KEY = 'cjt:{outbox}:spans';
 export const OUTBOX_ATTEMPTS_KEY = 'cjt:{outbox}:attempts';
-/** A hash of the entries a deliverer holds on lease: one still there at the next claim was never answered. */
+/** Where versions before the due times told leases apart marked them: no longer written, emptied as entries are delivered. */
 export const OUTBOX_LEASED_KEY = 'cjt:{outbox}:leased';
 export const OUTBOX_SEEN_KEY = (spanId: string) => `cjt:{outbox}:seen:${spanId}`;
 

@@ -101,6 +101,55 @@ describe('Redis store key layout', () => {
     expect(Math.max(...spansPerScript)).toBeLessThanOrEqual(25);
   });
 
+  it('answers a claim with the bodies still there, and removes an entry whose body is gone instead of sending it', async () => {
+    const outbox = new RedisOutboxStore(store);
+    const entries = ['kept-a', 'lost', 'kept-b'].map((key) => ({ key, body: `{"span":"${key}"}`, enqueuedAt: Date.now() }));
+    await outbox.enqueue(entries, { maxSpans: 10, rememberMs: 60_000 });
+    const client = new Redis(redis.url);
+    await client.hdel('cjt:{outbox}:spans', 'lost').finally(() => client.disconnect());
+    const claimed = await outbox.claim(10, 60_000);
+    expect(claimed.map((entry) => [entry.key, entry.body.toString()])).toEqual([
+      ['kept-a', '{"span":"kept-a"}'],
+      ['kept-b', '{"span":"kept-b"}'],
+    ]);
+    expect((await outbox.depth()).spans).toBe(2);
+    await outbox.acknowledge(claimed.map((entry) => entry.key));
+    expect(await outbox.depth()).toEqual({ spans: 0 });
+  });
+
+  it('tells a lease that ran out from a retry or a put-back, on whatever millisecond each falls', async () => {
+    // The due time carries the lease (its parity): retries, put-backs and leases each over ten milliseconds.
+    const outbox = new RedisOutboxStore(store);
+    const keys = Array.from({ length: 30 }, (_, i) => `p${String(i).padStart(2, '0')}`);
+    await outbox.enqueue(
+      keys.map((key) => ({ key, body: '{}', enqueuedAt: Date.now() })),
+      { maxSpans: 100, rememberMs: 60_000 },
+    );
+    expect(await outbox.claim(30, 60_000)).toHaveLength(30);
+    for (let i = 0; i < 10; i++) {
+      await outbox.retry([keys[i]], i);
+      await outbox.putBack([keys[10 + i]]);
+      await sleep(1);
+    }
+    await sleep(20);
+    const again = await outbox.claim(30, 60_000);
+    expect(again.filter((entry) => entry.leaseRanOut).map((entry) => entry.key)).toEqual([]);
+    expect(again.map((entry) => entry.key).sort()).toEqual(keys.slice(0, 20));
+    for (let i = 0; i < 10; i++) {
+      await outbox.retry([keys[20 + i]], 0);
+      await sleep(2);
+      expect((await outbox.claim(1, 200 + i)).map((entry) => entry.key)).toEqual([keys[20 + i]]);
+    }
+    await sleep(250);
+    const ranOut = await outbox.claim(30, 60_000);
+    expect(
+      ranOut
+        .filter((entry) => entry.leaseRanOut)
+        .map((entry) => entry.key)
+        .sort(),
+    ).toEqual(keys.slice(20));
+  });
+
   it('reads the records a running install already holds, under the key names it wrote them with', async () => {
     const { expiresAt, ...fields } = grant({ jobId: 4343, jobTokenDigest: '9'.repeat(64) });
     const client = new Redis(redis.url);
