@@ -18,14 +18,6 @@ local function chunked(command, key, list)
     redis.call(command, key, unpack(list, i, math.min(i + 999, #list)))
   end
 end
-local function fetched(command, key, list)
-  local all = {}
-  for i = 1, #list, 1000 do
-    local part = redis.call(command, key, unpack(list, i, math.min(i + 999, #list)))
-    for j = 1, #part do all[#all + 1] = part[j] end
-  end
-  return all
-end
 `;
 
 /**
@@ -65,9 +57,12 @@ return {queued, duplicates, refused}
 `;
 
 /**
- * Claims due spans for ARGV[3] ms: answers id, attempts, enqueue time and whether a lease on it ran out unanswered
- * for each. Not the bodies: a body read into Lua and answered from it held Redis about 0.3 ms per 100 spans of
- * 1.2 KB, where a plain HMGET of the same bodies takes 16 µs (issue 37), so the caller reads them after, with HMGET.
+ * Leases up to ARGV[2] due spans for ARGV[3] ms; answers each one's id and the due time it had. Only the choosing and
+ * leasing must be one step: the rest of an entry (body, attempts, enqueue time) does not change while it is leased,
+ * so the caller reads it after, with plain commands. Reading it here held Redis about three times as long: 100 bodies
+ * of 1.2 KB read into Lua and answered from it took about 0.3 ms, where a plain HMGET of them takes 16 µs, and every
+ * variadic command a script sends costs about its own time again in turning arguments and answers between Lua and
+ * Redis (issue 37).
  *
  * A lease is its entry's due time, set to an odd millisecond at or just past the lease's end, where every other due
  * time (enqueued, retried, put back) is made even: an entry claimed at an odd due time is one whose lease ran out
@@ -78,24 +73,15 @@ return {queued, duplicates, refused}
 const CLAIM_SPANS = `${CHUNKED}
 local now = tonumber(ARGV[1])
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[2]))
-if #due == 0 then return {} end
-local ids = {}
-for i = 1, #due, 2 do ids[#ids + 1] = due[i] end
-local attempts = fetched('HMGET', KEYS[4], ids)
-local enqueued = fetched('ZMSCORE', KEYS[2], ids)
 local leaseEnds = now + tonumber(ARGV[3])
 leaseEnds = string.format('%.0f', leaseEnds + 1 - leaseEnds % 2)
-local leased, claimed = {}, {}
-for i, id in ipairs(ids) do
+local leased = {}
+for i = 1, #due, 2 do
   leased[#leased + 1] = leaseEnds
-  leased[#leased + 1] = id
-  claimed[#claimed + 1] = id
-  claimed[#claimed + 1] = attempts[i] or '0'
-  claimed[#claimed + 1] = enqueued[i] or ARGV[1]
-  claimed[#claimed + 1] = tonumber(due[i * 2]) % 2 == 1 and '1' or '0'
+  leased[#leased + 1] = due[i]
 end
-chunked('ZADD', KEYS[1], leased)
-return claimed
+if #leased > 0 then chunked('ZADD', KEYS[1], leased) end
+return due
 `;
 
 /** KEYS[5] held the lease marks of versions before the due times said it; delivering an entry drops any left. */
@@ -141,7 +127,8 @@ const ENQUEUE_PIECE = 25;
 /** The outbox scripts as ioredis commands: sent by SHA (EVALSHA) after the first use, not as text. */
 interface OutboxScripts {
   cjtEnqueueSpans(numberOfKeys: number, ...keysAndArgs: Array<string | Buffer>): Promise<[number, number, number]>;
-  cjtClaimSpans(due: string, enqueued: string, spans: string, attempts: string, now: string, max: string, leaseMs: string): Promise<string[]>;
+  /** Answers id and former due time per span leased. */
+  cjtClaimSpans(due: string, now: string, max: string, leaseMs: string): Promise<string[]>;
   cjtAcknowledgeSpans(due: string, enqueued: string, spans: string, attempts: string, leased: string, ...keys: string[]): Promise<number>;
   cjtRetrySpans(due: string, attempts: string, dueAt: string, ...keys: string[]): Promise<number>;
   cjtPutBackSpans(due: string, dueAt: string, ...keys: string[]): Promise<number>;
@@ -158,7 +145,7 @@ export class RedisOutboxStore implements OutboxStore {
     const redis = store.client;
     // The number of keys varies with the entries enqueued: given first on each call.
     redis.defineCommand('cjtEnqueueSpans', { lua: ENQUEUE_SPANS });
-    redis.defineCommand('cjtClaimSpans', { numberOfKeys: 4, lua: CLAIM_SPANS });
+    redis.defineCommand('cjtClaimSpans', { numberOfKeys: 1, lua: CLAIM_SPANS });
     redis.defineCommand('cjtAcknowledgeSpans', { numberOfKeys: 5, lua: ACKNOWLEDGE_SPANS });
     redis.defineCommand('cjtRetrySpans', { numberOfKeys: 2, lua: RETRY_SPANS });
     redis.defineCommand('cjtPutBackSpans', { numberOfKeys: 1, lua: PUT_BACK });
@@ -187,33 +174,40 @@ export class RedisOutboxStore implements OutboxStore {
   }
 
   /**
-   * The claim script leases the entries; their bodies are read after it, in bytes (ioredis' `Buffer` form of HMGET),
-   * so they never become strings. A body missing then was delivered and acknowledged meanwhile by a replica whose
-   * lease had run out, or its entry was left half-written by hand or by eviction: either way there is nothing to
+   * The claim script leases the entries; what they hold is read after it, the bodies in bytes (ioredis' `Buffer` form
+   * of HMGET) so they never become strings. A body missing then was delivered and acknowledged meanwhile by a replica
+   * whose lease had run out, or its entry was left half-written by hand or by eviction: either way there is nothing to
    * send, and the entry is removed as an acknowledged one is.
    */
   async claim(max: number, leaseMs: number): Promise<ClaimedEntry[]> {
-    const reply = await this.store.guard(() => this.scripts.cjtClaimSpans(...OUTBOX_KEYS, String(Date.now()), String(max), String(Math.round(leaseMs))));
-    if (reply.length === 0) return [];
+    const now = Date.now();
+    const due = await this.store.guard(() => this.scripts.cjtClaimSpans(OUTBOX_DUE_KEY, String(now), String(max), String(Math.round(leaseMs))));
+    if (due.length === 0) return [];
     const keys: string[] = [];
-    for (let i = 0; i < reply.length; i += 4) keys.push(reply[i]);
-    const bodies = await this.store.guard(() => this.store.client.hmgetBuffer(OUTBOX_SPANS_KEY, ...keys));
+    for (let i = 0; i < due.length; i += 2) keys.push(due[i]);
+    const client = this.store.client;
+    // Three plain commands, written at once: one round trip, and Redis serves other clients between them.
+    const [bodies, attempts, enqueued] = await this.store.guard(() =>
+      Promise.all([client.hmgetBuffer(OUTBOX_SPANS_KEY, ...keys), client.hmget(OUTBOX_ATTEMPTS_KEY, ...keys), client.zmscore(OUTBOX_ENQUEUED_KEY, ...keys)]),
+    );
     const claimed: ClaimedEntry[] = [];
     const gone: string[] = [];
-    for (let i = 0; i < keys.length; i++) {
+    keys.forEach((key, i) => {
       const body = bodies[i];
       if (body === null) {
-        gone.push(keys[i]);
-        continue;
+        gone.push(key);
+        return;
       }
+      const enqueuedAt = enqueued[i];
       claimed.push({
-        key: keys[i],
+        key,
         body,
-        attempts: Number(reply[i * 4 + 1]),
-        enqueuedAt: Number(reply[i * 4 + 2]),
-        leaseRanOut: reply[i * 4 + 3] === '1',
+        attempts: Number(attempts[i] ?? 0),
+        enqueuedAt: enqueuedAt === null ? now : Number(enqueuedAt),
+        // A lease's due time is odd (see CLAIM_SPANS).
+        leaseRanOut: Number(due[i * 2 + 1]) % 2 === 1,
       });
-    }
+    });
     // Not worth failing the claim over: the entries come back once their leases run out, and are removed then.
     await this.acknowledge(gone).catch(() => undefined);
     return claimed;
