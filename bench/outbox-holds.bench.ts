@@ -13,6 +13,7 @@ import Redis from 'ioredis';
 import { parseArgs } from 'node:util';
 import { OutboxEntry } from '../src/outbox/outbox';
 import { RedisOutboxStore } from '../src/outbox/redis-outbox-store';
+import { OUTBOX_DUE_KEY, OUTBOX_SPANS_KEY } from '../src/store/redis-keys';
 import { RedisStore } from '../src/store/redis-store';
 import { startRedis } from '../test/helpers/redis';
 import { runBench } from './lib/bench-env';
@@ -66,9 +67,11 @@ async function main(): Promise<void> {
     for (const [, , us, [command, ...rest], from] of log.reverse()) {
       if (from === '?:0') continue;
       const name = command.toLowerCase();
-      if (name === 'evalsha') {
-        add(names.get(rest[0]) ?? rest[0], us);
-      } else if (name === 'hset' && rest[0] === SCRATCH) add('floor HSET', us);
+      if (name === 'evalsha') add(names.get(rest[0]) ?? rest[0], us);
+      // The enqueue's transaction: its bodies' HSET, then its script sent as text (EXEC itself is not logged).
+      else if (name === 'eval' && rest[2] === OUTBOX_DUE_KEY) add('cjtEnqueueSpans', us);
+      else if (name === 'hset' && rest[0] === OUTBOX_SPANS_KEY) add('enqueue HSET', us);
+      else if (name === 'hset' && rest[0] === SCRATCH) add('floor HSET', us);
       else if (name === 'hmget' && rest[0] === SCRATCH) add('floor HMGET', us);
       // What a claim reads after its script, with plain commands (none while the script read it in Lua).
       else if (['hmget', 'zmscore'].includes(name) && rest[0].startsWith('cjt:{outbox}:')) add('claim reads', us);
@@ -89,7 +92,9 @@ async function main(): Promise<void> {
         baseLabel,
         (median(samples) / median(baseline)).toFixed(2),
       ]);
-    row('enqueue, 25 spans', per('cjtEnqueueSpans'), per('floor HSET'), `HSET of the 25 bodies ${median(per('floor HSET'))} µs`);
+    // An enqueue is its script, with (since its bodies left Lua) the HSET before it in the same transaction.
+    const enqueueTotals = per('cjtEnqueueSpans').map((us, i) => us + (per('enqueue HSET')[i] ?? 0));
+    row('enqueue, 25 spans', enqueueTotals, per('floor HSET'), `HSET of the 25 bodies ${median(per('floor HSET'))} µs`);
     row(`claim, ${CLAIM} spans, in all`, claimTotals, per('floor HMGET'), `HMGET of the ${CLAIM} bodies ${median(per('floor HMGET'))} µs`);
     row(`claim, ${CLAIM} spans, its script alone`, per('cjtClaimSpans'), per('floor HMGET'), 'the same HMGET');
     row(`acknowledge, ${CLAIM} spans`, per('cjtAcknowledgeSpans'), per('floor HMGET'), 'the same HMGET');

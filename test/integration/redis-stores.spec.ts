@@ -80,8 +80,6 @@ describe('Redis store key layout', () => {
   it("enqueues a large batch as scripts of a few dozen spans each, so pickups' writes are served between them", async () => {
     // A kept pipeline's parked spans are released at once; one script for all of them would hold Redis throughout.
     const outbox = new RedisOutboxStore(store);
-    // Its script loaded first, so that each piece below is one EVALSHA (not a refused one, then an EVAL).
-    await outbox.enqueue([{ key: 'warm', body: '{}', enqueuedAt: Date.now() }], { maxSpans: 1000, rememberMs: 60_000 });
     const client = new Redis(redis.url);
     const monitor = await client.monitor();
     const spansPerScript: number[] = [];
@@ -115,6 +113,22 @@ describe('Redis store key layout', () => {
     expect((await outbox.depth()).spans).toBe(2);
     await outbox.acknowledge(claimed.map((entry) => entry.key));
     expect(await outbox.depth()).toEqual({ spans: 0 });
+  });
+
+  it('keeps a body only for a span it queued or holds queued already: none is left behind by a refusal or a duplicate', async () => {
+    // The bodies are written before the script decides (in one transaction), so the script must take back the rest.
+    const outbox = new RedisOutboxStore(store);
+    const limits = { maxSpans: 4, rememberMs: 60_000 };
+    const span = (key: string) => ({ key, body: `{"span":"${key}"}`, enqueuedAt: Date.now() });
+    await outbox.enqueue(['a', 'b', 'c'].map(span), limits);
+    await outbox.acknowledge((await outbox.claim(1, 60_000)).map((entry) => entry.key));
+    // a: delivered, so a duplicate with nothing queued; b: a duplicate still queued; d, e: new; f: over the bound.
+    expect(await outbox.enqueue(['a', 'b', 'd', 'e', 'f'].map(span), limits)).toEqual({ queued: 2, duplicates: 2, refused: 1 });
+    const client = new Redis(redis.url);
+    const stored = await client.hkeys('cjt:{outbox}:spans').finally(() => client.disconnect());
+    expect(stored.sort()).toEqual(['b', 'c', 'd', 'e']);
+    const claimed = await outbox.claim(10, 60_000);
+    expect(claimed.map((entry) => [entry.key, entry.body.toString()]).sort()).toEqual(['b', 'c', 'd', 'e'].map((key) => [key, `{"span":"${key}"}`]));
   });
 
   it('tells a lease that ran out from a retry or a put-back, on whatever millisecond each falls', async () => {
