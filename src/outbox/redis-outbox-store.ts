@@ -1,4 +1,5 @@
 import { OUTBOX_ATTEMPTS_KEY, OUTBOX_DUE_KEY, OUTBOX_ENQUEUED_KEY, OUTBOX_LEASED_KEY, OUTBOX_SEEN_KEY, OUTBOX_SPANS_KEY } from '../store/redis-keys';
+import { Cluster } from 'ioredis';
 import { RedisStore } from '../store/redis-store';
 import { ClaimedEntry, EnqueueOutcome, OutboxDepth, OutboxEntry, OutboxLimits, OutboxStore } from './outbox';
 
@@ -168,23 +169,43 @@ export class RedisOutboxStore implements OutboxStore {
       const args = [String(Date.now()), String(limits.maxSpans), String(Math.max(1, Math.round(limits.rememberMs))), ...piece.map((entry) => entry.key)];
       // Bodies as bytes: the command is written as its pieces, not first concatenated into one string on the heap.
       const bodies = piece.flatMap((entry) => [entry.key, Buffer.from(entry.body)]);
-      // EVAL, not EVALSHA: a script missing from Redis' cache would fail inside the transaction after the bodies
-      // were written, leaving them to no entry. Redis finds the compiled script by the text's digest.
-      const [queued, duplicates, refused] = await this.store.guard(async () => {
-        const answers = await this.store.client
-          .multi()
-          .hset(OUTBOX_SPANS_KEY, ...bodies)
-          .eval(ENQUEUE_SPANS, keys.length, ...keys, ...args)
-          .exec();
-        const failed = answers?.find(([error]) => error !== null)?.[0];
-        if (answers === null || failed) throw failed ?? new Error('the outbox enqueue transaction was discarded');
-        return answers[1][1] as [number, number, number];
-      });
+      const [queued, duplicates, refused] = await this.store.guard(() => this.bodiesThenScript(bodies, keys, args));
       outcome.queued += Number(queued);
       outcome.duplicates += Number(duplicates);
       outcome.refused += Number(refused);
     }
     return outcome;
+  }
+
+  /**
+   * One transaction: the bodies' HSET, then ENQUEUE_SPANS. Sent as EVAL, not EVALSHA: a script missing from Redis'
+   * cache would fail inside the transaction after the bodies were written, leaving them to no entry; Redis finds the
+   * compiled script by the text's digest. On one connection, MULTI, the two commands and EXEC are written in this
+   * turn, one after another, so nothing else of this process comes between them, and no ioredis Pipeline is built
+   * (each copies every script of the connection onto itself; built per turn, they were promoted: issue 37). A cluster
+   * routes by key, so there its transaction is ioredis' own.
+   */
+  private async bodiesThenScript(bodies: Array<string | Buffer>, keys: string[], args: string[]): Promise<[number, number, number]> {
+    const client = this.store.client;
+    let answers: Array<[Error | null, unknown]> | null;
+    if (client instanceof Cluster) {
+      answers = await client
+        .multi()
+        .hset(OUTBOX_SPANS_KEY, ...bodies)
+        .eval(ENQUEUE_SPANS, keys.length, ...keys, ...args)
+        .exec();
+    } else {
+      const sent = [
+        client.multi({ pipeline: false }),
+        client.hset(OUTBOX_SPANS_KEY, ...bodies),
+        client.eval(ENQUEUE_SPANS, keys.length, ...keys, ...args),
+        client.exec(),
+      ] as const;
+      answers = (await Promise.all(sent))[3];
+    }
+    const failed = answers?.find(([error]) => error !== null)?.[0];
+    if (answers === null || failed) throw failed ?? new Error('the outbox enqueue transaction was discarded');
+    return answers[1][1] as [number, number, number];
   }
 
   /**
