@@ -1,5 +1,5 @@
-import { OUTBOX_ATTEMPTS_KEY, OUTBOX_DUE_KEY, OUTBOX_ENQUEUED_KEY, OUTBOX_LEASED_KEY, OUTBOX_SEEN_KEY, OUTBOX_SPANS_KEY } from '../store/redis-keys';
 import { Cluster } from 'ioredis';
+import { OUTBOX_ATTEMPTS_KEY, OUTBOX_DUE_KEY, OUTBOX_ENQUEUED_KEY, OUTBOX_LEASED_KEY, OUTBOX_SEEN_KEY, OUTBOX_SPANS_KEY } from '../store/redis-keys';
 import { RedisStore } from '../store/redis-store';
 import { ClaimedEntry, EnqueueOutcome, OutboxDepth, OutboxEntry, OutboxLimits, OutboxStore } from './outbox';
 
@@ -11,7 +11,7 @@ const LEASE_KEYS = [...OUTBOX_KEYS, OUTBOX_LEASED_KEY] as const;
  * The scripts run in Redis, which serves nothing else meanwhile: every pickup's grant waits behind them. So they
  * touch many entries with a few variadic commands, not a few commands per entry (a claim of 100 entries took
  * 1.3 ms of Redis as 500 single-entry calls; issue 37), in pieces of at most 1,000 arguments, under Lua's limit
- * on unpack. ZMSCORE needs Redis 6.2.
+ * on unpack.
  */
 const CHUNKED = `
 local function chunked(command, key, list)
@@ -130,7 +130,7 @@ return 1
  */
 const ENQUEUE_PIECE = 25;
 
-/** The outbox scripts as ioredis commands: sent by SHA (EVALSHA) after the first use, not as text. */
+/** The outbox scripts as ioredis commands: sent by SHA (EVALSHA) after the first use, not as text (the enqueue's is not one: see `bodiesThenScript`). */
 interface OutboxScripts {
   /** Answers id and former due time per span leased. */
   cjtClaimSpans(due: string, now: string, max: string, leaseMs: string): Promise<string[]>;
@@ -221,7 +221,8 @@ export class RedisOutboxStore implements OutboxStore {
     const keys: string[] = [];
     for (let i = 0; i < due.length; i += 2) keys.push(due[i]);
     const client = this.store.client;
-    // Three plain commands, written at once: one round trip, and Redis serves other clients between them.
+    // Three plain commands, written at once: one round trip, and Redis serves other clients between them. ZMSCORE
+    // needs Redis 6.2.
     const [bodies, attempts, enqueued] = await this.store.guard(() =>
       Promise.all([client.hmgetBuffer(OUTBOX_SPANS_KEY, ...keys), client.hmget(OUTBOX_ATTEMPTS_KEY, ...keys), client.zmscore(OUTBOX_ENQUEUED_KEY, ...keys)]),
     );
