@@ -63,7 +63,11 @@ async function main(): Promise<void> {
     const log = (await client.slowlog('GET', 1_000_000)) as [number, number, number, string[], string][];
     // Calls from clients only: a script's own commands are logged too (Redis 7), inside its time, from client `?:0`.
     const times = new Map<string, number[]>();
-    const add = (name: string, us: number) => times.set(name, [...(times.get(name) ?? []), us]);
+    const add = (name: string, us: number) => {
+      const list = times.get(name) ?? [];
+      list.push(us);
+      times.set(name, list);
+    };
     for (const [, , us, [command, ...rest], from] of log.reverse()) {
       if (from === '?:0') continue;
       const name = command.toLowerCase();
