@@ -180,8 +180,8 @@ export class RedisOutboxStore implements OutboxStore {
   /**
    * One transaction: the bodies' HSET, then ENQUEUE_SPANS. Sent as EVAL, not EVALSHA: a script missing from Redis'
    * cache would fail inside the transaction after the bodies were written, leaving them to no entry; Redis finds the
-   * compiled script by the text's digest. On one connection, MULTI, the two commands and EXEC are written in this
-   * turn, one after another, so nothing else of this process comes between them, and no ioredis Pipeline is built
+   * compiled script by the text's digest. On one connection, MULTI, the two commands and EXEC are written together
+   * (one write to the socket), so nothing else of this process comes between them, and no ioredis Pipeline is built
    * (each copies every script of the connection onto itself; built per turn, they were promoted: issue 37). A cluster
    * routes by key, so there its transaction is ioredis' own.
    */
@@ -195,12 +195,15 @@ export class RedisOutboxStore implements OutboxStore {
         .eval(ENQUEUE_SPANS, keys.length, ...keys, ...args)
         .exec();
     } else {
-      const sent = [
-        client.multi({ pipeline: false }),
-        client.hset(OUTBOX_SPANS_KEY, ...bodies),
-        client.eval(ENQUEUE_SPANS, keys.length, ...keys, ...args),
-        client.exec(),
-      ] as const;
+      const sent = this.store.together(
+        () =>
+          [
+            client.multi({ pipeline: false }),
+            client.hset(OUTBOX_SPANS_KEY, ...bodies),
+            client.eval(ENQUEUE_SPANS, keys.length, ...keys, ...args),
+            client.exec(),
+          ] as const,
+      );
       answers = (await Promise.all(sent))[3];
     }
     const failed = answers?.find(([error]) => error !== null)?.[0];
@@ -221,10 +224,15 @@ export class RedisOutboxStore implements OutboxStore {
     const keys: string[] = [];
     for (let i = 0; i < due.length; i += 2) keys.push(due[i]);
     const client = this.store.client;
-    // Three plain commands, written at once: one round trip, and Redis serves other clients between them. ZMSCORE
-    // needs Redis 6.2.
+    // Three plain commands, written together: one write and one round trip, and Redis serves other clients between
+    // them. ZMSCORE needs Redis 6.2.
     const [bodies, attempts, enqueued] = await this.store.guard(() =>
-      Promise.all([client.hmgetBuffer(OUTBOX_SPANS_KEY, ...keys), client.hmget(OUTBOX_ATTEMPTS_KEY, ...keys), client.zmscore(OUTBOX_ENQUEUED_KEY, ...keys)]),
+      Promise.all(
+        this.store.together(
+          () =>
+            [client.hmgetBuffer(OUTBOX_SPANS_KEY, ...keys), client.hmget(OUTBOX_ATTEMPTS_KEY, ...keys), client.zmscore(OUTBOX_ENQUEUED_KEY, ...keys)] as const,
+        ),
+      ),
     );
     const claimed: ClaimedEntry[] = [];
     const gone: string[] = [];
