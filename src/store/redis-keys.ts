@@ -55,3 +55,5 @@ export const OUTCOME_FACTS_KEY = (traceId: string) => `cjt:{trace:${traceId}}:fa
 export const PIPELINE_JOB_STATUSES_KEY = (pipelineId: number) => `cjt:{pipeline:${pipelineId}}:job-statuses`;
 export const PARKING_TOTAL_KEY = 'cjt:{parking}:total';
 export const PARKING_OVERDUE_KEY = 'cjt:{parking}:overdue';
+/** Within one parking transaction outside a cluster only: the entries refused, whose bodies it removes again. Never left behind. */
+export const PARKING_TAKE_BACK_KEY = 'cjt:{parking}:take-back';

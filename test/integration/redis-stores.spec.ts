@@ -15,6 +15,7 @@ import { StoreWorld, redisWorld, testTracedJob } from '../suites/store-world';
 import { behavesAsATracedWorkStore } from '../suites/traced-work-store.suite';
 import { behavesAsAnOutboxStore } from '../suites/outbox-store.suite';
 import { RedisOutboxStore } from '../../src/outbox/redis-outbox-store';
+import { RedisParkingStore } from '../../src/outcome-sampling/parking/redis-parking-store';
 
 /*
  * The store's ports on real Redis (SPEC §7): every behavioural suite on one server, then on each deployment
@@ -52,6 +53,21 @@ behavesAsAStore(
   }),
 );
 
+/** Runs `act` while Redis' MONITOR hands every script it runs (EVAL or EVALSHA: its arguments) to `seen`. */
+async function whileWatchingScripts(seen: (args: string[]) => unknown, act: () => Promise<void>): Promise<void> {
+  const client = new Redis(redis.url);
+  const monitor = await client.monitor();
+  monitor.on('monitor', (_time: string, args: string[]) => ['eval', 'evalsha'].includes(args[0].toLowerCase()) && seen(args));
+  try {
+    await act();
+    // MONITOR's lines arrive after the commands' answers.
+    await sleep(100);
+  } finally {
+    monitor.disconnect();
+    client.disconnect();
+  }
+}
+
 describe('Redis store key layout', () => {
   let store: RedisStore;
   beforeEach(async () => {
@@ -80,23 +96,65 @@ describe('Redis store key layout', () => {
   it("enqueues a large batch as scripts of a few dozen spans each, so pickups' writes are served between them", async () => {
     // A kept pipeline's parked spans are released at once; one script for all of them would hold Redis throughout.
     const outbox = new RedisOutboxStore(store);
-    const client = new Redis(redis.url);
-    const monitor = await client.monitor();
     const spansPerScript: number[] = [];
-    monitor.on('monitor', (_time: string, args: string[]) => {
-      if (['eval', 'evalsha'].includes(args[0].toLowerCase()) && args.slice(3).some((arg) => arg.startsWith('cjt:{outbox}:seen:')))
-        spansPerScript.push(Number(args[2]) - 4);
-    });
-    try {
-      const entries = Array.from({ length: 230 }, (_, i) => ({ key: `big${i}`, body: `{"span":${i}}`, enqueuedAt: Date.now() }));
-      expect(await outbox.enqueue(entries, { maxSpans: 1000, rememberMs: 60_000 })).toEqual({ queued: 230, duplicates: 0, refused: 0 });
-      await new Promise((resolve) => setTimeout(resolve, 100));
-    } finally {
-      monitor.disconnect();
-      client.disconnect();
-    }
+    await whileWatchingScripts(
+      (args) => args.slice(3).some((arg) => arg.startsWith('cjt:{outbox}:seen:')) && spansPerScript.push(Number(args[2]) - 4),
+      async () => {
+        const entries = Array.from({ length: 230 }, (_, i) => ({ key: `big${i}`, body: `{"span":${i}}`, enqueuedAt: Date.now() }));
+        expect(await outbox.enqueue(entries, { maxSpans: 1000, rememberMs: 60_000 })).toEqual({ queued: 230, duplicates: 0, refused: 0 });
+      },
+    );
     expect(spansPerScript.reduce((sum, n) => sum + n, 0)).toBe(230);
     expect(Math.max(...spansPerScript)).toBeLessThanOrEqual(25);
+  });
+
+  it('parks exports that arrive together in one transaction, within its bounds, and answers each from its own entry', async () => {
+    const parking = new RedisParkingStore(store);
+    const entriesPerCommand: number[] = [];
+    const limits = { maxTraceSpans: 10_000, maxTraceBytes: 64 << 20, maxTotalBytes: 64 << 20, holdMs: 60_000, rememberMs: 60_000 };
+    // 40 exports of 10 KiB, each different, parked at once: more than one transaction may carry, by entries and by bytes.
+    const exports = Array.from({ length: 40 }, (_, i) => Buffer.alloc(10 * 1024, i));
+    await whileWatchingScripts(
+      (args) => args[3] === 'cjt:{parking}:total' && entriesPerCommand.push((Number(args[2]) - 3) / 3),
+      async () => {
+        const outcomes = await Promise.all(exports.map((body) => parking.park('d'.repeat(32), { kind: 'protobuf', body, spans: 5 }, limits)));
+        expect(outcomes.every((outcome) => outcome.kind === 'parked')).toBe(true);
+      },
+    );
+    expect(entriesPerCommand.reduce((sum, n) => sum + n, 0)).toBe(40);
+    expect(entriesPerCommand.length).toBeLessThan(10);
+    expect(Math.max(...entriesPerCommand)).toBeLessThanOrEqual(13);
+    const parked = await parking.parkedEntries('d'.repeat(32), await parking.parkedIds('d'.repeat(32)));
+    expect(parked.map((entry) => entry.body[0]).sort((a, b) => a - b)).toEqual(exports.map((_, i) => i));
+    expect(await parking.usage()).toMatchObject({ spans: 200, bytes: 40 * 10 * 1024 });
+  });
+
+  it('leaves no body behind for an entry refused or of a pipeline decided, and every parked hash with a time limit', async () => {
+    // The bodies are written after the script decides (in one transaction), so the transaction must take back the rest.
+    const parking = new RedisParkingStore(store);
+    const limits = { maxTraceSpans: 10, maxTraceBytes: 1000, maxTotalBytes: 10_000, holdMs: 60_000, rememberMs: 60_000 };
+    const [open, decided] = ['e'.repeat(32), 'f'.repeat(32)];
+    await parking.decide(decided, { keep: false, reason: 'outcome' }, 60_000);
+    const outcomes = await Promise.all([
+      parking.park(open, { kind: 'protobuf', body: Buffer.alloc(500, 1), spans: 5 }, limits),
+      parking.park(open, { kind: 'protobuf', body: Buffer.alloc(600, 2), spans: 1 }, limits),
+      parking.park(open, { kind: 'protobuf', body: Buffer.alloc(100, 3), spans: 9 }, limits),
+      parking.park(decided, { kind: 'protobuf', body: Buffer.alloc(100, 4), spans: 1 }, limits),
+      parking.park(open, { kind: 'protobuf', body: Buffer.alloc(500, 1), spans: 5 }, limits),
+    ]);
+    expect(outcomes.map((outcome) => outcome.kind)).toEqual(['parked', 'full', 'full', 'decided', 'parked']);
+    const client = new Redis(redis.url);
+    try {
+      const parked = (await client.keys('cjt:{trace:*}:parked')).sort();
+      expect(parked).toEqual([`cjt:{trace:${open}}:parked`]);
+      expect(await client.hlen(parked[0])).toBe(1);
+      expect((await client.hgetBuffer(parked[0], (await client.hkeys(parked[0]))[0]))?.equals(Buffer.alloc(500, 1))).toBe(true);
+      expect(await client.pttl(parked[0])).toBeGreaterThan(60_000);
+      expect(await client.exists('cjt:{parking}:take-back')).toBe(0);
+    } finally {
+      client.disconnect();
+    }
+    expect(await parking.usage()).toMatchObject({ spans: 5, bytes: 500 });
   });
 
   it('answers a claim with the bodies still there, and removes an entry whose body is gone instead of sending it', async () => {

@@ -48,6 +48,32 @@ export function behavesAsAParkingStore(world: StoreWorld) {
       expect((await parking.usage()).bytes).toBe(1400);
     });
 
+    it('answers entries parked at the same moment each as if parked one after another', async () => {
+      // A busy service joins parks into one store command: each caller must still get its own entry's answer. (The
+      // total is not approached: on a cluster each park reserves before it checks, so parks under way at once count
+      // against it until given back.)
+      const roomy = { ...limits, maxTotalBytes: 10_000 };
+      const outcomes = await Promise.all([
+        parking.park(trace, { kind: 'protobuf', body: body(600), spans: 8 }, roomy),
+        parking.park(trace, { kind: 'protobuf', body: body(600), spans: 8 }, roomy),
+        parking.park(trace, { kind: 'protobuf', body: body(10), spans: 3 }, roomy),
+        parking.park(other, { kind: 'protobuf', body: body(800), spans: 1 }, roomy),
+        parking.park(other, { kind: 'protobuf', body: body(1100), spans: 1 }, roomy),
+        parking.park(other, { kind: 'spans', body: body(300, 0x20), spans: 2, exempt: true }, roomy),
+      ]);
+      expect(outcomes).toEqual([
+        { kind: 'parked' },
+        { kind: 'parked' },
+        { kind: 'full', limit: 'trace_spans' },
+        { kind: 'parked' },
+        { kind: 'full', limit: 'trace_bytes' },
+        { kind: 'parked' },
+      ]);
+      expect((await parkedOf(trace)).map((entry) => entry.body.length)).toEqual([600]);
+      expect((await parkedOf(other)).map((entry) => entry.body.length).sort()).toEqual([300, 800]);
+      expect(await parking.usage()).toEqual({ traces: 2, spans: 11, bytes: 1700 });
+    });
+
     it("never refuses the control plane's own spans for a bound: a kept pipeline keeps its root", async () => {
       await parking.park(trace, { kind: 'protobuf', body: body(900), spans: 10 }, limits);
       expect(await parking.park(trace, { kind: 'spans', body: body(700, 0x20), spans: 3, exempt: true }, limits)).toEqual({ kind: 'parked' });
