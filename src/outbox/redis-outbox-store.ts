@@ -178,34 +178,24 @@ export class RedisOutboxStore implements OutboxStore {
   }
 
   /**
-   * One transaction: the bodies' HSET, then ENQUEUE_SPANS. Sent as EVAL, not EVALSHA: a script missing from Redis'
-   * cache would fail inside the transaction after the bodies were written, leaving them to no entry; Redis finds the
-   * compiled script by the text's digest. On one connection, MULTI, the two commands and EXEC are written together
-   * (one write to the socket), so nothing else of this process comes between them, and no ioredis Pipeline is built
-   * (each copies every script of the connection onto itself; built per turn, they were promoted: issue 37). A cluster
-   * routes by key, so there its transaction is ioredis' own.
+   * One transaction: the bodies' HSET, then ENQUEUE_SPANS (as EVAL: a script missing from Redis' cache would fail
+   * inside the transaction after the bodies were written, leaving them to no entry). On one server it is the store's
+   * own (`RedisStore.transaction`); a cluster routes by key, so there it is ioredis'.
    */
   private async bodiesThenScript(bodies: Array<string | Buffer>, keys: string[], args: string[]): Promise<[number, number, number]> {
     const client = this.store.client;
-    let answers: Array<[Error | null, unknown]> | null;
-    if (client instanceof Cluster) {
-      answers = await client
-        .multi()
-        .hset(OUTBOX_SPANS_KEY, ...bodies)
-        .eval(ENQUEUE_SPANS, keys.length, ...keys, ...args)
-        .exec();
-    } else {
-      const sent = this.store.together(
-        () =>
-          [
-            client.multi({ pipeline: false }),
-            client.hset(OUTBOX_SPANS_KEY, ...bodies),
-            client.eval(ENQUEUE_SPANS, keys.length, ...keys, ...args),
-            client.exec(),
-          ] as const,
-      );
-      answers = (await Promise.all(sent))[3];
+    if (!(client instanceof Cluster)) {
+      const replies = await this.store.transaction((redis) => [
+        redis.hset(OUTBOX_SPANS_KEY, ...bodies),
+        redis.eval(ENQUEUE_SPANS, keys.length, ...keys, ...args),
+      ]);
+      return replies[1] as [number, number, number];
     }
+    const answers = await client
+      .multi()
+      .hset(OUTBOX_SPANS_KEY, ...bodies)
+      .eval(ENQUEUE_SPANS, keys.length, ...keys, ...args)
+      .exec();
     const failed = answers?.find(([error]) => error !== null)?.[0];
     if (answers === null || failed) throw failed ?? new Error('the outbox enqueue transaction was discarded');
     return answers[1][1] as [number, number, number];

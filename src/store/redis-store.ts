@@ -1,4 +1,4 @@
-import { Cluster } from 'ioredis';
+import Redis, { Cluster } from 'ioredis';
 import { connectRedis, pingRedis, RedisClient, RedisConnectionEvents, RedisConnectionSettings } from './redis-connection';
 import { StoreUnavailableError } from './store-unavailable-error';
 
@@ -54,6 +54,22 @@ export class RedisStore {
     } finally {
       socket?.uncork();
     }
+  }
+
+  /**
+   * Outside a cluster: MULTI, the commands `issue` sends on the one connection, EXEC, written together, so nothing else
+   * of this process comes between them and no ioredis Pipeline is built (each copies every script of the connection
+   * onto itself; built per call, they were promoted: issue 37). `issue` answers the commands' promises (each says it
+   * was queued). Answers each command's reply, in order; throws the first command's error, or when Redis discarded the transaction. Scripts in it go as EVAL, not EVALSHA: a script
+   * missing from Redis' cache would fail inside the transaction while the commands beside it still ran.
+   */
+  async transaction(issue: (client: Redis) => Promise<unknown>[]): Promise<unknown[]> {
+    const client = this.client as Redis;
+    const sent = this.together(() => [client.multi({ pipeline: false }), ...issue(client), client.exec()]);
+    const answers = (await Promise.all(sent))[sent.length - 1] as Array<[Error | null, unknown]> | null;
+    const failed = answers?.find(([error]) => error !== null)?.[0];
+    if (answers === null || failed) throw failed ?? new Error('the transaction was discarded');
+    return answers.map(([, reply]) => reply);
   }
 
   /** Runs store commands; any failure is a StoreUnavailableError. */

@@ -1,4 +1,3 @@
-import Redis from 'ioredis';
 import {
   OUTCOME_FACTS_KEY,
   PARKED_KEY,
@@ -136,6 +135,9 @@ return {'parked'}
 
 /** What PARK_MANY takes of each entry: field, bytes, spans, max trace spans, max trace bytes, ttl ms, then RESERVE's (max total bytes, trace id, due at). */
 const PARK_MANY_ARGS = 9;
+/** Where an entry's field and ttl are among its PARK_MANY arguments (PARKED_SETTLE takes them too). */
+const PARK_MANY_FIELD = 0;
+const PARK_MANY_TTL = 5;
 
 /**
  * Outside a cluster, where every key is one server's, several entries are parked in one transaction: PARK_MANY, the
@@ -371,32 +373,18 @@ export class RedisParkingStore implements ParkingStore {
     return unconfirmed === undefined ? replies : replies.map((reply) => (reply[0] === 'parked' ? unconfirmed : reply));
   }
 
-  /**
-   * MULTI, PARK_MANY, an HSET per body, PARKED_SETTLE, EXEC, written together on the one connection, so nothing else
-   * of this process comes between them and no ioredis Pipeline is built (as the outbox's enqueue,
-   * src/outbox/redis-outbox-store.ts). The scripts go as EVAL, not EVALSHA: a script missing from Redis'
-   * cache would fail inside the transaction while the bodies were still written.
-   */
+  /** PARK_MANY, an HSET per body, PARKED_SETTLE: one transaction of the store's (`RedisStore.transaction`). */
   private async parkingTransaction(parks: readonly JoinedPark[]): Promise<string[][]> {
-    const client = this.store.client as Redis;
     const keys = parks.flatMap((park) => park.keys);
     const parkedKeys = parks.map((park) => park.keys[0]);
-    const fields = parks.map((park) => park.args[0]);
-    const ttl = parks.reduce((longest, park) => Math.max(longest, Number(park.args[5])), 1);
-    const sent = this.store.together(() => {
-      const sending: Promise<unknown>[] = [client.multi({ pipeline: false })];
-      sending.push(
-        client.eval(PARK_MANY, 3 + keys.length, PARKING_TOTAL_KEY, PARKING_OVERDUE_KEY, PARKING_TAKE_BACK_KEY, ...keys, ...parks.flatMap((park) => park.args)),
-      );
-      for (const park of parks) sending.push(client.hset(park.keys[0], park.args[0], park.body));
-      sending.push(client.eval(PARKED_SETTLE, 1 + parkedKeys.length, PARKING_TAKE_BACK_KEY, ...parkedKeys, String(ttl), ...fields));
-      sending.push(client.exec());
-      return sending;
-    });
-    const answers = (await Promise.all(sent))[sent.length - 1] as Array<[Error | null, unknown]> | null;
-    const failed = answers?.find(([error]) => error !== null)?.[0];
-    if (answers === null || failed) throw failed ?? new Error('the parking transaction was discarded');
-    return answers[0][1] as string[][];
+    const fields = parks.map((park) => park.args[PARK_MANY_FIELD]);
+    const ttl = parks.reduce((longest, park) => Math.max(longest, Number(park.args[PARK_MANY_TTL])), 1);
+    const [replies] = await this.store.transaction((redis) => [
+      redis.eval(PARK_MANY, 3 + keys.length, PARKING_TOTAL_KEY, PARKING_OVERDUE_KEY, PARKING_TAKE_BACK_KEY, ...keys, ...parks.flatMap((park) => park.args)),
+      ...parks.map((park) => redis.hset(park.keys[0], park.args[PARK_MANY_FIELD], park.body)),
+      redis.eval(PARKED_SETTLE, 1 + parkedKeys.length, PARKING_TAKE_BACK_KEY, ...parkedKeys, String(ttl), ...fields),
+    ]);
+    return replies as string[][];
   }
 
   /** What a park's reply says: a full total is looked at again, for a pipeline decided meanwhile. */
