@@ -28,6 +28,7 @@
  *          --pipelines 20  --pipeline-exports 10
  *          --service-env NAME=VALUE, repeatable (e.g. OTLP_UPSTREAM_LINGER_MS=0: forwarding without coalescing)
  *          --cpu-prof (profiles the service of parts 1 and 2, both lanes, and prints its busiest functions)
+ *          --targets parked (part 1 for one lane alone, forwarded or parked: its profile without the other's functions)
  *          --smoke (a second's warm-up and one second of load each, a few exports and jobs, 3 pipelines: to check it
  *                   still works; no verdict)
  *
@@ -66,7 +67,7 @@ import { printTable } from './lib/table';
 import { describeExport, distinctExports, otlpTypes, traceExport } from './otlp-gateway.payload';
 
 type Target = 'forwarded' | 'parked';
-const TARGETS: readonly Target[] = ['forwarded', 'parked'];
+const ALL_TARGETS: readonly Target[] = ['forwarded', 'parked'];
 type Component = 'service' | 'redis' | 'sink' | 'generator';
 const COMPONENTS: readonly Component[] = ['service', 'redis', 'sink', 'generator'];
 const PROJECT = 7;
@@ -102,7 +103,13 @@ const { values: args } = parseArgs({
     // Experiments: e.g. OTLP_UPSTREAM_LINGER_MS=0, forwarding each export alone as before coalescing (issue 29).
     'service-env': { type: 'string', multiple: true, default: [] },
     'cpu-prof': { type: 'boolean', default: false },
+    // One lane alone (a profile of it, without the other's functions): no ratio is printed then.
+    targets: { type: 'string', default: ALL_TARGETS.join(',') },
   },
+});
+const TARGETS = (args.targets as string).split(',').map((name) => {
+  if (!ALL_TARGETS.includes(name as Target)) throw new Error(`--targets takes ${ALL_TARGETS.join(' and/or ')}, not ${name}`);
+  return name as Target;
 });
 const serviceEnv = Object.fromEntries(
   (args['service-env'] as string[]).map((pair) => {
