@@ -26,7 +26,7 @@ import { EnforcedExport, GatewayGrant } from './export-policy/otlp-types';
 import type { CollectorClient } from '../collector/collector-client';
 import type { PipelineSpansService } from '../pipeline-spans/pipeline-spans.service';
 import type { OutcomeSamplingService } from '../outcome-sampling/outcome-sampling.service';
-import { settleSamplingReason } from '../otlp/sampling-reason';
+import { settleProvisionalTraces } from '../otlp/sampling-reason';
 
 const inflate = promisify(gunzip);
 
@@ -333,7 +333,7 @@ async function exportItems(
     // Parked, or dropped as the decision (or a full budget falling back to the head decision) says.
     if (parked.kind !== 'forward') return encodeExportResponse(signal, encoding, ours);
     // A late export of a pipeline kept already goes on, saying why.
-    outgoing = settleSamplingReason(encoding, outgoing, parked.reason);
+    outgoing = settleProvisionalTraces(encoding, outgoing, parked.reason);
   }
 
   let theirs: OtlpPartialSuccess | undefined;

@@ -2,11 +2,12 @@
  * The `ci.sampling.reason` resource attribute (SPEC §11) in the bodies the gateway forwards or parks. A head-sampled
  * export says `head`; a provisional export is enforced before its pipeline's outcome is known, so each of its
  * resources carries a slot that `settleSamplingReason` later fills with the outcome, without enforcing or encoding
- * the body again: parked bodies go to the collector as stored, concatenated (issue 28).
+ * the body again: parked bodies go to the collector as stored, concatenated (issue 28), protobuf ones with the
+ * outcome's trace_state appended to each span (`settleProvisionalTraces`).
  */
 import { SAMPLING_REASONS, SAMPLING_REASON_ATTRIBUTE, SamplingReason } from './ci-identity';
 import type { OtlpEncoding } from './otlp-encoding';
-import { WIRE_LENGTH_DELIMITED, WireReader, encodeBytesField, encodeStringField, lengthDelimitedHeader } from './otlp-wire';
+import { ChunkList, WIRE_LENGTH_DELIMITED, WireReader, encodeBytesField, encodeStringField, lengthDelimitedHeader } from './otlp-wire';
 
 export { SAMPLING_REASON_ATTRIBUTE };
 export type { SamplingReason };
@@ -32,6 +33,10 @@ const RESOURCE_ATTRIBUTES = 1;
 const KEY_VALUE_KEY = 1;
 const KEY_VALUE_VALUE = 2;
 const ANY_VALUE_STRING = 1;
+// ResourceSpans.scope_spans = 2, ScopeSpans.spans = 2, Span.trace_state = 3.
+const CONTAINER_SCOPES = 2;
+const SCOPE_SPANS = 2;
+const SPAN_TRACE_STATE = 3;
 /**
  * The padding of a slot's AnyValue: a bytes field no version of AnyValue defines, so every protobuf decoder
  * (protobufjs, Go's, the Collector's pdata) skips it as an unknown field and reads the string value alone. AnyValue
@@ -111,6 +116,56 @@ export function settleSamplingReason(encoding: OtlpEncoding, body: Buffer, reaso
       throw new TypeError(`unknown OTLP encoding ${String(unknownEncoding)}`);
     }
   }
+}
+
+/**
+ * A provisional traces export as it goes to the collector once its pipeline is kept (SPEC §11): settled with the
+ * reason (settleSamplingReason) and every span saying trace_state `ot=th:0`. The JSON walker wrote that already; a
+ * protobuf export is parked without it (appending a field to every span rewrites the whole body, and most provisional
+ * pipelines are dropped), so here each span of each request gets it appended: a singular proto3 field's last
+ * occurrence is the one decoders keep, so it overrides a trace_state the exporter wrote, and a span that says it
+ * already (parked by a replica that still stamped at parking) says it twice, with the same value. A new body for
+ * protobuf, nothing but the length prefixes around the spans and the appended fields changed.
+ *
+ * @throws OtlpPayloadError when a protobuf body is not a well-formed export request (it was not enforced).
+ */
+export function settleProvisionalTraces(encoding: OtlpEncoding, body: Buffer, reason: OutcomeSamplingReason): Buffer {
+  const settled = settleSamplingReason(encoding, body, reason);
+  return encoding === 'protobuf' ? withOutcomeTraceState(settled) : settled;
+}
+
+const OUTCOME_TRACE_STATE_FIELD = encodeStringField(SPAN_TRACE_STATE, OUTCOME_TRACE_STATE);
+
+/** Every span of a protobuf traces body (concatenated requests too) with OUTCOME_TRACE_STATE appended. */
+function withOutcomeTraceState(body: Buffer): Buffer {
+  // One level of the envelope: each `fieldNumber` field rewritten by `inner`, every other field copied as it is.
+  const rewriteEach = (out: ChunkList, start: number, end: number, fieldNumber: number, inner: (start: number, end: number) => void) => {
+    const reader = new WireReader(body, start, end);
+    while (!reader.atEnd()) {
+      const fieldStart = reader.pos;
+      const valueEnd = lengthDelimitedField(reader, fieldNumber);
+      if (valueEnd < 0) out.copy(fieldStart, reader.pos);
+      else {
+        inner(reader.pos, valueEnd);
+        reader.pos = valueEnd;
+      }
+    }
+  };
+  const out = new ChunkList(body);
+  rewriteEach(out, 0, body.length, REQUEST_RESOURCES, (containerStart, containerEnd) => {
+    const container = new ChunkList(body);
+    rewriteEach(container, containerStart, containerEnd, CONTAINER_SCOPES, (scopeStart, scopeEnd) => {
+      const scope = new ChunkList(body);
+      rewriteEach(scope, scopeStart, scopeEnd, SCOPE_SPANS, (spanStart, spanEnd) => {
+        scope.push(lengthDelimitedHeader(SCOPE_SPANS, spanEnd - spanStart + OUTCOME_TRACE_STATE_FIELD.length));
+        scope.copy(spanStart, spanEnd);
+        scope.push(OUTCOME_TRACE_STATE_FIELD);
+      });
+      container.pushMessage(CONTAINER_SCOPES, scope);
+    });
+    out.pushMessage(REQUEST_RESOURCES, container);
+  });
+  return out.toBuffer();
 }
 
 function settleProtobufSlots(body: Buffer, tail: Buffer): void {

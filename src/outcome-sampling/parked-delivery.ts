@@ -1,7 +1,7 @@
 import type { CollectorClient, ExportResult } from '../collector/collector-client';
 import { exportSplittingRefused } from '../collector/split-refused';
 import type { OtlpEncoding } from '../otlp/otlp-encoding';
-import { settleSamplingReason } from '../otlp/sampling-reason';
+import { settleProvisionalTraces, settleSamplingReason } from '../otlp/sampling-reason';
 import { ClaimedEntry, KindDelivery, OutboxEntry } from '../outbox/outbox';
 import type { KeepReason, ParkedEntry, ParkedEntryId } from './parking/parking';
 
@@ -49,7 +49,7 @@ export function parkedSpansAsEntries(entries: readonly ParkedEntry[], reason: Ke
 }
 
 /**
- * Sends a page of exports settled with the reason, joined; a joined request the collector refuses as a whole is sent
+ * Sends a page of exports settled with the reason (and, in protobuf, each span's `ot=th:0`), joined; a joined request the collector refuses as a whole is sent
  * again one export at a time (exportSplittingRefused), so one export it cannot take never costs the others. Answers
  * which entries are done (accepted, or refused for good) and, when the collector asked to wait, that result.
  */
@@ -60,7 +60,7 @@ export async function sendPage(
   reason: KeepReason,
   onRefused: (entries: number, status: number) => void,
 ): Promise<{ done: ParkedEntry[]; retry?: ExportResult }> {
-  const parts = entries.map((entry) => settleSamplingReason(encoding, entry.body, reason));
+  const parts = entries.map((entry) => settleProvisionalTraces(encoding, entry.body, reason));
   // ExportTraceServiceRequest's one field is repeated: concatenated requests are one request (JSON is sent alone).
   const sent = await exportSplittingRefused(collector, 'traces', encoding, parts, (joined) => Buffer.concat(joined));
   const results = sent.split ? sent.results : entries.map(() => sent.result);

@@ -7,8 +7,9 @@ import { enforceProtobufExport } from './protobuf-walker';
  * Applies SPEC §6 to one OTLP/HTTP export body: drops spans outside the grant's trace, over the per-span limits
  * or beyond the job's remaining budget; overwrites the CI identity attributes and `ci.sampling.reason` on every
  * resource, and the identity wherever a span, data point or log record carries it. For a provisional grant (SPEC
- * §11) every admitted span says trace_state `ot=th:0` and the reason is a slot for settleSamplingReason
- * (sampling-reason.ts); otherwise it is `head`. Enforcement is an allow-list: every member that can hold spans,
+ * §11) the reason is a slot, and every admitted span says trace_state `ot=th:0` once settleProvisionalTraces
+ * (sampling-reason.ts) settles the export for the collector: in JSON already here, in protobuf only then; otherwise
+ * the reason is `head`. Enforcement is an allow-list: every member that can hold spans,
  * metrics or logs is enforced (deprecated containers the Collector still reads are migrated into the current
  * ones) or dropped, never forwarded unchecked. Inside items, nothing else changes. Notes how the runner's
  * `job_execution` spans forwarded ended (SPEC §10). One policy (export-policy.ts) decides for both encodings.

@@ -39,7 +39,10 @@ export interface GrantIdentity {
    * settleSamplingReason fills once the pipeline's outcome is known.
    */
   samplingReason: ResourceSamplingReason;
-  /** Written as the trace_state of every admitted span: for a provisional grant only, so no other export pays per span. */
+  /**
+   * The trace_state of every admitted span of a provisional grant, so no other export pays per span: written by the JSON
+   * walker; a protobuf export gets it when settled for the collector (settleProvisionalTraces), since most are dropped.
+   */
   spanTraceState: string | undefined;
 }
 

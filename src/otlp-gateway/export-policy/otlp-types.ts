@@ -10,7 +10,8 @@ export interface GatewayGrant {
   traceId: string;
   /**
    * The pipeline is traced provisionally (SPEC §11): the head decision left it out, its outcome decides. Its
-   * admitted spans say `ot=th:0` and its resources carry a `ci.sampling.reason` slot for settleSamplingReason.
+   * resources carry a `ci.sampling.reason` slot, and once settleProvisionalTraces settles it its admitted spans say
+   * `ot=th:0`.
    */
   provisional?: boolean;
 }

@@ -78,7 +78,6 @@ const SCOPE_SCOPE = 1;
 const SCOPE_ITEMS = 2;
 const SCOPE_SCHEMA_URL = 3;
 const SPAN_TRACE_ID = 1;
-const SPAN_TRACE_STATE = 3;
 const SPAN_PARENT_SPAN_ID = 4;
 const SPAN_NAME = 5;
 const SPAN_END_TIME = 8;
@@ -132,8 +131,6 @@ interface Enforcement {
   traceId: Buffer;
   /** Resource.attributes fields carrying the grant's identity and the sampling reason, appended to every resource. */
   identity: Buffer;
-  /** Span.trace_state field appended to every admitted span (provisional grants only). */
-  traceState: Buffer | undefined;
   /** KeyValue messages (without tag) stamped over an item's own identity attributes, by key. */
   itemIdentity: ReadonlyMap<string, Buffer>;
   limits: SpanLimits;
@@ -149,11 +146,13 @@ interface Enforcement {
 type Rewrite = 'unchanged' | ChunkList;
 
 const encodedGrants = new PerGrant((grant) => {
-  const { traceIdHex, resource, items, samplingReason, spanTraceState } = grantIdentity.of(grant);
+  // A provisional grant's spans get their trace_state when they leave, kept (settleProvisionalTraces), not here: the
+  // rewrite of every span to append it was most of what parking an export cost beyond forwarding it, and most
+  // provisional pipelines are dropped.
+  const { traceIdHex, resource, items, samplingReason } = grantIdentity.of(grant);
   return {
     traceId: Buffer.from(traceIdHex, 'hex'),
     identity: Buffer.concat([encodeIdentityAttributes(resource), encodeBytesField(RESOURCE_ATTRIBUTES, protobufSamplingReason(samplingReason))]),
-    traceState: spanTraceState === undefined ? undefined : encodeStringField(SPAN_TRACE_STATE, spanTraceState),
     itemIdentity: new Map([...items].map(([key, attribute]) => [key, encodeKeyValue(attribute)])) as ReadonlyMap<string, Buffer>,
   };
 });
@@ -165,14 +164,13 @@ export function enforceProtobufExport(
   spanBudget: number | SpanBudget,
   spanLimits: SpanLimits,
 ): EnforcedExport {
-  const { traceId, identity, traceState, itemIdentity } = encodedGrants.of(grant);
+  const { traceId, identity, itemIdentity } = encodedGrants.of(grant);
   const enforcement: Enforcement = {
     signal,
     body,
     checked: new ProtobufBody(body),
     traceId,
     identity,
-    traceState,
     itemIdentity,
     limits: spanLimits,
     policy: new ExportPolicy(signal, spanBudget, spanLimits),
@@ -408,23 +406,7 @@ function admitSpan(enforcement: Enforcement, start: number, end: number): Rewrit
   // canonical walk checked it on its way, and the general check runs only when that did not vouch for the span.
   if (inTrace && !span.walkedDecodable) span.undecodable = undecodableReason(enforcement.checked, start, end, SPAN_RULE);
   if (!enforcement.policy.admitSpan(span)) return 'dropped';
-  const rewrite = span.carriesIdentity ? stampItemAttributes(enforcement, start, end, SPAN_ATTRIBUTES) : 'unchanged';
-  return enforcement.traceState === undefined ? rewrite : withTraceState(enforcement, rewrite, start, end);
-}
-
-/**
- * The span with the provisional grant's trace_state appended last. trace_state is a singular proto3 field, and
- * decoders keep the last occurrence of one, so this overrides a trace_state the exporter wrote without looking
- * for it or rewriting the span.
- */
-function withTraceState(enforcement: Enforcement, rewrite: Rewrite, start: number, end: number): ChunkList {
-  let span = rewrite;
-  if (span === 'unchanged') {
-    span = new ChunkList(enforcement.body);
-    span.copy(start, end);
-  }
-  span.push(enforcement.traceState!);
-  return span;
+  return span.carriesIdentity ? stampItemAttributes(enforcement, start, end, SPAN_ATTRIBUTES) : 'unchanged';
 }
 
 /** Walks a span's fields with the general reader: any valid encoding, and the exact error for a malformed one. */

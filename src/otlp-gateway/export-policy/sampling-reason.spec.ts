@@ -4,7 +4,7 @@ import type { OtlpEncoding, OtlpSignal } from '../../otlp/otlp-encoding';
 import { exportRequestType, otlpProto } from '../../otlp/otlp-proto';
 import { encodeBytesField, encodeStringField } from '../../otlp/otlp-wire';
 import type { GatewayGrant } from './otlp-types';
-import { OutcomeSamplingReason, SAMPLING_REASON_ATTRIBUTE, settleSamplingReason } from '../../otlp/sampling-reason';
+import { OutcomeSamplingReason, SAMPLING_REASON_ATTRIBUTE, settleProvisionalTraces, settleSamplingReason } from '../../otlp/sampling-reason';
 
 type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 
@@ -93,20 +93,29 @@ function spans(request: Json): Json[] {
 }
 
 describe.each(['protobuf', 'json'] as const)('a provisional export (%s)', (encoding) => {
-  it('says ot=th:0 on every admitted span and carries a pending slot on every resource, which settles to the outcome', () => {
+  it('carries a pending slot on every resource and reaches the collector settled, every admitted span saying ot=th:0', () => {
     const enforced = enforceExport('traces', encoding, encode('traces', tracesRequest(), encoding), PROVISIONAL, 1000);
 
     expect(enforced).toMatchObject({ forwardedItems: 3, rejectedItems: 1 });
     const parked = decode('traces', enforced.body, encoding);
-    expect(spans(parked).map((s) => [s.name, s.traceState])).toEqual([
-      ['compile', 'ot=th:0'],
-      ['test', 'ot=th:0'],
-      ['no-resource', 'ot=th:0'],
-    ]);
+    // Protobuf is parked with each span as the exporter wrote it: its trace_state is appended only if it is kept.
+    expect(spans(parked).map((s) => [s.name, s.traceState])).toEqual(
+      encoding === 'json'
+        ? [
+            ['compile', 'ot=th:0'],
+            ['test', 'ot=th:0'],
+            ['no-resource', 'ot=th:0'],
+          ]
+        : [
+            ['compile', 'ot=th:c,vendor=x'],
+            ['test', undefined],
+            ['no-resource', 'ot=th:8'],
+          ],
+    );
     // The exporter's own resource value is gone; the one left is the gateway's placeholder.
     expect(resourceReasons(parked)).toEqual([[{ stringValue: 'pending' }], [{ stringValue: 'pending' }]]);
 
-    const settled = decode('traces', settleSamplingReason(encoding, enforced.body, 'failed'), encoding);
+    const settled = decode('traces', settleProvisionalTraces(encoding, enforced.body, 'failed'), encoding);
 
     expect(resourceReasons(settled)).toEqual([[{ stringValue: 'failed' }], [{ stringValue: 'failed' }]]);
     // Spans are not a resource: an exporter's span attribute of that name is its own.
@@ -142,13 +151,13 @@ describe.each(['protobuf', 'json'] as const)('a head-sampled export (%s)', (enco
   it('follows a grant object that turns provisional and back between exports (derivations are cached per grant object)', () => {
     const grant: GatewayGrant = { ...HEAD };
     const body = encode('traces', tracesRequest(), encoding);
-    const stateOf = () => spans(decode('traces', enforceExport('traces', encoding, body, grant, 1000).body, encoding)).map((s) => s.traceState);
+    const reasonsOf = () => resourceReasons(decode('traces', enforceExport('traces', encoding, body, grant, 1000).body, encoding)).flat();
 
-    expect(stateOf()).toContain('ot=th:8');
+    expect(reasonsOf()).toEqual([{ stringValue: 'head' }, { stringValue: 'head' }]);
     grant.provisional = true;
-    expect(stateOf()).toEqual(['ot=th:0', 'ot=th:0', 'ot=th:0']);
+    expect(reasonsOf()).toEqual([{ stringValue: 'pending' }, { stringValue: 'pending' }]);
     grant.provisional = false;
-    expect(stateOf()).toContain('ot=th:8');
+    expect(reasonsOf()).toEqual([{ stringValue: 'head' }, { stringValue: 'head' }]);
   });
 });
 
@@ -173,35 +182,56 @@ describe('a provisional protobuf export', () => {
     }
   });
 
-  it('adds the resource attribute and a trailing trace_state, and keeps the rest of each span byte for byte', () => {
-    const body = encode('traces', { resourceSpans: [{ scopeSpans: [{ spans: [span('a', { traceState: 'ot=th:c' })] }] }] }, 'protobuf');
+  it('is parked with each span byte for byte, and settled with a trailing trace_state and the rest of the span unchanged', () => {
+    // A field of the span no OTLP version defines (1000) must reach the collector as the exporter wrote it.
+    const spanType = otlpProto().lookupType('otlp.Span');
+    const sentSpan = Buffer.concat([
+      Buffer.from(spanType.encode(spanType.fromObject(withBinaryIds(span('a', { traceState: 'ot=th:c' })) as Json)).finish()),
+      encodeStringField(1000, 'unknown to OTLP'),
+    ]);
+    const body = encodeBytesField(1, encodeBytesField(2, encodeBytesField(2, sentSpan)));
     const head = enforceExport('traces', 'protobuf', body, HEAD, 1000).body;
     const provisional = enforceExport('traces', 'protobuf', body, PROVISIONAL, 1000).body;
-    const spanType = otlpProto().lookupType('otlp.Span');
-    const sentSpan = Buffer.from(spanType.encode(spanType.fromObject(withBinaryIds(span('a', { traceState: 'ot=th:c' })) as Json)).finish());
+    const settled = settleProvisionalTraces('protobuf', Buffer.from(provisional), 'failed');
 
     expect(head.includes(sentSpan)).toBe(true);
+    expect(provisional.includes(encodeBytesField(2, sentSpan))).toBe(true);
     // proto3: the last trace_state is the one a decoder keeps, so the exporter's stays in place before it.
-    expect(provisional.includes(Buffer.concat([sentSpan, encodeStringField(3, 'ot=th:0')]))).toBe(true);
+    expect(settled.includes(encodeBytesField(2, Buffer.concat([sentSpan, encodeStringField(3, 'ot=th:0')])))).toBe(true);
+    expect(settled.length).toBe(provisional.length + encodeStringField(3, 'ot=th:0').length);
+  });
+
+  it('parked by a replica that still stamped at parking, says ot=th:0 twice once settled, which decodes as once', () => {
+    const enforced = enforceExport('traces', 'protobuf', encode('traces', tracesRequest(), 'protobuf'), PROVISIONAL, 1000).body;
+    const stampedOnce = settleProvisionalTraces('protobuf', Buffer.from(enforced), 'slow');
+
+    const stampedTwice = settleProvisionalTraces('protobuf', Buffer.from(stampedOnce), 'slow');
+
+    expect(decode('traces', stampedTwice, 'protobuf')).toEqual(decode('traces', stampedOnce, 'protobuf'));
+    expect(spans(decode('traces', stampedTwice, 'protobuf')).map((s) => s.traceState)).toEqual(['ot=th:0', 'ot=th:0', 'ot=th:0']);
   });
 
   it('concatenated with another settled export, decodes as one request holding every resource and span', () => {
     const other: GatewayGrant = { ...PROVISIONAL, jobId: 1002 };
-    const first = settleSamplingReason(
-      'protobuf',
-      enforceExport('traces', 'protobuf', encode('traces', tracesRequest(), 'protobuf'), PROVISIONAL, 1000).body,
-      'failed',
-    );
+    const first = enforceExport('traces', 'protobuf', encode('traces', tracesRequest(), 'protobuf'), PROVISIONAL, 1000).body;
     const secondRequest = { resourceSpans: [{ scopeSpans: [{ spans: [span('deploy')] }] }] };
     const second = enforceExport('traces', 'protobuf', encode('traces', secondRequest, 'protobuf'), other, 1000).body;
 
     // Settling the concatenation or each part first gives the same bytes.
-    const concatenated = Buffer.concat([first, settleSamplingReason('protobuf', Buffer.from(second), 'failed')]);
-    expect(settleSamplingReason('protobuf', Buffer.concat([first, second]), 'failed')).toEqual(concatenated);
+    const concatenated = Buffer.concat([
+      settleProvisionalTraces('protobuf', Buffer.from(first), 'failed'),
+      settleProvisionalTraces('protobuf', Buffer.from(second), 'failed'),
+    ]);
+    expect(settleProvisionalTraces('protobuf', Buffer.concat([first, second]), 'failed')).toEqual(concatenated);
 
     const delivered = decode('traces', concatenated, 'protobuf');
     expect(delivered.resourceSpans).toHaveLength(3);
-    expect(spans(delivered).map((s) => s.name)).toEqual(['compile', 'test', 'no-resource', 'deploy']);
+    expect(spans(delivered).map((s) => [s.name, s.traceState])).toEqual([
+      ['compile', 'ot=th:0'],
+      ['test', 'ot=th:0'],
+      ['no-resource', 'ot=th:0'],
+      ['deploy', 'ot=th:0'],
+    ]);
     expect(resourceReasons(delivered).flat()).toEqual([{ stringValue: 'failed' }, { stringValue: 'failed' }, { stringValue: 'failed' }]);
     const jobIds = delivered.resourceSpans.map((rs: Json) => rs.resource.attributes.find((kv: Json) => kv.key === 'ci.job.id').value.intValue);
     expect(jobIds).toEqual(['1001', '1001', '1002']);
