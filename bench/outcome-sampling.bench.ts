@@ -5,7 +5,8 @@
  *  1. Parking against forwarding. The same 100-span protobuf export sent, in alternating rounds, to
  *       forwarded  the capability URL of a job of a head-sampled pipeline: enforced, stamped, forwarded to the sink,
  *       parked     the capability URL of a job of a pipeline the head decision left out (provisional): enforced,
- *                  stamped with `ot=th:0` and a reason slot, then kept in the store before it is answered.
+ *                  given a reason slot, then kept in the store before it is answered (its spans' `ot=th:0` is
+ *                  appended only when a kept pipeline's exports leave).
  *     Exports/s and CPU per export (service, redis, their sum, and everything: sink and load generator too), from
  *     /proc around each round; medians over rounds. Goal: parking ≥ 0.8× forwarding in exports/s.
  *  2. What a parked span costs the store. N exports parked for one trace, then Redis `MEMORY USAGE` (exact:
