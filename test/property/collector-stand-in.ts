@@ -22,6 +22,9 @@ export interface CollectedSpan {
   /** `ci.pipeline.span.version` (SPEC §10's final story) when the span carries one. */
   readonly version?: number;
   readonly serviceName: string;
+  /** Its trace_state ('' for none), and its resource's `ci.sampling.reason` ('' for none): why it was kept (SPEC §11). */
+  readonly traceState: string;
+  readonly samplingReason: string;
   /** Order of the accepted request it came in, across the whole run. */
   readonly arrival: number;
   /** Epoch ms its request was accepted. */
@@ -96,6 +99,8 @@ function decode(contentType: string, body: Buffer): Array<Omit<CollectedSpan, 'a
           name: String(span.name),
           ...(version === undefined ? {} : { version: Number(version) }),
           serviceName: String(resource.get('service.name') ?? ''),
+          traceState: String(span.traceState ?? span.trace_state ?? ''),
+          samplingReason: String(resource.get('ci.sampling.reason') ?? ''),
         });
       }
     }

@@ -16,6 +16,8 @@ import { Bench, brokenInvariants, runWorld } from './world-driver';
  *   every runner span the gateway acknowledged and every traced job's span, each span once (a versioned pipeline
  *   or bridge span once per version, a job span once and then once per version the critical path is written in,
  *   never an older version after a newer one);
+ * - every span says why it was kept: a head-sampled pipeline's runner spans `head` with their own trace_state, every
+ *   span of a pipeline kept by its outcome an outcome and `ot=th:0`; no span the placeholder of an unsettled slot;
  * - a pipeline the policy drops, and head sampling left out, sends nothing;
  * - the parking budget is back to zero and the outbox empty when nothing waits;
  * - decisions are never reversed except by a reopening hook (a dropped pipeline sends nothing, a kept one is whole).

@@ -43,6 +43,8 @@ interface Picked {
 export interface RunResult {
   readonly expected: Expected;
   readonly reasons: string[];
+  /** The head decision at the pipeline's first traced pickup (undefined: no job was traced). */
+  readonly headSampled: boolean | undefined;
   readonly traceId: string | undefined;
   readonly received: CollectedSpan[];
   /** Runner spans the gateway acknowledged with 2xx, and in which part of the story. */
@@ -455,6 +457,7 @@ export async function runWorld(bench: Bench, world: World, timeline: Timeline): 
     return {
       expected,
       reasons,
+      headSampled,
       traceId,
       received: bench.collector.spans.filter((span) => span.traceId === traceId),
       acknowledged,
@@ -539,10 +542,34 @@ export function brokenInvariants(result: RunResult): string[] {
     if (new Set(versions).size !== versions.length)
       broken.push(`${copies[0].name} ${spanId}: a version delivered twice (${versions.join(' → ')}; ${arrivalsOf(copies, result.startedAt)})`);
   }
+  broken.push(...unexplainedKeeps(result));
   const epochs = result.expected === 'whole-after-reopen' ? [2] : [1, 2];
   const missingAcknowledged = result.acknowledged.filter((span) => epochs.includes(span.epoch) && !ids.has(span.spanId));
   if (missingAcknowledged.length > 0) broken.push(`${missingAcknowledged.length} runner spans acknowledged with 2xx never reached the collector`);
   const missingJobs = result.jobSpans.filter((span) => epochs.includes(span.epoch) && !ids.has(span.spanId));
   if (missingJobs.length > 0) broken.push(`job spans of ${missingJobs.length} traced jobs missing`);
   return broken;
+}
+
+/** What a span reaching the collector says of why it was kept, by how its pipeline was (SPEC §11 "Counts stay estimable"). */
+const OUTCOME_REASONS: ReadonlySet<string> = new Set(['failed', 'slow', 'queued', 'no_outcome']);
+const OUTCOME_TRACE_STATE = 'ot=th:0';
+
+/**
+ * Every span says why it was kept, and its trace_state lets a reader weight it: a head-sampled pipeline's runner spans
+ * say `head` with the trace_state the runner gave them (none, here); every span of a pipeline kept by its outcome, the
+ * runner's and the control plane's, says an outcome and `ot=th:0`, whenever and however it was delivered (parked and
+ * released, or forwarded at once after the decision). No span ever says the placeholder of a slot never settled.
+ */
+function unexplainedKeeps(result: RunResult): string[] {
+  const described = (spans: readonly CollectedSpan[]) =>
+    [...new Set(spans.map((span) => `${span.name} (${span.serviceName}): reason '${span.samplingReason}', trace_state '${span.traceState}'`))].join(', ');
+  const wrong =
+    result.headSampled === true
+      ? result.received.filter((span) =>
+          span.serviceName === 'runner' ? span.samplingReason !== 'head' || span.traceState !== '' : span.samplingReason === 'pending',
+        )
+      : result.received.filter((span) => !OUTCOME_REASONS.has(span.samplingReason) || span.traceState !== OUTCOME_TRACE_STATE);
+  if (wrong.length === 0) return [];
+  return [`${result.headSampled === true ? 'head-sampled' : 'kept by its outcome'}, yet ${wrong.length} spans say otherwise: ${described(wrong)}`];
 }
