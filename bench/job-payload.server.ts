@@ -29,7 +29,7 @@ import { spanIdFor, traceContextOf, traceIdFor } from '../src/trace-context/trac
 import { testGrant } from '../test/helpers/grants';
 import { HeadDecisions } from '../src/job-payload/head-decisions';
 import { TracedWorkStore } from '../src/traced-work/traced-work';
-import { TRACED_WORK_STORE } from '../src/traced-work/traced-work.constants';
+import { PICKUP_TRACED_WORK_STORE } from '../src/traced-work/traced-work.constants';
 import {
   BARE_ROUTE,
   BARE_SAMPLED_ROUTE,
@@ -95,7 +95,7 @@ async function serve(): Promise<void> {
   const flags = app.get(FlagsService);
   const pipelineSpans = app.get(PipelineSpansService);
   const traceIds = new Map<number, string>();
-  const headDecisions = new HeadDecisions(app.get<TracedWorkStore>(TRACED_WORK_STORE), config.OUTBOX_DEDUP_SECONDS * 1000);
+  const headDecisions = new HeadDecisions(app.get<TracedWorkStore>(PICKUP_TRACED_WORK_STORE), config.OUTBOX_DEDUP_SECONDS * 1000);
   const gateway = withoutTrailingSlash(config.GATEWAY_PUBLIC_URL);
   await fastify.register(async (scope) => {
     useJobPayloadParser(scope);

@@ -18,7 +18,8 @@ import { RedisGrantStore } from './redis-grant-store';
       provide: GRANT_STORE,
       inject: [STORE_BACKEND, TRACED_WORK_STORE],
       useFactory: (backend: StoreBackend, tracedWork: TracedWorkStore): GrantStore => {
-        if (backend.kind === 'redis') return new RedisGrantStore(backend.redis);
+        // On the connection only pickups wait on (see StoreBackend).
+        if (backend.kind === 'redis') return new RedisGrantStore(backend.pickups);
         // A pickup's traced job goes where the traced-work port reads it, as on Redis.
         if (!(tracedWork instanceof MemoryTracedWorkStore)) throw new Error('a memory grant store needs the memory traced-work store');
         return new MemoryGrantStore(Date.now, tracedWork);

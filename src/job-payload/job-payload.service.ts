@@ -7,7 +7,7 @@ import { FlagsService } from '../flags/flags.service';
 import { Grant, grantEndsAt, GrantStore, SaveGrantOptions } from '../grants/grant';
 import { GRANT_STORE } from '../grants/grants.constants';
 import { HeadDecision, TracedJob, TracedWorkStore } from '../traced-work/traced-work';
-import { TRACED_WORK_STORE } from '../traced-work/traced-work.constants';
+import { PICKUP_TRACED_WORK_STORE } from '../traced-work/traced-work.constants';
 import { withTimeout } from '../observability/with-timeout';
 import { startDecisionSpan } from '../observability/tracing';
 import { PipelineSpansService } from '../pipeline-spans/pipeline-spans.service';
@@ -59,7 +59,7 @@ export class JobPayloadService {
     private readonly metrics: JobPayloadMetrics,
     private readonly pipelineSpans: PipelineSpansService,
     private readonly outcomeSampling: OutcomeSamplingService,
-    @Inject(TRACED_WORK_STORE) tracedWork: TracedWorkStore,
+    @Inject(PICKUP_TRACED_WORK_STORE) tracedWork: TracedWorkStore,
   ) {
     // As long as the pipeline's record and its spans' versions are remembered (a pipeline retried days later).
     this.headDecisions = new HeadDecisions(tracedWork, config.OUTBOX_DEDUP_SECONDS * 1000);

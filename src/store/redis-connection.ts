@@ -32,6 +32,8 @@ export interface RedisConnectionSettings {
    * (Redis WAIT, within the command timeout); 0 answers as soon as the primary has them.
    */
   readonly waitReplicas?: number;
+  /** What the connection is called in Redis' `CLIENT LIST` (CLIENT SETNAME), so an operator can tell the service's apart. */
+  readonly connectionName?: string;
 }
 
 /**
@@ -125,7 +127,7 @@ function nodeOptions(settings: RedisConnectionSettings): RedisOptions {
     retryStrategy: (attempt) => Math.min(attempt * 100, 2000),
     lazyConnect: false,
     enableAutoPipelining: false,
-    ...defined({ username: settings.username, password: settings.password, tls }),
+    ...defined({ username: settings.username, password: settings.password, tls, connectionName: settings.connectionName }),
   };
 }
 

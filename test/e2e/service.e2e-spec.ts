@@ -1,3 +1,4 @@
+import Redis from 'ioredis';
 import { copyFileSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -80,6 +81,26 @@ describe('the built service as a process', () => {
       const url = service.url;
       await waitFor('readiness after Redis is back', async () => ((await fetch(`${url}/-/readiness`)).status === 200 ? true : undefined));
       expect((await decorate(service, jobPayloadRequest({ job: { id: 2003 } }))).body.telemetry.reason).toBe('enabled');
+    });
+
+    it("names its two connections in CLIENT LIST, and writes a pickup's grant on the pickups' own", async () => {
+      service = await startService({ REDIS_URL: redis.url });
+      expect((await decorate(service, jobPayloadRequest({ job: { id: 2004 } }))).body.telemetry.reason).toBe('enabled');
+      const operator = new Redis(redis.url);
+      try {
+        const clients = ((await operator.call('CLIENT', 'LIST')) as string)
+          .trim()
+          .split('\n')
+          .map((line) => Object.fromEntries(line.split(' ').map((field) => field.split('=', 2) as [string, string])));
+        const named = (name: string) => clients.filter((client) => client.name === name);
+        expect(named('ci-job-telemetry')).toHaveLength(1);
+        expect(named('ci-job-telemetry-pickups')).toHaveLength(1);
+        // The last command the pickups' connection ran is the pickup's grant script; the outbox's are on the other.
+        expect(named('ci-job-telemetry-pickups')[0].cmd).toMatch(/^eval/);
+        expect(await operator.exists('cjt:{job:2004}:grant')).toBe(1);
+      } finally {
+        operator.disconnect();
+      }
     });
   });
 
