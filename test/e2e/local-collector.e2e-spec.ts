@@ -68,6 +68,12 @@ describe('the embedded default collector (no OTLP_UPSTREAM_URL)', () => {
       startedAt: new Date(),
       stageSeconds: { prepare_executor: 2, get_sources: 3, restore_cache: 1, step_script: 30, after_script: 1, archive_cache: 1, upload_artifacts: 2 },
     });
+    // The control plane's job span goes out through the outbox after the export is answered: wait for it, so
+    // every test below reads the trace settled, not whatever the outbox had delivered by then.
+    await waitFor('the job span in traces.jsonl', async () => {
+      const spans = spansOf(linesOf(signalFile(otlpDir(), 'traces')));
+      return spans.some((span) => span.traceId === job.tracing.trace_id && span.spanId === job.tracing.span_parent_id) ? true : undefined;
+    });
   }, 120_000);
 
   afterAll(async () => {
@@ -75,11 +81,16 @@ describe('the embedded default collector (no OTLP_UPSTREAM_URL)', () => {
     rmSync(cwd, { recursive: true, force: true });
   });
 
-  it('says at start where it keeps exports, in one line', () => {
-    const lines = service
-      .output()
-      .split('\n')
-      .filter((line) => line.includes('OTLP_UPSTREAM_URL'));
+  it('says at start where it keeps exports, in one line', async () => {
+    // Log lines leave in batches, at most LOG_FLUSH_INTERVAL_MS after they are written: on a loaded machine the
+    // pickup and export above can be done before the first batch is.
+    const lines = await waitFor('the start-up line naming OTLP_UPSTREAM_URL', async () => {
+      const found = service
+        .output()
+        .split('\n')
+        .filter((line) => line.includes('OTLP_UPSTREAM_URL'));
+      return found.length > 0 ? found : undefined;
+    });
     expect(lines).toHaveLength(1);
     expect(JSON.parse(lines[0])).toMatchObject({ level: 30, directory: otlpDir(), msg: expect.stringContaining(`exports are kept in ${otlpDir()}`) });
   });
@@ -161,11 +172,14 @@ describe('the embedded default collector (no OTLP_UPSTREAM_URL)', () => {
     expect(existsSync(`${current}.2`)).toBe(false);
   });
 
-  it('takes the pipeline spans of the control plane through the same collector', async () => {
-    // Without webhooks the job span is closed from the runner's job_execution (SPEC §10): both land in the trace file.
-    await waitFor('the job span in traces.jsonl', async () => {
-      const spans = spansOf(linesOf(signalFile(otlpDir(), 'traces')));
-      return spans.some((span) => span.traceId === job.tracing.trace_id && span.spanId === job.tracing.span_parent_id) ? true : undefined;
-    });
+  it('takes the pipeline spans of the control plane through the same collector', () => {
+    // Without webhooks the job span is closed from the runner's job_execution (SPEC §10): both land in the trace
+    // file, the job span and its queue wait under the pipeline's span, the trace's one root.
+    const spans = spansOf(linesOf(signalFile(otlpDir(), 'traces'))).filter((span) => span.traceId === job.tracing.trace_id);
+    const jobSpan = spans.find((span) => span.spanId === job.tracing.span_parent_id);
+    const roots = spans.filter((span) => span.parentSpanId === undefined || span.parentSpanId === '');
+    expect(roots).toHaveLength(1);
+    expect(jobSpan?.parentSpanId).toBe(roots[0].spanId);
+    expect(spans.find((span) => span.name === 'queue_wait')?.parentSpanId).toBe(job.tracing.span_parent_id);
   });
 });
