@@ -47,19 +47,23 @@ end
 # serialized, the answer parsed), with none of the client's deadline, pool, breaker or answer checks. One per
 # thread: a Net::HTTP connection is not shared.
 class BareCall
-  def initialize(path, token)
+  # `changes`: send what `decorate` sends (the runner and the job, asking for the changes), not the whole request.
+  def initialize(path, token, changes: false)
     uri = URI(ORIGIN)
     @http = Net::HTTP.new(uri.host, uri.port, nil)
     @http.keep_alive_timeout = 30
     @http.start
     @path = path
     @token = token
+    @changes = changes
   end
 
   def call(request)
-    post = Net::HTTP::Post.new(@path, "Content-Type" => "application/json", "Accept-Encoding" => "identity",
-                                      CiJobTelemetry::InternalApiToken::HEADER_NAME => @token.current)
-    post.body = JSON.generate(request)
+    headers = { "Content-Type" => "application/json", "Accept-Encoding" => "identity",
+                CiJobTelemetry::InternalApiToken::HEADER_NAME => @token.current }
+    headers["Prefer"] = "return=minimal" if @changes
+    post = Net::HTTP::Post.new(@path, headers)
+    post.body = JSON.generate(@changes ? { "runner" => request["runner"], "job" => request["job"] } : request)
     response = @http.request(post)
     raise "#{@path} answered #{response.code}" unless response.code == "200"
 
@@ -74,8 +78,10 @@ on_call = ->(call) { outcomes_lock.synchronize { outcomes[call.outcome] += 1 } }
 # A pool as large as the threads that call at once, as GitLab would size it (Puma's max threads).
 client = CiJobTelemetry::Client.new(base_url: ORIGIN, secret_file: SECRET_FILE, deadline: DEADLINE, on_call: on_call, pool_size: THREADS)
 ways = {
-  "bare" => ->(_thread) { BareCall.new("/bench/bare", token).method(:call) },
+  "bare" => ->(_thread) { BareCall.new(ENV.fetch("BENCH_BARE_PATH"), token).method(:call) },
   "bare-decorator" => ->(_thread) { BareCall.new(CiJobTelemetry::Client::PATH, token).method(:call) },
+  "grant-write" => ->(_thread) { BareCall.new(ENV.fetch("BENCH_GRANT_WRITE_PATH"), token, changes: true).method(:call) },
+  "floor" => ->(_thread) { BareCall.new(ENV.fetch("BENCH_FLOOR_PATH"), token, changes: true).method(:call) },
   "client" => ->(_thread) { client.method(:decorate) }
 }
 callers = ways.to_h { |name, make| [name, Array.new(THREADS) { |thread| make.call(thread) }] }

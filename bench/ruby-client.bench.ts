@@ -4,7 +4,13 @@
  * call, in the same run, p50 and p99 of each call's time and their ratios (target: decorate's p99 ≤ 1.5× the bare
  * call's). An extra baseline, labelled as such, is the same bare Ruby call to the decorator route (the service's
  * whole work, none of the client's): client / bare-decorator is what the client itself adds (its deadline, pool,
- * breaker and answer checks). Last, the time a call takes while the breaker is open (no call is made).
+ * breaker and answer checks). Two bounds, bare Ruby calls sending what `decorate` sends (the runner and the job,
+ * asking for the changes): one grant write (a route that makes the decorator's one store call, its grant with the
+ * traced job, and nothing else), which every enabled pickup must wait for (SPEC §4: the grant is durable before the
+ * answer says enabled); and the decorator's floor (every step SPEC §4 and §10 ask of a pickup, made by the decorator's
+ * own calls, bench/job-payload.server.ts). Against the bare call they say how much of the target a pickup's own
+ * steps already take on this machine; decorate against the floor is what the service and the client add above them.
+ * Last, the time a call takes while the breaker is open (no call is made).
  *
  * Run (builds itself, incrementally, into node_modules/.cache; needs ruby on PATH, which `npm test` installs, and
  * redis-server for the default store):
@@ -37,20 +43,22 @@ import { makeSecretFiles } from '../test/helpers/internal-api';
 import { freePort } from '../test/helpers/ports';
 import { RedisServer, startRedis } from '../test/helpers/redis';
 import { repositoryRoot, runBench } from './lib/bench-env';
-import { BenchServer, serverScript, startBenchServer } from './lib/bench-server';
+import { BARE_ROUTE, BenchServer, ECHO_STORE_ROUTE, FLOOR_ROUTE, serverScript, startBenchServer } from './lib/bench-server';
 import { BytesSink, startBytesSink } from './lib/child-process';
 import { jobPayloadBodies, PIPELINE_SIZES } from './lib/job-payload-body';
 import { median, percentile } from './lib/percentiles';
 import { printTable } from './lib/table';
 import { watchRedisHolds } from './lib/redis-holds';
 
-type Way = 'bare' | 'bare-decorator' | 'client' | 'breaker-open';
-const WAYS: readonly Way[] = ['bare', 'bare-decorator', 'client'];
+type Way = 'bare' | 'bare-decorator' | 'grant-write' | 'floor' | 'client' | 'breaker-open';
+const WAYS: readonly Way[] = ['bare', 'bare-decorator', 'grant-write', 'floor', 'client'];
 /** A Redis command this long or longer is reported as holding Redis up (its slow log's threshold). */
 const HOLD_US = 200;
 const LABELS: Record<Way, string> = {
   bare: 'bare Ruby call, bare route (baseline)',
   'bare-decorator': 'bare Ruby call, decorator (extra baseline)',
+  'grant-write': 'bare Ruby call, one grant write (bound)',
+  floor: 'bare Ruby call, decorator floor (bound)',
   client: 'client.decorate',
   'breaker-open': 'client.decorate, breaker open',
 };
@@ -137,6 +145,9 @@ async function main(): Promise<void> {
     const holds = redis === undefined ? undefined : await watchRedisHolds(redis.url, HOLD_US);
     const lines = await runRuby(root, {
       BENCH_ORIGIN: server.origin,
+      BENCH_BARE_PATH: BARE_ROUTE,
+      BENCH_GRANT_WRITE_PATH: ECHO_STORE_ROUTE,
+      BENCH_FLOOR_PATH: FLOOR_ROUTE,
       BENCH_DOWN_URL: `http://127.0.0.1:${await freePort()}`,
       BENCH_SECRET_FILE: secrets.internalApiSecretFile,
       BENCH_BODIES_FILE: bodiesFile,
@@ -167,7 +178,9 @@ async function main(): Promise<void> {
       rounds.set(line.way, figures);
     }
     const p = (way: Way, which: 'p50' | 'p99' | 'late99' | 'cpu') => median(rounds.get(way)![which]);
-    const rows = [['way', 'p50', 'p99', 'p99 started late', 'Ruby CPU/call', 'p50 / bare', 'p99 / bare', 'p50 / bare-decorator', 'p99 / bare-decorator']];
+    const rows = [
+      ['way', 'p50', 'p99', 'p99 started late', 'Ruby CPU/call', 'p50 / bare', 'p99 / bare', 'p99 / floor', 'p50 / bare-decorator', 'p99 / bare-decorator'],
+    ];
     for (const way of [...WAYS, 'breaker-open' as const]) {
       rows.push([
         LABELS[way],
@@ -177,6 +190,7 @@ async function main(): Promise<void> {
         way === 'breaker-open' ? '-' : `${p(way, 'cpu').toFixed(0)} µs`,
         (p(way, 'p50') / p('bare', 'p50')).toFixed(2),
         (p(way, 'p99') / p('bare', 'p99')).toFixed(2),
+        (p(way, 'p99') / p('floor', 'p99')).toFixed(2),
         (p(way, 'p50') / p('bare-decorator', 'p50')).toFixed(3),
         (p(way, 'p99') / p('bare-decorator', 'p99')).toFixed(3),
       ]);
@@ -190,6 +204,16 @@ async function main(): Promise<void> {
           .get('client')!
           .p99.map((p99, i) => (p99 / rounds.get('bare')!.p99[i]).toFixed(2))
           .join(' '),
+    );
+    const perRound = (way: Way) =>
+      rounds
+        .get(way)!
+        .p99.map((p99, i) => (p99 / rounds.get('bare')!.p99[i]).toFixed(2))
+        .join(' ');
+    console.log(
+      `bounds in the same run, p99 against the bare Ruby call's: one grant write ${(p('grant-write', 'p99') / p('bare', 'p99')).toFixed(2)}× ` +
+        `(per round ${perRound('grant-write')}), the decorator's floor ${(p('floor', 'p99') / p('bare', 'p99')).toFixed(2)}× (per round ${perRound('floor')}); ` +
+        `decorate against its floor ${(p('client', 'p99') / p('floor', 'p99')).toFixed(2)}×`,
     );
     const skipped = rounds.get('client')!.skipped;
     if (skipped > 0) console.log(`${skipped} decorate calls found the breaker open (calls past the deadline opened it): left out of the percentiles`);
