@@ -47,7 +47,8 @@ end
 # serialized, the answer parsed), with none of the client's deadline, pool, breaker or answer checks. One per
 # thread: a Net::HTTP connection is not shared.
 class BareCall
-  # `changes`: send what `decorate` sends (the runner and the job, asking for the changes), not the whole request.
+  # `changes`: send what `decorate` sends (the runner and the job, with the client's own headers asking for the
+  # changes), not the whole request.
   def initialize(path, token, changes: false)
     uri = URI(ORIGIN)
     @http = Net::HTTP.new(uri.host, uri.port, nil)
@@ -59,10 +60,8 @@ class BareCall
   end
 
   def call(request)
-    headers = { "Content-Type" => "application/json", "Accept-Encoding" => "identity",
-                CiJobTelemetry::InternalApiToken::HEADER_NAME => @token.current }
-    headers["Prefer"] = "return=minimal" if @changes
-    post = Net::HTTP::Post.new(@path, headers)
+    headers = @changes ? CiJobTelemetry::Client::CHANGES_HEADERS : { "Content-Type" => "application/json", "Accept-Encoding" => "identity" }
+    post = Net::HTTP::Post.new(@path, headers.merge(CiJobTelemetry::InternalApiToken::HEADER_NAME => @token.current))
     post.body = JSON.generate(@changes ? { "runner" => request["runner"], "job" => request["job"] } : request)
     response = @http.request(post)
     raise "#{@path} answered #{response.code}" unless response.code == "200"
