@@ -1,4 +1,4 @@
-import { ClaimedEntry, EnqueueOutcome, OutboxDepth, OutboxEntry, OutboxLimits, OutboxStore } from './outbox';
+import { ClaimedEntry, EnqueueOutcome, OutboxDepth, OutboxEntry, OutboxLimits, OutboxStore, weightOf } from './outbox';
 
 type StoredEntry = Omit<ClaimedEntry, 'attempts' | 'leaseRanOut'>;
 
@@ -8,6 +8,8 @@ export class MemoryOutboxStore implements OutboxStore {
   private readonly remembered = new Map<string, number>();
   /** Waiting entries by key, with the time each is next due: their bodies as bytes once, not at every claim. */
   private readonly waiting = new Map<string, { entry: StoredEntry; dueAt: number; attempts: number; leased: boolean }>();
+  /** Spans waiting: a bundle counts its spans. */
+  private spans = 0;
   private readonly sweeper: NodeJS.Timeout;
 
   constructor(
@@ -23,13 +25,25 @@ export class MemoryOutboxStore implements OutboxStore {
     let duplicates = 0;
     let refused = 0;
     for (const entry of entries) {
-      if ((this.remembered.get(entry.key) ?? 0) > now) duplicates++;
-      else if (this.waiting.size >= limits.maxSpans) refused++;
-      else {
-        this.remembered.set(entry.key, now + limits.rememberMs);
-        const stored = { key: entry.key, body: Buffer.from(entry.body), enqueuedAt: entry.enqueuedAt };
-        this.waiting.set(entry.key, { entry: stored, dueAt: now, attempts: 0, leased: false });
-        queued++;
+      const spans = entry.members ?? [entry];
+      if (entry.members !== undefined) {
+        // Whole, or else as its spans (see bundleOf).
+        const whole = this.spans + spans.length <= limits.maxSpans && spans.every((span) => !this.remembers(span.key, now));
+        if (whole) {
+          for (const span of spans) this.remembered.set(span.key, now + limits.rememberMs);
+          this.wait(entry, now, spans.length);
+          queued += spans.length;
+          continue;
+        }
+      }
+      for (const span of spans) {
+        if (this.remembers(span.key, now)) duplicates++;
+        else if (this.spans >= limits.maxSpans) refused++;
+        else {
+          this.remembered.set(span.key, now + limits.rememberMs);
+          this.wait(span, now, 1);
+          queued++;
+        }
       }
     }
     return { queued, duplicates, refused };
@@ -38,9 +52,12 @@ export class MemoryOutboxStore implements OutboxStore {
   async claim(max: number, leaseMs: number): Promise<ClaimedEntry[]> {
     const now = this.now();
     const claimed: ClaimedEntry[] = [];
+    let spans = 0;
     for (const waiting of this.waiting.values()) {
-      if (claimed.length >= max) break;
       if (waiting.dueAt > now) continue;
+      const weight = weightOf(waiting.entry.key);
+      if (spans > 0 && spans + weight > max) break;
+      spans += weight;
       waiting.dueAt = now + leaseMs;
       const { key, body, enqueuedAt } = waiting.entry;
       claimed.push({ key, body, enqueuedAt, attempts: waiting.attempts, leaseRanOut: waiting.leased });
@@ -50,7 +67,7 @@ export class MemoryOutboxStore implements OutboxStore {
   }
 
   async acknowledge(keys: readonly string[]): Promise<void> {
-    for (const key of keys) this.waiting.delete(key);
+    for (const key of keys) if (this.waiting.delete(key)) this.spans -= weightOf(key);
   }
 
   async retry(keys: readonly string[], delayMs: number): Promise<void> {
@@ -64,13 +81,24 @@ export class MemoryOutboxStore implements OutboxStore {
   async depth(): Promise<OutboxDepth> {
     let oldest: number | undefined;
     for (const { entry } of this.waiting.values()) oldest = Math.min(oldest ?? Infinity, entry.enqueuedAt);
-    return { spans: this.waiting.size, ...(oldest === undefined ? {} : { oldestEnqueuedAt: oldest }) };
+    return { spans: this.spans, ...(oldest === undefined ? {} : { oldestEnqueuedAt: oldest }) };
   }
 
   close(): void {
     clearInterval(this.sweeper);
     this.remembered.clear();
     this.waiting.clear();
+    this.spans = 0;
+  }
+
+  private remembers(key: string, now: number): boolean {
+    return (this.remembered.get(key) ?? 0) > now;
+  }
+
+  private wait(entry: OutboxEntry, now: number, spans: number): void {
+    const stored = { key: entry.key, body: Buffer.from(entry.body), enqueuedAt: entry.enqueuedAt };
+    this.waiting.set(entry.key, { entry: stored, dueAt: now, attempts: 0, leased: false });
+    this.spans += spans;
   }
 
   private due(keys: readonly string[], dueAt: number, attempts: number): void {

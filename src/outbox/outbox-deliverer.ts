@@ -3,7 +3,7 @@ import type { CollectorClient, ExportResult } from '../collector/collector-clien
 import { COLLECTOR_CLIENT } from '../collector/collector.constants';
 import { AppConfig } from '../config/app-config';
 import { APP_CONFIG } from '../config/config.constants';
-import { ClaimedEntry, kindOf, OutboxEntryKind, OutboxStore } from './outbox';
+import { BUNDLE_MAX_SPANS, ClaimedEntry, kindOf, OutboxEntryKind, OutboxStore, weightOf } from './outbox';
 import { OUTBOX_STORE } from './outbox.constants';
 import { OutboxMetrics } from './outbox.metrics';
 
@@ -156,7 +156,8 @@ export class OutboxDeliverer implements OnApplicationBootstrap, OnModuleDestroy 
     }
     // One owner's entry a round: the others are put back, due at once, for the next round (no attempt counted).
     if (owned.length > 1) await this.store.putBack(owned.slice(1).map((entry) => entry.key));
-    let more = owned.length > 1 || claimed.length === BATCH_SPANS;
+    // A claim stops short of BATCH_SPANS when the next bundle would not fit: within a bundle of full, more may wait.
+    let more = owned.length > 1 || spansIn(claimed) > BATCH_SPANS - BUNDLE_MAX_SPANS;
     if (owned.length > 0) more = (await this.deliverOwned(owned[0])) || more;
     if (spans.length === 0) return more;
     return (await this.deliverSpans(spans)) && more;
@@ -168,27 +169,24 @@ export class OutboxDeliverer implements OnApplicationBootstrap, OnModuleDestroy 
     const result = await this.collector.export('traces', 'json', body, { own: true });
     const delivery = deliveryOf(result, Math.max(...claimed.map((span) => span.attempts)), this.maxBackoffMs);
     const keys = claimed.map((span) => span.key);
+    const spans = spansIn(claimed);
     switch (delivery.kind) {
       case 'accepted':
         await this.acknowledge(keys);
-        this.metrics.deliveredSpans(claimed.map((span) => span.enqueuedAt));
+        this.metrics.deliveredSpans(claimed.flatMap((entry) => Array<number>(weightOf(entry.key)).fill(entry.enqueuedAt)));
         this.recovered('collector');
-        if (delivery.rejected > 0)
-          this.logger.warn(`the collector rejected ${delivery.rejected} of ${keys.length} pipeline spans (partial success); not retried`);
+        if (delivery.rejected > 0) this.logger.warn(`the collector rejected ${delivery.rejected} of ${spans} pipeline spans (partial success); not retried`);
         return true;
       case 'refused':
         // An answer the collector will give again to the same spans: retrying cannot help, and would hold them forever.
         await this.acknowledge(keys);
         this.metrics.deliveryFailed(String(delivery.status));
-        this.logger.error(`the collector refused ${keys.length} pipeline spans with ${delivery.status}; dropped`);
+        this.logger.error(`the collector refused ${spans} pipeline spans with ${delivery.status}; dropped`);
         return true;
       case 'retry': {
         await this.store.retry(keys, delivery.delayMs);
         this.metrics.deliveryFailed(delivery.reason);
-        this.failed(
-          'collector',
-          `outbox: ${keys.length} pipeline spans not delivered (${delivery.reason}); next attempt in ${Math.round(delivery.delayMs)} ms`,
-        );
+        this.failed('collector', `outbox: ${spans} pipeline spans not delivered (${delivery.reason}); next attempt in ${Math.round(delivery.delayMs)} ms`);
         return false;
       }
       default: {
@@ -280,4 +278,11 @@ export class OutboxDeliverer implements OnApplicationBootstrap, OnModuleDestroy 
     this.failing = undefined;
     this.logger.log(`outbox: ${what} reachable again, delivering`);
   }
+}
+
+/** Spans the entries carry: a bundle counts its spans. */
+function spansIn(entries: readonly ClaimedEntry[]): number {
+  let spans = 0;
+  for (const entry of entries) spans += weightOf(entry.key);
+  return spans;
 }

@@ -20,7 +20,9 @@ const secrets = TEST_SECRETS;
 class RecordingStore extends MemoryTracedWorkStore {
   readonly pipelineWrites: number[][] = [];
   readonly pipelineTtls: number[] = [];
+  /** Span keys per enqueue, and how many outbox entries carried them. */
   readonly enqueued: string[][] = [];
+  readonly enqueuedEntries: number[] = [];
   jobLookups = 0;
   failing = false;
 
@@ -48,7 +50,8 @@ class RecordingOutbox extends MemoryOutboxStore {
 
   override async enqueue(entries: readonly OutboxEntry[], limits: OutboxLimits): Promise<EnqueueOutcome> {
     if (this.store.failing) throw new StoreUnavailableError('connection refused');
-    this.store.enqueued.push(entries.map((entry) => entry.key));
+    this.store.enqueued.push(entries.flatMap((entry) => entry.members?.map((span) => span.key) ?? [entry.key]));
+    this.store.enqueuedEntries.push(entries.length);
     return super.enqueue(entries, limits);
   }
 }
@@ -87,7 +90,7 @@ describe('PipelineSpansService at pickup (SPEC §10)', () => {
 
   const grantEnd = () => Date.now() + 3_600_000;
 
-  it("writes a linger's pickups together: their pipelines once, all their queue waits in one enqueue", async () => {
+  it("writes a linger's pickups together: their pipelines once, all their queue waits in one enqueue, as one outbox entry", async () => {
     for (let jobId = 1001; jobId <= 1005; jobId++) service.recordPickup(pickedUp(jobId), grantEnd(), jobId.toString(16).padStart(16, '0'));
     expect(store.enqueued).toEqual([]);
     await service.onModuleDestroy();
@@ -95,6 +98,14 @@ describe('PipelineSpansService at pickup (SPEC §10)', () => {
     expect(store.enqueued).toHaveLength(1);
     expect(store.enqueued[0]).toHaveLength(5);
     expect(new Set(store.enqueued[0]).size).toBe(5);
+    expect(store.enqueuedEntries).toEqual([1]);
+    // One entry, five spans: the outbox counts and delivers each.
+    expect(await store.outbox.depth()).toMatchObject({ spans: 5 });
+    const [bundle] = await store.outbox.claim(100, 60_000);
+    const delivered = JSON.parse(`{"resourceSpans":[${bundle.body.toString()}]}`) as {
+      resourceSpans: Array<{ scopeSpans: Array<{ spans: Array<{ spanId: string }> }> }>;
+    };
+    expect(delivered.resourceSpans.map((resource) => resource.scopeSpans[0].spans[0].spanId).sort()).toEqual([...store.enqueued[0]].sort());
     expect(await store.findTracedPipeline(500)).toMatchObject({ pipelineId: 500, rootPipelineId: 500, traceId: 'a'.repeat(32) });
   });
 

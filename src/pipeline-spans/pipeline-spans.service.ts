@@ -4,7 +4,8 @@ import { AppConfig } from '../config/app-config';
 import { APP_CONFIG, SECRETS } from '../config/config.constants';
 import { Secrets } from '../config/secrets';
 import { TRACED_WORK_STORE } from '../traced-work/traced-work.constants';
-import type { EnqueueOutcome, OutboxEntry, OutboxStore } from '../outbox/outbox';
+import { randomBytes } from 'node:crypto';
+import { BUNDLE_MAX_SPANS, bundleOf, type EnqueueOutcome, type OutboxEntry, type OutboxStore } from '../outbox/outbox';
 import { OUTBOX_STORE } from '../outbox/outbox.constants';
 import { MIN_TRACED_MEMORY_MS, Remembered, RunnerJobEnd, TracedJob, TracedPipeline, tracedPipelineOf, TracedWorkStore } from '../traced-work/traced-work';
 import { withTimeout } from '../observability/with-timeout';
@@ -162,7 +163,7 @@ export class PipelineSpansService implements OnModuleDestroy {
         () =>
           Promise.all([
             pipelines.size === 0 ? undefined : this.store.recordTracedPipelines([...pipelines.values()]),
-            this.enqueue(spans, 'pickup'),
+            this.enqueue(spans, 'pickup', true),
             provisional.length === 0 ? undefined : this.outcomeSampling.notePickups(provisional),
           ]),
         Math.max(this.config.STORE_TIMEOUT_MS, this.config.REDIS_COMMAND_TIMEOUT_MS),
@@ -475,11 +476,15 @@ export class PipelineSpansService implements OnModuleDestroy {
     return { entries, parked, dropped };
   }
 
-  private async enqueue(spans: readonly ControlPlaneSpan[], source: string): Promise<WebhookOutcome> {
+  /**
+   * `bundled`: the spans go to the outbox in bundles (a pickup batch's queue waits: many, and each its own; see
+   * bundleOf). A hook's few spans go as entries of their own.
+   */
+  private async enqueue(spans: readonly ControlPlaneSpan[], source: string, bundled = false): Promise<WebhookOutcome> {
     if (spans.length === 0) return NOTHING;
     const { entries, parked, dropped } = await this.outboxEntries(spans, Date.now());
     if (entries.length === 0) return { ...NOTHING, parked, dropped };
-    const enqueued = await this.outbox.enqueue(entries, this.limits);
+    const enqueued = await this.outbox.enqueue(bundled ? bundles(entries) : entries, this.limits);
     this.metrics.enqueued(source, enqueued);
     if (enqueued.refused > 0) {
       this.logger.error(`outbox full (OUTBOX_MAX_SPANS=${this.limits.maxSpans}): ${enqueued.refused} ${source} span(s) refused; is the collector reachable?`);
@@ -488,6 +493,16 @@ export class PipelineSpansService implements OnModuleDestroy {
     if (outcome.queued > 0) this.deliverer.kick();
     return outcome;
   }
+}
+
+/** Entries in bundles of at most BUNDLE_MAX_SPANS; one left alone is its own entry. */
+function bundles(entries: readonly OutboxEntry[]): OutboxEntry[] {
+  const out: OutboxEntry[] = [];
+  for (let start = 0; start < entries.length; start += BUNDLE_MAX_SPANS) {
+    const piece = entries.slice(start, start + BUNDLE_MAX_SPANS);
+    out.push(piece.length === 1 ? piece[0] : bundleOf(piece, randomBytes(6).toString('hex')));
+  }
+  return out;
 }
 
 function appendTo<K, V>(lists: Map<K, V[]>, key: K, value: V): void {

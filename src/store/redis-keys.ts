@@ -38,6 +38,12 @@ export const OUTBOX_DUE_KEY = 'cjt:{outbox}:due';
 export const OUTBOX_ENQUEUED_KEY = 'cjt:{outbox}:enqueued';
 export const OUTBOX_SPANS_KEY = 'cjt:{outbox}:spans';
 export const OUTBOX_ATTEMPTS_KEY = 'cjt:{outbox}:attempts';
+/**
+ * A counter: the spans waiting in bundles beyond one per entry, so the outbox's size in spans is the due set's
+ * size plus this. Reset whenever the due set is empty, so a bundle acknowledged by a version that did not know of
+ * bundles (during a rolling upgrade) leaves no count behind for long.
+ */
+export const OUTBOX_BUNDLED_KEY = 'cjt:{outbox}:bundled';
 /** Where versions before the due times told leases apart marked them: no longer written, emptied as entries are delivered. */
 export const OUTBOX_LEASED_KEY = 'cjt:{outbox}:leased';
 export const OUTBOX_SEEN_KEY = (spanId: string) => `cjt:{outbox}:seen:${spanId}`;

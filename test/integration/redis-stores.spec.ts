@@ -98,7 +98,7 @@ describe('Redis store key layout', () => {
     const outbox = new RedisOutboxStore(store);
     const spansPerScript: number[] = [];
     await whileWatchingScripts(
-      (args) => args.slice(3).some((arg) => arg.startsWith('cjt:{outbox}:seen:')) && spansPerScript.push(Number(args[2]) - 4),
+      (args) => args.slice(3).some((arg) => arg.startsWith('cjt:{outbox}:seen:')) && spansPerScript.push(Number(args[2]) - 5),
       async () => {
         const entries = Array.from({ length: 230 }, (_, i) => ({ key: `big${i}`, body: `{"span":${i}}`, enqueuedAt: Date.now() }));
         expect(await outbox.enqueue(entries, { maxSpans: 1000, rememberMs: 60_000 })).toEqual({ queued: 230, duplicates: 0, refused: 0 });
