@@ -26,15 +26,12 @@ export class MemoryOutboxStore implements OutboxStore {
     let refused = 0;
     for (const entry of entries) {
       const spans = entry.members ?? [entry];
-      if (entry.members !== undefined) {
-        // Whole, or else as its spans (see bundleOf).
-        const whole = this.spans + spans.length <= limits.maxSpans && spans.every((span) => !this.remembers(span.key, now));
-        if (whole) {
-          for (const span of spans) this.remembered.set(span.key, now + limits.rememberMs);
-          this.wait(entry, now, spans.length);
-          queued += spans.length;
-          continue;
-        }
+      // A bundle whole, or else as its spans (see bundled).
+      if (entry.members !== undefined && this.spans + spans.length <= limits.maxSpans && !spans.some((span) => this.remembers(span.key, now))) {
+        for (const span of spans) this.remembered.set(span.key, now + limits.rememberMs);
+        this.wait(entry, now, spans.length);
+        queued += spans.length;
+        continue;
       }
       for (const span of spans) {
         if (this.remembers(span.key, now)) duplicates++;

@@ -173,7 +173,7 @@ export class OutboxDeliverer implements OnApplicationBootstrap, OnModuleDestroy 
     switch (delivery.kind) {
       case 'accepted':
         await this.acknowledge(keys);
-        this.metrics.deliveredSpans(claimed.flatMap((entry) => Array<number>(weightOf(entry.key)).fill(entry.enqueuedAt)));
+        this.metrics.deliveredSpans(claimed, spans);
         this.recovered('collector');
         if (delivery.rejected > 0) this.logger.warn(`the collector rejected ${delivery.rejected} of ${spans} pipeline spans (partial success); not retried`);
         return true;

@@ -1,7 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { Counter, Histogram } from 'prom-client';
 import { MetricsService, seriesOf } from '../observability/metrics.service';
-import { OutboxDepth } from './outbox';
+import { ClaimedEntry, OutboxDepth, weightOf } from './outbox';
 
 /** What an operator watches of the outbox (SPEC §10 "Delivery"): its depth and delay, deliveries and failures. */
 @Injectable()
@@ -39,10 +39,14 @@ export class OutboxMetrics {
     );
   }
 
-  deliveredSpans(enqueuedAt: readonly number[]): void {
-    this.delivered.inc(enqueuedAt.length);
+  /** `spans` the entries carry (a bundle counts its spans), each observed with its entry's delay. */
+  deliveredSpans(entries: readonly Pick<ClaimedEntry, 'key' | 'enqueuedAt'>[], spans: number): void {
+    this.delivered.inc(spans);
     const now = Date.now();
-    for (const at of enqueuedAt) this.delaySeconds.observe(Math.max(0, now - at) / 1000);
+    for (const entry of entries) {
+      const seconds = Math.max(0, now - entry.enqueuedAt) / 1000;
+      for (let i = weightOf(entry.key); i > 0; i--) this.delaySeconds.observe(seconds);
+    }
   }
 
   redeliveredAfterLease(entries: number): void {

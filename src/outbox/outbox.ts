@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import type { ExportResult } from '../collector/collector-client';
 
 /**
@@ -18,7 +19,7 @@ export interface OutboxEntry {
   readonly body: string;
   /** Epoch milliseconds it entered the outbox. */
   readonly enqueuedAt: number;
-  /** A bundle's spans (see {@link bundleOf}), each kept once by its own key. */
+  /** A bundle's spans (see {@link bundled}), each kept once by its own key. */
   readonly members?: readonly OutboxEntry[];
 }
 
@@ -31,19 +32,25 @@ export interface OutboxEntry {
 export const BUNDLE_MAX_SPANS = 25;
 
 /**
- * Spans as one bundle entry: its key is the first span's with a nonce (two bundles never share a key, so one never
- * overwrites another's body) and, after `*`, the number of spans, which the stores read as the entry's weight. The
- * store queues it whole when none of its spans was enqueued before and all fit; otherwise it enqueues the spans one
- * by one, as entries of their own, each once.
+ * Entries in bundles of at most BUNDLE_MAX_SPANS (one left alone stays its own entry). A bundle's key is its first
+ * span's with a nonce (two bundles never share a key, so one never overwrites another's body) and, after `*`, the
+ * number of spans, which the stores read as the entry's weight. A store queues a bundle whole when none of its spans
+ * was enqueued before and all fit; otherwise it enqueues the spans one by one, as entries of their own, each once.
  */
-export function bundleOf(members: readonly OutboxEntry[], nonce: string): OutboxEntry {
-  if (members.length < 2 || members.length > BUNDLE_MAX_SPANS) throw new RangeError(`a bundle carries 2 to ${BUNDLE_MAX_SPANS} spans, not ${members.length}`);
-  return {
-    key: `${members[0].key}~${nonce}*${members.length}`,
-    body: members.map((member) => member.body).join(','),
-    enqueuedAt: members[0].enqueuedAt,
-    members,
-  };
+export function bundled(entries: readonly OutboxEntry[]): OutboxEntry[] {
+  const out: OutboxEntry[] = [];
+  for (let start = 0; start < entries.length; start += BUNDLE_MAX_SPANS) {
+    const members = entries.slice(start, start + BUNDLE_MAX_SPANS);
+    if (members.length === 1) out.push(members[0]);
+    else
+      out.push({
+        key: `${members[0].key}~${randomBytes(6).toString('hex')}*${members.length}`,
+        body: members.map((member) => member.body).join(','),
+        enqueuedAt: members[0].enqueuedAt,
+        members,
+      });
+  }
+  return out;
 }
 
 /** A bundle's key ends `~<hex nonce>*<count>`: as the Redis store's scripts read it too (BUNDLE_WEIGHT there). */
@@ -104,7 +111,7 @@ export interface OutboxDepth {
 export interface OutboxStore {
   /**
    * Adds entries whose key was never enqueued before, while the outbox has room, each in one atomic step. A bundle is
-   * queued whole, or else split into its spans (see {@link bundleOf}).
+   * queued whole, or else split into its spans (see {@link bundled}).
    */
   enqueue(entries: readonly OutboxEntry[], limits: OutboxLimits): Promise<EnqueueOutcome>;
   /**

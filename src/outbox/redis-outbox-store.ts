@@ -90,7 +90,7 @@ return {queued, duplicates, refused}
 `;
 
 /**
- * A bundle (see bundleOf in outbox.ts), queued whole when none of its spans was seen and all fit; else its body is
+ * A bundle (see bundled in outbox.ts), queued whole when none of its spans was seen and all fit; else its body is
  * removed and the answer is -1, and the caller enqueues its spans one by one. KEYS: due, enqueued, spans, attempts,
  * bundled, then one seen-marker per span; ARGV: now, max spans, remember ms, the bundle's key. After a plain HSET of
  * its body, in one transaction, as ENQUEUE_SPANS. Its key is unique (a nonce), so no other entry's body was replaced.

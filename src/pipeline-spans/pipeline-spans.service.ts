@@ -4,8 +4,7 @@ import { AppConfig } from '../config/app-config';
 import { APP_CONFIG, SECRETS } from '../config/config.constants';
 import { Secrets } from '../config/secrets';
 import { TRACED_WORK_STORE } from '../traced-work/traced-work.constants';
-import { randomBytes } from 'node:crypto';
-import { BUNDLE_MAX_SPANS, bundleOf, type EnqueueOutcome, type OutboxEntry, type OutboxStore } from '../outbox/outbox';
+import { bundled as inBundles, type EnqueueOutcome, type OutboxEntry, type OutboxStore } from '../outbox/outbox';
 import { OUTBOX_STORE } from '../outbox/outbox.constants';
 import { MIN_TRACED_MEMORY_MS, Remembered, RunnerJobEnd, TracedJob, TracedPipeline, tracedPipelineOf, TracedWorkStore } from '../traced-work/traced-work';
 import { withTimeout } from '../observability/with-timeout';
@@ -478,13 +477,13 @@ export class PipelineSpansService implements OnModuleDestroy {
 
   /**
    * `bundled`: the spans go to the outbox in bundles (a pickup batch's queue waits: many, and each its own; see
-   * bundleOf). A hook's few spans go as entries of their own.
+   * bundled in outbox.ts). A hook's few spans go as entries of their own.
    */
   private async enqueue(spans: readonly ControlPlaneSpan[], source: string, bundled = false): Promise<WebhookOutcome> {
     if (spans.length === 0) return NOTHING;
     const { entries, parked, dropped } = await this.outboxEntries(spans, Date.now());
     if (entries.length === 0) return { ...NOTHING, parked, dropped };
-    const enqueued = await this.outbox.enqueue(bundled ? bundles(entries) : entries, this.limits);
+    const enqueued = await this.outbox.enqueue(bundled ? inBundles(entries) : entries, this.limits);
     this.metrics.enqueued(source, enqueued);
     if (enqueued.refused > 0) {
       this.logger.error(`outbox full (OUTBOX_MAX_SPANS=${this.limits.maxSpans}): ${enqueued.refused} ${source} span(s) refused; is the collector reachable?`);
@@ -493,16 +492,6 @@ export class PipelineSpansService implements OnModuleDestroy {
     if (outcome.queued > 0) this.deliverer.kick();
     return outcome;
   }
-}
-
-/** Entries in bundles of at most BUNDLE_MAX_SPANS; one left alone is its own entry. */
-function bundles(entries: readonly OutboxEntry[]): OutboxEntry[] {
-  const out: OutboxEntry[] = [];
-  for (let start = 0; start < entries.length; start += BUNDLE_MAX_SPANS) {
-    const piece = entries.slice(start, start + BUNDLE_MAX_SPANS);
-    out.push(piece.length === 1 ? piece[0] : bundleOf(piece, randomBytes(6).toString('hex')));
-  }
-  return out;
 }
 
 function appendTo<K, V>(lists: Map<K, V[]>, key: K, value: V): void {

@@ -1,4 +1,4 @@
-import { bundleOf, OutboxEntry, OutboxStore } from '../../src/outbox/outbox';
+import { bundled, OutboxEntry, OutboxStore } from '../../src/outbox/outbox';
 import { StoreWorld } from './store-world';
 
 /** One behaviour, every outbox store (SPEC §10 "Delivery"): each key once, bounded, claimed by one deliverer at a time. */
@@ -104,14 +104,14 @@ export function behavesAsAnOutboxStore(world: StoreWorld) {
     });
 
     describe("a bundle of spans (a pickup batch's queue waits)", () => {
-      const bundle = (nonce: string, ...keys: string[]) => bundleOf(keys.map(outboxSpan), nonce);
+      const bundle = (...keys: string[]) => bundled(keys.map(outboxSpan))[0];
       const bound = { maxSpans: 6, rememberMs: 60_000 };
 
       it('is one entry whose spans count one by one in the bound, the depth and each claim', async () => {
-        expect(await outbox.enqueue([bundle('a1', '21', '22', '23'), outboxSpan('24')], bound)).toEqual({ queued: 4, duplicates: 0, refused: 0 });
+        expect(await outbox.enqueue([bundle('21', '22', '23'), outboxSpan('24')], bound)).toEqual({ queued: 4, duplicates: 0, refused: 0 });
         expect((await outbox.depth()).spans).toBe(4);
         // Three more do not fit beside the four: the bundle is not queued whole, its spans go one by one until full.
-        expect(await outbox.enqueue([bundle('a2', '25', '26', '27')], bound)).toEqual({ queued: 2, duplicates: 0, refused: 1 });
+        expect(await outbox.enqueue([bundle('25', '26', '27')], bound)).toEqual({ queued: 2, duplicates: 0, refused: 1 });
         expect((await outbox.depth()).spans).toBe(6);
         // A claim of three spans takes the bundle alone; its body is its spans' ResourceSpans, joined as an export joins them.
         const [first, ...none] = await outbox.claim(3, 60_000);
@@ -121,25 +121,25 @@ export function behavesAsAnOutboxStore(world: StoreWorld) {
         // Delivered, its three spans leave the bound: three new ones fit again.
         await outbox.acknowledge([first.key]);
         expect((await outbox.depth()).spans).toBe(3);
-        expect(await outbox.enqueue([bundle('a3', '31', '32', '33')], bound)).toEqual({ queued: 3, duplicates: 0, refused: 0 });
+        expect(await outbox.enqueue([bundle('31', '32', '33')], bound)).toEqual({ queued: 3, duplicates: 0, refused: 0 });
         expect((await outbox.depth()).spans).toBe(6);
       });
 
       it('keeps each of its spans once: a span seen before splits it, and the rest are queued on their own', async () => {
         await outbox.enqueue([outboxSpan('42')], bound);
-        expect(await outbox.enqueue([bundle('b1', '41', '42', '43')], bound)).toEqual({ queued: 2, duplicates: 1, refused: 0 });
+        expect(await outbox.enqueue([bundle('41', '42', '43')], bound)).toEqual({ queued: 2, duplicates: 1, refused: 0 });
         // Its spans are remembered as any span is: sent again, alone or bundled, they are copies.
-        expect(await outbox.enqueue([outboxSpan('41'), bundle('b2', '43', '44')], bound)).toEqual({ queued: 1, duplicates: 2, refused: 0 });
+        expect(await outbox.enqueue([outboxSpan('41'), bundle('43', '44')], bound)).toEqual({ queued: 1, duplicates: 2, refused: 0 });
         const claimed = await outbox.claim(10, 60_000);
         expect(claimed.map((entry) => entry.body.toString()).sort()).toEqual(['{"span":"41"}', '{"span":"42"}', '{"span":"43"}', '{"span":"44"}']);
         // A bundle queued whole is remembered by its spans too.
         await outbox.acknowledge(claimed.map((entry) => entry.key));
-        expect(await outbox.enqueue([bundle('b3', '45', '46')], bound)).toEqual({ queued: 2, duplicates: 0, refused: 0 });
-        expect(await outbox.enqueue([outboxSpan('46'), bundle('b4', '45', '47')], bound)).toEqual({ queued: 1, duplicates: 2, refused: 0 });
+        expect(await outbox.enqueue([bundle('45', '46')], bound)).toEqual({ queued: 2, duplicates: 0, refused: 0 });
+        expect(await outbox.enqueue([outboxSpan('46'), bundle('45', '47')], bound)).toEqual({ queued: 1, duplicates: 2, refused: 0 });
       });
 
       it('is leased, retried and acknowledged as one entry, and leaves nothing counted once delivered', async () => {
-        await outbox.enqueue([bundle('c1', '51', '52'), bundle('c2', '53', '54')], bound);
+        await outbox.enqueue([bundle('51', '52'), bundle('53', '54')], bound);
         const [one] = await outbox.claim(2, 300);
         await outbox.retry([one.key], 0);
         expect((await outbox.claim(10, 300)).map((entry) => [entry.body.toString().length > 0, entry.attempts]).sort()).toEqual([
@@ -153,7 +153,7 @@ export function behavesAsAnOutboxStore(world: StoreWorld) {
         await outbox.acknowledge(again.map((entry) => entry.key));
         await outbox.acknowledge(again.map((entry) => entry.key));
         expect(await outbox.depth()).toEqual({ spans: 0 });
-        expect(await outbox.enqueue([bundle('c3', '55', '56', '57'), bundle('c4', '58', '59', '5a')], bound)).toEqual({ queued: 6, duplicates: 0, refused: 0 });
+        expect(await outbox.enqueue([bundle('55', '56', '57'), bundle('58', '59', '5a')], bound)).toEqual({ queued: 6, duplicates: 0, refused: 0 });
       });
     });
   });
