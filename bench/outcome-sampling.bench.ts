@@ -252,15 +252,18 @@ async function emptyParked(redis: Redis, traceId: string): Promise<void> {
   await redis.hincrby(PARKING_TOTAL_KEY, 'spans', -spans);
 }
 
-/** Per kind of parked entry (`protobuf`: the gateway's exports; `spans`: the control plane's), spans and bytes. */
+/**
+ * Per kind of parked entry (`protobuf`: the gateway's exports; `spans`: the control plane's), spans and bytes as
+ * parked (as they would be forwarded: the entry's field says them; the store may keep the body packed).
+ */
 async function parkedByKind(redis: Redis, traceId: string): Promise<Record<string, { entries: number; spans: number; bytes: number }>> {
   const byKind: Record<string, { entries: number; spans: number; bytes: number }> = {};
   for (const field of await redis.hkeys(PARKED_KEY(traceId))) {
-    const [, kind, spans] = field.split(':');
+    const [, kind, spans, bytes] = field.split(':');
     const entry = (byKind[kind] ??= { entries: 0, spans: 0, bytes: 0 });
     entry.entries++;
     entry.spans += Number(spans);
-    entry.bytes += await redis.hstrlen(PARKED_KEY(traceId), field);
+    entry.bytes += Number(bytes);
   }
   return byKind;
 }

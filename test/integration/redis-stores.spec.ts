@@ -1,4 +1,6 @@
 import Redis from 'ioredis';
+import { randomBytes } from 'node:crypto';
+import { exportRequestType } from '../../src/otlp/otlp-proto';
 import { RedisGrantStore } from '../../src/grants/redis-grant-store';
 import { RedisLimitStore } from '../../src/limits/redis-limit-store';
 import { RedisConnectionSettings } from '../../src/store/redis-connection';
@@ -112,8 +114,9 @@ describe('Redis store key layout', () => {
     const parking = new RedisParkingStore(store);
     const entriesPerCommand: number[] = [];
     const limits = { maxTraceSpans: 10_000, maxTraceBytes: 64 << 20, maxTotalBytes: 64 << 20, holdMs: 60_000, rememberMs: 60_000 };
-    // 40 exports of 10 KiB, each different, parked at once: more than one transaction may carry, by entries and by bytes.
-    const exports = Array.from({ length: 40 }, (_, i) => Buffer.alloc(10 * 1024, i));
+    // 40 exports of 10 KiB, each different, parked at once: more than one transaction may carry, by entries and by bytes
+    // (random bytes, which the store keeps as they are: packed, they would be a few dozen bytes each).
+    const exports = Array.from({ length: 40 }, (_, i) => Buffer.concat([Buffer.from([i]), randomBytes(10 * 1024 - 1)]));
     await whileWatchingScripts(
       (args) => args[3] === 'cjt:{parking}:total' && entriesPerCommand.push((Number(args[2]) - 3) / 3),
       async () => {
@@ -127,6 +130,44 @@ describe('Redis store key layout', () => {
     const parked = await parking.parkedEntries('d'.repeat(32), await parking.parkedIds('d'.repeat(32)));
     expect(parked.map((entry) => entry.body[0]).sort((a, b) => a - b)).toEqual(exports.map((_, i) => i));
     expect(await parking.usage()).toMatchObject({ spans: 200, bytes: 40 * 10 * 1024 });
+  });
+
+  it("keeps a runner's export packed, a fraction of its bytes in Redis, and gives it back byte for byte; random bytes as they are", async () => {
+    const parking = new RedisParkingStore(store);
+    const limits = { maxTraceSpans: 10_000, maxTraceBytes: 64 << 20, maxTotalBytes: 64 << 20, holdMs: 60_000, rememberMs: 60_000 };
+    const traceId = randomBytes(16);
+    // 100 spans as an SDK exports a job's: ids and times of their own, the same attribute keys and many of the same values.
+    const spans = Array.from({ length: 100 }, (_, i) => ({
+      traceId,
+      spanId: randomBytes(8),
+      parentSpanId: randomBytes(8),
+      name: `step_script ${i}`,
+      kind: 1,
+      startTimeUnixNano: String(1_764_000_000_000_000_000n + BigInt(i) * 1_234_567n),
+      endTimeUnixNano: String(1_764_000_000_000_000_000n + BigInt(i) * 1_234_567n + 987_654n),
+      attributes: ['ci.job.id', 'ci.job.name', 'ci.pipeline.id', 'ci.stage', 'ci.runner.id'].map((key, k) => ({
+        key,
+        value: { stringValue: k === 1 ? `rspec ${i % 7}/7` : `${1000 + k}` },
+      })),
+    }));
+    const type = exportRequestType('traces');
+    const runnerExport = Buffer.from(type.encode(type.fromObject({ resourceSpans: [{ scopeSpans: [{ spans }] }] })).finish());
+    const random = Buffer.concat([Buffer.from([0x0a]), randomBytes(8 * 1024)]);
+    const trace = 'a1'.repeat(16);
+    expect(await parking.park(trace, { kind: 'protobuf', body: runnerExport, spans: 100 }, limits)).toEqual({ kind: 'parked' });
+    expect(await parking.park(trace, { kind: 'protobuf', body: random, spans: 1 }, limits)).toEqual({ kind: 'parked' });
+    const client = new Redis(redis.url);
+    try {
+      const stored = await Promise.all((await parking.parkedIds(trace)).map(async (id) => [id.bytes, await client.hstrlen(`cjt:{trace:${trace}}:parked`, id.id)]));
+      const [runner, plain] = [stored.find(([bytes]) => bytes === runnerExport.length), stored.find(([bytes]) => bytes === random.length)];
+      expect(runner?.[1]).toBeLessThan(runnerExport.length / 3);
+      expect(plain?.[1]).toBe(random.length);
+    } finally {
+      client.disconnect();
+    }
+    expect(await parking.usage()).toMatchObject({ spans: 101, bytes: runnerExport.length + random.length });
+    const parked = await parking.parkedEntries(trace, await parking.parkedIds(trace));
+    expect(parked.map((entry) => entry.body.toString('hex')).sort()).toEqual([runnerExport, random].map((body) => body.toString('hex')).sort());
   });
 
   it('leaves no body behind for an entry refused or of a pipeline decided, and every parked hash with a time limit', async () => {

@@ -92,6 +92,27 @@ export function behavesAsAParkingStore(world: StoreWorld) {
       expect(await parking.usage()).toMatchObject({ spans: 1, bytes: 900 });
     });
 
+    it('counts a large export at its bytes as forwarded in every bound, however the store keeps it, and gives them back', async () => {
+      // Bodies over a KiB that pack to a few dozen bytes (a store may keep them packed): the bounds count 2,000 each.
+      const roomy: ParkingLimits = { ...limits, maxTraceBytes: 5000, maxTotalBytes: 7000 };
+      const large = (fill: number) => body(2000, fill);
+      expect(await parking.park(trace, { kind: 'protobuf', body: large(1), spans: 1 }, roomy)).toEqual({ kind: 'parked' });
+      expect(await parking.park(trace, { kind: 'json', body: large(0x7b), spans: 1 }, roomy)).toEqual({ kind: 'parked' });
+      expect(await parking.park(trace, { kind: 'protobuf', body: large(3), spans: 1 }, roomy)).toEqual({ kind: 'full', limit: 'trace_bytes' });
+      expect(await parking.park(other, { kind: 'protobuf', body: large(4), spans: 1 }, roomy)).toEqual({ kind: 'parked' });
+      expect(await parking.park(other, { kind: 'protobuf', body: large(5), spans: 1 }, roomy)).toEqual({ kind: 'full', limit: 'total_bytes' });
+      expect(await parking.usage()).toMatchObject({ spans: 3, bytes: 6000 });
+      const ids = await parking.parkedIds(trace);
+      expect(ids.map((id) => id.bytes)).toEqual([2000, 2000]);
+      expect((await parking.parkedEntries(trace, ids)).map((entry) => [entry.bytes, entry.body.equals(entry.kind === 'json' ? large(0x7b) : large(1))])).toEqual([
+        [2000, true],
+        [2000, true],
+      ]);
+      await parking.release(trace, [ids[0].id]);
+      expect(await parking.usage()).toMatchObject({ spans: 2, bytes: 4000 });
+      expect(await parking.park(trace, { kind: 'protobuf', body: large(3), spans: 1 }, roomy)).toEqual({ kind: 'parked' });
+    });
+
     it('releases and finishes an entry of no span (an export whose spans were all rejected) like any other', async () => {
       expect(await parking.park(trace, { kind: 'protobuf', body: body(40), spans: 0 }, limits)).toEqual({ kind: 'parked' });
       const ids = await parking.parkedIds(trace);

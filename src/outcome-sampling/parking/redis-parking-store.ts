@@ -27,6 +27,7 @@ import {
   TraceDecision,
 } from './parking';
 import { JoinedPark, JoinedParks } from './joined-parks';
+import { packedBody, unpackedBody } from './packed-body';
 
 /**
  * What one parking transaction carries at most. Redis runs it whole, and every other command (a pickup's grant) waits
@@ -124,7 +125,8 @@ if redis.call('PTTL', sizeKey) < tonumber(pTtl) then redis.call('PEXPIRE', sizeK
 const PARK = `
 local parkedKey, sizeKey, decisionKey = KEYS[1], KEYS[2], KEYS[3]
 local pBody, pField, pSpans, pMaxSpans, pMaxBytes, pTtl = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local pLength = string.len(pBody)
+-- The bytes as forwarded (the field says them), not the body's: it may be packed (packed-body.ts).
+local pLength = tonumber(string.match(pField, '^[^:]+:[^:]+:%d+:(%d+)'))
 local function parkedBefore() return redis.call('HEXISTS', parkedKey, pField) == 1 end
 ${PARK_CHECKS}
 redis.call('HSET', parkedKey, pField, pBody)
@@ -192,11 +194,16 @@ end
 return 1
 `;
 
-/** Removes entries (ARGV: fields) and answers the bytes and spans they held. KEYS: parked, size. */
+/**
+ * Removes entries (ARGV: fields) and answers the bytes and spans they held. KEYS: parked, size. An entry's bytes are
+ * the ones its field says (`<digest>:<kind>:<spans>:<bytes>`, parkedEntryId), as they would be forwarded and as they
+ * were counted, whether its body is stored packed or plain; a field written before the bytes were in it holds a body
+ * never packed, whose length they are.
+ */
 const RELEASE = `
 local bytes, spans = 0, 0
 for _, field in ipairs(ARGV) do
-  local size = redis.call('HSTRLEN', KEYS[1], field)
+  local size = tonumber(string.match(field, '^[^:]+:[^:]+:%d+:(%d+)') or redis.call('HSTRLEN', KEYS[1], field))
   if redis.call('HDEL', KEYS[1], field) == 1 then
     bytes = bytes + size
     spans = spans + tonumber(string.match(field, '^[^:]+:[^:]+:(%d+)'))
@@ -294,8 +301,9 @@ function decisionOf(stored: string): TraceDecision {
 
 /**
  * The parking store on Redis (SPEC §11): one hash of entries per trace, in the trace's slot, with its size beside
- * it; bodies are stored as the bytes they are (no base64), so a parked span costs its encoded size plus the hash's
- * per-field overhead. Bodies are never read whole: a drop deletes without reading (UNLINK), a delivery reads the
+ * it; bodies are stored as bytes (no base64), packed with Brotli when that saves an eighth (packed-body.ts: a runner's
+ * export about 9×), so a parked span costs at most its encoded size plus the hash's per-field overhead, and bounds
+ * count it as it would be forwarded. Bodies are never read whole: a drop deletes without reading (UNLINK), a delivery reads the
  * field names and then pages of bodies, so no command's reply outgrows the store's timeout.
  */
 export class RedisParkingStore implements ParkingStore {
@@ -321,6 +329,8 @@ export class RedisParkingStore implements ParkingStore {
     const bytes = String(entry.body.length);
     const spans = String(entry.spans);
     const field = parkedEntryId(parkedDigest(entry.body), entry.kind, entry.spans, entry.body.length).id;
+    // Stored packed when that saves enough (packed-body.ts); the id, the digest and every bound count the body as is.
+    const stored = await packedBody(entry.body);
     const exempt = entry.exempt === true;
     const maxTraceSpans = exempt ? '-1' : String(limits.maxTraceSpans);
     const maxTraceBytes = String(limits.maxTraceBytes);
@@ -333,7 +343,7 @@ export class RedisParkingStore implements ParkingStore {
       // to be parked beside it, so a lost answer leaves either nothing or a parked entry with its reservation (given
       // back when the trace ends).
       const args = [field, bytes, spans, maxTraceSpans, maxTraceBytes, ttl, maxTotalBytes, traceId, dueAt];
-      return this.outcomeOf(traceId, await this.joined.park({ keys, args, body: entry.body }));
+      return this.outcomeOf(traceId, await this.joined.park({ keys, args, body: stored }));
     }
     const reply = await this.store.guard(async () => {
       // On a cluster the budget ({parking}) and the trace are two slots: reserved first, given back if not parked.
@@ -341,7 +351,7 @@ export class RedisParkingStore implements ParkingStore {
       if (Number(reserved) !== 1) return ['full', 'total_bytes'];
       let parked: string[];
       try {
-        parked = await this.scripts.cjtPark(...keys, entry.body, field, spans, maxTraceSpans, maxTraceBytes, ttl);
+        parked = await this.scripts.cjtPark(...keys, stored, field, spans, maxTraceSpans, maxTraceBytes, ttl);
       } catch (error) {
         // Perhaps parked after all (a timeout after the write): the trace's finish gives the reservation back then.
         await this.scripts.cjtParkingGiveBack(PARKING_TOTAL_KEY, traceId, bytes, spans).catch(() => undefined);
@@ -476,11 +486,16 @@ export class RedisParkingStore implements ParkingStore {
 
   async parkedEntries(traceId: string, ids: readonly ParkedEntryId[]): Promise<ParkedEntry[]> {
     if (ids.length === 0) return [];
-    const bodies = await this.store.guard(() => this.store.client.hmgetBuffer(PARKED_KEY(traceId), ...ids.map(({ id }) => id)));
-    return ids.flatMap((id, i) => {
-      const body = bodies[i];
-      return body === null ? [] : [{ ...id, bytes: body.length, body }];
-    });
+    const stored = await this.store.guard(() => this.store.client.hmgetBuffer(PARKED_KEY(traceId), ...ids.map(({ id }) => id)));
+    const entries = await Promise.all(
+      ids.map(async (id, i) => {
+        const body = stored[i];
+        if (body === null) return [];
+        const unpacked = await unpackedBody(body, id.bytes);
+        return [{ ...id, bytes: unpacked.length, body: unpacked }];
+      }),
+    );
+    return entries.flat();
   }
 
   async release(traceId: string, entryIds: readonly string[]): Promise<void> {
