@@ -132,7 +132,7 @@ describe('Redis store key layout', () => {
     expect(await parking.usage()).toMatchObject({ spans: 200, bytes: 40 * 10 * 1024 });
   });
 
-  it("keeps a runner's export packed, a fraction of its bytes in Redis, and gives it back byte for byte; random bytes as they are", async () => {
+  it("keeps a runner's export packed, a fraction of its bytes in Redis, and gives it back byte for byte; random bytes and the control plane's spans as they are", async () => {
     const parking = new RedisParkingStore(store);
     const limits = { maxTraceSpans: 10_000, maxTraceBytes: 64 << 20, maxTotalBytes: 64 << 20, holdMs: 60_000, rememberMs: 60_000 };
     const traceId = randomBytes(16);
@@ -153,21 +153,27 @@ describe('Redis store key layout', () => {
     const type = exportRequestType('traces');
     const runnerExport = Buffer.from(type.encode(type.fromObject({ resourceSpans: [{ scopeSpans: [{ spans }] }] })).finish());
     const random = Buffer.concat([Buffer.from([0x0a]), randomBytes(8 * 1024)]);
+    // A version before packing reads the control plane's parked spans line by line during an upgrade: they stay plain.
+    const controlPlane = Buffer.from(Array.from({ length: 4 }, (_, i) => `job-${i} {"resource":{"attributes":[]},"scopeSpans":[]}`.padEnd(400, ' ')).join('\n'));
     const trace = 'a1'.repeat(16);
     expect(await parking.park(trace, { kind: 'protobuf', body: runnerExport, spans: 100 }, limits)).toEqual({ kind: 'parked' });
     expect(await parking.park(trace, { kind: 'protobuf', body: random, spans: 1 }, limits)).toEqual({ kind: 'parked' });
+    expect(await parking.park(trace, { kind: 'spans', body: controlPlane, spans: 4, exempt: true }, limits)).toEqual({ kind: 'parked' });
     const client = new Redis(redis.url);
     try {
-      const stored = await Promise.all((await parking.parkedIds(trace)).map(async (id) => [id.bytes, await client.hstrlen(`cjt:{trace:${trace}}:parked`, id.id)]));
-      const [runner, plain] = [stored.find(([bytes]) => bytes === runnerExport.length), stored.find(([bytes]) => bytes === random.length)];
-      expect(runner?.[1]).toBeLessThan(runnerExport.length / 3);
-      expect(plain?.[1]).toBe(random.length);
+      const stored = new Map(
+        await Promise.all((await parking.parkedIds(trace)).map(async (id) => [id.bytes, await client.hstrlen(`cjt:{trace:${trace}}:parked`, id.id)] as const)),
+      );
+      expect(stored.get(runnerExport.length)).toBeLessThan(runnerExport.length / 3);
+      expect(stored.get(random.length)).toBe(random.length);
+      expect(stored.get(controlPlane.length)).toBe(controlPlane.length);
     } finally {
       client.disconnect();
     }
-    expect(await parking.usage()).toMatchObject({ spans: 101, bytes: runnerExport.length + random.length });
+    const all = [runnerExport, random, controlPlane];
+    expect(await parking.usage()).toMatchObject({ spans: 105, bytes: all.reduce((sum, body) => sum + body.length, 0) });
     const parked = await parking.parkedEntries(trace, await parking.parkedIds(trace));
-    expect(parked.map((entry) => entry.body.toString('hex')).sort()).toEqual([runnerExport, random].map((body) => body.toString('hex')).sort());
+    expect(parked.map((entry) => entry.body.toString('hex')).sort()).toEqual(all.map((body) => body.toString('hex')).sort());
   });
 
   it('leaves no body behind for an entry refused or of a pipeline decided, and every parked hash with a time limit', async () => {

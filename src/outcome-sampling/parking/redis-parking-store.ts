@@ -301,9 +301,9 @@ function decisionOf(stored: string): TraceDecision {
 
 /**
  * The parking store on Redis (SPEC §11): one hash of entries per trace, in the trace's slot, with its size beside
- * it; bodies are stored as bytes (no base64), packed with Brotli when that saves an eighth (packed-body.ts: a runner's
- * export about 9×), so a parked span costs at most its encoded size plus the hash's per-field overhead, and bounds
- * count it as it would be forwarded. Bodies are never read whole: a drop deletes without reading (UNLINK), a delivery reads the
+ * it; bodies are stored as bytes (no base64), exports packed with Brotli when that saves an eighth (packed-body.ts: a
+ * runner's 100-span export about 8×), so a parked span costs at most its encoded size plus the hash's per-field
+ * overhead, and bounds count it as it would be forwarded. Bodies are never read whole: a drop deletes without reading (UNLINK), a delivery reads the
  * field names and then pages of bodies, so no command's reply outgrows the store's timeout.
  */
 export class RedisParkingStore implements ParkingStore {
@@ -329,8 +329,11 @@ export class RedisParkingStore implements ParkingStore {
     const bytes = String(entry.body.length);
     const spans = String(entry.spans);
     const field = parkedEntryId(parkedDigest(entry.body), entry.kind, entry.spans, entry.body.length).id;
-    // Stored packed when that saves enough (packed-body.ts); the id, the digest and every bound count the body as is.
-    const stored = await packedBody(entry.body);
+    // An export is stored packed when that saves enough (packed-body.ts); the id, the digest and every bound count the
+    // body as it is. The control plane's spans stay plain: a replica of a version before packing, during a rolling
+    // upgrade, would read packed lines as spans and move them into the outbox, where it only fails a delivery round on
+    // an export it cannot read (its lease runs out and a newer replica takes it).
+    const stored = entry.kind === 'spans' ? entry.body : await packedBody(entry.body);
     const exempt = entry.exempt === true;
     const maxTraceSpans = exempt ? '-1' : String(limits.maxTraceSpans);
     const maxTraceBytes = String(limits.maxTraceBytes);
