@@ -154,7 +154,9 @@ describe('Redis store key layout', () => {
     const runnerExport = Buffer.from(type.encode(type.fromObject({ resourceSpans: [{ scopeSpans: [{ spans }] }] })).finish());
     const random = Buffer.concat([Buffer.from([0x0a]), randomBytes(8 * 1024)]);
     // A version before packing reads the control plane's parked spans line by line during an upgrade: they stay plain.
-    const controlPlane = Buffer.from(Array.from({ length: 4 }, (_, i) => `job-${i} {"resource":{"attributes":[]},"scopeSpans":[]}`.padEnd(400, ' ')).join('\n'));
+    const controlPlane = Buffer.from(
+      Array.from({ length: 4 }, (_, i) => `job-${i} {"resource":{"attributes":[]},"scopeSpans":[]}`.padEnd(400, ' ')).join('\n'),
+    );
     const trace = 'a1'.repeat(16);
     expect(await parking.park(trace, { kind: 'protobuf', body: runnerExport, spans: 100 }, limits)).toEqual({ kind: 'parked' });
     expect(await parking.park(trace, { kind: 'protobuf', body: random, spans: 1 }, limits)).toEqual({ kind: 'parked' });

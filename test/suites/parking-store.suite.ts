@@ -104,7 +104,9 @@ export function behavesAsAParkingStore(world: StoreWorld) {
       expect(await parking.usage()).toMatchObject({ spans: 3, bytes: 6000 });
       const ids = await parking.parkedIds(trace);
       expect(ids.map((id) => id.bytes)).toEqual([2000, 2000]);
-      expect((await parking.parkedEntries(trace, ids)).map((entry) => [entry.bytes, entry.body.equals(entry.kind === 'json' ? large(0x7b) : large(1))])).toEqual([
+      expect(
+        (await parking.parkedEntries(trace, ids)).map((entry) => [entry.bytes, entry.body.equals(entry.kind === 'json' ? large(0x7b) : large(1))]),
+      ).toEqual([
         [2000, true],
         [2000, true],
       ]);
