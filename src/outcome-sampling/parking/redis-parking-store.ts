@@ -302,9 +302,10 @@ function decisionOf(stored: string): TraceDecision {
 /**
  * The parking store on Redis (SPEC §11): one hash of entries per trace, in the trace's slot, with its size beside
  * it; bodies are stored as bytes (no base64), exports packed with Brotli when that saves an eighth (packed-body.ts: a
- * runner's 100-span export about 8×), so a parked span costs at most its encoded size plus the hash's per-field
- * overhead, and bounds count it as it would be forwarded. Bodies are never read whole: a drop deletes without reading (UNLINK), a delivery reads the
- * field names and then pages of bodies, so no command's reply outgrows the store's timeout.
+ * runner's 100-span export about 9×), so a parked span costs at most its encoded size plus the hash's per-field
+ * overhead, and bounds count it as it would be forwarded. Bodies are never read whole: a drop deletes without reading
+ * (UNLINK), a delivery reads the field names and then pages of bodies, so no command's reply outgrows the store's
+ * timeout.
  */
 export class RedisParkingStore implements ParkingStore {
   private readonly scripts: ParkingScripts;
