@@ -4,7 +4,7 @@ import { AppConfig } from '../config/app-config';
 import { APP_CONFIG, SECRETS } from '../config/config.constants';
 import { Secrets } from '../config/secrets';
 import { TRACED_WORK_STORE } from '../traced-work/traced-work.constants';
-import { bundled as inBundles, type EnqueueOutcome, type OutboxEntry, type OutboxStore } from '../outbox/outbox';
+import { bundled, type EnqueueOutcome, type OutboxEntry, type OutboxStore } from '../outbox/outbox';
 import { OUTBOX_STORE } from '../outbox/outbox.constants';
 import { MIN_TRACED_MEMORY_MS, Remembered, RunnerJobEnd, TracedJob, TracedPipeline, tracedPipelineOf, TracedWorkStore } from '../traced-work/traced-work';
 import { withTimeout } from '../observability/with-timeout';
@@ -476,14 +476,14 @@ export class PipelineSpansService implements OnModuleDestroy {
   }
 
   /**
-   * `bundled`: the spans go to the outbox in bundles (a pickup batch's queue waits: many, and each its own; see
+   * `asBundles`: the spans go to the outbox in bundles (a pickup batch's queue waits: many, and each its own; see
    * bundled in outbox.ts). A hook's few spans go as entries of their own.
    */
-  private async enqueue(spans: readonly ControlPlaneSpan[], source: string, bundled = false): Promise<WebhookOutcome> {
+  private async enqueue(spans: readonly ControlPlaneSpan[], source: string, asBundles = false): Promise<WebhookOutcome> {
     if (spans.length === 0) return NOTHING;
     const { entries, parked, dropped } = await this.outboxEntries(spans, Date.now());
     if (entries.length === 0) return { ...NOTHING, parked, dropped };
-    const enqueued = await this.outbox.enqueue(bundled ? inBundles(entries) : entries, this.limits);
+    const enqueued = await this.outbox.enqueue(asBundles ? bundled(entries) : entries, this.limits);
     this.metrics.enqueued(source, enqueued);
     if (enqueued.refused > 0) {
       this.logger.error(`outbox full (OUTBOX_MAX_SPANS=${this.limits.maxSpans}): ${enqueued.refused} ${source} span(s) refused; is the collector reachable?`);

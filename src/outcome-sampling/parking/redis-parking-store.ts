@@ -96,6 +96,15 @@ return 1
 `;
 
 /**
+ * Reads an entry's field (`<digest>:<kind>:<spans>:<bytes>`, parkedEntryId): its spans, and the bytes it holds as they
+ * would be forwarded (nil for a field written before the bytes were in it).
+ */
+const FIELD_READERS = `
+local function fieldSpans(field) return tonumber(string.match(field, '^[^:]+:[^:]+:(%d+)')) end
+local function fieldBytes(field) return tonumber(string.match(field, '^[^:]+:[^:]+:%d+:(%d+)')) end
+`;
+
+/**
  * An entry's checks in its trace's slot (answers {'decided', decision}, {'exists'} or {'full', limit}). Expect locals
  * parkedKey, sizeKey, decisionKey, pField, pLength (the body's bytes), pSpans, pMaxSpans (-1: exempt), pMaxBytes, and
  * a function parkedBefore(): whether the entry is parked already.
@@ -125,8 +134,9 @@ if redis.call('PTTL', sizeKey) < tonumber(pTtl) then redis.call('PEXPIRE', sizeK
 const PARK = `
 local parkedKey, sizeKey, decisionKey = KEYS[1], KEYS[2], KEYS[3]
 local pBody, pField, pSpans, pMaxSpans, pMaxBytes, pTtl = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+${FIELD_READERS}
 -- The bytes as forwarded (the field says them), not the body's: it may be packed (packed-body.ts).
-local pLength = tonumber(string.match(pField, '^[^:]+:[^:]+:%d+:(%d+)'))
+local pLength = fieldBytes(pField)
 local function parkedBefore() return redis.call('HEXISTS', parkedKey, pField) == 1 end
 ${PARK_CHECKS}
 redis.call('HSET', parkedKey, pField, pBody)
@@ -201,12 +211,13 @@ return 1
  * never packed, whose length they are.
  */
 const RELEASE = `
+${FIELD_READERS}
 local bytes, spans = 0, 0
 for _, field in ipairs(ARGV) do
-  local size = tonumber(string.match(field, '^[^:]+:[^:]+:%d+:(%d+)') or redis.call('HSTRLEN', KEYS[1], field))
+  local size = fieldBytes(field) or redis.call('HSTRLEN', KEYS[1], field)
   if redis.call('HDEL', KEYS[1], field) == 1 then
     bytes = bytes + size
-    spans = spans + tonumber(string.match(field, '^[^:]+:[^:]+:(%d+)'))
+    spans = spans + fieldSpans(field)
   end
 end
 if bytes > 0 or spans > 0 then
