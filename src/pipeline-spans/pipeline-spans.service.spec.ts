@@ -109,6 +109,18 @@ describe('PipelineSpansService at pickup (SPEC §10)', () => {
     expect(await store.findTracedPipeline(500)).toMatchObject({ pipelineId: 500, rootPipelineId: 500, traceId: 'a'.repeat(32) });
   });
 
+  it('lets a pickup arriving while a full batch is written be answered before the whole batch is done, and still writes each queue wait once', async () => {
+    // The hundredth pickup writes the batch at once; a request arriving then is work the event loop takes in its next turn.
+    for (let jobId = 2001; jobId <= 2100; jobId++) service.recordPickup(pickedUp(jobId), grantEnd(), jobId.toString(16).padStart(16, '0'));
+    const enqueuesWhenItRan: number[] = [];
+    setImmediate(() => enqueuesWhenItRan.push(store.enqueued.length));
+    await service.onModuleDestroy();
+    expect(enqueuesWhenItRan).toEqual([0]);
+    expect(store.enqueued).toHaveLength(1);
+    expect(new Set(store.enqueued[0]).size).toBe(100);
+    expect(await store.outbox.depth()).toMatchObject({ spans: 100 });
+  });
+
   it('does not write again a pipeline it recorded lately, unless a job needs it kept longer', async () => {
     // Grants longer than the time a pipeline is remembered at least (6 h), so each job's own grant decides.
     const longGrantEnd = () => Date.now() + 8 * 3_600_000;
