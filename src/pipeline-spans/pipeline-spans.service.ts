@@ -52,9 +52,9 @@ const PICKUP_LINGER_MS = 50;
 /** As the outbox's claims (outbox-deliverer.ts): a batch's one script holds Redis for every pickup's grant write. */
 const PICKUP_BATCH_MAX = 100;
 /**
- * A batch's spans are built and made JSON this many at a time, the event loop let go between: a batch of 25 to 100
- * pickups is 0.3 to 1.5 ms of work, which a pickup arriving meanwhile would otherwise wait behind whole; in slices it
- * waits behind one (about 60 µs). Measured in GitLab's view (bench:ruby-client, docs/performance.md).
+ * Spans are made JSON (a pickup batch's also built) this many at a time, the event loop let go between: a batch of 25
+ * to 100 pickups is 0.3 to 1.5 ms of work, which a pickup arriving meanwhile would otherwise wait behind whole; in
+ * slices it waits behind one (about 60 µs). Measured in GitLab's view (bench:ruby-client, docs/performance.md).
  */
 const SPANS_PER_TURN = 5;
 /**
@@ -166,11 +166,12 @@ export class PipelineSpansService implements OnModuleDestroy {
         }
       }
       const provisional = batch.filter(({ job }) => job.outcomePolicy !== undefined).map(({ job }) => job);
+      const spanEntries = await this.spanEntries(spans, Date.now());
       await withTimeout(
         () =>
           Promise.all([
             pipelines.size === 0 ? undefined : this.store.recordTracedPipelines([...pipelines.values()]),
-            this.enqueue(spans, 'pickup', true),
+            this.enqueueEntries(spanEntries, 'pickup', true),
             provisional.length === 0 ? undefined : this.outcomeSampling.notePickups(provisional),
           ]),
         Math.max(this.config.STORE_TIMEOUT_MS, this.config.REDIS_COMMAND_TIMEOUT_MS),
@@ -460,37 +461,50 @@ export class PipelineSpansService implements OnModuleDestroy {
   }
 
   /**
-   * The outbox entries of `spans`. A provisional pipeline's spans wait with its runner's instead (SPEC §11): parked per
-   * trace, each with its outbox key, so a redelivered hook's copy is dropped at delivery; those of a pipeline decided
-   * kept already go to the outbox settled with the reason, those of one dropped go nowhere.
+   * The outbox entries of `spans`, made JSON SPANS_PER_TURN at a time, a provisional pipeline's by trace. Not bounded by
+   * a store timeout: made before the store is asked, so a busy event loop's turns never count against the store.
    */
-  private async outboxEntries(spans: readonly ControlPlaneSpan[], enqueuedAt: number): Promise<{ entries: OutboxEntry[]; parked: number; dropped: number }> {
+  private async spanEntries(spans: readonly ControlPlaneSpan[], enqueuedAt: number): Promise<SpanEntries> {
     const entries: OutboxEntry[] = [];
     const provisional = new Map<string, OutboxEntry[]>();
-    let parked = 0;
-    let dropped = 0;
     for (const [index, span] of spans.entries()) {
       if (index > 0 && index % SPANS_PER_TURN === 0) await nextTurn();
       const entry = { key: outboxKeyOf(span), body: JSON.stringify(span.resourceSpans), enqueuedAt };
       if (span.provisional !== true) entries.push(entry);
       else appendTo(provisional, span.resourceSpans.scopeSpans[0].spans[0].traceId, entry);
     }
+    return { entries, provisional };
+  }
+
+  /**
+   * Where each entry goes. A provisional pipeline's spans wait with its runner's instead (SPEC §11): parked per trace,
+   * each with its outbox key, so a redelivered hook's copy is dropped at delivery; those of a pipeline decided kept
+   * already go to the outbox settled with the reason, those of one dropped go nowhere.
+   */
+  private async placed({ entries, provisional }: SpanEntries): Promise<{ entries: OutboxEntry[]; parked: number; dropped: number }> {
+    const toOutbox = [...entries];
+    let parked = 0;
+    let dropped = 0;
     for (const [traceId, waiting] of provisional) {
       const answer = await this.outcomeSampling.parkSpans(traceId, waiting);
       if (answer.kind === 'parked') parked += waiting.length;
       else if (answer.kind === 'dropped') dropped += waiting.length;
-      else for (const entry of waiting) entries.push({ ...entry, body: this.outcomeSampling.settledSpans(entry.body, answer.reason) });
+      else for (const entry of waiting) toOutbox.push({ ...entry, body: this.outcomeSampling.settledSpans(entry.body, answer.reason) });
     }
-    return { entries, parked, dropped };
+    return { entries: toOutbox, parked, dropped };
+  }
+
+  /** A hook's spans, each its own outbox entry. */
+  private async enqueue(spans: readonly ControlPlaneSpan[], source: string): Promise<WebhookOutcome> {
+    return spans.length === 0 ? NOTHING : this.enqueueEntries(await this.spanEntries(spans, Date.now()), source);
   }
 
   /**
    * `asBundles`: the spans go to the outbox in bundles (a pickup batch's queue waits: many, and each its own; see
-   * bundled in outbox.ts). A hook's few spans go as entries of their own.
+   * bundled in outbox.ts).
    */
-  private async enqueue(spans: readonly ControlPlaneSpan[], source: string, asBundles = false): Promise<WebhookOutcome> {
-    if (spans.length === 0) return NOTHING;
-    const { entries, parked, dropped } = await this.outboxEntries(spans, Date.now());
+  private async enqueueEntries(spanEntries: SpanEntries, source: string, asBundles = false): Promise<WebhookOutcome> {
+    const { entries, parked, dropped } = await this.placed(spanEntries);
     if (entries.length === 0) return { ...NOTHING, parked, dropped };
     const enqueued = await this.outbox.enqueue(asBundles ? bundled(entries) : entries, this.limits);
     this.metrics.enqueued(source, enqueued);
@@ -501,6 +515,12 @@ export class PipelineSpansService implements OnModuleDestroy {
     if (outcome.queued > 0) this.deliverer.kick();
     return outcome;
   }
+}
+
+/** Spans made outbox entries: those bound for the outbox, and a provisional pipeline's by trace id. */
+interface SpanEntries {
+  readonly entries: readonly OutboxEntry[];
+  readonly provisional: ReadonlyMap<string, OutboxEntry[]>;
 }
 
 function appendTo<K, V>(lists: Map<K, V[]>, key: K, value: V): void {
