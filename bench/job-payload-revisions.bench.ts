@@ -24,7 +24,7 @@ import { parseArgs } from 'node:util';
 import { makeSecretFiles } from '../test/helpers/internal-api';
 import { RedisServer, startRedis } from '../test/helpers/redis';
 import { repositoryRoot, rollingAuthHeader, runBench } from './lib/bench-env';
-import { BenchServer, DECORATOR_ROUTE, startBenchServer } from './lib/bench-server';
+import { BenchServer, DECORATOR_ROUTE, quiet, startBenchServer } from './lib/bench-server';
 import { runFixedRate } from './lib/fixed-rate-load';
 import { jobPayloadBodies } from './lib/job-payload-body';
 import { median, percentile } from './lib/percentiles';
@@ -129,8 +129,12 @@ async function main(): Promise<void> {
 
     const cpuPerAnswer = async (side: Side, run: () => Promise<number>) => {
       const server = servers.get(side)!;
+      // Both servers quiet first, so neither side's run shares the machine with what the other's left behind; the
+      // work this run leaves behind (its spans' delivery) counted in its CPU.
+      for (const each of servers.values()) await quiet(each);
       const before = await server.cpuMicros();
       const answered = await run();
+      await quiet(server);
       return ((await server.cpuMicros()) - before) / answered;
     };
     const fullSpeed = (side: Side, seconds: number) => {

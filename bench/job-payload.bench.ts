@@ -23,7 +23,8 @@
  * The machine is shared and noisy, so only ratios against the baseline measured in the same run
  * mean anything: throughput rounds alternate bare/decorator (ABBA order, so drift hits both) and the
  * median of each is compared; server CPU per request (from the server's own process.cpuUsage) is the
- * least noisy figure. Exits 1 if any request was not answered 2xx or any decision was not `enabled`;
+ * least noisy figure. Every run starts on a quiet server and its CPU counts what it left behind (bench-server.ts,
+ * quiet): the routes share one process, and the decorator's spans are delivered after its requests are answered. Exits 1 if any request was not answered 2xx or any decision was not `enabled`;
  * the targets (issue 12: decorator/bare throughput ≥ 0.85 with the in-memory store, ≥ 0.75 with Redis)
  * are reported, never enforced.
  *
@@ -53,6 +54,7 @@ import {
   ECHO_STORE_ROUTE,
   FLOOR_ROUTE,
   serverScript,
+  quiet,
   startBenchServer,
 } from './lib/bench-server';
 import { BytesSink, startBytesSink } from './lib/child-process';
@@ -255,6 +257,9 @@ async function main(): Promise<void> {
     label: string,
     run: () => Promise<Omit<RunStats, 'serverCpuMicrosPerRequest' | 'generatorCpuShare' | 'loopP99Ms' | 'loopMaxMs' | 'gcMaxMs' | 'gcTotalMs'>>,
   ) => {
+    // Each run starts on a quiet server, and the work it leaves behind (its spans' delivery, its garbage) is counted
+    // in its own CPU, not in the next run's, which is often another route's.
+    if ((await quiet(server)) === undefined) console.log(`  note: the server was still busy 20 s after the run before ${label}`);
     await server.loopDelay();
     const serverCpuBefore = await server.cpuMicros();
     const generatorBefore = process.cpuUsage();
@@ -262,8 +267,10 @@ async function main(): Promise<void> {
     const stats = await run();
     const generator = process.cpuUsage(generatorBefore);
     const wallMicros = (performance.now() - wallBefore) * 1000;
-    const serverCpu = (await server.cpuMicros()) - serverCpuBefore;
     const loop = await server.loopDelay();
+    const after = await quiet(server);
+    if (after === undefined) console.log(`  note: the server was still busy 20 s after ${label}`);
+    const serverCpu = (await server.cpuMicros()) - serverCpuBefore;
     const answered = stats.ok + stats.non2xx;
     if (stats.non2xx > 0 || stats.errors > 0) failures.push(`${label}: ${stats.non2xx} non-2xx answers, ${stats.errors} errors/timeouts`);
     return {

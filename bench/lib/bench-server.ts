@@ -150,6 +150,28 @@ export async function startBenchServer(options: BenchServerOptions): Promise<Ben
   };
 }
 
+/** A server is quiet when it used less than this share of a core over one window. */
+const QUIET_CPU_SHARE = 0.05;
+const QUIET_WINDOW_MS = 250;
+
+/**
+ * Waits until the server has finished what earlier requests left it to do: the outbox delivering their spans, their
+ * garbage collected. Routes share one process, so without it a run's tail of work lands in the run after it, which is
+ * often another route's: measured that way, the bare route's p99 and CPU took the decorator's. Answers the wait in ms,
+ * or undefined when the server was still busy after `maxMs`.
+ */
+export async function quiet(server: BenchServer, maxMs = 20_000): Promise<number | undefined> {
+  const started = performance.now();
+  let before = await server.cpuMicros();
+  while (performance.now() - started < maxMs) {
+    await new Promise((resolve) => setTimeout(resolve, QUIET_WINDOW_MS));
+    const now = await server.cpuMicros();
+    if (now - before < QUIET_CPU_SHARE * QUIET_WINDOW_MS * 1000) return performance.now() - started;
+    before = now;
+  }
+  return undefined;
+}
+
 /**
  * Pins this process (all its threads) to one CPU. On this 2-core machine the load generator and the server
  * otherwise take turns on both cores, and which of them is short of CPU changes from second to second.
