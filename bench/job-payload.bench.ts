@@ -24,9 +24,9 @@
  * mean anything: throughput rounds alternate bare/decorator (ABBA order, so drift hits both) and the
  * median of each is compared; server CPU per request (from the server's own process.cpuUsage) is the
  * least noisy figure. Every run starts on a quiet server and its CPU counts what it left behind (bench-server.ts,
- * quiet): the routes share one process, and the decorator's spans are delivered after its requests are answered. Exits 1 if any request was not answered 2xx or any decision was not `enabled`;
- * the targets (issue 12: decorator/bare throughput ≥ 0.85 with the in-memory store, ≥ 0.75 with Redis)
- * are reported, never enforced.
+ * quiet): the routes share one process, and the decorator's spans are delivered after its requests are answered.
+ * Exits 1 if any request was not answered 2xx or any decision was not `enabled`; the targets (issue 12:
+ * decorator/bare throughput ≥ 0.85 with the in-memory store, ≥ 0.75 with Redis) are reported, never enforced.
  *
  * Production-like: the server is built by createInternalApp as src/main.ts does, LOG_LEVEL info, pino's
  * default destination (stdout, written in 4 KiB batches) with stdout redirected to a file in a temp dir,
