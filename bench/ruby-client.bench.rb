@@ -5,6 +5,7 @@
 # Puma and Sidekiq threads arrive whether or not the last one has been answered), in rounds whose order alternates
 # so drift hits every way alike; prints one JSON line per way and round with each call's time. Every call is a new
 # job, in pipelines of the sizes the TypeScript side names. Reads its world from the environment that side sets.
+require "etc"
 require "json"
 require "net/http"
 require "ci_job_telemetry"
@@ -21,11 +22,35 @@ DEADLINE = Float(ENV.fetch("BENCH_DEADLINE"))
 BREAKER_CALLS = Integer(ENV.fetch("BENCH_BREAKER_CALLS"))
 TEMPLATES = JSON.parse(File.read(ENV.fetch("BENCH_BODIES_FILE")))
 PIPELINE_SIZES = ENV.fetch("BENCH_PIPELINE_SIZES").split(",").map { |size| Integer(size) }
+SERVER_PID = Integer(ENV.fetch("BENCH_SERVER_PID"))
 CYCLE_JOBS = PIPELINE_SIZES.sum
 CYCLE_ENDS = PIPELINE_SIZES.each_with_index.map { |_, i| PIPELINE_SIZES.take(i + 1).sum }
 
 def monotonic
   Process.clock_gettime(Process::CLOCK_MONOTONIC)
+end
+
+# The server's CPU so far, in clock ticks (utime and stime, fields 14 and 15 of /proc/<pid>/stat).
+def server_ticks
+  stat = File.read("/proc/#{SERVER_PID}/stat")
+  stat[(stat.rindex(")") + 2)..].split(" ").values_at(11, 12).sum { |ticks| Integer(ticks) }
+end
+
+QUIET_WINDOW = 0.5
+QUIET_TICKS = 0.05 * QUIET_WINDOW * Etc.sysconf(Etc::SC_CLK_TCK)
+
+# Waits until the server has finished what the calls before left it to do (their spans' delivery, their garbage),
+# at most 20 s: every way calls one server, so without it one way's leftover work lands in the next way's calls.
+def quiet
+  deadline = monotonic + 20
+  before = server_ticks
+  while monotonic < deadline
+    sleep(QUIET_WINDOW)
+    now = server_ticks
+    return if now - before < QUIET_TICKS
+    before = now
+  end
+  warn "note: the server was still busy after 20 s"
 end
 
 # As bench/lib/job-payload-body.ts's pipelineIdOf: consecutive job ids fill one pipeline after another.
@@ -89,6 +114,7 @@ next_job = 3_000_000
 # THREADS threads for `seconds`, call i of thread t due at start + (i * THREADS + t) / RATE: [call seconds, late
 # seconds] per call, late being how long after its due time the call could start (Ruby's own lag).
 run = lambda do |name, seconds|
+  quiet
   calls_per_thread = (seconds * RATE / THREADS).round
   first_job = next_job
   next_job += calls_per_thread * THREADS

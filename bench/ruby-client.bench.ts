@@ -145,6 +145,7 @@ async function main(): Promise<void> {
     const holds = redis === undefined ? undefined : await watchRedisHolds(redis.url, HOLD_US);
     const lines = await runRuby(root, {
       BENCH_ORIGIN: server.origin,
+      BENCH_SERVER_PID: String(server.pid),
       BENCH_BARE_PATH: BARE_ROUTE,
       BENCH_GRANT_WRITE_PATH: ECHO_STORE_ROUTE,
       BENCH_FLOOR_PATH: FLOOR_ROUTE,

@@ -57,6 +57,8 @@ export interface LoopDelay {
 
 export interface BenchServer {
   readonly origin: string;
+  /** The server's process id, for a bench whose load generator reads its CPU from outside (/proc). */
+  readonly pid: number;
   /** CPU time (user + system) the server process has used so far, in µs. */
   cpuMicros(): Promise<number>;
   /**
@@ -128,6 +130,7 @@ export async function startBenchServer(options: BenchServerOptions): Promise<Ben
   }
   return {
     origin: `http://127.0.0.1:${listening.port}`,
+    pid: child.pid!,
     cpuMicros: async () => {
       const answer = next('cpu', 5000);
       send({ type: 'cpu' });
