@@ -33,7 +33,7 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
  * and the test's first command then met "Cluster isn't ready". The suites are about a ready store, so they wait.
  */
 const READY_WAIT_MS = 20_000;
-const openReady = (settings: RedisConnectionSettings) => RedisStore.open(settings, undefined, READY_WAIT_MS);
+const openReady = (settings: RedisConnectionSettings, gathersTurns = false) => RedisStore.open(settings, undefined, READY_WAIT_MS, gathersTurns);
 
 function behavesAsAStore(world: StoreWorld) {
   behavesAsAGrantStore(world);
@@ -54,6 +54,14 @@ behavesAsAStore(
     return openReady(singleServer(redis.url));
   }),
 );
+
+// The pickups' connection gathers each turn's writes into one (store.module.ts): what a pickup waits on, on it.
+const pickupsWorld = redisWorld('Redis, writes gathered by turn', async () => {
+  await redis.flush();
+  return openReady(singleServer(redis.url), true);
+});
+behavesAsAGrantStore(pickupsWorld);
+behavesAsATracedWorkStore(pickupsWorld);
 
 /** Runs `act` while Redis' MONITOR hands every script it runs (EVAL or EVALSHA: its arguments) to `seen`. */
 async function whileWatchingScripts(seen: (args: string[]) => unknown, act: () => Promise<void>): Promise<void> {
@@ -77,6 +85,32 @@ describe('Redis store key layout', () => {
     store = await openReady(singleServer(redis.url));
   });
   afterEach(() => store.close());
+
+  it('writes the grants of pickups answered in one turn to Redis at once, each stored and answered as its own', async () => {
+    // Each written alone, Redis read them in a dozen reads or more (14 of 20 here); how many depends on how busy it is.
+    const readsBy = async (saving: RedisStore) => {
+      const grants = new RedisGrantStore(saving);
+      const client = new Redis(redis.url);
+      const reads = async () => Number(/total_reads_processed:(\d+)/.exec(await client.info('stats'))![1]);
+      try {
+        const before = await reads();
+        const jobIds = Array.from({ length: 20 }, (_, i) => 7000 + i);
+        const saved = await Promise.all(jobIds.map((jobId) => grants.saveGrant(grant({ jobId }), testTracedJob({ jobId }))));
+        expect(saved.map((each) => each.jobId)).toEqual(jobIds);
+        for (const jobId of jobIds) expect((await grants.findGrant(jobId))?.jobId).toBe(jobId);
+        // INFO and the reads above are this client's own: one each, after the writes.
+        return (await reads()) - before - 1 - jobIds.length;
+      } finally {
+        client.disconnect();
+      }
+    };
+    const gathering = await openReady(singleServer(redis.url), true);
+    try {
+      expect(await readsBy(gathering)).toBeLessThanOrEqual(2);
+    } finally {
+      await gathering.close();
+    }
+  });
 
   it("keeps a job's span counters and leases in one hash slot, so the script runs on Redis Cluster", async () => {
     await new RedisLimitStore(store).leaseSpans(4242, {
