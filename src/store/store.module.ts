@@ -42,7 +42,8 @@ export const PICKUPS_CONNECTION_NAME = 'ci-job-telemetry-pickups';
               reachableAgain: () => logger.log(`store: ${store} is reachable again`),
             },
           ),
-          RedisStore.open({ ...settings, connectionName: PICKUPS_CONNECTION_NAME }),
+          // Its writes gathered by turn: loaded, several pickups are answered in one turn, and their grants go in one write.
+          RedisStore.open({ ...settings, connectionName: PICKUPS_CONNECTION_NAME }, undefined, undefined, true),
         ]);
         return { kind: 'redis', redis, pickups };
       },
