@@ -92,7 +92,8 @@ export class RedisStore {
    * Holds this connection's writes until the I/O callbacks of this turn of the event loop have run (setImmediate), so
    * the commands of every request read in one turn go to Redis in one system call. Loaded, the pickups arrive several
    * to a turn, and each command written alone was a write to the socket that cost as much as the answer's (issue 37);
-   * at a trickle a turn holds one and the wait is the rest of that turn. The order of the commands is kept.
+   * at a trickle a turn holds one and the wait is the rest of that turn. The order of the commands is kept. On a cluster,
+   * whose commands go to several sockets, each is written as it is issued.
    */
   private gatherTurn(): void {
     const socket = this.client instanceof Cluster ? undefined : this.client.stream;
