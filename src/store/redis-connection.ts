@@ -116,6 +116,7 @@ function defined<T extends object>(options: T): Partial<T> {
  * spans' objects), a mark-compact every second or two, and a p99 at ×3 to ×10 the bare route's in the rounds where
  * one came (issue 37). With the store's calls leased in blocks, the gateway makes 0.05 store calls per export, so
  * the writes pipelining saved are few: measured side by side, the gateway forwards as fast or faster without it.
+ * The pickups' connection gathers a turn's writes another way, corking its socket (`RedisStore`), which builds nothing.
  */
 function nodeOptions(settings: RedisConnectionSettings): RedisOptions {
   const tls: ConnectionOptions | undefined = settings.tls === true || settings.tlsCa !== undefined ? defined({ ca: settings.tlsCa }) : undefined;

@@ -3,9 +3,9 @@ import { connectRedis, pingRedis, RedisClient, RedisConnectionEvents, RedisConne
 import { StoreUnavailableError } from './store-unavailable-error';
 
 /**
- * The one Redis connection every port's Redis implementation shares (grants, limits, traced work), each command
- * written as it is issued (see `nodeOptions` for why not auto-pipelined). Each port defines its own scripts on
- * `client`.
+ * A Redis connection the ports' Redis implementations share (`StoreBackend`: one for what a pickup waits on, one for
+ * the rest), each command written as it is issued (see `nodeOptions` for why not auto-pipelined), or, when it gathers
+ * turns, with the rest of its turn's (`gatherTurn`). Each port defines its own scripts on `client`.
  */
 export class RedisStore {
   /** The socket corked until the end of this turn's I/O callbacks, when writes are gathered by turn. */
