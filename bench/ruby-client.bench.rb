@@ -36,13 +36,16 @@ def server_ticks
   stat[(stat.rindex(")") + 2)..].split(" ").values_at(11, 12).sum { |ticks| Integer(ticks) }
 end
 
+# The rule is the TypeScript side's (bench/lib/bench-server.ts, quiet): its share of a core and longest wait. The
+# window is longer than its 250 ms: /proc counts CPU in clock ticks (10 ms), and 5 % of 250 ms is about one tick.
 QUIET_WINDOW = 0.5
-QUIET_TICKS = 0.05 * QUIET_WINDOW * Etc.sysconf(Etc::SC_CLK_TCK)
+QUIET_TICKS = Float(ENV.fetch("BENCH_QUIET_CPU_SHARE")) * QUIET_WINDOW * Etc.sysconf(Etc::SC_CLK_TCK)
+QUIET_MAX_SECONDS = Float(ENV.fetch("BENCH_QUIET_MAX_SECONDS"))
 
-# Waits until the server has finished what the calls before left it to do (their spans' delivery, their garbage),
-# at most 20 s: every way calls one server, so without it one way's leftover work lands in the next way's calls.
+# Waits until the server has finished what the calls before left it to do (their spans' delivery, their garbage):
+# every way calls one server, so without it one way's leftover work lands in the next way's calls.
 def quiet
-  deadline = monotonic + 20
+  deadline = monotonic + QUIET_MAX_SECONDS
   before = server_ticks
   while monotonic < deadline
     sleep(QUIET_WINDOW)
@@ -50,7 +53,7 @@ def quiet
     return if now - before < QUIET_TICKS
     before = now
   end
-  warn "note: the server was still busy after 20 s"
+  warn "note: the server was still busy after #{QUIET_MAX_SECONDS} s"
 end
 
 # As bench/lib/job-payload-body.ts's pipelineIdOf: consecutive job ids fill one pipeline after another.

@@ -43,7 +43,7 @@ import { makeSecretFiles } from '../test/helpers/internal-api';
 import { freePort } from '../test/helpers/ports';
 import { RedisServer, startRedis } from '../test/helpers/redis';
 import { repositoryRoot, runBench } from './lib/bench-env';
-import { BARE_ROUTE, BenchServer, ECHO_STORE_ROUTE, FLOOR_ROUTE, serverScript, startBenchServer } from './lib/bench-server';
+import { BARE_ROUTE, BenchServer, ECHO_STORE_ROUTE, FLOOR_ROUTE, QUIET_CPU_SHARE, QUIET_MAX_MS, serverScript, startBenchServer } from './lib/bench-server';
 import { BytesSink, startBytesSink } from './lib/child-process';
 import { jobPayloadBodies, PIPELINE_SIZES } from './lib/job-payload-body';
 import { median, percentile } from './lib/percentiles';
@@ -145,7 +145,10 @@ async function main(): Promise<void> {
     const holds = redis === undefined ? undefined : await watchRedisHolds(redis.url, HOLD_US);
     const lines = await runRuby(root, {
       BENCH_ORIGIN: server.origin,
+      // The Ruby side waits for a quiet server before each way by the job-payload bench's rule (bench-server.ts, quiet).
       BENCH_SERVER_PID: String(server.pid),
+      BENCH_QUIET_CPU_SHARE: String(QUIET_CPU_SHARE),
+      BENCH_QUIET_MAX_SECONDS: String(QUIET_MAX_MS / 1000),
       BENCH_BARE_PATH: BARE_ROUTE,
       BENCH_GRANT_WRITE_PATH: ECHO_STORE_ROUTE,
       BENCH_FLOOR_PATH: FLOOR_ROUTE,

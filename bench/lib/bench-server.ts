@@ -153,8 +153,9 @@ export async function startBenchServer(options: BenchServerOptions): Promise<Ben
   };
 }
 
-/** A server is quiet when it used less than this share of a core over one window. */
-const QUIET_CPU_SHARE = 0.05;
+/** A server is quiet when it used less than this share of a core over one window; the wait ends after the most. */
+export const QUIET_CPU_SHARE = 0.05;
+export const QUIET_MAX_MS = 20_000;
 const QUIET_WINDOW_MS = 250;
 
 /**
@@ -163,7 +164,7 @@ const QUIET_WINDOW_MS = 250;
  * often another route's: measured that way, the bare route's p99 and CPU took the decorator's. Answers the wait in ms,
  * or undefined when the server was still busy after `maxMs`.
  */
-export async function quiet(server: BenchServer, maxMs = 20_000): Promise<number | undefined> {
+export async function quiet(server: BenchServer, maxMs = QUIET_MAX_MS): Promise<number | undefined> {
   const started = performance.now();
   let before = await server.cpuMicros();
   while (performance.now() - started < maxMs) {

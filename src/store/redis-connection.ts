@@ -34,6 +34,8 @@ export interface RedisConnectionSettings {
   readonly waitReplicas?: number;
   /** What the connection is called in Redis' `CLIENT LIST` (CLIENT SETNAME), so an operator can tell the service's apart. */
   readonly connectionName?: string;
+  /** The commands issued in one turn of the event loop are written together (`RedisStore`'s `gatherTurn`). */
+  readonly gathersTurns?: boolean;
 }
 
 /**

@@ -22,7 +22,7 @@ export class RedisStore {
    * start find Redis ready. Redis being down is not fatal: the service starts, reports not ready,
    * answers `degraded`, and ioredis keeps reconnecting.
    */
-  static async open(settings: RedisConnectionSettings, events?: RedisConnectionEvents, startWaitMs = 2000, gathersTurns = false): Promise<RedisStore> {
+  static async open(settings: RedisConnectionSettings, events?: RedisConnectionEvents, startWaitMs = 2000): Promise<RedisStore> {
     const client = connectRedis(settings, events);
     await new Promise<void>((resolve) => {
       const timer = setTimeout(resolve, startWaitMs);
@@ -31,7 +31,12 @@ export class RedisStore {
         resolve();
       });
     });
-    return new RedisStore(client, { waitReplicas: settings.waitReplicas ?? 0, waitTimeoutMs: settings.commandTimeoutMs }, gathersTurns);
+    return new RedisStore(client, { waitReplicas: settings.waitReplicas ?? 0, waitTimeoutMs: settings.commandTimeoutMs }, settings.gathersTurns ?? false);
+  }
+
+  /** The one socket commands are written to; none on a cluster, whose commands go to several. */
+  private get socket(): Redis['stream'] | undefined {
+    return this.client instanceof Cluster ? undefined : this.client.stream;
   }
 
   /** Whether this is a Redis Cluster, where a script's keys must all be in one slot. */
@@ -51,7 +56,7 @@ export class RedisStore {
    * with `--cpu-prof`). On a cluster, whose commands go to several sockets, `issue` is just called.
    */
   together<T>(issue: () => T): T {
-    const socket = this.client instanceof Cluster ? undefined : this.client.stream;
+    const socket = this.socket;
     socket?.cork();
     try {
       return issue();
@@ -96,7 +101,7 @@ export class RedisStore {
    * whose commands go to several sockets, each is written as it is issued.
    */
   private gatherTurn(): void {
-    const socket = this.client instanceof Cluster ? undefined : this.client.stream;
+    const socket = this.socket;
     if (socket === undefined || socket === this.corkedForTurn) return;
     this.corkedForTurn = socket;
     socket.cork();

@@ -43,7 +43,7 @@ export const PICKUPS_CONNECTION_NAME = 'ci-job-telemetry-pickups';
             },
           ),
           // Its writes gathered by turn: loaded, several pickups are answered in one turn, and their grants go in one write.
-          RedisStore.open({ ...settings, connectionName: PICKUPS_CONNECTION_NAME }, undefined, undefined, true),
+          RedisStore.open({ ...settings, connectionName: PICKUPS_CONNECTION_NAME, gathersTurns: true }),
         ]);
         return { kind: 'redis', redis, pickups };
       },
