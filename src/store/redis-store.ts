@@ -36,7 +36,7 @@ export class RedisStore {
 
   /** The one socket commands are written to; none on a cluster, whose commands go to several. */
   private get socket(): Redis['stream'] | undefined {
-    return this.client instanceof Cluster ? undefined : this.client.stream;
+    return this.isCluster ? undefined : (this.client as Redis).stream;
   }
 
   /** Whether this is a Redis Cluster, where a script's keys must all be in one slot. */
