@@ -39,10 +39,15 @@ const pipelineHook = (pipelineId: number) => ({
   body: { object_kind: 'pipeline', object_attributes: { id: pipelineId, status: 'running' }, project: { id: 7 }, builds: [] },
 });
 
-async function until<T>(what: string, check: () => T | undefined, timeoutMs = 10_000): Promise<T> {
+/**
+ * Waits until `check` holds. Wait for the state the test then asserts, not for an earlier step of the same work: the
+ * spool counts a replay after it removed the hook's entry, so a test that waited for the hook to be recorded and then
+ * read the counter read it a moment too soon, once in CI (issue 56).
+ */
+async function until<T>(what: string, check: () => T | undefined | Promise<T | undefined>, timeoutMs = 10_000): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    const value = check();
+    const value = await check();
     if (value !== undefined && value !== false) return value;
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((resolve) => setTimeout(resolve, 20));
@@ -91,7 +96,9 @@ describe('WebhookSpoolService', () => {
     expect(await metric('ci_job_telemetry_webhook_spool_hooks')).toEqual(['ci_job_telemetry_webhook_spool_hooks 4']);
 
     spans.store = 'up';
-    await until('the spool to be replayed', () => spans.recorded.length === 4);
+    const replayed = async () => (await metric('ci_job_telemetry_webhooks_replayed_total'))[0]?.endsWith(' 4');
+    const empty = async () => (await metric('ci_job_telemetry_webhook_spool_hooks'))[0]?.endsWith(' 0');
+    await until('the spool to be replayed and emptied', async () => (await replayed()) && (await empty()));
     expect(spans.recorded).toEqual(['job 11', 'job 21', 'job 12', 'pipeline 1']);
     expect(await metric('ci_job_telemetry_webhooks_replayed_total')).toEqual(['ci_job_telemetry_webhooks_replayed_total 4']);
     expect(await metric('ci_job_telemetry_webhook_spool_hooks')).toEqual(['ci_job_telemetry_webhook_spool_hooks 0']);
@@ -118,7 +125,11 @@ describe('WebhookSpoolService', () => {
     expect((await service.take(jobHook(5, 51))).kind).toBe('recorded');
     expect(spans.recorded).toEqual(['job 51']);
     // Five attempts a backoff apart (at most 1 s here), then the first is given up on and the second follows.
-    await until('the failing hook to be dropped', () => spans.recorded.includes('job 42'), 15_000);
+    await until(
+      'the failing hook to be dropped and the next replayed',
+      async () => spans.recorded.includes('job 42') && (await metric('ci_job_telemetry_webhooks_dropped_total')).some((line) => line.endsWith(' 1')),
+      15_000,
+    );
     expect(spans.recorded).toEqual(['job 51', 'job 42']);
     expect(await metric('ci_job_telemetry_webhooks_dropped_total')).toEqual(['ci_job_telemetry_webhooks_dropped_total{reason="failed_repeatedly"} 1']);
   }, 20_000);
