@@ -24,7 +24,7 @@ describe('a kept trace delivered a page at a time (SPEC §11)', () => {
     expect(parkedSpansAsEntries(parked, 'failed', 1).map((span) => span.key)).toEqual(['00aa@100', '00aa@200', '00bb']);
   });
 
-  it('sends again one export at a time a joined page the collector refuses whole, so one bad export costs only itself', async () => {
+  it('bisects a joined page the collector refuses whole, so one bad export costs only itself', async () => {
     // Empty ResourceSpans (field 1, length 0): one, two, three of them.
     const empties = (n: number) => Buffer.concat(Array.from({ length: n }, () => Buffer.from([0x0a, 0x00])));
     const good = [entry('g1', 'protobuf', 2, empties(1)), entry('g2', 'protobuf', 4, empties(2))];
@@ -36,15 +36,14 @@ describe('a kept trace delivered a page at a time (SPEC §11)', () => {
         // As the Collector does: a body holding the export it cannot decode (here: the one of three) is refused whole.
         return body.length === 2 || body.length === 4
           ? { kind: 'accepted', status: 200, partialSuccess: undefined }
-          : { kind: 'refused', status: 400, contentType: undefined, body: Buffer.alloc(0) };
+          : { kind: 'bad_data', status: 400, contentType: undefined, body: Buffer.alloc(0) };
       },
     };
-    const refused: number[] = [];
-    const result = await sendPage(collector, 'protobuf', [good[0], bad, good[1]], 'failed', (entries) => refused.push(entries));
-    expect(result.retry).toBeUndefined();
+    const result = await sendPage(collector, 'protobuf', [good[0], bad, good[1]], 'failed');
+    expect(result.keptBy).toBeUndefined();
     expect(result.done.map((done) => done.id).sort()).toEqual([good[0].id, bad.id, good[1].id].sort());
-    expect(refused).toEqual([1]);
-    // The joined request, then each export alone.
-    expect(sent).toHaveLength(4);
+    expect(result.dropped.map((dropped) => [dropped.part, dropped.status])).toEqual([[1, 400]]);
+    // The joined request, then halves: [g1, b1] refused, g1 alone taken, b1 alone refused, g2 alone taken.
+    expect(sent).toEqual([12, 8, 2, 6, 4]);
   });
 });
