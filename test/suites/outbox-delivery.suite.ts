@@ -2,43 +2,11 @@ import { Logger } from '@nestjs/common';
 import { HttpCollectorClient } from '../../src/collector/http-collector-client';
 import { loadConfig } from '../../src/config/app-config';
 import { MetricsService } from '../../src/observability/metrics.service';
-import { ReceiverAnswer, startOtlpReceiver, OtlpReceiver } from '../../src/otlp/otlp-receiver';
 import { bundled, OutboxEntry, OutboxStore } from '../../src/outbox/outbox';
 import { OutboxDeliverer } from '../../src/outbox/outbox-deliverer';
 import { OutboxMetrics } from '../../src/outbox/outbox.metrics';
+import { CollectorScript, ScriptedCollector, startScriptedCollector } from '../helpers/scripted-collector';
 import { StoreWorld } from './store-world';
-
-/** What the collector answers one request, from the names of the spans it carries and how many requests came before. */
-type Answer = 'ok' | 'hang' | number;
-type Script = (names: readonly string[], request: number) => Answer;
-
-/**
- * A collector on a real HTTP port (the one OTLP receiver, decoding every request) that answers as the test scripts,
- * and keeps the names of the spans of each request it answered 2xx: what reached the collector, as it will count it.
- */
-async function scriptedCollector(script: () => Script): Promise<{ receiver: OtlpReceiver; delivered: string[]; requests: () => number }> {
-  const delivered: string[] = [];
-  let requests = 0;
-  const receiver = await startOtlpReceiver({
-    onExport: ({ request }): ReceiverAnswer | 'hang' => {
-      const resources = ((request as { resourceSpans?: unknown[] }).resourceSpans ?? []) as Array<{ scopeSpans: Array<{ spans: Array<{ name: string }> }> }>;
-      const names = resources.flatMap((resource) => resource.scopeSpans.flatMap((scope) => scope.spans.map((span) => span.name)));
-      const answer = script()(names, requests++);
-      if (process.env.DEBUG_SINK) console.log(requests - 1, names.join(' '), answer);
-      if (answer === 'hang') return 'hang';
-      if (answer === 'ok') {
-        delivered.push(...names);
-        return { kind: 'accepted' };
-      }
-      return {
-        kind: 'failed',
-        status: answer,
-        message: answer === 400 ? `cannot decode span ${names.length === 1 ? names[0] : ''}`.trim() : `answered ${answer}`,
-      };
-    },
-  });
-  return { receiver, delivered, requests: () => requests };
-}
 
 /**
  * The outbox keeps what it was given (issue 56 item 7, SPEC §10): nothing leaves it before a 2xx; a 413 splits, a 400
@@ -52,8 +20,8 @@ export function keepsWhatTheOutboxWasGiven(world: StoreWorld) {
     let metrics: MetricsService;
     let deliverer: OutboxDeliverer | undefined;
     let client: HttpCollectorClient | undefined;
-    let collector: Awaited<ReturnType<typeof scriptedCollector>> | undefined;
-    let script: Script = () => 'ok';
+    let collector: ScriptedCollector | undefined;
+    let script: CollectorScript = () => 'ok';
 
     const span = (name: string): OutboxEntry => ({
       key: Buffer.from(name).toString('hex').slice(0, 16).padEnd(16, '0'),
@@ -66,8 +34,8 @@ export function keepsWhatTheOutboxWasGiven(world: StoreWorld) {
     const names = (count: number, prefix = 'span') => Array.from({ length: count }, (_, i) => `${prefix}-${String(i).padStart(2, '0')}`);
 
     const start = async (timeoutMs = 2000) => {
-      collector = await scriptedCollector(() => script);
-      client = new HttpCollectorClient(collector.receiver.url, {}, timeoutMs);
+      collector = await startScriptedCollector((names, request) => script(names, request));
+      client = new HttpCollectorClient(collector.url, {}, timeoutMs);
       deliverer = new OutboxDeliverer(
         loadConfig({ OTLP_UPSTREAM_TIMEOUT_MS: String(timeoutMs), OUTBOX_MAX_BACKOFF_SECONDS: '1' }),
         outbox,
@@ -98,7 +66,7 @@ export function keepsWhatTheOutboxWasGiven(world: StoreWorld) {
     afterEach(async () => {
       await deliverer?.onModuleDestroy();
       await client?.close();
-      await collector?.receiver.stop();
+      await collector?.stop();
       deliverer = client = collector = undefined;
       await world.close();
     });
