@@ -134,7 +134,7 @@ describe('a kept pipeline delivered to a collector that refuses', () => {
     outbox = new MemoryOutboxStore();
     metrics = new MetricsService();
     script = () => 'ok';
-    collector = await startScriptedCollector((names, request) => script(names, request));
+    collector = await startScriptedCollector((names, request, spans) => script(names, request, spans));
   });
   afterEach(async () => {
     await deliverer?.onModuleDestroy();

@@ -34,7 +34,7 @@ export function keepsWhatTheOutboxWasGiven(world: StoreWorld) {
     const names = (count: number, prefix = 'span') => Array.from({ length: count }, (_, i) => `${prefix}-${String(i).padStart(2, '0')}`);
 
     const start = async (timeoutMs = 2000) => {
-      collector = await startScriptedCollector((names, request) => script(names, request));
+      collector = await startScriptedCollector((names, request, spans) => script(names, request, spans));
       client = new HttpCollectorClient(collector.url, {}, timeoutMs);
       deliverer = new OutboxDeliverer(
         loadConfig({ OTLP_UPSTREAM_TIMEOUT_MS: String(timeoutMs), OUTBOX_MAX_BACKOFF_SECONDS: '1' }),
