@@ -16,7 +16,8 @@ export interface DroppedPiece {
   readonly kind: RefusedForContent['kind'];
   readonly status: number;
   readonly reason: string;
-  readonly bytes: number;
+  /** The piece as it was sent (for naming it in a log line; never logged whole). */
+  readonly body: Buffer;
 }
 
 /** What became of one part. */
@@ -118,7 +119,7 @@ export async function exportBisecting(
       return bisect(piece.children, refusal);
     }
     piece.state = 'dropped';
-    dropped.push({ part: piece.part, kind: refusal.kind, status: refusal.status, reason: refusalReason(refusal), bytes: piece.body.length });
+    dropped.push({ part: piece.part, kind: refusal.kind, status: refusal.status, reason: refusalReason(refusal), body: piece.body });
     return true;
   };
 

@@ -265,7 +265,7 @@ export class OutboxDeliverer implements OnApplicationBootstrap, OnModuleDestroy 
     for (const { piece, key } of dropped) {
       this.metrics.droppedSpan(piece.status);
       this.logger.error(
-        `outbox: the collector refused ${key.startsWith('parked:') ? `a parked export of ${key}` : `pipeline span ${key.split('~')[0]}`} alone with ${piece.status} (${piece.kind === 'too_large' ? 'too large' : 'cannot decode it'}: ${piece.reason}); dropped, the rest delivered`,
+        `outbox: the collector refused ${kindOf(key) === undefined ? `pipeline span ${spanIdOf(piece.body) ?? key}` : `a piece of ${key}`} alone with ${piece.status} (${piece.kind === 'too_large' ? 'too large' : 'cannot decode it'}: ${piece.reason}); dropped, the rest delivered`,
       );
     }
   }
@@ -349,6 +349,11 @@ export class OutboxDeliverer implements OnApplicationBootstrap, OnModuleDestroy 
     this.failing = undefined;
     this.logger.log(`outbox: ${what} reachable again, delivering`);
   }
+}
+
+/** The id of the span an outbox piece (one span's `ResourceSpans`, OTLP/JSON) carries, to name it in the log. */
+function spanIdOf(piece: Buffer): string | undefined {
+  return /"spanId":"([0-9a-fA-F]+)"/.exec(piece.toString('utf8'))?.[1];
 }
 
 /** Spans the entries carry: a bundle counts its spans. */

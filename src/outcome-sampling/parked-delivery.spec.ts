@@ -190,7 +190,7 @@ describe('a kept pipeline delivered to a collector that refuses', () => {
       expect(sorted(collector.delivered)).toEqual(sorted([...exports.flat(), 'pipeline']));
       expect(await counted('ci_job_telemetry_outbox_dropped_spans_total', { status: '400' })).toBe(1);
       expect(said.mock.calls.map(([line]) => String(line))).toEqual([
-        expect.stringContaining(`parked:${TRACE} alone with 400 (cannot decode it: cannot decode span undecodable)`),
+        expect.stringContaining(`a piece of parked:${TRACE} alone with 400 (cannot decode it: cannot decode span undecodable)`),
       ]);
     } finally {
       said.mockRestore();

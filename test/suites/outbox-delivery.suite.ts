@@ -23,14 +23,18 @@ export function keepsWhatTheOutboxWasGiven(world: StoreWorld) {
     let collector: ScriptedCollector | undefined;
     let script: CollectorScript = () => 'ok';
 
-    const span = (name: string): OutboxEntry => ({
-      key: Buffer.from(name).toString('hex').slice(0, 16).padEnd(16, '0'),
-      body: JSON.stringify({
-        resource: { attributes: [{ key: 'service.name', value: { stringValue: 'ci-job-telemetry' } }] },
-        scopeSpans: [{ scope: { name: 'ci-job-telemetry/pipeline-spans' }, spans: [{ traceId: 'a'.repeat(32), spanId: 'b'.repeat(16), name }] }],
-      }),
-      enqueuedAt: world.now(),
-    });
+    /** A control-plane span as the outbox holds it: keyed by its span id. */
+    const span = (name: string): OutboxEntry => {
+      const spanId = Buffer.from(name).toString('hex').slice(0, 16).padEnd(16, '0');
+      return {
+        key: spanId,
+        body: JSON.stringify({
+          resource: { attributes: [{ key: 'service.name', value: { stringValue: 'ci-job-telemetry' } }] },
+          scopeSpans: [{ scope: { name: 'ci-job-telemetry/pipeline-spans' }, spans: [{ traceId: 'a'.repeat(32), spanId, name }] }],
+        }),
+        enqueuedAt: world.now(),
+      };
+    };
     const names = (count: number, prefix = 'span') => Array.from({ length: count }, (_, i) => `${prefix}-${String(i).padStart(2, '0')}`);
 
     const start = async (timeoutMs = 2000) => {
@@ -135,8 +139,9 @@ export function keepsWhatTheOutboxWasGiven(world: StoreWorld) {
         expect(sorted(collector!.delivered)).toEqual(sorted(sent));
         expect(await counted('ci_job_telemetry_outbox_dropped_spans_total', { status: '400' })).toBe(1);
         expect(await counted('ci_job_telemetry_outbox_dropped_spans_total')).toBe(1);
+        // Named by its own span id, though it sat in a bundle keyed by another's.
         expect(said.mock.calls.map(([line]) => String(line))).toEqual([
-          expect.stringContaining('400 (cannot decode it: cannot decode span undecodable); dropped'),
+          expect.stringContaining(`pipeline span ${span('undecodable').key} alone with 400 (cannot decode it: cannot decode span undecodable); dropped`),
         ]);
         // Bisected, not sent one span a request: a few requests per refusal, far fewer than the spans.
         expect(collector!.requests()).toBeLessThan(30);
