@@ -102,7 +102,7 @@ describe('CoalescingCollectorClient (issue 29)', () => {
   });
 
   it('sends each export of a joined request the collector refused whole (4xx) again alone, and answers each from its own request', async () => {
-    const badRequest = (why: string): ExportResult => ({ kind: 'refused', status: 400, contentType: 'application/x-protobuf', body: Buffer.from(why) });
+    const badRequest = (why: string): ExportResult => ({ kind: 'bad_data', status: 400, contentType: 'application/x-protobuf', body: Buffer.from(why) });
     const holder = client.export('traces', 'protobuf', traces('hold', 1));
     await turn();
     const batch = ['good', 'bad', 'fine'].map((job) => client.export('traces', 'protobuf', traces(job, 2)));
@@ -124,7 +124,7 @@ describe('CoalescingCollectorClient (issue 29)', () => {
   });
 
   it('passes a 4xx to an export that went alone, without sending it again', async () => {
-    const refused: ExportResult = { kind: 'refused', status: 400, contentType: undefined, body: Buffer.from('bad') };
+    const refused: ExportResult = { kind: 'bad_data', status: 400, contentType: undefined, body: Buffer.from('bad') };
     const lone = client.export('traces', 'protobuf', traces('alone', 1));
     await turn();
     collector.requests[0].answer(refused);

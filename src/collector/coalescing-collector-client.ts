@@ -127,7 +127,7 @@ export class CoalescingCollectorClient implements CollectorClient {
       );
       if (sent.split) {
         this.observer?.splitAfterRefusal('traces', waiting.length);
-        const refusedAlone = sent.results.filter((result) => result.kind === 'refused').length;
+        const refusedAlone = sent.results.filter((result) => result.kind !== 'accepted' && result.kind !== 'retry').length;
         this.log?.warn(
           { exports: waiting.length, status: sent.status, refusedAlone },
           `the collector refused a joined request of ${waiting.length} exports with ${sent.status}: sent again one export per request, ${refusedAlone} refused alone`,

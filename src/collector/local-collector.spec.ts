@@ -110,8 +110,8 @@ describe('LocalCollector (the embedded default collector)', () => {
 
   it('refuses with 400 a body it cannot decode, as a receiver does, and writes nothing', async () => {
     const collector = new LocalCollector(join(dir, 'otlp'), 1024 * 1024);
-    expect(await collector.export('traces', 'json', Buffer.from('{"resourceSpans":'))).toMatchObject({ kind: 'refused', status: 400 });
-    expect(await collector.export('traces', 'protobuf', Buffer.from([0x0a, 0xff]))).toMatchObject({ kind: 'refused', status: 400 });
+    expect(await collector.export('traces', 'json', Buffer.from('{"resourceSpans":'))).toMatchObject({ kind: 'bad_data', status: 400 });
+    expect(await collector.export('traces', 'protobuf', Buffer.from([0x0a, 0xff]))).toMatchObject({ kind: 'bad_data', status: 400 });
     await collector.close();
     expect(existsSync(join(dir, 'otlp'))).toBe(false);
   });

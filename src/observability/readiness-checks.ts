@@ -9,7 +9,7 @@ export type CheckStatus = 'ok' | 'degraded' | 'failing';
 /**
  * What `GET /-/readiness` asks (SPEC §8). The module that owns a dependency registers its check when
  * it is loaded: store (GrantsModule), flags (FlagsModule), job_token_keys (RunnerAuthModule), upstream
- * (CollectorModule), outbox (PipelineSpansModule). So health needs no knowledge of their internals, and
+ * (CollectorModule), outbox and outbox_delivery (OutboxModule). So health needs no knowledge of their internals, and
  * a process asks only what it has loaded.
  */
 @Injectable()

@@ -1,9 +1,12 @@
 import { Inject, Injectable, Logger, OnApplicationBootstrap, OnModuleDestroy } from '@nestjs/common';
-import type { CollectorClient, ExportResult } from '../collector/collector-client';
+import { randomBytes } from 'node:crypto';
+import { DroppedPiece, exportBisecting, PieceCutter } from '../collector/bisecting-export';
+import type { CollectorClient, NotNow } from '../collector/collector-client';
 import { COLLECTOR_CLIENT } from '../collector/collector.constants';
+import { cutJsonResourceSpans } from '../collector/trace-pieces';
 import { AppConfig } from '../config/app-config';
 import { APP_CONFIG } from '../config/config.constants';
-import { BUNDLE_MAX_SPANS, ClaimedEntry, kindOf, OutboxEntryKind, OutboxStore, weightOf } from './outbox';
+import { ADMIT_ALWAYS, BUNDLE_MAX_SPANS, ClaimedEntry, kindOf, OutboxEntry, OutboxEntryKind, OutboxLimits, OutboxStore, weightOf } from './outbox';
 import { OUTBOX_STORE } from './outbox.constants';
 import { OutboxMetrics } from './outbox.metrics';
 
@@ -31,39 +34,43 @@ const FIRST_BACKOFF_MS = 500;
 /** A collector's Retry-After is honoured up to this. */
 const MAX_RETRY_AFTER_MS = 300_000;
 
-/** What becomes of one delivery: acknowledged, tried again after `delayMs`, or dropped as refused for good. */
-export type Delivery = { kind: 'accepted'; rejected: number } | { kind: 'retry'; reason: string; delayMs: number } | { kind: 'refused'; status: number };
+/** How long before its lease runs out a round sends nothing more: a request started before then is answered in time. */
+const LEASE_MARGIN_MS = 2000;
+
+/** The outbox's spans in one request: their `ResourceSpans` joined as an OTLP/JSON export, cut per span when refused. */
+const OUTBOX_PIECES: PieceCutter = {
+  join: (pieces) => Buffer.concat([EXPORT_START, ...pieces.flatMap((piece, i) => (i === 0 ? [piece] : [COMMA, piece])), EXPORT_END]),
+  cut: (piece) => cutJsonResourceSpans(piece.toString('utf8')).map((text) => Buffer.from(text)),
+};
+
+/** The wait before data the collector did not take is sent again, and what to call the failure (its status, or why none). */
+export interface RetryDelay {
+  readonly reason: string;
+  readonly delayMs: number;
+}
 
 /**
- * The collector's result as the outbox acts on it: a retry waits the longer of the span's exponential
- * backoff (`attempts` deliveries tried before, with ±20 % jitter from `random`) and the collector's
+ * The wait after an answer that says nothing of the data (SPEC §10: kept, never dropped): the longer of the entry's
+ * exponential backoff (`attempts` deliveries tried before, with ±20 % jitter from `random`) and the collector's
  * Retry-After, the latter honoured up to MAX_RETRY_AFTER_MS.
  */
-export function deliveryOf(result: ExportResult, attempts: number, maxBackoffMs: number, random = Math.random()): Delivery {
-  switch (result.kind) {
-    case 'accepted':
-      return { kind: 'accepted', rejected: result.partialSuccess?.rejectedItems ?? 0 };
-    case 'retry': {
-      const backoff = Math.min(maxBackoffMs, FIRST_BACKOFF_MS * 2 ** Math.min(attempts, 20)) * (0.8 + random * 0.4);
-      const delayMs = Math.min(MAX_RETRY_AFTER_MS, Math.max(backoff, (result.retryAfterSeconds ?? 0) * 1000));
-      return { kind: 'retry', reason: String(result.happened), delayMs };
-    }
-    case 'refused':
-      return { kind: 'refused', status: result.status };
-    default: {
-      const unreachable: never = result;
-      throw new Error(`unhandled export result ${JSON.stringify(unreachable)}`);
-    }
-  }
+export function retryDelayOf(result: NotNow, attempts: number, maxBackoffMs: number, random = Math.random()): RetryDelay {
+  const backoff = Math.min(maxBackoffMs, FIRST_BACKOFF_MS * 2 ** Math.min(attempts, 20)) * (0.8 + random * 0.4);
+  const delayMs = Math.min(MAX_RETRY_AFTER_MS, Math.max(backoff, (result.retryAfterSeconds ?? 0) * 1000));
+  return { reason: String(result.kind === 'retry' ? result.happened : result.status), delayMs };
 }
 
 /**
  * Sends the outbox to the collector (SPEC §10): claims due entries (each to one replica, for a lease, so a
  * replica that dies mid-send loses nothing: the lease runs out and another sends them), exports the spans among
  * them as one OTLP/JSON request through the collector client, and acknowledges them only once the collector
- * answered 2xx. Entries of a registered kind go to their owner, one per round, so that a round carries at most
- * two requests and never outlives its lease. Failures back off exponentially per entry, up to
- * OUTBOX_MAX_BACKOFF_SECONDS, or the collector's Retry-After. A span is sent twice only if this process stops
+ * answered 2xx (issue 56 item 7: nothing before). A request the collector refuses for its size (413) or for what it
+ * cannot decode (400) is bisected (exportBisecting) until only the spans it refuses alone are left: those are
+ * dropped, counted and logged with the collector's words, the rest delivered. Every other answer (401, 403, 404,
+ * 5xx, a timeout, no connection) keeps every span, backs off exponentially per entry, up to
+ * OUTBOX_MAX_BACKOFF_SECONDS, or the collector's Retry-After, and readiness says `outbox_delivery: degraded` until
+ * a delivery succeeds again. Entries of a registered kind go to their owner, one per round; a round starts no
+ * request its lease would not outlive. A span is sent twice only if this process stops
  * between the collector's 2xx and the acknowledgement (a window of one store round trip; a graceful stop finishes
  * the delivery in flight first): the next claimer is told the lease ran out, and counts it.
  */
@@ -80,6 +87,11 @@ export class OutboxDeliverer implements OnApplicationBootstrap, OnModuleDestroy 
   private kicked = false;
   private depthReadAt = -Infinity;
   private failing: string | undefined;
+  /** The last delivery the collector answered was not taken: readiness says so until one is. */
+  private collectorFailing = false;
+  private readonly timeoutMs: number;
+  /** Spans of a bundle left to send when one round delivered part of it: enqueued again under keys of their own. */
+  private readonly requeueLimits: OutboxLimits;
   /** Keys the collector took whose acknowledgement the store did not answer: acknowledged first thing next round. */
   private unacknowledged: string[] = [];
 
@@ -92,7 +104,15 @@ export class OutboxDeliverer implements OnApplicationBootstrap, OnModuleDestroy 
     // Longer than the two sends a round can make (a kind's entry, then the spans), so a lease never runs out
     // under a send still in flight.
     this.leaseMs = config.OTLP_UPSTREAM_TIMEOUT_MS * 2 + 5000;
+    this.timeoutMs = config.OTLP_UPSTREAM_TIMEOUT_MS;
     this.maxBackoffMs = config.OUTBOX_MAX_BACKOFF_SECONDS * 1000;
+    // They were counted in the outbox's bound when first enqueued, and leave it with the entry that held them.
+    this.requeueLimits = { maxSpans: ADMIT_ALWAYS, rememberMs: config.OUTBOX_DEDUP_SECONDS * 1000 };
+  }
+
+  /** Whether the collector has not taken the last delivery: readiness' `outbox_delivery` says `degraded` meanwhile. */
+  get deliveryFailing(): boolean {
+    return this.collectorFailing;
   }
 
   /** An owner's entry kind: keys `<name>:…` are delivered by it. */
@@ -138,6 +158,8 @@ export class OutboxDeliverer implements OnApplicationBootstrap, OnModuleDestroy 
       this.unacknowledged = [];
     }
     const claimed = await this.store.claim(BATCH_SPANS, this.leaseMs);
+    // No request starts after this: answered within the collector's timeout, it ends before the lease does.
+    const deadline = performance.now() + this.leaseMs - this.timeoutMs - LEASE_MARGIN_MS;
     // With each delivery, and once a second while idle.
     if (claimed.length > 0 || performance.now() - this.depthReadAt >= DEPTH_EVERY_MS) {
       this.depthReadAt = performance.now();
@@ -158,58 +180,107 @@ export class OutboxDeliverer implements OnApplicationBootstrap, OnModuleDestroy 
     if (owned.length > 1) await this.store.putBack(owned.slice(1).map((entry) => entry.key));
     // A claim stops short of BATCH_SPANS when the next bundle would not fit: within a bundle of full, more may wait.
     let more = owned.length > 1 || spansIn(claimed) > BATCH_SPANS - BUNDLE_MAX_SPANS;
-    if (owned.length > 0) more = (await this.deliverOwned(owned[0])) || more;
+    if (owned.length > 0) more = (await this.deliverOwned(owned[0], deadline)) || more;
     if (spans.length === 0) return more;
-    return (await this.deliverSpans(spans)) && more;
+    return (await this.deliverSpans(spans, deadline)) && more;
   }
 
-  /** The outbox's own spans, as one OTLP/JSON export; true unless the collector asked to wait. */
-  private async deliverSpans(claimed: ClaimedEntry[]): Promise<boolean> {
-    const body = Buffer.concat([EXPORT_START, ...claimed.flatMap((span, i) => (i === 0 ? [span.body] : [COMMA, span.body])), EXPORT_END]);
-    const result = await this.collector.export('traces', 'json', body, { own: true });
-    const delivery = deliveryOf(result, Math.max(...claimed.map((span) => span.attempts)), this.maxBackoffMs);
-    const keys = claimed.map((span) => span.key);
-    const spans = spansIn(claimed);
-    switch (delivery.kind) {
-      case 'accepted':
-        await this.acknowledge(keys);
-        this.metrics.deliveredSpans(claimed, spans);
-        this.recovered('collector');
-        if (delivery.rejected > 0) this.logger.warn(`the collector rejected ${delivery.rejected} of ${spans} pipeline spans (partial success); not retried`);
-        return true;
-      case 'refused':
-        // An answer the collector will give again to the same spans: retrying cannot help, and would hold them forever.
-        await this.acknowledge(keys);
-        this.metrics.deliveryFailed(String(delivery.status));
-        this.logger.error(`the collector refused ${spans} pipeline spans with ${delivery.status}; dropped`);
-        return true;
-      case 'retry': {
-        await this.store.retry(keys, delivery.delayMs);
-        this.metrics.deliveryFailed(delivery.reason);
-        this.failed('collector', `outbox: ${spans} pipeline spans not delivered (${delivery.reason}); next attempt in ${Math.round(delivery.delayMs)} ms`);
-        return false;
-      }
-      default: {
-        const unreachable: never = delivery;
-        throw new Error(`unhandled delivery ${JSON.stringify(unreachable)}`);
-      }
+  /** The outbox's own spans, as one OTLP/JSON export (bisected when refused for what it carries); true unless kept for later. */
+  private async deliverSpans(claimed: ClaimedEntry[], deadline: number): Promise<boolean> {
+    const sent = await exportBisecting(
+      this.collector,
+      'traces',
+      'json',
+      claimed.map((span) => span.body),
+      OUTBOX_PIECES,
+      { deadline, origin: { own: true } },
+    );
+    const done = claimed.filter((_, i) => sent.parts[i].settled);
+    const partly = claimed.flatMap((entry, i) => (!sent.parts[i].settled && sent.parts[i].touched ? [{ entry, rest: sent.parts[i].rest }] : []));
+    const kept = claimed.filter((_, i) => !sent.parts[i].settled && !sent.parts[i].touched);
+    // What was left of a bundle goes back as spans of their own before the bundle leaves: none is sent twice, none lost.
+    if (partly.length > 0) await this.requeueRest(partly);
+    await this.acknowledge([...done, ...partly.map(({ entry }) => entry)].map((span) => span.key));
+    const spans = spansIn(done);
+    this.noteDropped(sent.dropped.map((piece) => ({ piece, key: claimed[piece.part].key })));
+    if (done.length > 0) this.metrics.deliveredSpans(done, Math.max(0, spans - sent.dropped.length));
+    if (sent.rejected > 0) this.logger.warn(`the collector rejected ${sent.rejected} of ${spans} pipeline spans (partial success); not retried`);
+    if (sent.stoppedBy === undefined) {
+      this.deliveredAgain();
+      return true;
     }
+    if (sent.stoppedBy === 'deadline') {
+      await this.store.putBack(kept.map((span) => span.key));
+      return true;
+    }
+    const delay = retryDelayOf(sent.stoppedBy, Math.max(...kept.map((span) => span.attempts), 0), this.maxBackoffMs);
+    await this.store.retry(
+      kept.map((span) => span.key),
+      delay.delayMs,
+    );
+    const left = spansIn(kept) + partly.reduce((sum, { rest }) => sum + rest.length, 0);
+    this.notTaken(delay, `outbox: ${left} pipeline spans kept, not delivered (${delay.reason}); next attempt in ${Math.round(delay.delayMs)} ms`);
+    return false;
   }
 
   /** One entry of a registered kind, by its owner: acknowledged once wholly delivered, put back while more of it waits. */
-  private async deliverOwned(entry: ClaimedEntry): Promise<boolean> {
-    const { result, more } = await this.kinds.get(kindOf(entry.key)!)!.deliver(entry);
-    const delivery = deliveryOf(result, entry.attempts, this.maxBackoffMs);
-    if (delivery.kind === 'retry') {
-      await this.store.retry([entry.key], delivery.delayMs);
-      this.metrics.deliveryFailed(delivery.reason);
-      this.failed('collector', `outbox: ${entry.key} not delivered (${delivery.reason}); next attempt in ${Math.round(delivery.delayMs)} ms`);
+  private async deliverOwned(entry: ClaimedEntry, deadline: number): Promise<boolean> {
+    const { result, more, dropped = [] } = await this.kinds.get(kindOf(entry.key)!)!.deliver(entry, deadline);
+    this.noteDropped(dropped.map((piece) => ({ piece, key: entry.key })));
+    if (result === 'deadline') {
+      await this.store.putBack([entry.key]);
+      return true;
+    }
+    if (result.kind !== 'accepted') {
+      // An owner's answer the collector gave about the data (413, 400) that the owner did not bisect is no reason to
+      // give its entry up either: kept, like every answer but a 2xx.
+      const notNow: NotNow = result.kind === 'retry' || result.kind === 'refused' ? result : { ...result, kind: 'refused' };
+      const delay = retryDelayOf(notNow, entry.attempts, this.maxBackoffMs);
+      await this.store.retry([entry.key], delay.delayMs);
+      this.notTaken(delay, `outbox: ${entry.key} kept, not delivered (${delay.reason}); next attempt in ${Math.round(delay.delayMs)} ms`);
       return false;
     }
-    this.recovered('collector');
+    this.deliveredAgain();
     if (more) await this.store.putBack([entry.key]);
     else await this.acknowledge([entry.key]);
     return more;
+  }
+
+  /**
+   * The spans of partly delivered entries (a bundle bisected when the collector stopped taking requests halfway)
+   * that are still to send, enqueued as entries of their own (`<key>~<nonce>*1`: a fresh key, one span's weight).
+   */
+  private async requeueRest(partly: readonly { entry: ClaimedEntry; rest: readonly Buffer[] }[]): Promise<void> {
+    const entries: OutboxEntry[] = [];
+    for (const { entry, rest } of partly) {
+      const base = entry.key.split('~')[0];
+      for (const piece of rest)
+        entries.push({ key: `${base}~${randomBytes(6).toString('hex')}*1`, body: piece.toString('utf8'), enqueuedAt: entry.enqueuedAt });
+    }
+    await this.store.enqueue(entries, this.requeueLimits);
+  }
+
+  /** Each span the collector refused alone (413 or 400, cut as small as it goes): counted by status, and said once each. */
+  private noteDropped(dropped: readonly { piece: DroppedPiece; key: string }[]): void {
+    for (const { piece, key } of dropped) {
+      this.metrics.droppedSpan(piece.status);
+      this.logger.error(
+        `outbox: the collector refused ${kindOf(key) === undefined ? `pipeline span ${spanIdOf(piece.body) ?? key}` : `a piece of ${key}`} alone with ${piece.status} (${piece.kind === 'too_large' ? 'too large' : 'cannot decode it'}: ${piece.reason}); dropped, the rest delivered`,
+      );
+    }
+  }
+
+  /** The collector took a delivery: readiness is ready again, and the log says delivery resumed once. */
+  private deliveredAgain(): void {
+    this.collectorFailing = false;
+    this.recovered('collector');
+  }
+
+  /** The collector did not take a delivery: counted by status, readiness degraded, said once until it recovers. */
+  private notTaken(delay: RetryDelay, message: string): void {
+    this.collectorFailing = true;
+    this.metrics.deliveryFailed(delay.reason);
+    this.failed('collector', message);
   }
 
   /**
@@ -278,6 +349,11 @@ export class OutboxDeliverer implements OnApplicationBootstrap, OnModuleDestroy 
     this.failing = undefined;
     this.logger.log(`outbox: ${what} reachable again, delivering`);
   }
+}
+
+/** The id of the span an outbox piece (one span's `ResourceSpans`, OTLP/JSON) carries, to name it in the log. */
+function spanIdOf(piece: Buffer): string | undefined {
+  return /"spanId":"([0-9a-fA-F]+)"/.exec(piece.toString('utf8'))?.[1];
 }
 
 /** Spans the entries carry: a bundle counts its spans. */

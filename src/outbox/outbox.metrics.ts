@@ -11,6 +11,8 @@ export class OutboxMetrics {
   private readonly delaySeconds: Histogram;
   private readonly redelivered: Counter;
   private readonly failureSeries = seriesOf((reason) => this.failures.labels(reason));
+  private readonly dropped: Counter<'status'>;
+  private readonly droppedSeries = seriesOf((status) => this.dropped.labels(status));
   private depth: OutboxDepth = { spans: 0 };
 
   constructor(metrics: MetricsService) {
@@ -18,8 +20,14 @@ export class OutboxMetrics {
     this.delivered = new Counter({ name: 'ci_job_telemetry_outbox_delivered_spans_total', help: 'Outbox spans the collector accepted', registers });
     this.failures = new Counter({
       name: 'ci_job_telemetry_outbox_delivery_failures_total',
-      help: 'Outbox deliveries that failed, by reason (unreachable, timeout, the collector status, store); retried with backoff unless dropped',
+      help: 'Outbox deliveries the collector did not take, by reason (its status, unreachable, timeout): the spans are kept and sent again after a backoff',
       labelNames: ['reason'] as const,
+      registers,
+    });
+    this.dropped = new Counter({
+      name: 'ci_job_telemetry_outbox_dropped_spans_total',
+      help: 'Spans the collector refused alone, by its status (413 too large, 400 cannot decode): dropped and logged, the rest of their delivery delivered',
+      labelNames: ['status'] as const,
       registers,
     });
     this.delaySeconds = new Histogram({
@@ -51,6 +59,11 @@ export class OutboxMetrics {
 
   redeliveredAfterLease(entries: number): void {
     this.redelivered.inc(entries);
+  }
+
+  /** One span (or one parked export that could not be cut smaller) the collector refused alone. */
+  droppedSpan(status: number): void {
+    this.droppedSeries(String(status)).inc();
   }
 
   deliveryFailed(reason: string): void {

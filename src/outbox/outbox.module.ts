@@ -35,10 +35,14 @@ export class OutboxModule implements OnModuleDestroy {
     @Inject(OUTBOX_STORE) private readonly store: OutboxStore,
     @Inject(APP_CONFIG) config: AppConfig,
     metrics: OutboxMetrics,
+    deliverer: OutboxDeliverer,
     readiness: ReadinessChecks,
   ) {
     // A full outbox refuses new spans but must not take the replica out of rotation: pickups would fail.
     readiness.register('outbox', () => (metrics.lastDepth().spans >= config.OUTBOX_MAX_SPANS ? 'degraded' : true));
+    // A collector that keeps answering 401, 404 or 5xx is a misconfiguration an operator must see, while the spans
+    // wait in the outbox; it is no reason to stop job pickups either.
+    readiness.register('outbox_delivery', () => (deliverer.deliveryFailing ? 'degraded' : true));
   }
 
   onModuleDestroy(): void {

@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import type { DroppedPiece } from '../collector/bisecting-export';
 import type { ExportResult } from '../collector/collector-client';
 
 /**
@@ -132,9 +133,16 @@ export interface OutboxStore {
 
 /** What one delivery of an owner's entry did: the collector's answer, and whether part of the entry still waits. */
 export interface KindDelivery {
-  readonly result: ExportResult;
+  /**
+   * `accepted`: this round's part is done with; any other answer keeps the entry, sent again after a backoff (an owner
+   * bisects what the collector refuses for its content: exportBisecting); `deadline`: the round's time ran out before a
+   * request, the entry is due again at once.
+   */
+  readonly result: ExportResult | 'deadline';
   /** Part was delivered and more waits: the entry is due again at once (a round carries one request per entry). */
   readonly more: boolean;
+  /** What the collector refused alone and was given up: counted and logged by the deliverer. */
+  readonly dropped?: readonly DroppedPiece[];
 }
 
 /**
@@ -143,7 +151,8 @@ export interface KindDelivery {
  */
 export interface OutboxEntryKind {
   readonly name: string;
-  deliver(entry: ClaimedEntry): Promise<KindDelivery>;
+  /** No request may start after `deadline` (performance.now()): the entry's lease would run out under it. */
+  deliver(entry: ClaimedEntry, deadline: number): Promise<KindDelivery>;
 }
 
 export const kindKey = (kind: string, id: string): string => `${kind}:${id}`;

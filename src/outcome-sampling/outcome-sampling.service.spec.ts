@@ -67,8 +67,8 @@ class World {
       rounds++;
       for (const entry of claimed) {
         if (entry.key.startsWith('parked:')) {
-          const { result, more } = await this.kind!.deliver(entry);
-          if (result.kind === 'retry') await this.outbox.retry([entry.key], 0);
+          const { result, more } = await this.kind!.deliver(entry, Infinity);
+          if (result === 'deadline' || result.kind !== 'accepted') await this.outbox.retry([entry.key], 0);
           else if (more) await this.outbox.putBack([entry.key]);
           else await this.outbox.acknowledge([entry.key]);
         } else if (this.collectorUp) {

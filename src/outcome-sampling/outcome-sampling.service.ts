@@ -99,7 +99,7 @@ export class OutcomeSamplingService implements OnApplicationBootstrap, OnModuleD
     this.lateChildMs = config.OUTCOME_SAMPLING_LATE_CHILD_SECONDS * 1000;
     // A kept pipeline's pointer and its control-plane spans are bounded by the parking budget already: never refused.
     this.outboxLimits = { maxSpans: ADMIT_ALWAYS, rememberMs: config.OUTBOX_DEDUP_SECONDS * 1000 };
-    deliverer.register({ name: PARKED_KIND, deliver: (entry) => this.deliverParked(entry) });
+    deliverer.register({ name: PARKED_KIND, deliver: (entry, deadline) => this.deliverParked(entry, deadline) });
   }
 
   onApplicationBootstrap(): void {
@@ -322,7 +322,7 @@ export class OutcomeSamplingService implements OnApplicationBootstrap, OnModuleD
    * the collector. What was delivered leaves the store at once, so a retry sends only the rest; when nothing is
    * left the trace ends and its budget comes back.
    */
-  private async deliverParked(entry: ClaimedEntry): Promise<KindDelivery> {
+  private async deliverParked(entry: ClaimedEntry, deadline: number): Promise<KindDelivery> {
     const traceId = entry.key.slice(PARKED_KIND.length + 1);
     const reason = entry.body.toString() as KeepReason;
     const ids = await this.parking.parkedIds(traceId);
@@ -353,15 +353,14 @@ export class OutcomeSamplingService implements OnApplicationBootstrap, OnModuleD
       return { result: { kind: 'accepted', status: 200, partialSuccess: undefined }, more: true };
     }
     const encoding = page[0]?.kind === 'json' ? 'json' : 'protobuf';
-    const sent = await sendPage(this.collector, encoding, page, reason, (entries, status) =>
-      this.logger.error(`trace ${traceId}: the collector refused ${entries} parked export(s) with ${status}; dropped`),
-    );
+    // What the collector refused alone comes back in `dropped`: the deliverer counts and logs it.
+    const sent = await sendPage(this.collector, encoding, page, reason, deadline);
     await this.parking.release(
       traceId,
       sent.done.map((parked) => parked.id),
     );
-    if (sent.retry !== undefined) return { result: sent.retry, more: false };
-    return { result: { kind: 'accepted', status: 200, partialSuccess: undefined }, more: true };
+    if (sent.keptBy !== undefined) return { result: sent.keptBy, more: false, dropped: sent.dropped };
+    return { result: { kind: 'accepted', status: 200, partialSuccess: undefined }, more: true, dropped: sent.dropped };
   }
 
   /** A kept trace's parked control-plane spans, settled, into the outbox (each key once), and out of parking. */

@@ -1,5 +1,6 @@
-import type { CollectorClient, ExportResult } from '../collector/collector-client';
-import { exportSplittingRefused } from '../collector/split-refused';
+import { DroppedPiece, exportBisecting } from '../collector/bisecting-export';
+import type { CollectorClient, NotNow } from '../collector/collector-client';
+import { cutTraceRequest, joinTraceRequests } from '../collector/trace-pieces';
 import type { OtlpEncoding } from '../otlp/otlp-encoding';
 import { settleProvisionalTraces, settleSamplingReason } from '../otlp/sampling-reason';
 import { ClaimedEntry, KindDelivery, OutboxEntry } from '../outbox/outbox';
@@ -48,32 +49,44 @@ export function parkedSpansAsEntries(entries: readonly ParkedEntry[], reason: Ke
   return [...byKey.values()].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
 }
 
+/** What became of a page: the entries done with, what the collector refused alone, and why the rest is kept. */
+export interface PageDelivery {
+  /** Delivered, each of its spans, except those the collector refused alone (`dropped`). */
+  readonly done: ParkedEntry[];
+  /** Spans (or exports that could not be cut) the collector refused alone, with its words: the only ones given up. */
+  readonly dropped: readonly DroppedPiece[];
+  /** Set when entries are kept: the collector's answer that said nothing of the data, or the round's time ran out. */
+  readonly keptBy?: NotNow | 'deadline';
+}
+
 /**
- * Sends a page of exports settled with the reason (and, in protobuf, each span's `ot=th:0`), joined; a joined request the collector refuses as a whole is sent
- * again one export at a time (exportSplittingRefused), so one export it cannot take never costs the others. Answers
- * which entries are done (accepted, or refused for good) and, when the collector asked to wait, that result.
+ * Sends a page of exports settled with the reason (and, in protobuf, each span's `ot=th:0`), joined, as the outbox sends
+ * its spans (exportBisecting): nothing is done with before a 2xx; a request refused as too large (413) or as holding
+ * something the collector cannot decode (400) is halved, down to one span, until only what it refuses alone is left,
+ * which alone is given up; any other answer (401, 403, 404, 5xx, a timeout) keeps the page for the next attempt.
+ * An entry of which only some spans reached the collector before it stopped answering is kept whole: sent again, those
+ * spans reach it twice (readers keep one copy per span id), which the rarity of a collector failing in the middle of
+ * a bisection makes the better trade than a parking store able to rewrite an entry.
  */
 export async function sendPage(
   collector: Pick<CollectorClient, 'export'>,
   encoding: OtlpEncoding,
   entries: readonly ParkedEntry[],
   reason: KeepReason,
-  onRefused: (entries: number, status: number) => void,
-): Promise<{ done: ParkedEntry[]; retry?: ExportResult }> {
+  deadline = Infinity,
+): Promise<PageDelivery> {
   const parts = entries.map((entry) => settleProvisionalTraces(encoding, entry.body, reason));
   // ExportTraceServiceRequest's one field is repeated: concatenated requests are one request (JSON is sent alone).
-  const sent = await exportSplittingRefused(collector, 'traces', encoding, parts, (joined) => Buffer.concat(joined));
-  const results = sent.split ? sent.results : entries.map(() => sent.result);
-  const done: ParkedEntry[] = [];
-  let retry: ExportResult | undefined;
-  for (const [i, result] of results.entries()) {
-    if (result.kind === 'retry') retry ??= result;
-    else {
-      if (result.kind === 'refused') onRefused(1, result.status);
-      done.push(entries[i]);
-    }
-  }
-  return retry === undefined ? { done } : { done, retry };
+  const sent = await exportBisecting(
+    collector,
+    'traces',
+    encoding,
+    parts,
+    { join: (pieces) => joinTraceRequests(encoding, pieces), cut: (piece) => cutTraceRequest(encoding, piece) },
+    { deadline },
+  );
+  const done = entries.filter((_, i) => sent.parts[i].settled);
+  return { done, dropped: sent.dropped, ...(sent.stoppedBy === undefined ? {} : { keptBy: sent.stoppedBy }) };
 }
 
 export type { ClaimedEntry, KindDelivery };

@@ -318,7 +318,7 @@ describe('OTLP gateway with the OpenTelemetry JS SDK as the client (SPEC §6)', 
     });
     try {
       const readiness = (await (await fetch(`${gatewayOnly.url}/-/readiness`)).json()) as { checks: Record<string, string> };
-      expect(readiness.checks).toEqual({ store: 'ok', upstream: 'ok', outbox: 'ok', outcome_sampling: 'ok' });
+      expect(readiness.checks).toEqual({ store: 'ok', upstream: 'ok', outbox: 'ok', outbox_delivery: 'ok', outcome_sampling: 'ok' });
       expect((await fetch(`${gatewayOnly.url}/internal/ci/telemetry/job_payload`, { method: 'POST' })).status).toBe(404);
 
       const job = await pickUpTracedJob(control, keys, nextJob++);

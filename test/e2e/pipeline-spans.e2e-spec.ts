@@ -7,6 +7,7 @@ import { writeFlagsFile } from '../helpers/flags-file';
 import { makeWebhookSecret, WebhookSecret } from '../helpers/gitlab-webhooks';
 import { OtlpSink, ReceivedSpan, startOtlpSink } from '../helpers/otlp-sink';
 import { waitFor } from '../helpers/ports';
+import { DecodedSpan, ScriptedAnswer, ScriptedCollector, startScriptedCollector } from '../helpers/scripted-collector';
 import { RedisServer, startRedis } from '../helpers/redis';
 import { ServiceProcess, startService, metric } from '../helpers/service';
 import { expectMatchesOpenApi } from '../helpers/openapi';
@@ -402,6 +403,103 @@ describe('control-plane spans across a collector outage and a restart (SPEC §10
     const spans = spansOf(sink, traceId);
     expect(traceShape(spans)).toEqual({ roots: [expect.stringMatching(/^pipeline /)], orphans: [], duplicates: [] });
     expect(spans).toHaveLength(2 * (1 + BUILD_STAGES.length) + 1 + 2 * 2 + 2);
+  }, 90_000);
+});
+
+describe('control-plane spans through a collector that refuses, then recovers (issue 56 item 7)', () => {
+  let redis: RedisServer;
+  let collector: ScriptedCollector;
+  let secret: WebhookSecret;
+  let service: ServiceProcess | undefined;
+  /** The job whose spans the collector cannot decode, whatever else a request carries. */
+  const UNDECODABLE = 'undecodable-job';
+  const taskOf = (span: DecodedSpan) => span.attributes?.find((attribute) => attribute.key === 'cicd.pipeline.task.name')?.value.stringValue;
+  let answer: (spans: readonly DecodedSpan[]) => ScriptedAnswer = () => 500;
+
+  beforeAll(async () => {
+    [redis, collector] = await Promise.all([startRedis(), startScriptedCollector((_names, _request, spans) => answer(spans))]);
+    secret = makeWebhookSecret();
+  }, 60_000);
+  afterAll(async () => {
+    await service?.stop();
+    await collector?.stop();
+    await redis?.stop();
+  });
+
+  const readiness = async () => {
+    const response = await fetch(`${service!.url}/-/readiness`);
+    return { status: response.status, checks: ((await response.json()) as { checks: Record<string, string> }).checks };
+  };
+  const failuresWith = (reason: string) =>
+    waitFor(`a delivery answered ${reason}`, async () =>
+      (await metric(service!, `ci_job_telemetry_outbox_delivery_failures_total{reason="${reason}"}`)) > 0 ? true : undefined,
+    );
+
+  it('keeps every span through 500, 401 and 404, splits on 413, drops only what it cannot decode on 400, and delivers the rest once each', async () => {
+    service = await startService({
+      REDIS_URL: redis.url,
+      OTLP_UPSTREAM_URL: collector.url,
+      GITLAB_WEBHOOK_SECRET_FILE: secret.file,
+      OUTBOX_MAX_BACKOFF_SECONDS: '1',
+    });
+    const PIPELINE = 97_000;
+    const jobs = [];
+    for (const [i, waitedSeconds] of [5, 3, 1].entries())
+      jobs.push((await pickUp(service, { jobId: 970_001 + i, pipelineId: PIPELINE, rootPipelineId: PIPELINE, waitedSeconds })).picked);
+    const queueWaits = jobs.length;
+
+    // A collector failing (500): the queue waits stay in the outbox; readiness says so and stays ready.
+    answer = () => 500;
+    await failuresWith('500');
+    expect(await metric(service, 'ci_job_telemetry_outbox_spans')).toBe(queueWaits);
+    expect(await readiness()).toEqual({ status: 200, checks: expect.objectContaining({ outbox_delivery: 'degraded' }) });
+
+    // GitLab's hooks come meanwhile: answered at once, their spans wait too.
+    const webhookJobs = [
+      finished(jobs[0], 'build', 'build', 'success'),
+      finished(jobs[1], UNDECODABLE, 'test', 'success'),
+      finished(jobs[2], 'deploy', 'deploy', 'success'),
+    ];
+    const pipeline: WebhookPipeline = {
+      id: PIPELINE,
+      projectId: PROJECT,
+      status: 'success',
+      createdAt: new Date(jobs[0].queuedAt.getTime() - 1000),
+      finishedAt: new Date(Date.now() + 20_000),
+      jobs: webhookJobs,
+    };
+    const answers = [
+      await deliverWebhook(service.url, 'Pipeline Hook', pipelineHook(pipeline), { token: secret.secret }),
+      ...(await Promise.all(webhookJobs.map((job) => deliverWebhook(service!.url, 'Job Hook', jobHook(pipeline, job), { token: secret.secret })))),
+    ];
+    for (const delivered of answers) expect(delivered.status).toBe(200);
+    const enqueued = queueWaits + answers.reduce((sum, delivered) => sum + (delivered.body.queued as number), 0);
+
+    // Credentials rotated (401), then an ingress mid-deploy (404): still nothing given up.
+    answer = () => 401;
+    await failuresWith('401');
+    answer = () => 404;
+    await failuresWith('404');
+    expect(await metric(service, 'ci_job_telemetry_outbox_spans')).toBe(enqueued);
+    expect(collector.deliveredSpans).toEqual([]);
+
+    // The collector is back, taking at most two spans a request (413 beyond), and cannot decode one job's spans (400).
+    answer = (spans) => (spans.some((span) => taskOf(span) === UNDECODABLE) ? 400 : spans.length > 2 ? 413 : 'ok');
+    await outboxDrained(service);
+    await waitFor('readiness ready again', async () => ((await readiness()).checks.outbox_delivery === 'ok' ? true : undefined));
+
+    const delivered = collector.deliveredSpans;
+    const dropped = await metric(service, 'ci_job_telemetry_outbox_dropped_spans_total{status="400"}');
+    // Every span once (a version of a span is a span of its own), none of the undecodable job's, and nothing else lost.
+    expect(new Set(delivered.map((span) => JSON.stringify(span))).size).toBe(delivered.length);
+    expect(delivered.filter((span) => taskOf(span) === UNDECODABLE)).toEqual([]);
+    expect(dropped).toBeGreaterThan(0);
+    expect(delivered.length + dropped).toBe(enqueued);
+    expect(delivered.filter((span) => span.name === 'queue_wait')).toHaveLength(queueWaits);
+    expect(await metric(service, 'ci_job_telemetry_outbox_dropped_spans_total{status="413"}')).toBe(0);
+    // Each dropped span said once, with the collector's words; no job token in the log.
+    expect(service.output().match(/alone with 400 \(cannot decode it: cannot decode span \w+\); dropped/g)).toHaveLength(dropped);
+    expect(service.output()).not.toContain('glcbt-job-');
   }, 90_000);
 });
 

@@ -44,7 +44,7 @@ describe('the built service as a process', () => {
     const readiness = await fetch(`${service.url}/-/readiness`);
     const readinessBody = (await readiness.json()) as { status: string; checks: Record<string, string> };
     expectMatchesOpenApi('/-/readiness', 'get', readiness.status, readiness.headers.get('content-type') ?? undefined, readinessBody);
-    expect(readinessBody).toEqual({ status: 'ok', checks: { store: 'ok', flags: 'ok', outbox: 'ok', outcome_sampling: 'ok' } });
+    expect(readinessBody).toEqual({ status: 'ok', checks: { store: 'ok', flags: 'ok', outbox: 'ok', outbox_delivery: 'ok', outcome_sampling: 'ok' } });
 
     const metrics = await (await fetch(`${service.url}/metrics`)).text();
     expect(metrics).toMatch(/ci_job_telemetry_decisions_total\{reason="enabled"\} 1/);

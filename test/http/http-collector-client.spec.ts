@@ -15,7 +15,7 @@ interface Scripted {
 /**
  * HttpCollectorClient against a real HTTP server on a free port: every answer of the collector becomes one
  * ExportResult, decided by OTLP/HTTP's rules (2xx accepted with its partial success; 429, 502, 503, 504 and
- * transport failures retried with the collector's Retry-After; anything else refused).
+ * transport failures retried with the collector's Retry-After; 413 too large, 400 bad data, anything else refused).
  */
 describe('HttpCollectorClient', () => {
   let server: Server;
@@ -89,11 +89,20 @@ describe('HttpCollectorClient', () => {
     expect(await client.export('traces', 'protobuf', Buffer.alloc(0))).toMatchObject({ kind: 'retry', happened: 502, retryAfterSeconds: undefined });
   });
 
-  it.each([400, 401, 404, 408, 413, 500, 501])('refuses a %i for good, with the answer as it came', async (status) => {
+  it.each([
+    [400, 'bad_data'],
+    [413, 'too_large'],
+    [401, 'refused'],
+    [403, 'refused'],
+    [404, 'refused'],
+    [408, 'refused'],
+    [500, 'refused'],
+    [501, 'refused'],
+  ])('names a %i %s, with the answer as it came', async (status, kind) => {
     const body = encodeRpcStatus('protobuf', { code: 3, message: 'no' });
     next = { status, headers: { 'content-type': 'application/x-protobuf' }, body };
     expect(await client.export('traces', 'protobuf', Buffer.alloc(0))).toEqual({
-      kind: 'refused',
+      kind,
       status,
       contentType: 'application/x-protobuf',
       body,

@@ -16,6 +16,7 @@ import { behavesAsAParkingStore } from '../suites/parking-store.suite';
 import { StoreWorld, redisWorld, testTracedJob } from '../suites/store-world';
 import { behavesAsATracedWorkStore } from '../suites/traced-work-store.suite';
 import { behavesAsAnOutboxStore } from '../suites/outbox-store.suite';
+import { keepsWhatTheOutboxWasGiven } from '../suites/outbox-delivery.suite';
 import { RedisOutboxStore } from '../../src/outbox/redis-outbox-store';
 import { RedisParkingStore } from '../../src/outcome-sampling/parking/redis-parking-store';
 
@@ -48,12 +49,13 @@ beforeAll(async () => (redis = await startRedis()));
 afterAll(() => redis.stop());
 const singleServer = (url: string): RedisConnectionSettings => ({ topology: { mode: 'single', url }, commandTimeoutMs: 500 });
 
-behavesAsAStore(
-  redisWorld('Redis', async () => {
-    await redis.flush();
-    return openReady(singleServer(redis.url));
-  }),
-);
+const singleWorld = redisWorld('Redis', async () => {
+  await redis.flush();
+  return openReady(singleServer(redis.url));
+});
+behavesAsAStore(singleWorld);
+// The deliverer on the Redis outbox, against a collector that refuses (issue 56 item 7).
+keepsWhatTheOutboxWasGiven(singleWorld);
 
 // The pickups' connection gathers each turn's writes into one (store.module.ts): what a pickup waits on, on it.
 const pickupsWorld = redisWorld('Redis, writes gathered by turn', async () => {
