@@ -98,7 +98,7 @@ describe('GitLab webhook payloads, as GitLab sends them (SPEC §10)', () => {
       runnerType: 'instance_type',
     });
     const running = parseJobHook(jobHook(pipeline, { ...failed, status: 'running', finishedAt: undefined }), RECEIVED);
-    expect(running).toEqual({ kind: 'job', jobId: 378 });
+    expect(running).toEqual({ kind: 'job', jobId: 378, status: 'running' });
   });
 
   it('ends a canceled job without a finish time at its start plus its duration', () => {
