@@ -265,16 +265,15 @@ describe('the critical path of a pipeline (SPEC §12)', () => {
 
       expect(read.duration_seconds).toBe(19);
       expect(read.path.every((element) => element.pipeline_id === 530)).toBe(true);
-      expect(read.path.map((element) => element.job_id)).toEqual([1, 2, 3]);
+      expect(read.path.map((element) => element.job_id)).toEqual([1, 3]);
       // The child's jobs are beside the path, with slack to their own pipeline's end.
       expect(read.slack.map((entry) => [entry.name, entry.slack_seconds])).toEqual([
         ['child-build', 0],
         ['child-test', 0],
       ]);
       // What the control plane wrote at the root's end (before the child's hook drew its bridge) is what is read
-      // after the child ended: the same time, split the same way.
-      expect(written.duration_seconds).toBe(read.duration_seconds);
-      expect(written.totals).toEqual(read.totals);
+      // after the child ended.
+      expect({ ...written, slack: [] }).toEqual({ ...read, slack: [] });
     });
 
     it('5a: a child with strategy: depend still holds its parent up through its bridge', () => {

@@ -308,12 +308,12 @@ function pipelinesOf(spans: readonly StoredSpan[]): { pipelines: Map<number, Pip
   return { pipelines, rootPipelineId };
 }
 
-/** Jobs, by the job span id their queue wait and runner spans name as parent, and bridges. */
-function nodesOf(
-  index: TraceIndex,
-  spans: readonly StoredSpan[],
-  pipelines: ReadonlyMap<number, PipelineFacts>,
-): { nodes: Node[]; bridges: Map<number, Node> } {
+/**
+ * Jobs, by the job span id their queue wait and runner spans name as parent, and bridges (by their child pipeline's
+ * id). A bridge whose child ended after the root pipeline had ended did not hold it up (no `strategy: depend`): it is
+ * no job of the walk, as at the root's end, when the control plane writes the path, its child's hook has not come.
+ */
+function nodesOf(index: TraceIndex, spans: readonly StoredSpan[], rootEnd: number | null): { nodes: Node[]; bridges: Map<number, Node> } {
   const jobSpanIds = new Set<string>();
   for (const span of spans) {
     if (span.name === JOB) jobSpanIds.add(span.spanId);
@@ -336,11 +336,9 @@ function nodesOf(
     if (jobId === null || !Number.isSafeInteger(child)) continue;
     const pipelineId = numberAttribute(span, 'ci.pipeline.id');
     const start = ms(span.startNanos);
-    const childEnd = Math.max(start, ms(span.endNanos));
-    // A depend bridge holds its parent open until its child ends: a child ending after its parent ended did not.
-    const parentEnd = pipelineId === null ? null : (pipelines.get(pipelineId)?.end ?? null);
-    const holdsParent = parentEnd === null || childEnd <= parentEnd;
-    const end = holdsParent ? childEnd : start;
+    const end = Math.max(start, ms(span.endNanos));
+    // A depend bridge holds its pipeline open until its child ends, and so the root: a child ending after it did not.
+    const holdsParent = rootEnd === null || end <= rootEnd;
     const parts = emptyParts();
     parts.other = end - start;
     const node: Node = {
@@ -361,7 +359,7 @@ function nodesOf(
       superseded: false,
     };
     bridges.set(child, node);
-    nodes.push(node);
+    if (holdsParent) nodes.push(node);
   }
   return { nodes, bridges };
 }
@@ -425,7 +423,8 @@ function assignLocalBlockers(pipelines: ReadonlyMap<number | null, Node[]>): voi
 export function criticalPath(spans: readonly StoredSpan[]): CriticalPath | null {
   const index = new TraceIndex(spans);
   const { pipelines: pipelineSpans, rootPipelineId } = pipelinesOf(spans);
-  const { nodes, bridges } = nodesOf(index, spans, pipelineSpans);
+  const root = rootPipelineId === null ? undefined : pipelineSpans.get(rootPipelineId);
+  const { nodes, bridges } = nodesOf(index, spans, root?.end ?? null);
   if (nodes.length === 0) return null;
   numberAttempts(nodes);
 
@@ -469,7 +468,6 @@ export function criticalPath(spans: readonly StoredSpan[]): CriticalPath | null 
   // The path explains the root pipeline: it starts from the root's job that ended last (a child's, through a depend
   // bridge), never from a job of a child that could not hold the root up. Without a root pipeline span (no hook yet),
   // from the job that ended last of the pipelines no bridge in the trace started.
-  const root = rootPipelineId === null ? undefined : pipelineSpans.get(rootPipelineId);
   const candidates =
     rootPipelineId !== null && pipelines.has(rootPipelineId)
       ? pipelines.get(rootPipelineId)!
