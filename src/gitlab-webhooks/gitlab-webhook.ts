@@ -163,6 +163,7 @@ export function parsePipelineHook(body: unknown, receivedAt: number): PipelineEv
     rootPipelineId: optionalId(attributes.root_pipeline_id, 'object_attributes.root_pipeline_id'),
     source: sourcePipeline(body.source_pipeline),
     status,
+    createdAt: parseGitlabTime(attributes.created_at, 'object_attributes.created_at'),
     end,
     finishedJobs,
     activeJobIds,

@@ -22,6 +22,8 @@ export interface PipelineEvent {
    * finished one reopens the pipeline (a retry, a manual job played): its span follows (reopenedPipelineEnd).
    */
   readonly status?: string;
+  /** GitLab's `created_at` of the pipeline, whatever its status (a reopened pipeline's span starts there). */
+  readonly createdAt?: number;
   /** Set once the pipeline has finished. */
   readonly end?: PipelineEnd;
   /** Jobs of the pipeline that have finished, as its `builds` list says. */
