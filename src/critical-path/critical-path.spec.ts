@@ -276,6 +276,13 @@ describe('the critical path of a pipeline (SPEC §12)', () => {
       expect({ ...written, slack: [] }).toEqual({ ...read, slack: [] });
     });
 
+    it('5a: a root whose only job triggered a child without depend, still running after the root ended, has no path through the child', () => {
+      const trace = new PipelineTrace(PROJECT, 550)
+        .pipeline(550, { status: 'success', finishedAt: 2 })
+        .job({ jobId: 60, name: 'child-test', pipelineId: 551, queuedAt: 1, pickedUpAt: 2, finishedAt: 100 });
+      expect(criticalPath(trace.spans())).toBeNull();
+    });
+
     it('5a: a child with strategy: depend still holds its parent up through its bridge', () => {
       const trace = new PipelineTrace(PROJECT, 532)
         .job({ jobId: 1, name: 'build', queuedAt: 0, pickedUpAt: 1, finishedAt: 10 })

@@ -6,14 +6,16 @@ import type { CollectedSpan as StoredSpan } from '../otlp/collected-spans';
  *
  * GitLab makes a job pending when its last dependency finishes, so without knowing `needs:`, walking back from
  * the job that ended last, each job's blocker is the job of its pipeline whose end is latest at or before the job
- * became pending (where its job span starts: GitLab's `started_at − queued_duration` where GitLab said them, else
- * the pickup's `queued_at`). Every attempt of a retried job is a job of its own here: an earlier attempt still
+ * became pending (where its job span starts: GitLab's `queued_at`, else its `started_at − queued_duration`; see
+ * jobTimes in pipeline-span-model.ts). Every attempt of a retried job is a job of its own here: an earlier attempt still
  * blocked what became pending after it ended, and the wait before a later attempt is the retry's. A child
  * pipeline is reached through its bridge: a bridge found as a blocker is replaced by the job of its child pipeline
  * that ended last, and the first job of a child pipeline is blocked by what blocked its bridge; but a child that
- * ended after its parent pipeline had ended was no `strategy: depend` child (a depend bridge holds its parent
- * open), so it held nothing up: its bridge ended as it created the child, and its jobs are not on the parent's
- * path.
+ * ended after the root pipeline had ended was no `strategy: depend` child (a depend bridge holds its pipeline, and
+ * so the root, open until its child ends), so it held nothing up: its bridge is no job of the walk (as when the
+ * control plane wrote the path at the root's end, before the child's hook drew the bridge), and its jobs are not on
+ * the root's path. GitLab sends no hook for trigger jobs, so the trace says no more of `strategy: depend`: a child
+ * that ended before the root did is taken as depend, and timing decides.
  *
  * The path explains the root pipeline: it ends at the end of the root's last job (never after the root pipeline
  * span's end), and its time, from the root pipeline's creation, is split with nothing counted twice and nothing
@@ -466,12 +468,11 @@ export function criticalPath(spans: readonly StoredSpan[]): CriticalPath | null 
   };
 
   // The path explains the root pipeline: it starts from the root's job that ended last (a child's, through a depend
-  // bridge), never from a job of a child that could not hold the root up. Without a root pipeline span (no hook yet),
-  // from the job that ended last of the pipelines no bridge in the trace started.
+  // bridge), never from a job of a child that could not hold the root up: a root none of whose jobs held it up (its
+  // one trigger's child outlived it) has no path. Without a root pipeline span (no hook yet), from the job that ended
+  // last of the pipelines no bridge in the trace started.
   const candidates =
-    rootPipelineId !== null && pipelines.has(rootPipelineId)
-      ? pipelines.get(rootPipelineId)!
-      : nodes.filter((node) => node.pipelineId === null || !bridges.has(node.pipelineId));
+    rootPipelineId !== null ? (pipelines.get(rootPipelineId) ?? []) : nodes.filter((node) => node.pipelineId === null || !bridges.has(node.pipelineId));
   if (candidates.length === 0) return null;
   const last = throughBridges(candidates.reduce((found, node) => (byEnd(node, found) > 0 ? node : found)))!;
   const walk: Node[] = [];
