@@ -375,7 +375,11 @@ const jobShape = (stages: number, earlier: number, child?: fc.Arbitrary<Pipeline
         parallel: fc.oneof({ weight: 4, arbitrary: fc.constant(1) }, { weight: 1, arbitrary: fc.integer({ min: 2, max: 3 }) }),
         runSeconds: fc.integer({ min: 1, max: 60 }),
         tag: fc.constantFrom<0 | 1>(0, 1),
-        when: fc.constantFrom<When>('on_success', 'on_success', 'on_success', 'manual', 'delayed'),
+        when: fc.oneof(
+          { weight: 6, arbitrary: fc.constant<When>('on_success') },
+          { weight: 1, arbitrary: fc.constant<When>('manual') },
+          { weight: 1, arbitrary: fc.constant<When>('delayed') },
+        ),
         waitSeconds: fc.integer({ min: 1, max: 600 }),
         resourceGroup: fc
           .boolean()
