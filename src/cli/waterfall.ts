@@ -126,7 +126,16 @@ export function criticalPathMarks(spans: readonly CollectedSpan[], path: Critica
     if (span === undefined) continue;
     const blocker =
       element.blocked_by === null ? undefined : ['job', String(element.blocked_by), ...words(names.get(element.blocked_by) ?? undefined)].join(' ');
-    const waited = element.waiting_for === 'manual' ? ', played by hand' : element.waiting_for === 'retry' ? `, attempt ${element.attempts}` : '';
+    const waited =
+      element.waiting_for === 'manual'
+        ? ', played by hand'
+        : element.waiting_for === 'retry'
+          ? `, attempt ${element.attempts}`
+          : element.waiting_for === 'delayed'
+            ? ', delayed'
+            : element.waiting_for === 'resource'
+              ? ', after its resource group'
+              : '';
     marks.set(span.spanId, blocker === undefined ? `◀ critical path${waited}` : `◀ critical path, after ${blocker}${waited}`);
   }
   return marks;
@@ -136,7 +145,9 @@ export function criticalPathMarks(spans: readonly CollectedSpan[], path: Critica
 const PART_WORDS: Readonly<Record<keyof PathTotals, string>> = {
   delay: 'waiting for GitLab to start jobs',
   manual_wait: 'waiting for manual jobs to be played',
-  retry_wait: 'in attempts that were retried',
+  retry_wait: 'waiting for jobs to be retried',
+  delayed_wait: 'waiting for delayed jobs to start',
+  resource_wait: 'waiting for resource groups',
   queue: 'waiting for runners',
   prepare_executor: 'preparing executors',
   pull_image: 'pulling images',

@@ -156,7 +156,7 @@ describe('the critical path of a pipeline (SPEC §12)', () => {
     expect(found.duration_seconds).toBe(110);
   });
 
-  it('a job retried to success counts by its last attempt; the earlier attempt is the wait before it, not a job on the path', () => {
+  it('a job retried to success: both attempts are jobs, the earlier one the blocker of the retry, the wait between them a retry', () => {
     const trace = new PipelineTrace(PROJECT, 507)
       .job({ jobId: 70, name: 'build', queuedAt: 0, pickedUpAt: 1, finishedAt: 30 })
       .job({ jobId: 71, name: 'test', status: 'failed', queuedAt: 31, pickedUpAt: 32, finishedAt: 60 })
@@ -167,11 +167,12 @@ describe('the critical path of a pipeline (SPEC §12)', () => {
 
     expect(summary(found.path)).toEqual([
       [70, null, 'gitlab', 0, 1],
-      [72, 70, 'retry', 40, 1],
+      [71, 70, 'gitlab', 1, 1],
+      [72, 71, 'retry', 10, 1],
       [73, 72, 'gitlab', 1, 1],
     ]);
-    expect(found.path[1].attempts).toBe(2);
-    expect(found.totals).toMatchObject({ retry_wait: 40, delay: 1 });
+    expect(found.path.map((element) => element.attempts)).toEqual([1, 1, 2, 1]);
+    expect(found.totals).toMatchObject({ retry_wait: 10, delay: 2 });
     expect(found.slack).toEqual([]);
   });
 
@@ -243,5 +244,127 @@ describe('the critical path of a pipeline (SPEC §12)', () => {
     expect(found.path.length + found.slack.length).toBe(200);
     expect(found.duration_seconds).toBe(at);
     expect(found.slack.every((entry) => entry.slack_seconds >= 0)).toBe(true);
+  });
+
+  describe("true to GitLab's scheduling (issue 56)", () => {
+    it("5a: a child pipeline without strategy: depend running past its parent is not on the parent's path, and the path does not change when it ends", () => {
+      // build, then trigger (no depend: it succeeds as it creates the child) and deploy after it; the root ends at 20,
+      // its child runs to 100.
+      const atRootEnd = () =>
+        new PipelineTrace(PROJECT, 530)
+          .job({ jobId: 1, name: 'build', queuedAt: 0, pickedUpAt: 1, finishedAt: 10 })
+          .job({ jobId: 3, name: 'deploy', queuedAt: 11, pickedUpAt: 12, finishedAt: 19 })
+          .job({ jobId: 60, name: 'child-build', pipelineId: 531, queuedAt: 12, pickedUpAt: 13, finishedAt: 18 })
+          .pipeline(530, { status: 'success', finishedAt: 20 });
+      const written = pathOf(atRootEnd());
+      const later = atRootEnd()
+        .job({ jobId: 61, name: 'child-test', pipelineId: 531, queuedAt: 19, pickedUpAt: 20, finishedAt: 100 })
+        .bridge(2, 530, 531, { createdAt: 11, finishedAt: 100 })
+        .pipeline(531, { status: 'success', createdAt: 11, finishedAt: 100 }, 2);
+      const read = pathOf(later);
+
+      expect(read.duration_seconds).toBe(19);
+      expect(read.path.every((element) => element.pipeline_id === 530)).toBe(true);
+      expect(read.path.map((element) => element.job_id)).toEqual([1, 3]);
+      // The child's jobs are beside the path, with slack to their own pipeline's end.
+      expect(read.slack.map((entry) => [entry.name, entry.slack_seconds])).toEqual([
+        ['child-build', 0],
+        ['child-test', 0],
+      ]);
+      // What the control plane wrote at the root's end (before the child's hook drew its bridge) is what is read
+      // after the child ended.
+      expect({ ...written, slack: [] }).toEqual({ ...read, slack: [] });
+    });
+
+    it('5a: a root whose only job triggered a child without depend, still running after the root ended, has no path through the child', () => {
+      const trace = new PipelineTrace(PROJECT, 550)
+        .pipeline(550, { status: 'success', finishedAt: 2 })
+        .job({ jobId: 60, name: 'child-test', pipelineId: 551, queuedAt: 1, pickedUpAt: 2, finishedAt: 100 });
+      expect(criticalPath(trace.spans())).toBeNull();
+    });
+
+    it('5a: a child with strategy: depend still holds its parent up through its bridge', () => {
+      const trace = new PipelineTrace(PROJECT, 532)
+        .job({ jobId: 1, name: 'build', queuedAt: 0, pickedUpAt: 1, finishedAt: 10 })
+        .bridge(2, 532, 533, { createdAt: 11, finishedAt: 100 })
+        .job({ jobId: 60, name: 'child-test', pipelineId: 533, queuedAt: 12, pickedUpAt: 13, finishedAt: 99 })
+        .pipeline(533, { status: 'success', createdAt: 11, finishedAt: 100 }, 2)
+        .job({ jobId: 3, name: 'deploy', queuedAt: 101, pickedUpAt: 102, finishedAt: 110 })
+        .pipeline(532, { status: 'success', finishedAt: 111 });
+      expect(pathOf(trace).path.map((element) => element.job_id)).toEqual([1, 60, 3]);
+    });
+
+    it("5b: a person retries an allowed-to-fail job 70 s after the last job ended: 70 s of retry wait, not GitLab's delay", () => {
+      const trace = new PipelineTrace(PROJECT, 534)
+        .job({ jobId: 1, name: 'build', queuedAt: 0, pickedUpAt: 1, finishedAt: 10 })
+        .job({ jobId: 2, name: 'test', status: 'failed', queuedAt: 10, pickedUpAt: 11, finishedAt: 30 })
+        .job({ jobId: 3, name: 'deploy', queuedAt: 30, pickedUpAt: 31, finishedAt: 50 })
+        .job({ jobId: 4, name: 'test', queuedAt: 120, pickedUpAt: 121, finishedAt: 150, retriesCount: 1 })
+        .pipeline(534, { status: 'success', finishedAt: 151 });
+      const found = pathOf(trace);
+
+      expect(found.path.at(-1)).toMatchObject({ job_id: 4, blocked_by: 3, waiting_for: 'retry', delay_seconds: 70, attempts: 2 });
+      expect(found.totals).toMatchObject({ retry_wait: 70, delay: 0 });
+    });
+
+    it('5b: re-running an earlier job keeps its first attempt as the blocker of what it released: no delay GitLab never had', () => {
+      const trace = new PipelineTrace(PROJECT, 535)
+        .job({ jobId: 1, name: 'build', queuedAt: 0, pickedUpAt: 1, finishedAt: 10 })
+        .job({ jobId: 2, name: 'test', queuedAt: 10, pickedUpAt: 11, finishedAt: 40 })
+        // build is run again after the pipeline ended; the pipeline ends again.
+        .job({ jobId: 3, name: 'build', queuedAt: 100, pickedUpAt: 101, finishedAt: 110 })
+        .pipeline(535, { status: 'success', finishedAt: 111 });
+      const found = pathOf(trace);
+
+      expect(summary(found.path)).toEqual([
+        [1, null, 'gitlab', 0, 1],
+        [2, 1, 'gitlab', 0, 1],
+        [3, 2, 'retry', 60, 1],
+      ]);
+      expect(found.totals).toMatchObject({ delay: 0, retry_wait: 60 });
+    });
+
+    it("5c: a when: delayed job (start_in 300) waits 300 s of delayed wait, not GitLab's delay", () => {
+      const trace = new PipelineTrace(PROJECT, 536)
+        .job({ jobId: 1, name: 'build', queuedAt: 0, pickedUpAt: 1, finishedAt: 10 })
+        .job({ jobId: 2, name: 'rollout', when: 'delayed', queuedAt: 310, pickedUpAt: 311, finishedAt: 320 })
+        .pipeline(536, { status: 'success', finishedAt: 321 });
+      const found = pathOf(trace);
+
+      expect(found.path[1]).toMatchObject({ job_id: 2, blocked_by: 1, waiting_for: 'delayed', delay_seconds: 300 });
+      expect(found.totals).toMatchObject({ delayed_wait: 300, delay: 0 });
+    });
+
+    it('5c: a resource_group wait is a resource wait, not 210 s of delay blamed on an unrelated job', () => {
+      // deploy's resource group is held by another pipeline's deploy until 220; lint, unrelated, ended at 10.
+      const trace = new PipelineTrace(PROJECT, 537)
+        .job({ jobId: 1, name: 'build', queuedAt: 0, pickedUpAt: 1, finishedAt: 9 })
+        .job({ jobId: 2, name: 'lint', queuedAt: 0, pickedUpAt: 1, finishedAt: 10 })
+        .job({ jobId: 3, name: 'deploy', waitedForResource: true, queuedAt: 220, pickedUpAt: 221, finishedAt: 230 })
+        .pipeline(537, { status: 'success', finishedAt: 231 });
+      const found = pathOf(trace);
+
+      expect(found.path.at(-1)).toMatchObject({ job_id: 3, waiting_for: 'resource', delay_seconds: 210 });
+      expect(found.totals).toMatchObject({ resource_wait: 210, delay: 0 });
+    });
+
+    it("5c: without queued_at at pickup, GitLab's build_queued_duration is the queue wait, not GitLab's delay", () => {
+      const trace = new PipelineTrace(PROJECT, 538)
+        .job({ jobId: 1, name: 'build', queuedAt: 0, pickedUpAt: 1, finishedAt: 10 })
+        .job({ jobId: 2, name: 'gpu-test', withoutQueuedAtAtPickup: true, queuedAt: 10, pickedUpAt: 130, finishedAt: 160 })
+        .pipeline(538, { status: 'success', finishedAt: 161 });
+      const found = pathOf(trace);
+
+      expect(found.path[1]).toMatchObject({ job_id: 2, blocked_by: 1, waiting_for: 'gitlab', delay_seconds: 0, queue_seconds: 120 });
+      expect(found.totals).toMatchObject({ delay: 0, queue: 121 });
+    });
+
+    it("the path never runs past the end of the pipeline it explains, whatever rounding GitLab's times had", () => {
+      const trace = new PipelineTrace(PROJECT, 539)
+        .job({ jobId: 1, name: 'build', queuedAt: 0, pickedUpAt: 1, finishedAt: 10.6 })
+        .pipeline(539, { status: 'success', finishedAt: 10 });
+      const found = pathOf(trace);
+      expect(found.duration_seconds).toBe(10);
+    });
   });
 });

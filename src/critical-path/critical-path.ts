@@ -2,20 +2,27 @@ import type { CollectedSpan as StoredSpan } from '../otlp/collected-spans';
 
 /**
  * The critical path of a pipeline (SPEC §12), from its trace alone: pure, no Nest, no I/O, one way for the
- * endpoints, the CLI and whichever backend fetched the spans.
+ * endpoints, the CLI, the control plane's written path and whichever backend fetched the spans.
  *
  * GitLab makes a job pending when its last dependency finishes, so without knowing `needs:`, walking back from
  * the job that ended last, each job's blocker is the job of its pipeline whose end is latest at or before the job
- * became pending (its `queued_at`, where its queue wait and its job span start). A child pipeline is reached
- * through its bridge: a bridge found as a blocker is replaced by the job of its child pipeline that ended last,
- * and the first job of a child pipeline is blocked by what blocked its bridge. Retried jobs count by their last
- * attempt (SPEC §10, the final story).
+ * became pending (where its job span starts: GitLab's `queued_at`, else its `started_at − queued_duration`; see
+ * jobTimes in pipeline-span-model.ts). Every attempt of a retried job is a job of its own here: an earlier attempt still
+ * blocked what became pending after it ended, and the wait before a later attempt is the retry's. A child
+ * pipeline is reached through its bridge: a bridge found as a blocker is replaced by the job of its child pipeline
+ * that ended last, and the first job of a child pipeline is blocked by what blocked its bridge; but a child that
+ * ended after the root pipeline had ended was no `strategy: depend` child (a depend bridge holds its pipeline, and
+ * so the root, open until its child ends), so it held nothing up: its bridge is no job of the walk (as when the
+ * control plane wrote the path at the root's end, before the child's hook drew the bridge), and its jobs are not on
+ * the root's path. GitLab sends no hook for trigger jobs, so the trace says no more of `strategy: depend`: a child
+ * that ended before the root did is taken as depend, and timing decides.
  *
- * The path's time, from the root pipeline's creation to the last job's end, is split with nothing counted twice
- * and nothing left out: before each job, the wait since its blocker ended (GitLab's delay, or a person playing a
- * manual job, or the earlier attempts of a retried job); its queue wait (pending → a runner took it); and its run,
- * by the runner's stages (`job_execution`'s children), the rest as `other`. Times are whole milliseconds, so the
- * totals add up to the path's duration exactly.
+ * The path explains the root pipeline: it ends at the end of the root's last job (never after the root pipeline
+ * span's end), and its time, from the root pipeline's creation, is split with nothing counted twice and nothing
+ * left out: before each job, the wait since its blocker ended, named for its cause (GitLab's delay, a person
+ * playing a manual job, a person or `retry:` retrying a job, a `when: delayed` timer, a `resource_group`); its
+ * queue wait (pending → a runner took it); and its run, by the runner's stages (`job_execution`'s children), the
+ * rest as `other`. Times are whole milliseconds, so the totals add up to the path's duration exactly.
  */
 
 /** The runner's stages the path is split by (SPEC §12), and `other` for the rest of a job's run. */
@@ -61,16 +68,25 @@ export function runnerPartOf(stageSpanName: string): RunnerPart {
 }
 
 /**
- * What a job waited for between its blocker's end and becoming pending: GitLab's own delay, a person (a manual
- * job, played later), or its earlier attempts (a retried job: they ran, failed, and someone or `retry:` tried again).
+ * What a job waited for between its blocker's end and becoming pending: GitLab's own delay, a person playing a manual
+ * job, a retry (a person, or `retry:`, running the job again after an earlier attempt), the timer of a
+ * `when: delayed` job, or a `resource_group` (GitLab's `waiting_for_resource`: another job held the resource).
  */
-export type WaitingFor = 'gitlab' | 'manual' | 'retry';
+export type WaitingFor = 'gitlab' | 'manual' | 'retry' | 'delayed' | 'resource';
 
 /**
  * Set (true) on a job's span or its queue wait when the job was started by a person (GitLab's `CI_JOB_MANUAL`):
  * the wait before it is a manual wait, not GitLab's delay.
  */
 export const MANUAL_JOB_ATTRIBUTE = 'ci.job.manual';
+/** GitLab's `when` of a job (`on_success`, `manual`, `delayed`, `always`, …), as the Pipeline Hook's `builds` say. */
+export const JOB_WHEN_ATTRIBUTE = 'ci.job.when';
+/** True on a job span when GitLab said the job was `waiting_for_resource` (its `resource_group` was held). */
+export const WAITED_FOR_RESOURCE_ATTRIBUTE = 'ci.job.waited_for_resource';
+/** GitLab's `retries_count` of a job (the Job Hook's): above 0, the job is a retry. */
+export const RETRIES_COUNT_ATTRIBUTE = 'ci.job.retries_count';
+/** Pending → picked up, in seconds, on the job span: GitLab's `queued_duration` where it said it, else the pickup's. */
+export const QUEUED_DURATION_ATTRIBUTE = 'ci.job.queued_duration_seconds';
 
 export interface PathElement {
   readonly job_id: number;
@@ -88,16 +104,27 @@ export interface PathElement {
   readonly parts: Readonly<Record<RunnerPart, number>>;
   /** Pending → ended: queue and run. */
   readonly duration_seconds: number;
-  /** Attempts of this job (same name, same pipeline); the path counts the last. */
+  /** Which attempt of the job this is (same name, same pipeline): 1 for its first run, 2 for its first retry, … */
   readonly attempts: number;
   /** Whether the runner's `job_execution` span is in the trace; without it the run is GitLab's times only. */
   readonly runner_spans: boolean;
 }
 
-export type PathTotals = Readonly<Record<'delay' | 'manual_wait' | 'retry_wait' | 'queue' | RunnerPart, number>>;
+/** The path's time by part: the waits by cause, the queue, the runner's stages. */
+export const PATH_TOTALS = ['delay', 'manual_wait', 'retry_wait', 'delayed_wait', 'resource_wait', 'queue', ...RUNNER_PARTS] as const;
+export type PathTotals = Readonly<Record<(typeof PATH_TOTALS)[number], number>>;
+
+/** Which part of `totals` the wait before a job goes to. */
+export const WAIT_TOTAL: Readonly<Record<WaitingFor, 'delay' | 'manual_wait' | 'retry_wait' | 'delayed_wait' | 'resource_wait'>> = {
+  gitlab: 'delay',
+  manual: 'manual_wait',
+  retry: 'retry_wait',
+  delayed: 'delayed_wait',
+  resource: 'resource_wait',
+};
 
 export interface CriticalPath {
-  /** From the root pipeline's creation (or the first job pending) to the end of the job that ended last. */
+  /** From the root pipeline's creation (or the first job pending) to the end of its job that ended last. */
   readonly duration_seconds: number;
   /** The path's time by part; they add up to `duration_seconds`. */
   readonly totals: PathTotals;
@@ -105,6 +132,11 @@ export interface CriticalPath {
   readonly path: PathElement[];
   /** Every job off the path, with how much longer it could have taken without delaying the pipeline; largest first. */
   readonly slack: Array<{ readonly job_id: number; readonly name: string | null; readonly slack_seconds: number }>;
+}
+
+/** Every part at zero: the totals of an empty path. */
+export function emptyTotals(): PathTotals {
+  return Object.fromEntries(PATH_TOTALS.map((part) => [part, 0])) as Record<(typeof PATH_TOTALS)[number], number>;
 }
 
 const JOB = 'job';
@@ -121,22 +153,25 @@ interface Node {
   readonly pipelineId: number | null;
   readonly pending: number;
   readonly pickedUp: number;
-  readonly end: number;
+  end: number;
+  /** A bridge: its child pipeline's id. */
   readonly bridgeOf?: number;
-  readonly manual: boolean;
+  /** A bridge whose child held its parent up (`strategy: depend`, as far as the trace tells): walked through. */
+  holdsParent?: boolean;
+  /** What its own facts say it waited for before becoming pending (a retry is found among the attempts). */
+  readonly waitsFor: Exclude<WaitingFor, 'retry'>;
+  /** GitLab said it is a retry (`retries_count` above 0). */
+  readonly toldRetry: boolean;
   readonly parts: Record<RunnerPart, number>;
   readonly runnerSpans: boolean;
-  attempts: StoredSpanTimes[];
+  /** Which attempt of its job it is (1 for the first), and whether a later attempt followed it. */
+  attempt: number;
+  superseded: boolean;
   /** The same-pipeline blocker, else for a child pipeline's first jobs what blocked its bridge (resolved). */
   blocker?: Node | null;
   /** The same-pipeline blocker only (for slack). */
   localBlocker?: Node | null;
   slackMs?: number;
-}
-
-interface StoredSpanTimes {
-  readonly pending: number;
-  readonly end: number;
 }
 
 const ms = (nanos: bigint) => Number((nanos + 500_000n) / 1_000_000n);
@@ -204,6 +239,16 @@ class TraceIndex {
 const lastEnding = (spans: readonly StoredSpan[]) =>
   spans.reduce<StoredSpan | undefined>((last, span) => (last === undefined || span.endNanos > last.endNanos ? span : last), undefined);
 
+/** What a job's own facts say it waited for: its span's, else its queue wait's. */
+function waitOf(job: StoredSpan | undefined, queue: StoredSpan | undefined): Exclude<WaitingFor, 'retry'> {
+  const told = (key: string) => job?.attributes[key] ?? queue?.attributes[key];
+  const when = told(JOB_WHEN_ATTRIBUTE);
+  if (when === 'manual' || told(MANUAL_JOB_ATTRIBUTE) === true) return 'manual';
+  if (when === 'delayed') return 'delayed';
+  if (told(WAITED_FOR_RESOURCE_ATTRIBUTE) === true) return 'resource';
+  return 'gitlab';
+}
+
 function jobNode(index: TraceIndex, job: StoredSpan | undefined, queue: StoredSpan | undefined, execution: StoredSpan | undefined): Node | null {
   const identified = job ?? execution ?? queue;
   const jobId = identified === undefined ? null : numberAttribute(identified, 'ci.job.id');
@@ -212,11 +257,20 @@ function jobNode(index: TraceIndex, job: StoredSpan | undefined, queue: StoredSp
   const ender = job ?? execution;
   if (ender === undefined) return null;
   const end = ms(ender.endNanos);
-  const pending = Math.min(end, queue === undefined ? ms((job ?? execution)!.startNanos) : ms(queue.startNanos));
-  const pickedUpAt = queue !== undefined ? ms(queue.endNanos) : execution !== undefined ? ms(execution.startNanos) : pending;
+  // Pending: where the job span starts (GitLab's started_at − queued_duration where it said them, else the pickup's
+  // queued_at); picked up: the job span's queued duration after that, else the queue wait's end, else the runner's.
+  const pending = Math.min(end, job !== undefined ? ms(job.startNanos) : queue !== undefined ? ms(queue.startNanos) : ms(execution!.startNanos));
+  const queued = job?.attributes[QUEUED_DURATION_ATTRIBUTE];
+  const pickedUpAt =
+    typeof queued === 'number' && Number.isFinite(queued)
+      ? pending + Math.round(queued * 1000)
+      : queue !== undefined
+        ? ms(queue.endNanos)
+        : execution !== undefined
+          ? ms(execution.startNanos)
+          : pending;
   const pickedUp = Math.min(end, Math.max(pending, pickedUpAt));
   const stages = execution === undefined ? [] : index.childrenOf(execution.spanId);
-  const manual = [job, queue].some((span) => span?.attributes[MANUAL_JOB_ATTRIBUTE] === true);
   return {
     jobId,
     name: textAttribute(job, 'cicd.pipeline.task.name'),
@@ -225,22 +279,49 @@ function jobNode(index: TraceIndex, job: StoredSpan | undefined, queue: StoredSp
     pending,
     pickedUp,
     end,
-    manual,
+    waitsFor: waitOf(job, queue),
+    toldRetry: (numberAttribute(job ?? identified!, RETRIES_COUNT_ATTRIBUTE) ?? 0) > 0,
     parts: runParts(stages, pickedUp, end),
     runnerSpans: execution !== undefined,
-    attempts: [],
+    attempt: 1,
+    superseded: false,
   };
 }
 
-/** Jobs, by the job span id their queue wait and runner spans name as parent, and bridges. */
-function nodesOf(index: TraceIndex, spans: readonly StoredSpan[]): { nodes: Node[]; bridges: Map<number, Node>; running: number } {
+/** A pipeline's span, its end when GitLab said it ended (a terminal status: a reopened one has none). */
+interface PipelineFacts {
+  readonly start: number;
+  readonly end: number | null;
+}
+
+const TERMINAL = new Set(['success', 'failed', 'canceled', 'skipped']);
+
+function pipelinesOf(spans: readonly StoredSpan[]): { pipelines: Map<number, PipelineFacts>; rootPipelineId: number | null } {
+  const pipelines = new Map<number, PipelineFacts>();
+  let rootPipelineId: number | null = null;
+  for (const span of spans) {
+    if (span.name !== PIPELINE) continue;
+    const pipelineId = numberAttribute(span, 'ci.pipeline.id');
+    if (pipelineId === null) continue;
+    const status = span.attributes['ci.pipeline.status'] ?? span.attributes['ci.pipeline.worst_job_status'];
+    pipelines.set(pipelineId, { start: ms(span.startNanos), end: TERMINAL.has(String(status)) ? ms(span.endNanos) : null });
+    if (span.parentSpanId === '') rootPipelineId = pipelineId;
+  }
+  return { pipelines, rootPipelineId };
+}
+
+/**
+ * Jobs, by the job span id their queue wait and runner spans name as parent, and bridges (by their child pipeline's
+ * id). A bridge whose child ended after the root pipeline had ended did not hold it up (no `strategy: depend`): it is
+ * no job of the walk, as at the root's end, when the control plane writes the path, its child's hook has not come.
+ */
+function nodesOf(index: TraceIndex, spans: readonly StoredSpan[], rootEnd: number | null): { nodes: Node[]; bridges: Map<number, Node> } {
   const jobSpanIds = new Set<string>();
   for (const span of spans) {
     if (span.name === JOB) jobSpanIds.add(span.spanId);
     else if ((span.name === QUEUE_WAIT || span.name === JOB_EXECUTION) && span.parentSpanId !== '') jobSpanIds.add(span.parentSpanId);
   }
   const nodes: Node[] = [];
-  let running = 0;
   for (const jobSpanId of jobSpanIds) {
     const job = index.byId.get(jobSpanId);
     if (job !== undefined && job.name !== JOB) continue;
@@ -248,7 +329,6 @@ function nodesOf(index: TraceIndex, spans: readonly StoredSpan[]): { nodes: Node
     const execution = lastEnding(index.childrenOf(jobSpanId, JOB_EXECUTION));
     const node = jobNode(index, job, queue, execution);
     if (node !== null) nodes.push(node);
-    else if (job === undefined && queue !== undefined) running += 1;
   }
   const bridges = new Map<number, Node>();
   for (const span of spans) {
@@ -256,56 +336,57 @@ function nodesOf(index: TraceIndex, spans: readonly StoredSpan[]): { nodes: Node
     const jobId = numberAttribute(span, 'ci.job.id');
     const child = Number(span.attributes['ci.downstream_pipeline.id']);
     if (jobId === null || !Number.isSafeInteger(child)) continue;
+    const pipelineId = numberAttribute(span, 'ci.pipeline.id');
     const start = ms(span.startNanos);
     const end = Math.max(start, ms(span.endNanos));
+    // A depend bridge holds its pipeline open until its child ends, and so the root: a child ending after it did not.
+    const holdsParent = rootEnd === null || end <= rootEnd;
     const parts = emptyParts();
     parts.other = end - start;
     const node: Node = {
       jobId,
       name: textAttribute(span, 'cicd.pipeline.task.name'),
       stage: textAttribute(span, 'ci.job.stage'),
-      pipelineId: numberAttribute(span, 'ci.pipeline.id'),
+      pipelineId,
       pending: start,
       pickedUp: start,
       end,
       bridgeOf: child,
-      manual: false,
+      holdsParent,
+      waitsFor: 'gitlab',
+      toldRetry: false,
       parts,
       runnerSpans: false,
-      attempts: [],
+      attempt: 1,
+      superseded: false,
     };
     bridges.set(child, node);
-    nodes.push(node);
+    if (holdsParent) nodes.push(node);
   }
-  return { nodes, bridges, running };
+  return { nodes, bridges };
 }
 
 /**
- * Drops the earlier attempts of retried jobs (same pipeline, same name; the last is the one queued last), noting
- * them on the last attempt. Jobs without a name (no webhook told it) are each their own.
+ * Numbers the attempts of retried jobs (same pipeline, same name, in the order they became pending): each attempt
+ * stays a job of the walk, as it blocked what became pending after it ended; a later attempt waited for its retry.
+ * Jobs without a name (no webhook told it) are each their own.
  */
-function lastAttempts(nodes: readonly Node[]): Node[] {
-  const latest = new Map<string, Node>();
-  const kept: Node[] = [];
-  const earlier: Array<[string, Node]> = [];
+function numberAttempts(nodes: readonly Node[]): void {
+  const byJob = new Map<string, Node[]>();
   for (const node of nodes) {
-    if (node.name === null || node.bridgeOf !== undefined) {
-      kept.push(node);
-      continue;
-    }
+    if (node.name === null || node.bridgeOf !== undefined) continue;
     const key = `${node.pipelineId ?? ''}\u0000${node.name}`;
-    const found = latest.get(key);
-    if (found === undefined) {
-      latest.set(key, node);
-    } else if (node.pending > found.pending || (node.pending === found.pending && node.jobId > found.jobId)) {
-      latest.set(key, node);
-      earlier.push([key, found]);
-    } else {
-      earlier.push([key, node]);
+    const attempts = byJob.get(key);
+    if (attempts === undefined) byJob.set(key, [node]);
+    else attempts.push(node);
+  }
+  for (const attempts of byJob.values()) {
+    attempts.sort((a, b) => a.pending - b.pending || a.jobId - b.jobId);
+    for (const [i, node] of attempts.entries()) {
+      node.attempt = i + 1;
+      node.superseded = i < attempts.length - 1;
     }
   }
-  for (const [key, node] of earlier) latest.get(key)!.attempts.push({ pending: node.pending, end: node.end });
-  return [...kept, ...latest.values()];
 }
 
 const byEnd = (a: Node, b: Node) => a.end - b.end || a.pending - b.pending || a.jobId - b.jobId;
@@ -343,9 +424,11 @@ function assignLocalBlockers(pipelines: ReadonlyMap<number | null, Node[]>): voi
  */
 export function criticalPath(spans: readonly StoredSpan[]): CriticalPath | null {
   const index = new TraceIndex(spans);
-  const { nodes: all, bridges } = nodesOf(index, spans);
-  const nodes = lastAttempts(all);
+  const { pipelines: pipelineSpans, rootPipelineId } = pipelinesOf(spans);
+  const root = rootPipelineId === null ? undefined : pipelineSpans.get(rootPipelineId);
+  const { nodes, bridges } = nodesOf(index, spans, root?.end ?? null);
   if (nodes.length === 0) return null;
+  numberAttempts(nodes);
 
   const pipelines = new Map<number | null, Node[]>();
   for (const node of nodes) {
@@ -355,10 +438,10 @@ export function criticalPath(spans: readonly StoredSpan[]): CriticalPath | null 
   }
   assignLocalBlockers(pipelines);
 
-  /** The last-ending node of a bridge's child pipeline, through nested bridges; the bridge itself when its child has none. */
+  /** The last-ending node of a depend bridge's child pipeline, through nested bridges; the bridge itself when its child has none. */
   const throughBridges = (node: Node | null, seen = new Set<Node>()): Node | null => {
     let current = node;
-    while (current?.bridgeOf !== undefined && !seen.has(current)) {
+    while (current?.bridgeOf !== undefined && current.holdsParent === true && !seen.has(current)) {
       seen.add(current);
       const members = pipelines.get(current.bridgeOf);
       if (members === undefined || members.length === 0) break;
@@ -384,7 +467,14 @@ export function criticalPath(spans: readonly StoredSpan[]): CriticalPath | null 
     return blocker;
   };
 
-  const last = throughBridges(nodes.reduce((found, node) => (byEnd(node, found) > 0 ? node : found)))!;
+  // The path explains the root pipeline: it starts from the root's job that ended last (a child's, through a depend
+  // bridge), never from a job of a child that could not hold the root up: a root none of whose jobs held it up (its
+  // one trigger's child outlived it) has no path. Without a root pipeline span (no hook yet), from the job that ended
+  // last of the pipelines no bridge in the trace started.
+  const candidates =
+    rootPipelineId !== null ? (pipelines.get(rootPipelineId) ?? []) : nodes.filter((node) => node.pipelineId === null || !bridges.has(node.pipelineId));
+  if (candidates.length === 0) return null;
+  const last = throughBridges(candidates.reduce((found, node) => (byEnd(node, found) > 0 ? node : found)))!;
   const walk: Node[] = [];
   const onPath = new Set<Node>();
   for (let node: Node | null = last; node !== null && !onPath.has(node); node = blockerOf(node)) {
@@ -393,24 +483,25 @@ export function criticalPath(spans: readonly StoredSpan[]): CriticalPath | null 
   }
   walk.reverse();
 
-  const rootPipeline = spans.find((span) => span.name === PIPELINE && span.parentSpanId === '') ?? spans.find((span) => span.name === PIPELINE);
   const first = walk[0];
-  const start = Math.min(first.pending, rootPipeline === undefined ? first.pending : ms(rootPipeline.startNanos));
+  const start = Math.min(first.pending, root === undefined ? first.pending : root.start);
+  // Never past the end of the pipeline it explains, whatever rounding GitLab's times had.
+  const pathEnd = root === undefined || root.end === null ? Infinity : Math.max(start, root.end);
 
-  const totals: Record<keyof PathTotals, number> = { delay: 0, manual_wait: 0, retry_wait: 0, queue: 0, ...emptyParts() };
+  const totals: Record<keyof PathTotals, number> = { ...emptyTotals() };
   const path: PathElement[] = [];
   let previousEnd = start;
   for (const [i, node] of walk.entries()) {
     const blocker = i === 0 ? null : walk[i - 1];
     // Each element covers (previous end, its end]: clamped so that clocks that disagree never count time twice.
-    const end = Math.max(node.end, previousEnd);
+    const end = Math.min(pathEnd, Math.max(node.end, previousEnd));
     const pending = Math.min(end, Math.max(previousEnd, node.pending));
     const pickedUp = Math.min(end, Math.max(pending, node.pickedUp));
     const delay = pending - previousEnd;
     const queue = pickedUp - pending;
     const parts = end - pickedUp === node.end - node.pickedUp ? node.parts : runPartsScaled(node.parts, end - pickedUp);
-    const waitingFor: WaitingFor = node.manual ? 'manual' : node.attempts.some((attempt) => attempt.end > previousEnd) ? 'retry' : 'gitlab';
-    totals[waitingFor === 'gitlab' ? 'delay' : waitingFor === 'manual' ? 'manual_wait' : 'retry_wait'] += delay;
+    const waitingFor: WaitingFor = node.attempt > 1 || node.toldRetry ? 'retry' : node.waitsFor;
+    totals[WAIT_TOTAL[waitingFor]] += delay;
     totals.queue += queue;
     for (const part of RUNNER_PARTS) totals[part] += parts[part];
     path.push({
@@ -424,14 +515,15 @@ export function criticalPath(spans: readonly StoredSpan[]): CriticalPath | null 
       queue_seconds: seconds(queue),
       parts: Object.fromEntries(RUNNER_PARTS.map((part) => [part, seconds(parts[part])])) as Record<RunnerPart, number>,
       duration_seconds: seconds(end - pending),
-      attempts: node.attempts.length + 1,
+      attempts: node.attempt,
       runner_spans: node.runnerSpans,
     });
     previousEnd = end;
   }
 
-  const slack = slackOf(pipelines, bridges, onPath, last.end)
-    .filter((node) => !onPath.has(node) && node.bridgeOf === undefined)
+  // An attempt a later one replaced is off the path without slack: it cannot take longer now.
+  const slack = slackOf(pipelines, bridges, onPath, previousEnd)
+    .filter((node) => !onPath.has(node) && node.bridgeOf === undefined && !node.superseded)
     .map((node) => ({ job_id: node.jobId, name: node.name, slack_seconds: seconds(node.slackMs ?? 0) }))
     .sort((a, b) => b.slack_seconds - a.slack_seconds || a.job_id - b.job_id);
 
@@ -515,12 +607,14 @@ function slackOf(pipelines: ReadonlyMap<number | null, Node[]>, bridges: Readonl
       if (node.bridgeOf === undefined) continue;
       const child = pipelines.get(node.bridgeOf) ?? [];
       const childEnd = child.length === 0 ? node.end : child.reduce((end, member) => Math.max(end, member.end), -Infinity);
-      visit(node.bridgeOf, childEnd + (node.slackMs ?? 0));
+      // A child that held its parent up may end as late as its bridge could; one that did not, as late as itself.
+      visit(node.bridgeOf, childEnd + (node.holdsParent === true ? (node.slackMs ?? 0) : 0));
     }
   };
+  const lastEnd = (pipelineId: number | null) => (pipelines.get(pipelineId) ?? []).reduce((end, member) => Math.max(end, member.end), -Infinity);
   const roots = [...pipelines.keys()].filter((pipelineId) => pipelineId === null || !bridges.has(pipelineId));
-  for (const pipelineId of roots) visit(pipelineId, pathEnd);
-  // Pipelines reached by no bridge visited above (a child whose bridge is missing from the trace).
-  for (const pipelineId of pipelines.keys()) visit(pipelineId, pathEnd);
+  for (const pipelineId of roots) visit(pipelineId, Math.max(pathEnd, lastEnd(pipelineId)));
+  // Pipelines reached by no bridge visited above (a child whose bridge is missing from the trace): to their own end.
+  for (const pipelineId of pipelines.keys()) visit(pipelineId, lastEnd(pipelineId));
   return result;
 }

@@ -81,6 +81,34 @@ describe('GitLab webhook payloads, as GitLab sends them (SPEC §10)', () => {
     expect(parseJobHook(jobHook(pipeline, played), RECEIVED).job?.manual).toBeUndefined();
   });
 
+  it("reads GitLab's account of each job's times and waits (issue 56): queued duration, creation, when, retries, a resource group's wait", () => {
+    const [, failed] = pipeline.jobs;
+    const retried = { ...failed, id: 390, status: 'success', retriesCount: 1, queuedSeconds: 12.345678 };
+    expect(parseJobHook(jobHook(pipeline, retried), RECEIVED).job).toMatchObject({
+      jobId: 390,
+      createdAt: Date.UTC(2016, 7, 12, 15, 23, 28),
+      startedAt: Date.UTC(2016, 7, 12, 15, 26, 12),
+      queuedDuration: 12.345678,
+      retriesCount: 1,
+    });
+    // A job not started yet has no queue wait of its own (GitLab counts it up to now).
+    const pending = parseJobHook(jobHook(pipeline, { ...failed, status: 'pending', startedAt: undefined, finishedAt: undefined }), RECEIVED);
+    expect(pending).toEqual({ kind: 'job', jobId: 378, status: 'pending' });
+    // The one word that a resource group made a job wait: its hook while it waited.
+    const waiting = parseJobHook(jobHook(pipeline, { ...failed, status: 'waiting_for_resource', startedAt: undefined, finishedAt: undefined }), RECEIVED);
+    expect(waiting.status).toBe('waiting_for_resource');
+
+    const body = pipelineHook({ ...pipeline, status: 'running', finishedAt: undefined });
+    const builds = body.builds as Array<Record<string, unknown>>;
+    builds.push({ ...builds[1], id: 384, name: 'rollout', status: 'success', when: 'delayed', manual: true });
+    builds.push({ ...builds[2], id: 385, name: 'deploy-prod', status: 'waiting_for_resource' });
+    const event = parsePipelineHook(body, RECEIVED);
+    expect(event).toMatchObject({ status: 'running', createdAt: Date.UTC(2016, 7, 12, 15, 23, 28), waitingForResourceJobIds: [385] });
+    expect(event.activeJobIds).toContain(385);
+    expect(event.finishedJobs.find((job) => job.jobId === 378)).toMatchObject({ when: 'on_success', queuedDuration: 196.5 });
+    expect(event.finishedJobs.find((job) => job.jobId === 384)).toMatchObject({ when: 'delayed', manual: false });
+  });
+
   it('uses root_pipeline_id when a newer GitLab sends it, and has no end while the pipeline runs', () => {
     const event = parsePipelineHook(pipelineHook({ ...pipeline, status: 'running', finishedAt: undefined, rootPipelineId: 30 }), RECEIVED);
     expect(event.rootPipelineId).toBe(30);
@@ -98,7 +126,7 @@ describe('GitLab webhook payloads, as GitLab sends them (SPEC §10)', () => {
       runnerType: 'instance_type',
     });
     const running = parseJobHook(jobHook(pipeline, { ...failed, status: 'running', finishedAt: undefined }), RECEIVED);
-    expect(running).toEqual({ kind: 'job', jobId: 378 });
+    expect(running).toEqual({ kind: 'job', jobId: 378, status: 'running' });
   });
 
   it('ends a canceled job without a finish time at its start plus its duration', () => {

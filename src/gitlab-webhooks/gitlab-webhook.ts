@@ -16,6 +16,8 @@ import type { JobEnd, PipelineEnd } from '../pipeline-spans/pipeline-span-model'
 const FINISHED = new Set(['success', 'failed', 'canceled', 'skipped']);
 /** Statuses of a job that GitLab will still run: a pipeline hook naming one of them has the pipeline running. */
 const ACTIVE = new Set(['created', 'waiting_for_resource', 'preparing', 'pending', 'running', 'scheduled']);
+/** A job whose `resource_group` another job holds: GitLab makes it pending when the resource is free. */
+const WAITING_FOR_RESOURCE = 'waiting_for_resource';
 
 export class WebhookPayloadError extends Error {}
 
@@ -83,12 +85,15 @@ function finishedBuild(build: unknown, pipelineId: number, projectUrl: string | 
     pipelineId,
     status: build.status,
     failureReason: text(build.failure_reason),
+    createdAt: parseGitlabTime(build.created_at, 'builds[].created_at'),
     startedAt,
     finishedAt: endOf(parseGitlabTime(build.finished_at, 'builds[].finished_at'), startedAt, seconds(build.duration), receivedAt),
+    queuedDuration: startedAt === undefined ? undefined : seconds(build.queued_duration),
     name: text(build.name),
     stage: text(build.stage),
     jobUrl: projectUrl === undefined ? undefined : `${projectUrl}/-/jobs/${jobId}`,
     manual: manualOf(build),
+    when: text(build.when),
     ...runnerOf(build.runner),
   };
 }
@@ -127,7 +132,9 @@ export function parsePipelineHook(body: unknown, receivedAt: number): PipelineEv
   const builds = Array.isArray(body.builds) ? body.builds : [];
   const status = text(attributes.status) ?? '';
   const finishedJobs = builds.map((build) => finishedBuild(build, pipelineId, projectUrl, receivedAt)).filter((job): job is FinishedJob => job !== undefined);
-  const activeJobIds = builds.filter((build): build is Json => isObject(build) && ACTIVE.has(String(build.status))).map((build) => id(build.id, 'builds[].id'));
+  const active = builds.filter((build): build is Json => isObject(build) && ACTIVE.has(String(build.status)));
+  const activeJobIds = active.map((build) => id(build.id, 'builds[].id'));
+  const waitingForResourceJobIds = active.filter((build) => build.status === WAITING_FOR_RESOURCE).map((build) => id(build.id, 'builds[].id'));
   let end: PipelineEnd | undefined;
   if (FINISHED.has(status)) {
     const createdAt = parseGitlabTime(attributes.created_at, 'object_attributes.created_at') ?? receivedAt;
@@ -155,9 +162,12 @@ export function parsePipelineHook(body: unknown, receivedAt: number): PipelineEv
     projectId: id(project.id ?? attributes.project_id, 'project.id'),
     rootPipelineId: optionalId(attributes.root_pipeline_id, 'object_attributes.root_pipeline_id'),
     source: sourcePipeline(body.source_pipeline),
+    status,
+    createdAt: parseGitlabTime(attributes.created_at, 'object_attributes.created_at'),
     end,
     finishedJobs,
     activeJobIds,
+    waitingForResourceJobIds,
   };
 }
 
@@ -165,20 +175,27 @@ export function parseJobHook(body: unknown, receivedAt: number): JobEvent {
   if (!isObject(body)) throw new WebhookPayloadError('a Job Hook is a JSON object');
   const jobId = id(body.build_id, 'build_id');
   const status = text(body.build_status) ?? '';
-  if (!FINISHED.has(status)) return { kind: 'job', jobId };
+  if (!FINISHED.has(status)) return { kind: 'job', jobId, status };
   const project = isObject(body.project) ? body.project : {};
   const projectUrl = text(project.web_url);
   const startedAt = parseGitlabTime(body.build_started_at, 'build_started_at');
+  const retriesCount =
+    typeof body.retries_count === 'number' && Number.isSafeInteger(body.retries_count) && body.retries_count >= 0 ? body.retries_count : undefined;
   return {
     kind: 'job',
     jobId,
+    status,
     job: {
       jobId,
       pipelineId: id(body.pipeline_id, 'pipeline_id'),
       status,
       failureReason: status === 'failed' ? text(body.build_failure_reason) : undefined,
+      createdAt: parseGitlabTime(body.build_created_at, 'build_created_at'),
       startedAt,
       finishedAt: endOf(parseGitlabTime(body.build_finished_at, 'build_finished_at'), startedAt, seconds(body.build_duration), receivedAt),
+      // GitLab's pending → started, to the microsecond; a job that never started has its queue time so far in it.
+      queuedDuration: startedAt === undefined ? undefined : seconds(body.build_queued_duration),
+      retriesCount,
       name: text(body.build_name),
       stage: text(body.build_stage),
       jobUrl: projectUrl === undefined ? undefined : `${projectUrl}/-/jobs/${jobId}`,

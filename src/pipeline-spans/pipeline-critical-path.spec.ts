@@ -178,7 +178,7 @@ describe('the critical path the control plane writes at the root pipeline end (S
       'deploy#5003': { 'ci.job.critical_path': true, 'ci.job.critical_path_seconds': 57 },
     });
     // 2 s before build was pending, 1 s and 3 s between jobs; 10 + 10 + 1 s waiting for runners; the rest running.
-    expect(rootParts(latest)).toEqual({ delay: 6, manual_wait: 0, retry_wait: 0, queue: 21, run: 233 });
+    expect(rootParts(latest)).toEqual({ delay: 6, manual_wait: 0, retry_wait: 0, delayed_wait: 0, resource_wait: 0, queue: 21, run: 233 });
     // What the reads compute from the same spans: the same jobs, the same time.
     const read = criticalPath(latest)!;
     expect(read.path.map((element) => element.job_id)).toEqual([5001, 5002, 5003]);
@@ -218,7 +218,7 @@ describe('the critical path the control plane writes at the root pipeline end (S
     expect(criticalPath(latest)!.path[1]).toMatchObject({ job_id: 5002, waiting_for: 'manual', delay_seconds: 3600 });
   });
 
-  it('a job retried to success after the pipeline failed: the path follows the pipeline story, the last attempt on it, each version sent once', async () => {
+  it('a job retried to success after the pipeline failed: the path follows the pipeline story, both attempts on it, the wait between them a retry, each version sent once', async () => {
     const build = { jobId: 5001, name: 'build', queuedAt: 0, pickedUpAt: 1, finishedAt: 60 };
     const failed = { jobId: 5002, name: 'test', queuedAt: 61, pickedUpAt: 62, finishedAt: 90, status: 'failed' };
     await story.jobEnds(build);
@@ -235,10 +235,11 @@ describe('the critical path the control plane writes at the root pipeline end (S
 
     expect(pathAttributes(second.latest)).toEqual({
       'build#5001': { 'ci.job.critical_path': true, 'ci.job.critical_path_seconds': 60 },
-      'test#5002': { 'ci.job.critical_path': false },
+      // The failed attempt ran on the path: the retry waited for it to end, then for the person (issue 56, 5b).
+      'test#5002': { 'ci.job.critical_path': true, 'ci.job.critical_path_seconds': 29 },
       'test#5003': { 'ci.job.critical_path': true, 'ci.job.critical_path_seconds': 109 },
     });
-    expect(rootParts(second.latest)).toMatchObject({ retry_wait: 631, queue: 10 });
+    expect(rootParts(second.latest)).toMatchObject({ retry_wait: 601, queue: 11 });
     // Each span once per version, never an older one after a newer: versions only grow.
     const sent = [...first.sent, ...second.sent];
     const copies = new Map<string, number[]>();

@@ -12,7 +12,7 @@ import type { AttributeValue, ControlPlaneSpan } from './pipeline-span-model';
  */
 
 /** The parts of the path's time the control plane knows from GitLab, written on the root pipeline span. */
-export const WRITTEN_PATH_PARTS = ['delay', 'manual_wait', 'retry_wait', 'queue', 'run'] as const;
+export const WRITTEN_PATH_PARTS = ['delay', 'manual_wait', 'retry_wait', 'delayed_wait', 'resource_wait', 'queue', 'run'] as const;
 
 export interface WrittenCriticalPath {
   /** By job id: `ci.job.critical_path`, and `ci.job.critical_path_seconds` on it or `ci.job.slack_seconds` off it. */
@@ -34,6 +34,8 @@ export function writtenCriticalPath(spans: readonly ControlPlaneSpan[]): Written
     delay: path.totals.delay,
     manual_wait: path.totals.manual_wait,
     retry_wait: path.totals.retry_wait,
+    delayed_wait: path.totals.delayed_wait,
+    resource_wait: path.totals.resource_wait,
     queue: path.totals.queue,
     run: runMs / 1000,
   };

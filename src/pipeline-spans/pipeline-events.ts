@@ -17,18 +17,35 @@ export interface PipelineEvent {
   readonly rootPipelineId?: number;
   /** The trigger job and pipeline of a child pipeline. */
   readonly source?: { readonly pipelineId: number; readonly jobId?: number; readonly projectId?: number };
+  /**
+   * GitLab's status of the pipeline (`object_attributes.status`). One not finished (`running`, `pending`, …) after a
+   * finished one reopens the pipeline (a retry, a manual job played): its span follows (reopenedPipelineEnd).
+   */
+  readonly status?: string;
+  /** GitLab's `created_at` of the pipeline, whatever its status (a reopened pipeline's span starts there). */
+  readonly createdAt?: number;
   /** Set once the pipeline has finished. */
   readonly end?: PipelineEnd;
   /** Jobs of the pipeline that have finished, as its `builds` list says. */
   readonly finishedJobs: FinishedJob[];
   /** Jobs of the pipeline GitLab will still run (created, pending, running, …), as its `builds` list says. */
   readonly activeJobIds: number[];
+  /**
+   * Jobs the `builds` list says are `waiting_for_resource` (their `resource_group` held): to remember until they end,
+   * as their job span's `waitedForResource` (no hook at a job's end says it).
+   */
+  readonly waitingForResourceJobIds?: number[];
 }
 
 export interface JobEvent {
   readonly kind: 'job';
   readonly job?: FinishedJob;
   readonly jobId: number;
+  /**
+   * GitLab's `build_status`. A job's hook with `waiting_for_resource` is the one word that its `resource_group` made it
+   * wait: to remember until its end, as its job span's `waitedForResource`.
+   */
+  readonly status?: string;
 }
 
 export type WebhookEvent = PipelineEvent | JobEvent;

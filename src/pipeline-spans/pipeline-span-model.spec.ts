@@ -1,5 +1,17 @@
-import type { RunnerJobEnd, TracedPipeline } from '../traced-work/traced-work';
-import { outboxKeyOf, PipelineEnd, pipelineSeenFromJobs, pipelineSpan, pipelineSpanVersion, SPAN_VERSION_ATTRIBUTE } from './pipeline-span-model';
+import type { RunnerJobEnd, TracedJob, TracedPipeline } from '../traced-work/traced-work';
+import {
+  endOfVersion,
+  JobEnd,
+  jobSpan,
+  jobTimes,
+  outboxKeyOf,
+  PipelineEnd,
+  pipelineSeenFromJobs,
+  pipelineSpan,
+  pipelineSpanVersion,
+  reopenedPipelineEnd,
+  SPAN_VERSION_ATTRIBUTE,
+} from './pipeline-span-model';
 
 const T0 = Date.parse('2026-11-25T10:00:00Z');
 const at = (seconds: number) => T0 + seconds * 1000;
@@ -30,7 +42,8 @@ describe('the version of a pipeline span (SPEC §10, the final story)', () => {
 
   it('breaks a tie on the end by status, the worse the newer, then by how many jobs the facts cover', () => {
     const end = at(420);
-    const ranks = ['running', 'skipped', 'success', 'canceled', 'failed'].map((status) => pipelineSpanVersion({ status, finishedAt: end }));
+    // A reopened pipeline (running again after this end) is newer than any finish at this end (issue 56, 4b).
+    const ranks = ['skipped', 'success', 'canceled', 'failed', 'running'].map((status) => pipelineSpanVersion({ status, finishedAt: end }));
     expect([...ranks].sort((a, b) => a - b)).toEqual(ranks);
     expect(new Set(ranks).size).toBe(ranks.length);
     expect(pipelineSpanVersion({ status: 'success', finishedAt: end, jobsSeen: 3 })).toBeGreaterThan(
@@ -86,5 +99,48 @@ describe('a pipeline seen without webhooks: from its traced jobs as their runner
     const fromGitlab = attributesOf({ status: 'failed', createdAt: at(0), finishedAt: at(60) });
     expect(fromGitlab['ci.pipeline.status']).toBe('failed');
     expect(fromGitlab['ci.pipeline.worst_job_status']).toBeUndefined();
+  });
+});
+
+describe("a job's span: GitLab's times where GitLab said them (issue 56)", () => {
+  const job: TracedJob = { ...pipeline, jobId: 9001, runnerId: 17, runnerType: 'project_type', pickedUpAt: at(130.2) };
+  const finished: JobEnd = { status: 'success', startedAt: at(130), finishedAt: at(160), queuedDuration: 119.75 };
+  const spanOf = (traced: TracedJob, end: JobEnd) => {
+    const [span] = jobSpan('gitlab-ci', { ...place, spanId: 'c'.repeat(16) }, traced, end).resourceSpans.scopeSpans[0].spans;
+    return {
+      start: Number(BigInt(span.startTimeUnixNano) / 1_000_000n),
+      attributes: Object.fromEntries(span.attributes.map(({ key, value }) => [key, Object.values(value)[0]])),
+    };
+  };
+
+  it("starts when GitLab made the job pending: its queued_at at the pickup, queued for GitLab's queued_duration", () => {
+    expect(jobTimes({ ...job, queuedAt: at(10.25) }, finished)).toEqual({ pending: at(10.25), pickedUp: at(130) });
+    expect(spanOf({ ...job, queuedAt: at(10.25) }, finished)).toMatchObject({ start: at(10.25), attributes: { 'ci.job.queued_duration_seconds': 119.75 } });
+  });
+
+  it("without queued_at at the pickup, from the Job Hook's build_started_at − build_queued_duration: the queue is no delay", () => {
+    expect(jobTimes(job, finished)).toEqual({ pending: at(10.25), pickedUp: at(130) });
+    expect(spanOf(job, finished).start).toBe(at(10.25));
+    // Where GitLab said neither, the pickup's clock.
+    expect(jobTimes(job, { status: 'success', finishedAt: at(160) })).toEqual({ pending: at(130.2), pickedUp: at(130.2) });
+  });
+
+  it('says what the critical path names waits by: when, a resource group, a retry', () => {
+    const attributes = spanOf(job, { ...finished, when: 'delayed', waitedForResource: true, retriesCount: 2 }).attributes;
+    expect(attributes).toMatchObject({ 'ci.job.when': 'delayed', 'ci.job.waited_for_resource': true, 'ci.job.retries_count': '2' });
+    expect(spanOf(job, { ...finished, retriesCount: 0 }).attributes['ci.job.retries_count']).toBeUndefined();
+  });
+});
+
+describe('a pipeline reopened (issue 56, 4b): running again after it had finished', () => {
+  it("is drawn as a newer version than the finish it follows, and an older one than the next finish, from the store's version alone", () => {
+    const failed: PipelineEnd = { status: 'failed', createdAt: at(0), finishedAt: at(300) };
+    const highest = pipelineSpanVersion(failed);
+    const reopened = reopenedPipelineEnd({ status: 'failed', createdAt: at(0), finishedAt: endOfVersion(highest) }, 'running');
+    expect(pipelineSpanVersion(reopened)).toBeGreaterThan(highest);
+    expect(pipelineSpanVersion(reopened)).toBeLessThan(pipelineSpanVersion({ status: 'skipped', finishedAt: at(300) + 1 }));
+    expect(attributesOf(reopened)).toMatchObject({ 'ci.pipeline.status': 'running' });
+    expect(attributesOf(reopened)['error.type']).toBeUndefined();
+    expect(() => reopenedPipelineEnd(failed, 'success')).toThrow();
   });
 });

@@ -103,6 +103,26 @@ export interface JobEnd extends Outcome {
    * job a manual wait, not GitLab's delay.
    */
   readonly manual?: boolean;
+  /**
+   * GitLab's `when` of the job (`on_success`, `manual`, `delayed`, `always`, …), as a Pipeline Hook's `builds` say:
+   * written as `ci.job.when`, so that the critical path names the wait before a `delayed` job a delayed wait.
+   */
+  readonly when?: string;
+  /**
+   * GitLab's `queued_duration` (seconds, fractional: pending → started, measured by GitLab), as the Job Hook's
+   * `build_queued_duration` or a Pipeline Hook's `builds[].queued_duration` say.
+   */
+  readonly queuedDuration?: number;
+  /** GitLab's `created_at` of the job (the Job Hook's `build_created_at`): when the job was created, not pending. */
+  readonly createdAt?: number;
+  /** GitLab's `retries_count` (the Job Hook's): above 0, the job is a retry of an earlier one. */
+  readonly retriesCount?: number;
+  /**
+   * GitLab said the job was `waiting_for_resource` (its `resource_group` was held by another job): the wait before it
+   * became pending was the resource's. Only a hook sent while it waited says so (a Job Hook with that `build_status`,
+   * or a Pipeline Hook listing it so), so the caller remembers it until the job ends.
+   */
+  readonly waitedForResource?: boolean;
 }
 
 /** What a finished pipeline's webhook tells, or, without webhooks, what its traced jobs' runners told. */
@@ -159,7 +179,11 @@ function keyValues(...records: ReadonlyArray<Readonly<Record<string, AttributeVa
  * ending at the same instant is the newer. Unknown statuses rank lowest.
  */
 const STATUS_RANK: Readonly<Record<string, number>> = { skipped: 1, success: 2, canceled: 3, failed: 4 };
-const statusRank = (status: string) => STATUS_RANK[status] ?? 0;
+/** GitLab's statuses of a pipeline that has not finished (a reopened one: a retry, a manual job played). */
+const NOT_FINISHED = new Set(['created', 'waiting_for_resource', 'preparing', 'pending', 'running', 'scheduled', 'manual']);
+/** Above every finished status: a reopened pipeline's version is just above the finish it follows (see below). */
+const REOPENED_RANK = 7;
+const statusRank = (status: string) => (NOT_FINISHED.has(status) ? REOPENED_RANK : (STATUS_RANK[status] ?? 0));
 
 const VERSION_RANK_BITS = 3;
 const VERSION_SEEN_BITS = 7;
@@ -173,10 +197,31 @@ const VERSION_SEEN_MAX = 2 ** VERSION_SEEN_BITS - 1;
  * many traced jobs the facts cover: one more job seen can move the start earlier without moving the end.
  * One integer (end in ms × 2^10 + rank × 2^7 + jobs seen, at most 127), exact in a double and in
  * ClickHouse's UInt64 until the year 2248.
+ *
+ * A pipeline reopened (GitLab's Pipeline Hook says `running`, `pending`, … after it had finished: a job retried or
+ * played) is drawn with that status and, as `finishedAt`, the end of the finished version it follows (see
+ * {@link reopenedPipelineEnd}): its rank is above every finished status's, so its version is just above that
+ * finish's and below any later finish's (the next end is later by at least the reopening job's run).
  */
 export function pipelineSpanVersion(end: Pick<PipelineEnd, 'finishedAt' | 'status' | 'jobsSeen'>): number {
   const seen = Math.min(VERSION_SEEN_MAX, Math.max(0, end.jobsSeen ?? 0));
   return (Math.max(0, Math.round(end.finishedAt)) * 2 ** VERSION_RANK_BITS + statusRank(end.status)) * 2 ** VERSION_SEEN_BITS + seen;
+}
+
+/** The end (epoch ms) of the pipeline's story a version was drawn from: the inverse of pipelineSpanVersion's time. */
+export function endOfVersion(version: number): number {
+  return Math.floor(version / 2 ** (VERSION_RANK_BITS + VERSION_SEEN_BITS));
+}
+
+/**
+ * The facts of a pipeline GitLab reopened (its Pipeline Hook says `status`, not finished, after `finished` ended it):
+ * its span follows it, same id, a newer version, so readers see it running again and `final` is false at once. Drawn
+ * from `finished`'s creation to its end; `finished` may be no more than the version emitted last
+ * (`{ createdAt, finishedAt: endOfVersion(version), status }`).
+ */
+export function reopenedPipelineEnd(finished: PipelineEnd, status: string): PipelineEnd {
+  if (!NOT_FINISHED.has(status)) throw new Error(`a reopened pipeline's status is one of GitLab's unfinished ones, not ${status}`);
+  return { ...finished, status, failureReason: undefined, jobsSeen: undefined };
 }
 
 /**
@@ -303,12 +348,31 @@ export interface WrittenPath {
 }
 
 /**
- * The job's own span, whose id is the `span_parent_id` its runner's spans name: from when the job was
- * queued (the pickup's `queued_at`, else what the webhook tells, else the pickup) to its end. Emitted
- * unversioned when the job ends; again at the root pipeline's end with the critical path written on it.
+ * When a job became pending and when a runner took it, GitLab's times where GitLab said them: pending is GitLab's
+ * `queued_at` (handed out at the pickup, to the millisecond), else its `started_at − queued_duration`; taken is
+ * `queued_at + queued_duration` (both GitLab's own clock), else its `started_at`; the pickup's clock only where GitLab
+ * said neither.
+ */
+export function jobTimes(job: TracedJob, end: JobEnd): { pending: number; pickedUp: number } {
+  const queuedMs = end.queuedDuration === undefined ? undefined : end.queuedDuration * 1000;
+  const started = end.startedAt ?? job.pickedUpAt;
+  const pending = job.queuedAt ?? (queuedMs !== undefined && end.startedAt !== undefined ? end.startedAt - queuedMs : started);
+  const pickedUp = queuedMs !== undefined && job.queuedAt !== undefined ? job.queuedAt + queuedMs : started;
+  return { pending, pickedUp: Math.max(pending, pickedUp) };
+}
+
+/**
+ * The job's own span, whose id is the `span_parent_id` its runner's spans name: from when the job became pending
+ * (see {@link jobTimes}) to its end, with GitLab's queue wait (`ci.job.queued_duration_seconds`) and what the
+ * critical path names waits by (`ci.job.when`, `ci.job.manual`, `ci.job.waited_for_resource`,
+ * `ci.job.retries_count`). Emitted unversioned when the job ends; again at the root pipeline's end with the critical
+ * path written on it.
  */
 export function jobSpan(serviceName: string, place: SpanPlace, job: TracedJob, end: JobEnd, path?: WrittenPath): ControlPlaneSpan {
-  const start = job.queuedAt ?? job.pickedUpAt;
+  const { pending, pickedUp } = jobTimes(job, end);
+  // Never after its end: a job canceled before it ran has no start of its own.
+  const start = Math.min(pending, end.finishedAt);
+  const queued = end.queuedDuration !== undefined || job.queuedAt !== undefined ? Math.max(0, Math.min(pickedUp, end.finishedAt) - start) / 1000 : undefined;
   return span(
     serviceName,
     place,
@@ -326,8 +390,11 @@ export function jobSpan(serviceName: string, place: SpanPlace, job: TracedJob, e
       'ci.job.stage': end.stage,
       'ci.job.failure_reason': end.failureReason,
       'ci.runner.type': end.runnerType ?? job.runnerType,
-      'ci.job.queued_duration_seconds': job.queuedAt === undefined ? undefined : Math.max(0, job.pickedUpAt - job.queuedAt) / 1000,
+      'ci.job.queued_duration_seconds': queued,
       'ci.job.manual': end.manual,
+      'ci.job.when': end.when,
+      'ci.job.waited_for_resource': end.waitedForResource === true ? true : undefined,
+      'ci.job.retries_count': end.retriesCount === undefined || end.retriesCount === 0 ? undefined : end.retriesCount,
       'error.type': end.status === 'failed' ? (end.failureReason ?? 'failed') : undefined,
       ...path?.attributes,
     },

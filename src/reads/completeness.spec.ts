@@ -1,4 +1,6 @@
 import { PipelineTrace } from '../../test/helpers/pipeline-trace';
+import { collectedSpans } from '../otlp/collected-spans';
+import { pipelineSpanVersion, reopenedPipelineEnd, SPAN_VERSION_ATTRIBUTE } from '../pipeline-spans/pipeline-span-model';
 import { completenessOf } from './completeness';
 
 /** SPEC §12: how complete a trace read says it is. Times are seconds after the pipeline was created. */
@@ -31,5 +33,61 @@ describe('the completeness of a trace (SPEC §12)', () => {
 
     const kept = new PipelineTrace(PROJECT, 521, undefined, 'ot=th:0').pipeline(521, { status: 'failed', finishedAt: 31 });
     expect(completenessOf(kept.spans()).adjusted_count).toBe(1);
+  });
+
+  describe('final only when every pipeline of the trace has ended (issue 56)', () => {
+    it('4a: the root ended, its child (no strategy: depend) still runs: not final', () => {
+      const trace = new PipelineTrace(PROJECT, 540)
+        .job({ jobId: 1, name: 'build', queuedAt: 0, pickedUpAt: 1, finishedAt: 10 })
+        .pipeline(540, { status: 'success', finishedAt: 20 })
+        // The child's first job ended; its second is pending; GitLab's hook says the child is running.
+        .job({ jobId: 60, name: 'child-build', pipelineId: 541, queuedAt: 11, pickedUpAt: 12, finishedAt: 18 });
+      expect(completenessOf(trace.spans())).toMatchObject({ final: false, missing_parents: 1 });
+
+      // The child's running span (its Pipeline Hook `running`) is there: nothing is missing, and still not final.
+      const running = trace.pipelineSpan(541, { status: 'running', createdAt: 11, finishedAt: 18 });
+      const withRunning = [...trace.spans(), ...collectedSpans({ resourceSpans: [running.resourceSpans] })];
+      expect(completenessOf(withRunning)).toMatchObject({ final: false, missing_parents: 0, roots: 1 });
+    });
+
+    it('a child seen only through its bridge, whose pipeline span is not there, leaves the trace unfinished', () => {
+      const trace = new PipelineTrace(PROJECT, 542)
+        .job({ jobId: 1, name: 'build', queuedAt: 0, pickedUpAt: 1, finishedAt: 10 })
+        .bridge(2, 542, 543, { createdAt: 11, finishedAt: 30 })
+        .pipeline(542, { status: 'success', finishedAt: 31 });
+      expect(completenessOf(trace.spans())).toMatchObject({ final: false, missing_parents: 0, roots: 1 });
+      trace.pipeline(543, { status: 'success', createdAt: 11, finishedAt: 30 }, 2);
+      expect(completenessOf(trace.spans())).toMatchObject({ final: true });
+    });
+
+    it('4b: a failed pipeline reopened by a retried job is not final at once, before a runner takes the retry', () => {
+      const trace = new PipelineTrace(PROJECT, 544).job({ jobId: 1, name: 'test', status: 'failed', queuedAt: 0, pickedUpAt: 1, finishedAt: 10 });
+      const failed = { status: 'failed', createdAt: trace.at(0), finishedAt: trace.at(11) };
+      const before = [...trace.spans(), ...collectedSpans({ resourceSpans: [trace.pipelineSpan(544, { status: 'failed', finishedAt: 11 }).resourceSpans] })];
+      expect(completenessOf(before)).toMatchObject({ final: true });
+
+      // GitLab's Pipeline Hook says `running` (the retry is pending): the control plane draws the pipeline's span again,
+      // a newer version, and a reader keeps it over the failed one.
+      // Drawn with the end of the version it follows, its version is above that one's: the store lets it out.
+      expect(pipelineSpanVersion({ ...failed, status: 'running' })).toBeGreaterThan(pipelineSpanVersion(failed));
+      const reopened = reopenedPipelineEnd(failed, 'running');
+      expect(pipelineSpanVersion(reopened)).toBeGreaterThan(pipelineSpanVersion(failed));
+      expect(pipelineSpanVersion(reopened)).toBeLessThan(pipelineSpanVersion({ ...failed, status: 'success', finishedAt: trace.at(12) }));
+      const span = trace.pipelineSpan(544, { status: 'running', finishedAt: 11 });
+      const latest = [...trace.spans(), ...collectedSpans({ resourceSpans: [span.resourceSpans] })];
+      expect(latest.find((found) => found.name === 'pipeline')!.attributes[SPAN_VERSION_ATTRIBUTE]).toBe(pipelineSpanVersion(reopened));
+      expect(completenessOf(latest)).toMatchObject({ final: false, missing_parents: 0, roots: 1 });
+    });
+
+    it('two roots are not one whole trace', () => {
+      const trace = new PipelineTrace(PROJECT, 546)
+        .job({ jobId: 1, name: 'build', queuedAt: 0, pickedUpAt: 1, finishedAt: 10 })
+        .pipeline(546, { status: 'success', finishedAt: 11 })
+        .pipeline(546, { status: 'success', finishedAt: 11 });
+      // A second pipeline span without a parent (a span of another id claiming the root's place).
+      const spans = trace.spans();
+      const twice = spans.map((span, i) => (i === spans.length - 1 ? { ...span, spanId: 'ffffffffffffffff' } : span));
+      expect(completenessOf(twice)).toMatchObject({ roots: 2, final: false });
+    });
   });
 });

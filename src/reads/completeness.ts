@@ -13,7 +13,11 @@ export interface Completeness {
   readonly missing_parents: number;
   /** Jobs that ran (or were meant to) whose runner's `job_execution` span is not in the trace. */
   readonly jobs_without_runner_spans: number;
-  /** GitLab said the pipeline finished, and no job of it is still running or unreported. */
+  /**
+   * Every pipeline of the trace has ended (the root and each child seen through a bridge, a job or a queue wait has a
+   * pipeline span whose status GitLab said is finished; a reopened one, `running` again, is not), there is one root,
+   * no span's parent is missing and no job is unreported (picked up or run, its job span not closed by GitLab).
+   */
   readonly final: boolean;
   /** `ci.sampling.reason` of the pipeline's spans: head, failed, slow, queued, no_outcome; null when none says. */
   readonly sampling_reason: string | null;
@@ -75,7 +79,6 @@ export function completenessOf(spans: readonly StoredSpan[]): Completeness {
     if (!NEVER_RAN.has(String(span.attributes['ci.job.status'] ?? ''))) withoutRunner += 1;
   }
   const pipeline = topPipelineSpan(spans, ids);
-  const status = pipeline?.attributes['ci.pipeline.status'];
   const controlPlane = pipeline ?? spans.find((span) => CONTROL_PLANE.has(span.name));
   const reason =
     pipeline?.resource[SAMPLING_REASON_ATTRIBUTE] ??
@@ -85,8 +88,38 @@ export function completenessOf(spans: readonly StoredSpan[]): Completeness {
     roots,
     missing_parents: missingParents,
     jobs_without_runner_spans: withoutRunner,
-    final: typeof status === 'string' && FINISHED.has(status) && unreported === 0,
+    final: roots === 1 && missingParents === 0 && unreported === 0 && everyPipelineEnded(spans),
     sampling_reason: reason === undefined || reason === '' ? null : String(reason),
     adjusted_count: controlPlane === undefined ? 1 : adjustedCountOf(controlPlane.traceState),
   };
+}
+
+/**
+ * Whether every pipeline the trace names has a pipeline span GitLab said finished: the pipelines of its pipeline
+ * spans, of its jobs and queue waits (`ci.pipeline.id`), and the children its bridges started. A child pipeline still
+ * running (no `strategy: depend`: its parent ended without it) or a pipeline reopened by a retry or a played job
+ * (its span's newer version says `running`) leaves the trace unfinished. Pipeline spans drawn without webhooks carry
+ * no GitLab status, so such a trace is never final: only GitLab knows a pipeline has finished.
+ */
+function everyPipelineEnded(spans: readonly StoredSpan[]): boolean {
+  const named = new Set<string>();
+  const ended = new Set<string>();
+  let pipelines = 0;
+  for (const span of spans) {
+    if (span.name === 'pipeline') {
+      pipelines += 1;
+      const pipelineId = String(span.attributes['ci.pipeline.id'] ?? span.resource['ci.pipeline.id'] ?? '');
+      named.add(pipelineId);
+      if (FINISHED.has(String(span.attributes['ci.pipeline.status'] ?? ''))) ended.add(pipelineId);
+    } else if (span.name === 'bridge') {
+      const child = span.attributes['ci.downstream_pipeline.id'];
+      if (child !== undefined) named.add(String(child));
+    } else if (span.name === 'job' || span.name === 'queue_wait') {
+      const pipelineId = span.attributes['ci.pipeline.id'] ?? span.resource['ci.pipeline.id'];
+      if (pipelineId !== undefined) named.add(String(pipelineId));
+    }
+  }
+  if (pipelines === 0) return false;
+  for (const pipelineId of named) if (!ended.has(pipelineId)) return false;
+  return true;
 }

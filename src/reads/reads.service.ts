@@ -7,7 +7,7 @@ import { APP_LOGGER } from '../observability/logger';
 import { OUTAGE_RETRY_AFTER_SECONDS } from '../observability/retry-after';
 import { withTimeout } from '../observability/with-timeout';
 import { Completeness, completenessOf } from './completeness';
-import { CriticalPath, criticalPath, RUNNER_PARTS } from '../critical-path/critical-path';
+import { CriticalPath, criticalPath, emptyTotals } from '../critical-path/critical-path';
 import { JobSummary, summarizeJobs } from './job-summary';
 import { FieldProblem, parseId, parseRef, parseWindow, ReadWindow } from './reads-request';
 import { TRACE_READS } from './reads.constants';
@@ -133,9 +133,4 @@ export class ReadsService implements OnModuleDestroy {
 function refuse(problems: readonly FieldProblem[]): void {
   if (problems.length === 0) return;
   throw new HttpProblem(400, `invalid request: ${problems.flatMap((problem) => problem.problems).join('; ')}`, { details: { fields: problems } });
-}
-
-/** A pipeline none of whose jobs has ended yet: nothing on its path so far. */
-function emptyTotals(): CriticalPath['totals'] {
-  return Object.fromEntries(['delay', 'manual_wait', 'retry_wait', 'queue', ...RUNNER_PARTS].map((part) => [part, 0])) as CriticalPath['totals'];
 }

@@ -235,9 +235,10 @@ describe('a pipeline that finishes more than once: its trace tells the final sto
       [27002, 'test', 'Error', 'failed', span.span_id],
       [27003, 'test', 'Unset', 'success', span.span_id],
     ]);
-    // The final story's critical path: the retry ended last, so it is on the path; the failed attempt is not.
+    // The final story's critical path: the retry ended last, so it is on the path, and so is the failed attempt it
+    // waited for (issue 56: earlier attempts stay blockers).
     expect(jobs.find((row) => row.job_id === 27003)!.critical_path).toBe(true);
-    expect(jobs.find((row) => row.job_id === 27002)!.critical_path).toBe(false);
+    expect(jobs.find((row) => row.job_id === 27002)!.critical_path).toBe(true);
     for (const row of rows) expect(endOf(span)).toBeGreaterThanOrEqual(endOf(row));
 
     // The dashboard counts the pipeline once, with its final status and duration.

@@ -239,7 +239,8 @@ describe('ClickHouseTraceReads on a real ClickHouse engine over HTTP', () => {
     await insertOtelTraces(clickhouse, otelTracesRowsOfResourceSpans(trace.resourceSpans()));
 
     const expected = criticalPath(trace.spans())!;
-    expect(expected.path.map((element) => element.job_id)).toEqual([50, 60, 61, 53]);
+    // The failed attempt of deploy is on the path: its retry waited for it (issue 56, earlier attempts stay blockers).
+    expect(expected.path.map((element) => element.job_id)).toEqual([50, 60, 61, 52, 53]);
     for (const read of [await reads.pipelineTrace(70, 506, today), await reads.jobTrace(70, 61, today), await reads.pipelineTrace(70, 505, today)])
       expect(criticalPath(read!)).toEqual(expected);
   });

@@ -318,7 +318,15 @@ describe("ci_job_telemetry_traces holds the control plane's spans too: pipeline,
       slack_seconds: null,
       critical_path_seconds: null,
       // Written when the pipeline ended (issue 36): rspec, which ended last after 45 s in the queue, is the path.
-      critical_path_parts: { delay: expect.any(Number), manual_wait: 0, retry_wait: 0, queue: expect.closeTo(45, 0), run: expect.any(Number) },
+      critical_path_parts: {
+        delay: expect.any(Number),
+        manual_wait: 0,
+        retry_wait: 0,
+        delayed_wait: 0,
+        resource_wait: 0,
+        queue: expect.closeTo(45, 0),
+        run: expect.any(Number),
+      },
     });
   });
 

@@ -661,8 +661,8 @@ describe('the critical path panels, on what the control plane writes at a pipeli
       percent_of_path: Math.round((1000 * (seconds(paths[0], name) + seconds(paths[1], name))) / total) / 10,
     });
     // The runs are most of the path; then the queue waits (build's 10 s and 20 s, test's 10 s and 5 s), then GitLab's
-    // second before each test; nobody waited for a person or a retry.
-    expect(rows).toEqual([part('run'), part('queue'), part('delay'), part('manual_wait'), part('retry_wait')]);
+    // second before each test; nobody waited for a person, a retry, a timer or a resource group (issue 56).
+    expect(rows).toEqual([part('run'), part('queue'), part('delay'), part('delayed_wait'), part('manual_wait'), part('resource_wait'), part('retry_wait')]);
     expect(part('queue')).toMatchObject({ mean_seconds_per_pipeline: (10 + 10 + 20 + 5) / 2 });
     expect(part('manual_wait')).toMatchObject({ mean_seconds_per_pipeline: 0 });
     const shares = rows.reduce((sum, row) => sum + (row.percent_of_path as number), 0);

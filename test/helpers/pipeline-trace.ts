@@ -34,6 +34,17 @@ export interface JobFacts {
   readonly stages?: Stages | null;
   /** Played by a person (`CI_JOB_MANUAL`). */
   readonly manual?: boolean;
+  /** GitLab's `when`, as a Pipeline Hook's `builds` say it (`manual`, `delayed`, …). */
+  readonly when?: string;
+  /** GitLab said it was `waiting_for_resource` before it became pending. */
+  readonly waitedForResource?: boolean;
+  /** GitLab's `retries_count`, as the Job Hook says it. */
+  readonly retriesCount?: number;
+  /**
+   * The pickup got no `queued_at` (no queue-wait span): the job span's times are the Job Hook's, `queuedAt` through
+   * its `build_queued_duration`.
+   */
+  readonly withoutQueuedAtAtPickup?: boolean;
   /** Spans a program in the job exported under the job span (TRACEPARENT), with their attributes. */
   readonly programSpans?: ReadonlyArray<{ readonly name: string; readonly attributes: Record<string, string | number | boolean> }>;
 }
@@ -86,16 +97,18 @@ export class PipelineTrace {
       jobId: facts.jobId,
       runnerId: 17,
       runnerType: 'project_type',
-      queuedAt: this.at(facts.queuedAt),
+      ...(facts.withoutQueuedAtAtPickup === true ? {} : { queuedAt: this.at(facts.queuedAt) }),
       pickedUpAt: this.at(facts.pickedUpAt),
     };
     const jobSpanId = this.jobSpanId(facts.jobId);
-    const queue = queueWaitSpan(
-      SERVICE,
-      { traceId: this.traceId, spanId: queueSpanIdFor(this.key, facts.jobId), parentSpanId: jobSpanId, tracestate: this.tracestate },
-      tracedJob,
-    );
-    this.push(facts.manual === true ? withAttribute(queue.resourceSpans, 'ci.job.manual', true) : queue.resourceSpans);
+    if (facts.withoutQueuedAtAtPickup !== true) {
+      const queue = queueWaitSpan(
+        SERVICE,
+        { traceId: this.traceId, spanId: queueSpanIdFor(this.key, facts.jobId), parentSpanId: jobSpanId, tracestate: this.tracestate },
+        { ...tracedJob, queuedAt: this.at(facts.queuedAt) },
+      );
+      this.push(facts.manual === true ? withAttribute(queue.resourceSpans, 'ci.job.manual', true) : queue.resourceSpans);
+    }
     if (facts.finishedAt !== undefined) {
       const job = jobSpan(
         SERVICE,
@@ -105,8 +118,12 @@ export class PipelineTrace {
           status: facts.status ?? 'success',
           finishedAt: this.at(facts.finishedAt),
           startedAt: this.at(facts.pickedUpAt),
+          ...(facts.withoutQueuedAtAtPickup === true ? { queuedDuration: facts.pickedUpAt - facts.queuedAt } : {}),
           name: facts.name,
           stage: facts.stage ?? facts.name,
+          ...(facts.when === undefined ? {} : { when: facts.when, manual: facts.when === 'manual' }),
+          ...(facts.waitedForResource === undefined ? {} : { waitedForResource: facts.waitedForResource }),
+          ...(facts.retriesCount === undefined ? {} : { retriesCount: facts.retriesCount }),
           ...(facts.status === 'failed' ? { failureReason: 'script_failure' } : {}),
         },
       );
@@ -120,6 +137,12 @@ export class PipelineTrace {
 
   /** A pipeline's span as its terminal Pipeline Hook makes it; a child's hangs on its bridge. */
   pipeline(pipelineId: number, end: { status: string; finishedAt: number; createdAt?: number; ref?: string }, bridgeJobId?: number): this {
+    this.push(this.pipelineSpan(pipelineId, end, bridgeJobId).resourceSpans);
+    return this;
+  }
+
+  /** A pipeline's span as the control plane draws it (`end.status` running: a reopened pipeline's, see reopenedPipelineEnd). */
+  pipelineSpan(pipelineId: number, end: { status: string; finishedAt: number; createdAt?: number; ref?: string }, bridgeJobId?: number) {
     const place = {
       traceId: this.traceId,
       spanId: this.pipelineSpanId(pipelineId),
@@ -129,8 +152,7 @@ export class PipelineTrace {
         : { parentSpanId: bridgeJobId === undefined ? this.pipelineSpanId(this.rootPipelineId) : this.jobSpanId(bridgeJobId) }),
     };
     const facts = { status: end.status, createdAt: this.at(end.createdAt ?? 0), finishedAt: this.at(end.finishedAt), ref: end.ref ?? 'main' };
-    this.push(pipelineSpan(SERVICE, place, this.traced(pipelineId), facts).resourceSpans);
-    return this;
+    return pipelineSpan(SERVICE, place, this.traced(pipelineId), facts);
   }
 
   /** The trigger job of a child pipeline: it lasts as the child does. */
