@@ -214,7 +214,8 @@ export class ItemIdentityStamp {
 
 /**
  * The decisions on one export, in body order (SPEC §6): a span goes on when it is in the grant's trace, decodable by
- * the collector, within the per-span limits, within the job's span quota and then its span rate. A span is charged against quota and rate
+ * the collector, not the control plane's (its id, or a key only the control plane writes: SPEC §12 "Trust"), within
+ * the per-span limits, within the job's span quota and then its span rate. A span is charged against quota and rate
  * only when it passed the checks before, so a rejected span never uses up what an accepted one could have had.
  * Metric data points and log records are counted, never dropped.
  */
