@@ -1,3 +1,4 @@
+import fc from 'fast-check';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -275,5 +276,58 @@ describe('a hosted runner\'s spans named as the control plane\'s, sent straight 
     const { body } = await app.get(`/internal/ci/telemetry/projects/${PROJECT}/jobs`);
 
     expect(body.jobs).toEqual([expect.objectContaining({ name: 'unit', runs: 1, failures: 1, duration_seconds: { p50: 28, p95: 28 } })]);
+  });
+});
+
+describe('the embedded backend keeping one copy of a span id, whatever order the copies arrived in', () => {
+  it("keeps the control plane's latest job span over any runner's copy of its id, in every order", async () => {
+    const createdAt = Math.floor((Date.now() - 3600_000) / 1000) * 1000;
+    const pipeline = new PipelineTrace(PROJECT, 660, createdAt)
+      .job({ jobId: 66, name: 'unit', status: 'failed', queuedAt: 0, pickedUpAt: 2, finishedAt: 30 })
+      .pipeline(660, { status: 'failed', finishedAt: 31 });
+    const jobSpanId = pipeline.jobSpanId(66);
+    // A runner's copy of the job span: any name, any version it likes, `success`.
+    const copy = (name: string, version: number) => ({
+      resource: { attributes: [{ key: 'service.name', value: { stringValue: 'runner' } }] },
+      scopeSpans: [
+        {
+          scope: { name: 'hosted' },
+          spans: [
+            {
+              traceId: pipeline.traceId,
+              spanId: jobSpanId,
+              name,
+              kind: 1,
+              startTimeUnixNano: `${BigInt(pipeline.at(0)) * 1_000_000n}`,
+              endTimeUnixNano: `${BigInt(pipeline.at(1)) * 1_000_000n}`,
+              attributes: [
+                { key: 'ci.job.id', value: { intValue: '66' } },
+                { key: 'ci.project.id', value: { intValue: String(PROJECT) } },
+                { key: 'ci.job.status', value: { stringValue: 'success' } },
+                { key: 'ci.pipeline.span.version', value: { intValue: String(version) } },
+              ],
+            },
+          ] as never[],
+        },
+      ],
+    });
+    const files = filesBackend();
+    await fc.assert(
+      fc.asyncProperty(
+        fc.array(fc.tuple(fc.constantFrom('job', 'step_script', 'rspec'), fc.nat({ max: Number.MAX_SAFE_INTEGER })), { minLength: 1, maxLength: 4 }),
+        fc.nat(),
+        async (copies, seed) => {
+          const exports = [...pipeline.resourceSpans(), ...copies.map(([name, version]) => copy(name, version))];
+          // The copies arrive anywhere among the control plane's exports.
+          const order = exports.map((resourceSpans, i) => ({ resourceSpans, key: (i * 2654435761 + seed) % 4294967296 }));
+          order.sort((a, b) => a.key - b.key);
+          const reads = files.reads(order.map(({ resourceSpans }) => resourceSpans) as typeof exports);
+          const window = { fromMs: createdAt - 60_000, toMs: Date.now() };
+          const kept = ((await reads.jobTrace(PROJECT, 66, window)) ?? []).filter((span) => span.spanId === jobSpanId);
+          expect(kept.map((span) => [span.name, span.attributes['ci.job.status']])).toEqual([['job', 'failed']]);
+        },
+      ),
+      { numRuns: 40 },
+    );
   });
 });
