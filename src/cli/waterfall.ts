@@ -1,4 +1,5 @@
 import type { CollectedSpan } from '../otlp/collected-spans';
+import { keptVersionOf, trustedSpans } from '../otlp/control-plane-mark';
 import type { CriticalPath, PathTotals } from '../critical-path/critical-path';
 
 export type { AttributeValue, CollectedSpan } from '../otlp/collected-spans';
@@ -53,20 +54,19 @@ function duration(span: CollectedSpan): string {
   return span.name === 'queue_wait' ? formatSeconds(nanos) : formatDuration(nanos);
 }
 
-const versionOf = (span: CollectedSpan) => Number(span.attributes['ci.pipeline.span.version'] ?? 0);
-
 /**
  * Each span once, in its latest version: a pipeline that finished again (a job retried, a manual job
  * played) had its span sent again under the same id with a higher `ci.pipeline.span.version` (SPEC §10),
- * and a backend that keeps every copy shows them all; this is the picture the ClickHouse view gives.
+ * and a backend that keeps every copy shows them all; this is the picture the ClickHouse view gives. Only the
+ * control plane's copies count (SPEC §12 "Trust"): the readers' filter applies, as in the read API.
  */
 export function latestVersions(spans: readonly CollectedSpan[]): CollectedSpan[] {
   const latest = new Map<string, CollectedSpan>();
   for (const span of spans) {
     const kept = latest.get(span.spanId);
-    if (kept === undefined || versionOf(span) > versionOf(kept)) latest.set(span.spanId, span);
+    if (kept === undefined || keptVersionOf(span) > keptVersionOf(kept)) latest.set(span.spanId, span);
   }
-  return [...latest.values()];
+  return trustedSpans([...latest.values()]);
 }
 
 const byStart = (a: CollectedSpan, b: CollectedSpan) =>

@@ -32,7 +32,7 @@ export class GatewayMetrics implements DecisionCacheObserver, LedgerObserver {
     });
     this.items = new Counter({
       name: 'ci_job_telemetry_gateway_items_total',
-      help: 'Spans, data points and log records by outcome: accepted, rejected_foreign_trace, rejected_undecodable, rejected_span_limits, rejected_quota, rejected_rate',
+      help: 'Spans, data points and log records by outcome: accepted, rejected_foreign_trace, rejected_undecodable, rejected_control_plane_span_id, rejected_reserved_attribute, rejected_span_limits, rejected_quota, rejected_rate',
       labelNames: ['signal', 'outcome'],
       registers,
     });

@@ -371,6 +371,8 @@ function countItems(metrics: GatewayMetrics, signal: OtlpSignal, enforced: Enfor
   if (rejected !== undefined) {
     metrics.itemsOf(signal, 'rejected_foreign_trace', rejected.foreignTrace);
     metrics.itemsOf(signal, 'rejected_undecodable', rejected.undecodable);
+    metrics.itemsOf(signal, 'rejected_control_plane_span_id', rejected.controlPlaneSpanId);
+    metrics.itemsOf(signal, 'rejected_reserved_attribute', rejected.reservedAttribute);
     metrics.itemsOf(signal, 'rejected_span_limits', rejected.overLimits);
     metrics.itemsOf(signal, 'rejected_quota', rejected.overQuota);
     metrics.itemsOf(signal, 'rejected_rate', rejected.overRate);

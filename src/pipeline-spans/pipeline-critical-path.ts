@@ -1,5 +1,6 @@
 import { criticalPath, RUNNER_PARTS } from '../critical-path/critical-path';
 import { collectedSpans } from '../otlp/collected-spans';
+import { trustedSpans } from '../otlp/control-plane-mark';
 import type { AttributeValue, ControlPlaneSpan } from './pipeline-span-model';
 
 /**
@@ -23,7 +24,8 @@ export interface WrittenCriticalPath {
 
 /** Null when no job of the trace has ended (nothing to write). */
 export function writtenCriticalPath(spans: readonly ControlPlaneSpan[]): WrittenCriticalPath | null {
-  const path = criticalPath(collectedSpans({ resourceSpans: spans.map((span) => span.resourceSpans as unknown as Record<string, unknown>) }));
+  // Through the readers' one filter, so that the written path and the API's are the same function of the same spans.
+  const path = criticalPath(trustedSpans(collectedSpans({ resourceSpans: spans.map((span) => span.resourceSpans as unknown as Record<string, unknown>) })));
   if (path === null) return null;
   const jobs = new Map<number, Record<string, AttributeValue>>();
   for (const element of path.path) jobs.set(element.job_id, { 'ci.job.critical_path': true, 'ci.job.critical_path_seconds': element.duration_seconds });

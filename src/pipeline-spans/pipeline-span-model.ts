@@ -2,6 +2,7 @@ import type { RunnerJobEnd, TracedJob, TracedPipeline } from '../traced-work/tra
 import { CiJobIdentity, ciIdentityValues, SAMPLING_REASON_ATTRIBUTE } from '../otlp/ci-identity';
 import { PROVISIONAL_TRACESTATE } from '../trace-context/trace-context';
 import { PENDING_SAMPLING_REASON } from '../otlp/sampling-reason';
+import { CONTROL_PLANE_MARK } from '../otlp/control-plane-mark';
 
 /**
  * The control-plane spans of SPEC §10 as OTLP/JSON, from facts: pure functions, no I/O. Ids come from
@@ -37,7 +38,10 @@ export interface ControlPlaneSpan {
   readonly resourceSpans: OtlpResourceSpans;
 }
 
-/** The span attribute that carries a pipeline span's version: readers keep the highest per span id. */
+/**
+ * The span attribute that carries a pipeline span's version: readers keep the highest per span id, among the spans
+ * that carry the control plane's mark (control-plane-mark.ts, which reserves this key).
+ */
 export const SPAN_VERSION_ATTRIBUTE = 'ci.pipeline.span.version';
 
 /**
@@ -293,6 +297,8 @@ function span(
           ciIdentityValues(identity, 'resource'),
           // As the gateway writes it on the runner's spans: the same placeholder, settled by the same function.
           { [SAMPLING_REASON_ATTRIBUTE]: provisional ? PENDING_SAMPLING_REASON : 'head' },
+          // What readers take a control-plane span by (SPEC §12 "Trust"): the gateway refuses it from every job.
+          { [CONTROL_PLANE_MARK.key]: CONTROL_PLANE_MARK.value },
         ),
       },
       scopeSpans: [

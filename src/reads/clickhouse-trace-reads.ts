@@ -1,3 +1,4 @@
+import { CONTROL_PLANE_MARK } from '../otlp/control-plane-mark';
 import { ClickHouseClient, ClickHouseLogLevel, createClient } from '@clickhouse/client';
 import type { AttributeValue } from '../otlp/collected-spans';
 import { ClickHouseReadsOptions, JobRun, ReadsUnavailableError, StoredSpan, TimeWindow, TraceReads } from './trace-reads';
@@ -70,7 +71,8 @@ const LOCATE_JOB = locateSql('job_id');
 
 /**
  * The trace's spans as the exporter stored them. A span the control plane emitted again (a pipeline that
- * finished again, SPEC §10) is there once per version: the highest ci.pipeline.span.version wins, and a span
+ * finished again, SPEC §10) is there once per version: the control plane's copy (its mark, control-plane-mark.ts)
+ * over any other, then the highest ci.pipeline.span.version wins, and a span
  * stored twice (a retried export) comes back once.
  */
 const TRACE_SPANS = `
@@ -81,7 +83,7 @@ SELECT
 FROM otel_traces
 WHERE TraceId = {trace:String}
   AND Timestamp BETWEEN fromUnixTimestamp64Nano({first_ns:Int64}) AND fromUnixTimestamp64Nano({last_ns:Int64})
-ORDER BY toUInt64OrZero(SpanAttributes['ci.pipeline.span.version']) DESC, Timestamp
+ORDER BY ResourceAttributes['${CONTROL_PLANE_MARK.key}'] = '${CONTROL_PLANE_MARK.value}' DESC, toUInt64OrZero(SpanAttributes['ci.pipeline.span.version']) DESC, Timestamp
 LIMIT 1 BY SpanId`;
 
 /**

@@ -2,13 +2,12 @@ import { statSync } from 'node:fs';
 import { previousFile, readSignalLines, signalFile } from '../collector/collector-files';
 import { collectedSpans } from '../otlp/collected-spans';
 import { decodeExportRequest } from '../otlp/otlp-receiver';
-import { SPAN_VERSION_ATTRIBUTE } from '../pipeline-spans/pipeline-span-model';
+import { keptVersionOf, trustedSpans } from '../otlp/control-plane-mark';
 import { jobRunsOf } from './job-runs';
 import { carriesId } from './trace-selection';
 import type { JobRun, StoredSpan, TimeWindow, TraceReads } from './trace-reads';
 
 const ms = (nanos: bigint) => Number(nanos / 1_000_000n);
-const versionOf = (span: StoredSpan) => Number(span.attributes[SPAN_VERSION_ATTRIBUTE] ?? 0);
 const overlaps = (span: StoredSpan, window: TimeWindow) => ms(span.endNanos) >= window.fromMs && ms(span.startNanos) <= window.toMs;
 
 /**
@@ -33,7 +32,8 @@ export class CollectorFilesTraceReads implements TraceReads {
 
   async projectJobs(projectId: number, window: TimeWindow, ref?: string): Promise<JobRun[]> {
     const runs: JobRun[] = [];
-    for (const spans of this.traces().values()) {
+    for (const trace of this.traces().values()) {
+      const spans = trustedSpans(trace);
       if (!spans.some((span) => span.name === 'job' && carriesId(span, 'ci.project.id', projectId) && overlaps(span, window))) continue;
       runs.push(...jobRunsOf(spans, projectId, window, ref));
     }
@@ -62,7 +62,8 @@ export class CollectorFilesTraceReads implements TraceReads {
       for (const span of spans) {
         const key = `${span.traceId}/${span.spanId}`;
         const kept = latest.get(key);
-        if (kept === undefined || versionOf(span) > versionOf(kept)) latest.set(key, span);
+        // The control plane's copy over any other, then its latest version: never a job's copy of GitLab's account.
+        if (kept === undefined || keptVersionOf(span) > keptVersionOf(kept)) latest.set(key, span);
       }
     }
     const traces = new Map<string, StoredSpan[]>();

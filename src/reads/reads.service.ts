@@ -13,6 +13,7 @@ import { FieldProblem, parseId, parseRef, parseWindow, ReadWindow } from './read
 import { TRACE_READS } from './reads.constants';
 import { jobSubtree, ofProject, tracesData } from './trace-selection';
 import { ReadsUnavailableError, StoredSpan, TraceReads } from './trace-reads';
+import { trustedSpans } from '../otlp/control-plane-mark';
 
 export type Query = Record<string, unknown>;
 export type Params = Record<string, unknown>;
@@ -63,7 +64,7 @@ export class ReadsService implements OnModuleDestroy {
   async jobTrace(params: Params, query: Query): Promise<TraceAnswer> {
     const { projectId, id, window } = this.request(params, query, 'job_id');
     const spans = await this.fetch('job trace', () => this.reads.jobTrace(projectId, id, window.window));
-    const job = spans === null ? null : jobSubtree(ofProject(spans, projectId), id);
+    const job = spans === null ? null : jobSubtree(ofProject(trustedSpans(spans), projectId), id);
     if (job === null) throw NOT_FOUND('job');
     const completeness = completenessOf(job.spans);
     // The job span's own parent (its pipeline's span) is outside a job's read by design, not missing.
@@ -113,7 +114,8 @@ export class ReadsService implements OnModuleDestroy {
 
   private async pipelineSpans(projectId: number, pipelineId: number, window: ReadWindow): Promise<StoredSpan[]> {
     const spans = await this.fetch('pipeline trace', () => this.reads.pipelineTrace(projectId, pipelineId, window.window));
-    const own = spans === null ? [] : ofProject(spans, projectId);
+    // SPEC §12 "Trust": GitLab's account of a job or pipeline only from the control plane's own spans.
+    const own = spans === null ? [] : ofProject(trustedSpans(spans), projectId);
     if (own.length === 0) throw NOT_FOUND('pipeline');
     return own;
   }

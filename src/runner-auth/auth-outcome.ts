@@ -15,6 +15,11 @@ export interface JobIdentity {
   readonly expiresAt: number;
   /** Its pipeline is traced provisionally (SPEC §11): its spans are parked until the pipeline's outcome decides. */
   readonly provisional?: boolean;
+  /**
+   * The span ids the control plane writes GitLab's account of the job on (trace-context.ts controlPlaneSpanIdsOf):
+   * the gateway refuses a span with one of them. Empty when the decision did not say (an older control process).
+   */
+  readonly controlPlaneSpanIds: readonly string[];
 }
 
 /**
@@ -62,7 +67,7 @@ export function refusalAnswer(refusal: AuthRefusal): RefusalAnswer {
   }
 }
 
-export function jobIdentityOf(grant: Grant): JobIdentity {
+export function jobIdentityOf(grant: Grant, controlPlaneSpanIds: readonly string[]): JobIdentity {
   return {
     jobId: grant.jobId,
     projectId: grant.projectId,
@@ -71,6 +76,7 @@ export function jobIdentityOf(grant: Grant): JobIdentity {
     traceId: grant.traceId,
     expiresAt: grantEndsAt(grant),
     ...(grant.provisional === true ? { provisional: true } : {}),
+    controlPlaneSpanIds,
   };
 }
 
@@ -83,6 +89,7 @@ export interface AuthIdentityBody {
   readonly trace_id: string;
   readonly expires_at: string;
   readonly provisional?: boolean;
+  readonly control_plane_span_ids?: readonly string[];
 }
 
 export function identityBodyOf(identity: JobIdentity): AuthIdentityBody {
@@ -94,6 +101,7 @@ export function identityBodyOf(identity: JobIdentity): AuthIdentityBody {
     trace_id: identity.traceId,
     expires_at: new Date(identity.expiresAt).toISOString(),
     ...(identity.provisional === true ? { provisional: true } : {}),
+    control_plane_span_ids: identity.controlPlaneSpanIds,
   };
 }
 
@@ -106,5 +114,9 @@ export function identityFromBody(body: AuthIdentityBody): JobIdentity {
     traceId: body.trace_id,
     expiresAt: Date.parse(body.expires_at),
     ...(body.provisional === true ? { provisional: true } : {}),
+    // A control process from before issue 56 does not say: nothing is refused by id then, the readers' mark still holds.
+    controlPlaneSpanIds: Array.isArray(body.control_plane_span_ids)
+      ? body.control_plane_span_ids.filter((id) => typeof id === 'string' && /^[0-9a-f]{16}$/i.test(id))
+      : [],
   };
 }

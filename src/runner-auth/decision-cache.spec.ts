@@ -24,7 +24,15 @@ class ScriptedDecisions {
 }
 
 const tokens: RunnerCredential = { kind: 'tokens', jobToken: 'glcbt-job', runnerToken: 'glrt-runner' };
-const identity = { jobId: 1001, projectId: 7, pipelineId: 500, runnerId: 17, traceId: 'a'.repeat(32), expiresAt: Date.now() + 3_600_000 };
+const identity = {
+  jobId: 1001,
+  projectId: 7,
+  pipelineId: 500,
+  runnerId: 17,
+  traceId: 'a'.repeat(32),
+  expiresAt: Date.now() + 3_600_000,
+  controlPlaneSpanIds: [],
+};
 const allowed = (maxAgeSeconds: number): AuthOutcome => ({ kind: 'allowed', identity, maxAgeSeconds });
 
 function cacheOf(decisions: ScriptedDecisions, clock: HandClock, maxEntries = 100) {

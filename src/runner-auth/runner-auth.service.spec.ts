@@ -70,7 +70,16 @@ describe('RunnerAuthService (SPEC §5, §6)', () => {
     const outcome = await service.authenticate(tokens);
     expect(outcome).toEqual<AuthOutcome>({
       kind: 'allowed',
-      identity: { jobId: 1001, projectId: 7, pipelineId: 500, runnerId: 17, traceId: 'a'.repeat(32), expiresAt: expect.any(Number) as unknown as number },
+      identity: {
+        jobId: 1001,
+        projectId: 7,
+        pipelineId: 500,
+        runnerId: 17,
+        traceId: 'a'.repeat(32),
+        expiresAt: expect.any(Number) as unknown as number,
+        // The job span it was handed and the control plane's three others: its exports may carry none of them.
+        controlPlaneSpanIds: expect.arrayContaining(['b'.repeat(16)]) as unknown as string[],
+      },
       maxAgeSeconds: 30,
     });
   });

@@ -13,6 +13,7 @@ import { StoreUnavailableError } from '../store/store-unavailable-error';
 import { digestsMatch, tokenDigest } from '../grants/token-digest';
 import { OUTAGE_RETRY_AFTER_SECONDS, retryAfterForWindow } from '../observability/retry-after';
 import { AuthOutcome, jobIdentityOf } from './auth-outcome';
+import { controlPlaneSpanIdsOf } from '../trace-context/trace-context';
 import { capabilityMatches } from './job-capability';
 import { JobTokenVerifier } from './job-token-verifier';
 import { JOB_TOKEN_VERIFIER } from './runner-auth.constants';
@@ -170,7 +171,7 @@ export class RunnerAuthService implements OnModuleDestroy {
 
     // A decision reused for longer than the revocation grace would keep a job GitLab has just
     // ended writing past that grace on whichever replica (or nginx) remembered it (SPEC §5).
-    const identity = jobIdentityOf(grant);
+    const identity = jobIdentityOf(grant, controlPlaneSpanIdsOf(this.secrets.traceKey, this.config.TRACE_ID_SCHEME, grant));
     const maxAgeSeconds = Math.max(
       0,
       Math.min(this.config.AUTH_DECISION_MAX_AGE_SECONDS, this.config.GRANT_REVOKE_GRACE_SECONDS, Math.floor((identity.expiresAt - now) / 1000)),

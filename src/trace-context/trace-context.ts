@@ -173,3 +173,26 @@ export function queueSpanIdFor(traceKey: Buffer, jobId: number): string {
 export function gitlabPipelineSpanIdFor(rootPipelineId: number): string {
   return createHash('sha256').update(`pipeline:${rootPipelineId}`).digest('hex').slice(0, 16);
 }
+
+/** What the control plane knows of a job to name the spans it writes GitLab's account of the job on. */
+export interface ControlPlaneJob {
+  readonly jobId: number;
+  readonly pipelineId: number;
+  readonly rootPipelineId: number;
+  /** The job span's id, handed to the job in TRACEPARENT. */
+  readonly spanParentId: string;
+}
+
+/**
+ * The span ids of the control plane's spans a job's export must never carry (SPEC §10, §12 "Trust"): in the `keyed`
+ * scheme its job span, its queue wait, its pipeline's span and its root pipeline's; in the `gitlab` scheme the
+ * `job_running` span its runner's spans hang on (Rails' own) and the root pipeline span the service emits. Lowercase
+ * hex, each once.
+ */
+export function controlPlaneSpanIdsOf(traceKey: Buffer, scheme: 'keyed' | 'gitlab', job: ControlPlaneJob): string[] {
+  const ids =
+    scheme === 'gitlab'
+      ? [job.spanParentId, gitlabPipelineSpanIdFor(job.rootPipelineId)]
+      : [job.spanParentId, queueSpanIdFor(traceKey, job.jobId), pipelineSpanIdFor(traceKey, job.pipelineId), pipelineSpanIdFor(traceKey, job.rootPipelineId)];
+  return [...new Set(ids.map((id) => id.toLowerCase()))];
+}

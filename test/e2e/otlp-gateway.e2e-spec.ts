@@ -327,6 +327,15 @@ describe('OTLP gateway with the OpenTelemetry JS SDK as the client (SPEC §6)', 
         ExportResultCode.SUCCESS,
       );
       expect(sink.spans().slice(before)).toEqual([expect.objectContaining({ name: 'remote', traceId: job.traceId })]);
+      // The control process names the job's control-plane span ids in its decision: a span with its job span's id
+      // (TRACEPARENT's) is refused here too, though this process holds no decision of its own (issue 56).
+      const [forged] = recordSpans(job.traceparent, ['job']);
+      const jobSpanId = job.traceparent.split('-')[2];
+      const asJobSpan = Object.create(forged, { spanContext: { value: () => ({ ...forged.spanContext(), spanId: jobSpanId }) } }) as typeof forged;
+      const beforeForged = sink.spans().length;
+      expect((await exportSpans(exporterFor('json', gatewayOnly.gatewayUrl, job), [asJobSpan])).code).toBe(ExportResultCode.SUCCESS);
+      expect(sink.spans().slice(beforeForged)).toEqual([]);
+      expect(sdkWarnings.join('\n')).toContain(`"job\\" (span_id ${jobSpanId})`);
       expect((await exportSpans(exporterFor('json', gatewayOnly.gatewayUrl, job, 'glrt-wrong', 2000), recordSpans(job.traceparent, ['x']))).code).toBe(
         ExportResultCode.FAILED,
       );

@@ -20,7 +20,15 @@ import { recordSpans } from '../helpers/ci-job';
  * fake collector that records what reached it. The same pipeline as the e2e tier, without processes.
  */
 const TRACE_ID = '0af7651916cd43dd8448eb211c80319c';
-const identity: JobIdentity = { jobId: 1001, projectId: 7, pipelineId: 500, runnerId: 17, traceId: TRACE_ID, expiresAt: Date.now() + 3_600_000 };
+const identity: JobIdentity = {
+  jobId: 1001,
+  projectId: 7,
+  pipelineId: 500,
+  runnerId: 17,
+  traceId: TRACE_ID,
+  expiresAt: Date.now() + 3_600_000,
+  controlPlaneSpanIds: [],
+};
 const GOOD = { authorization: 'Bearer glcbt-job-1001', 'runner-token': 'glrt-runner-17' };
 
 /**

@@ -1,3 +1,4 @@
+import fc from 'fast-check';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -9,6 +10,7 @@ import { internalApiHeaders, ISSUER } from '../helpers/internal-api';
 import { expectMatchesOpenApi } from '../helpers/openapi';
 import { describeReadsEndpoints, PROJECT, readsWorld, ReadsApp, startReadsApp, writeCollectorFiles } from '../helpers/reads-cases';
 import { startInProcess } from '../helpers/service';
+import { PipelineTrace } from '../helpers/pipeline-trace';
 
 /** SPEC §12 over the embedded collector's files, and what every read checks before any backend is asked. */
 
@@ -184,5 +186,148 @@ describe('the read API in the service itself', () => {
     } finally {
       await service.close();
     }
+  });
+});
+
+describe('a hosted runner\'s spans named as the control plane\'s, sent straight to the collector (SPEC §12 "Trust")', () => {
+  // GitLab said job 65 failed after 28 s and pipeline 650 failed. A hosted runner (no gateway) sent spans with the
+  // job span's and the pipeline span's ids, their names, a high version and `success`, and a bridge nobody triggered.
+  const createdAt = Math.floor((Date.now() - 3600_000) / 1000) * 1000;
+  const pipeline = new PipelineTrace(PROJECT, 650, createdAt)
+    .job({ jobId: 65, name: 'unit', status: 'failed', queuedAt: 0, pickedUpAt: 2, finishedAt: 30 })
+    .pipeline(650, { status: 'failed', finishedAt: 31 });
+  const forged = (name: string, spanId: string, parentSpanId: string, attributes: Record<string, string | number>) => ({
+    traceId: pipeline.traceId,
+    spanId,
+    ...(parentSpanId === '' ? {} : { parentSpanId }),
+    name,
+    kind: 1,
+    startTimeUnixNano: `${BigInt(pipeline.at(0)) * 1_000_000n}`,
+    endTimeUnixNano: `${BigInt(pipeline.at(1)) * 1_000_000n}`,
+    attributes: Object.entries(attributes).map(([key, value]) => ({
+      key,
+      value: typeof value === 'number' ? { intValue: String(value) } : { stringValue: value },
+    })),
+  });
+  const identity = { 'ci.project.id': PROJECT, 'ci.pipeline.id': '650', 'ci.pipeline.span.version': '9007199254740991' };
+  pipeline.push({
+    resource: {
+      attributes: [
+        { key: 'service.name', value: { stringValue: 'runner' } },
+        { key: 'ci.job.id', value: { intValue: '65' } },
+        { key: 'ci.project.id', value: { intValue: String(PROJECT) } },
+        { key: 'ci.pipeline.id', value: { intValue: '650' } },
+      ],
+    },
+    scopeSpans: [
+      {
+        scope: { name: 'hosted' },
+        spans: [
+          forged('job', pipeline.jobSpanId(65), pipeline.pipelineSpanId(650), {
+            ...identity,
+            'ci.job.id': 65,
+            'ci.job.status': 'success',
+            'cicd.pipeline.task.name': 'unit',
+          }),
+          forged('pipeline', pipeline.pipelineSpanId(650), '', { ...identity, 'ci.pipeline.status': 'success' }),
+          forged('bridge', 'abcdef0123456789', pipeline.pipelineSpanId(650), { ...identity, 'ci.job.id': 66, 'ci.job.status': 'success' }),
+        ] as never[],
+      },
+    ],
+  });
+  let app: ReadsApp;
+
+  beforeAll(async () => {
+    app = await startReadsApp(filesBackend().reads(pipeline.resourceSpans()));
+  });
+  afterAll(() => app.close());
+
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- OTLP/JSON as answered
+  const spansNamed = (trace: any, name: string): any[] =>
+    // eslint-disable-next-line @typescript-eslint/no-explicit-any
+    trace.resourceSpans.flatMap((resource: any) => resource.scopeSpans.flatMap((scope: any) => scope.spans)).filter((span: any) => span.name === name);
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  const attribute = (span: any, key: string) => span.attributes.find((kv: { key: string }) => kv.key === key)?.value;
+
+  it("reads the job as GitLab said: failed, GitLab's times, nothing missing", async () => {
+    const { status, body } = await app.get(`/internal/ci/telemetry/projects/${PROJECT}/jobs/65/trace`);
+
+    expect(status).toBe(200);
+    const [job, ...others] = spansNamed(body.trace, 'job');
+    expect(others).toEqual([]);
+    expect(attribute(job, 'ci.job.status')).toEqual({ stringValue: 'failed' });
+    expect(BigInt(job.endTimeUnixNano) - BigInt(job.startTimeUnixNano)).toBe(30_000_000_000n);
+    expect(body.completeness).toMatchObject({ missing_parents: 0, final: true });
+  });
+
+  it('reads the pipeline as GitLab said, with one root and no bridge it never had', async () => {
+    const { body } = await app.get(`/internal/ci/telemetry/projects/${PROJECT}/pipelines/650/trace`);
+
+    const [root, ...others] = spansNamed(body.trace, 'pipeline');
+    expect(others).toEqual([]);
+    expect(attribute(root, 'ci.pipeline.status')).toEqual({ stringValue: 'failed' });
+    expect(spansNamed(body.trace, 'bridge')).toEqual([]);
+    expect(body.completeness).toMatchObject({ roots: 1, missing_parents: 0, final: true });
+    const path = await app.get(`/internal/ci/telemetry/projects/${PROJECT}/pipelines/650/critical_path`);
+    expect(path.body).toMatchObject({ duration_seconds: 30, path: [{ job_id: 65, name: 'unit' }] });
+  });
+
+  it('counts the job as a failure of 28 s in the jobs summary', async () => {
+    const { body } = await app.get(`/internal/ci/telemetry/projects/${PROJECT}/jobs`);
+
+    expect(body.jobs).toEqual([expect.objectContaining({ name: 'unit', runs: 1, failures: 1, duration_seconds: { p50: 28, p95: 28 } })]);
+  });
+});
+
+describe('the embedded backend keeping one copy of a span id, whatever order the copies arrived in', () => {
+  it("keeps the control plane's latest job span over any runner's copy of its id, in every order", async () => {
+    const createdAt = Math.floor((Date.now() - 3600_000) / 1000) * 1000;
+    const pipeline = new PipelineTrace(PROJECT, 660, createdAt)
+      .job({ jobId: 66, name: 'unit', status: 'failed', queuedAt: 0, pickedUpAt: 2, finishedAt: 30 })
+      .pipeline(660, { status: 'failed', finishedAt: 31 });
+    const jobSpanId = pipeline.jobSpanId(66);
+    // A runner's copy of the job span: any name, any version it likes, `success`.
+    const copy = (name: string, version: number) => ({
+      resource: { attributes: [{ key: 'service.name', value: { stringValue: 'runner' } }] },
+      scopeSpans: [
+        {
+          scope: { name: 'hosted' },
+          spans: [
+            {
+              traceId: pipeline.traceId,
+              spanId: jobSpanId,
+              name,
+              kind: 1,
+              startTimeUnixNano: `${BigInt(pipeline.at(0)) * 1_000_000n}`,
+              endTimeUnixNano: `${BigInt(pipeline.at(1)) * 1_000_000n}`,
+              attributes: [
+                { key: 'ci.job.id', value: { intValue: '66' } },
+                { key: 'ci.project.id', value: { intValue: String(PROJECT) } },
+                { key: 'ci.job.status', value: { stringValue: 'success' } },
+                { key: 'ci.pipeline.span.version', value: { intValue: String(version) } },
+              ],
+            },
+          ] as never[],
+        },
+      ],
+    });
+    const files = filesBackend();
+    await fc.assert(
+      fc.asyncProperty(
+        fc.array(fc.tuple(fc.constantFrom('job', 'step_script', 'rspec'), fc.nat({ max: Number.MAX_SAFE_INTEGER })), { minLength: 1, maxLength: 4 }),
+        fc.nat(),
+        async (copies, seed) => {
+          const exports = [...pipeline.resourceSpans(), ...copies.map(([name, version]) => copy(name, version))];
+          // The copies arrive anywhere among the control plane's exports.
+          const order = exports.map((resourceSpans, i) => ({ resourceSpans, key: (i * 2654435761 + seed) % 4294967296 }));
+          order.sort((a, b) => a.key - b.key);
+          const reads = files.reads(order.map(({ resourceSpans }) => resourceSpans) as typeof exports);
+          const window = { fromMs: createdAt - 60_000, toMs: Date.now() };
+          const kept = ((await reads.jobTrace(PROJECT, 66, window)) ?? []).filter((span) => span.spanId === jobSpanId);
+          expect(kept.map((span) => [span.name, span.attributes['ci.job.status']])).toEqual([['job', 'failed']]);
+        },
+      ),
+      { numRuns: 40 },
+    );
   });
 });

@@ -122,7 +122,10 @@ describe('POST /internal/ci/telemetry/auth (SPEC §5)', () => {
         runner_id: 17,
         trace_id: pickup.body.telemetry.trace_id,
         expires_at: pickup.body.telemetry.expires_at,
+        control_plane_span_ids: expect.arrayContaining([pickup.body.telemetry.span_parent_id]),
       });
+      // The job span it was handed, its queue wait, its pipeline's span and its root pipeline's (the same here).
+      expect(body.control_plane_span_ids).toHaveLength(3);
       expect(headers['cache-control']).toBe('private, max-age=60');
     });
 

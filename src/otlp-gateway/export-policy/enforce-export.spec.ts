@@ -932,7 +932,15 @@ describe.each(['protobuf', 'json'] as const)('enforceExport per-span limits (%s)
     const forwarded = decode('traces', result.body, encoding);
     expect(spanNames(forwarded)).toEqual(['fits', 'bytes fit']);
     expect(forwarded.resourceSpans[0].scopeSpans[0].spans[0].attributes[0].value.stringValue).toBe('é'.repeat(5));
-    expect(result.rejections).toEqual({ foreignTrace: 1, undecodable: 0, overLimits: 3, overQuota: 0, overRate: 0 });
+    expect(result.rejections).toEqual({
+      foreignTrace: 1,
+      undecodable: 0,
+      controlPlaneSpanId: 0,
+      reservedAttribute: 0,
+      overLimits: 3,
+      overQuota: 0,
+      overRate: 0,
+    });
     expect(result.errorMessage).toContain('3 spans rejected: over the per-span limits (Infinity bytes encoded, 3 attributes, 10 bytes per attribute value)');
   });
 
@@ -960,7 +968,15 @@ describe.each(['protobuf', 'json'] as const)('enforceExport span budget (%s)', (
     const result = enforceExport('traces', encoding, body, GRANT, { quota: 3, rate: 2 });
 
     expect(spanNames(decode('traces', result.body, encoding))).toEqual(['1', '2']);
-    expect(result.rejections).toEqual({ foreignTrace: 0, undecodable: 0, overLimits: 0, overQuota: 2, overRate: 1 });
+    expect(result.rejections).toEqual({
+      foreignTrace: 0,
+      undecodable: 0,
+      controlPlaneSpanId: 0,
+      reservedAttribute: 0,
+      overLimits: 0,
+      overQuota: 2,
+      overRate: 1,
+    });
     expect(result.errorMessage).toBe(
       "2 spans rejected: this CI job's span quota is exhausted; 1 span rejected: this CI job is sending more spans per second than it may",
     );

@@ -4,8 +4,9 @@ import { enforceJsonExport } from './json-walker';
 import { enforceProtobufExport } from './protobuf-walker';
 
 /**
- * Applies SPEC §6 to one OTLP/HTTP export body: drops spans outside the grant's trace, over the per-span limits
- * or beyond the job's remaining budget; overwrites the CI identity attributes and `ci.sampling.reason` on every
+ * Applies SPEC §6 to one OTLP/HTTP export body: drops spans outside the grant's trace, the control plane's (one of
+ * its span ids for the job, or a key only it writes: SPEC §12 "Trust"), over the per-span limits or beyond the job's
+ * remaining budget; overwrites the CI identity attributes and `ci.sampling.reason` on every
  * resource, and the identity wherever a span, data point or log record carries it. For a provisional grant (SPEC
  * §11) the reason is a slot, and every admitted span says trace_state `ot=th:0` once settleProvisionalTraces
  * (sampling-reason.ts) settles the export for the collector: in JSON already here, in protobuf only then; otherwise

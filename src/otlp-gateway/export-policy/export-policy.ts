@@ -8,6 +8,7 @@ import { CI_IDENTITY_ATTRIBUTES, CiIdentityValueType, SAMPLING_REASON_ATTRIBUTE 
 import type { OtlpSignal } from '../../otlp/otlp-encoding';
 import type { EnforcedExport, GatewayGrant, RunnerJobEnd, SpanBudget, SpanLimits } from './otlp-types';
 import { OUTCOME_TRACE_STATE, PENDING_SAMPLING_REASON, ResourceSamplingReason } from '../../otlp/sampling-reason';
+import { isReservedAttributeKey } from '../../otlp/control-plane-mark';
 
 export interface IdentityAttribute {
   key: string;
@@ -22,6 +23,19 @@ export const JOB_EXECUTION_SPAN = 'job_execution';
  * is dropped, the gateway's written instead.
  */
 export const RESOURCE_OWNED_KEYS: ReadonlySet<string> = new Set([...CI_IDENTITY_ATTRIBUTES.map(({ key }) => key), SAMPLING_REASON_ATTRIBUTE]);
+
+/**
+ * A resource attribute the gateway drops from every export: its own keys (written again) and the control plane's
+ * (control-plane-mark.ts: the spans under a resource carrying one of those are refused too).
+ */
+export function resourceKeyDropped(key: string): boolean {
+  return RESOURCE_OWNED_KEYS.has(key) || isReservedAttributeKey(key);
+}
+
+/** Whether a resource attribute refuses the spans under it: the control plane's keys, except those the gateway writes itself. */
+export function resourceKeyRefusesSpans(key: string): boolean {
+  return !RESOURCE_OWNED_KEYS.has(key) && isReservedAttributeKey(key);
+}
 
 /** Keys the gateway owns on spans, data points and log records: only those an item carries are overwritten. */
 export const ITEM_IDENTITY_KEYS: ReadonlySet<string> = new Set(CI_IDENTITY_ATTRIBUTES.filter(({ span }) => span !== undefined).map(({ key }) => key));
@@ -44,7 +58,11 @@ export interface GrantIdentity {
    * walker; a protobuf export gets it when settled for the collector (settleProvisionalTraces), since most are dropped.
    */
   spanTraceState: string | undefined;
+  /** GatewayGrant.controlPlaneSpanIds, lowercase hex: spans with these ids are refused. */
+  controlPlaneSpanIds: readonly string[];
 }
+
+const SPAN_ID_HEX = /^[0-9a-fA-F]{16}$/;
 
 function deriveGrantIdentity(grant: GatewayGrant): GrantIdentity {
   for (const name of ['jobId', 'projectId', 'pipelineId', 'runnerId'] as const) {
@@ -55,6 +73,10 @@ function deriveGrantIdentity(grant: GatewayGrant): GrantIdentity {
   }
   if (typeof grant.traceId !== 'string' || !/^[0-9a-fA-F]{32}$/.test(grant.traceId)) {
     throw new TypeError('grant.traceId must be 32 hex digits');
+  }
+  const controlPlaneSpanIds = grant.controlPlaneSpanIds ?? [];
+  if (!controlPlaneSpanIds.every((id) => typeof id === 'string' && SPAN_ID_HEX.test(id))) {
+    throw new TypeError('grant.controlPlaneSpanIds must be span ids of 16 hex digits');
   }
   const attribute = (key: string, type: CiIdentityValueType, id: number): IdentityAttribute => ({
     key,
@@ -72,6 +94,7 @@ function deriveGrantIdentity(grant: GatewayGrant): GrantIdentity {
     // A span that reaches the collector through the outcome decision was kept with probability 1, whatever sampler
     // the exporter ran: the tracestate the decorator handed out for the pipeline (SPEC §11).
     spanTraceState: grant.provisional === true ? OUTCOME_TRACE_STATE : undefined,
+    controlPlaneSpanIds: controlPlaneSpanIds.map((id) => id.toLowerCase()),
   };
 }
 
@@ -91,7 +114,8 @@ export class PerGrant<T> {
     if (entry !== undefined && sameGrant(entry.grant, grant)) return entry.value;
     const value = this.derive(grant);
     const { jobId, projectId, pipelineId, runnerId, traceId, provisional } = grant;
-    this.derived.set(grant, { grant: { jobId, projectId, pipelineId, runnerId, traceId, provisional }, value });
+    const controlPlaneSpanIds = grant.controlPlaneSpanIds === undefined ? undefined : [...grant.controlPlaneSpanIds];
+    this.derived.set(grant, { grant: { jobId, projectId, pipelineId, runnerId, traceId, provisional, controlPlaneSpanIds }, value });
     return value;
   }
 }
@@ -103,8 +127,14 @@ function sameGrant(a: GatewayGrant, b: GatewayGrant): boolean {
     a.pipelineId === b.pipelineId &&
     a.runnerId === b.runnerId &&
     a.traceId === b.traceId &&
-    (a.provisional === true) === (b.provisional === true)
+    (a.provisional === true) === (b.provisional === true) &&
+    sameIds(a.controlPlaneSpanIds, b.controlPlaneSpanIds)
   );
+}
+
+function sameIds(a: readonly string[] | undefined, b: readonly string[] | undefined): boolean {
+  if (a === undefined || b === undefined) return a === b;
+  return a.length === b.length && a.every((id, i) => id === b[i]);
 }
 
 export const grantIdentity = new PerGrant<GrantIdentity>(deriveGrantIdentity);
@@ -125,9 +155,16 @@ export abstract class SpanSeen {
   jobExecution = false;
   /** Why the collector could not decode the span (looked for only in the grant's trace); undefined when it can. */
   undecodable: string | undefined = undefined;
+  /** Its span_id is one of the control plane's for the job (looked for only in the grant's trace). */
+  controlPlaneSpanId = false;
+  /** It, or its resource, carries an attribute only the control plane writes (control-plane-mark.ts). */
+  reservedAttribute = false;
 
   /** How a `job_execution` span ended; read only once it is admitted. Undefined when it does not say. */
   abstract jobExecutionEnd(): RunnerJobEnd | undefined;
+
+  /** `name (span_id)`, for the partial success of a span refused as the control plane's; read only then. */
+  abstract describe(): string;
 
   /** Forgets the span seen before. */
   protected restart(bytes: number): void {
@@ -137,8 +174,13 @@ export abstract class SpanSeen {
     this.largestAttributeValueBytes = 0;
     this.jobExecution = false;
     this.undecodable = undefined;
+    this.controlPlaneSpanId = false;
+    this.reservedAttribute = false;
   }
 }
+
+/** How many spans refused as the control plane's a partial success names. */
+const NAMED_REFUSALS = 5;
 
 /**
  * The Collector reads a container's deprecated scopes (`instrumentation_library_*`, field 1000) only when it has no
@@ -172,7 +214,8 @@ export class ItemIdentityStamp {
 
 /**
  * The decisions on one export, in body order (SPEC §6): a span goes on when it is in the grant's trace, decodable by
- * the collector, within the per-span limits, within the job's span quota and then its span rate. A span is charged against quota and rate
+ * the collector, not the control plane's (its id, or a key only the control plane writes: SPEC §12 "Trust"), within
+ * the per-span limits, within the job's span quota and then its span rate. A span is charged against quota and rate
  * only when it passed the checks before, so a rejected span never uses up what an accepted one could have had.
  * Metric data points and log records are counted, never dropped.
  */
@@ -184,6 +227,10 @@ export class ExportPolicy {
   private overLimits = 0;
   private overQuota = 0;
   private overRate = 0;
+  private controlPlaneSpanId = 0;
+  private reservedAttribute = 0;
+  /** The first refused spans as the control plane's, named in the partial success so the job's author can find them. */
+  private readonly controlPlaneNamed: string[] = [];
   private items = 0;
   private readonly quota: number;
   private readonly rate: number;
@@ -210,6 +257,14 @@ export class ExportPolicy {
     // every export coalesced into that request.
     if (span.undecodable !== undefined) {
       if (this.undecodable++ === 0) this.undecodableWhy = span.undecodable;
+      return false;
+    }
+    // Before the limits and the quota: a job never writes GitLab's account of itself (SPEC §12 "Trust"), and such a
+    // span must not use up what the job's own spans could have had.
+    if (span.controlPlaneSpanId || span.reservedAttribute) {
+      if (span.controlPlaneSpanId) this.controlPlaneSpanId++;
+      else this.reservedAttribute++;
+      if (this.controlPlaneNamed.length < NAMED_REFUSALS) this.controlPlaneNamed.push(span.describe());
       return false;
     }
     const { limits } = this;
@@ -252,6 +307,16 @@ export class ExportPolicy {
       this.undecodable,
       `the collector cannot decode ${this.undecodable === 1 ? 'it' : 'them'} (${this.undecodable === 1 ? '' : 'first: '}${this.undecodableWhy})`,
     );
+    reason(this.controlPlaneSpanId, "span_id is the control plane's (the job, queue-wait or pipeline span GitLab's account is written on)");
+    reason(
+      this.reservedAttribute,
+      'it or its resource carries an attribute only the control plane writes (ci.telemetry.emitter, ci.pipeline.span.version, ci.sampling.*, the critical path)',
+    );
+    const controlPlane = this.controlPlaneSpanId + this.reservedAttribute;
+    if (controlPlane > 0) {
+      // Named, in body order, so that the job's author finds the spans a job may not write.
+      reasons.push(`refused as the control plane's: ${this.controlPlaneNamed.join(', ')}${controlPlane > this.controlPlaneNamed.length ? ', …' : ''}`);
+    }
     const { maxBytes, maxAttributes, maxAttributeValueBytes } = this.limits;
     reason(
       this.overLimits,
@@ -262,13 +327,15 @@ export class ExportPolicy {
     return {
       body,
       forwardedItems: this.kept,
-      rejectedItems: this.foreignTrace + this.undecodable + this.overLimits + this.overQuota + this.overRate,
+      rejectedItems: this.foreignTrace + this.undecodable + this.controlPlaneSpanId + this.reservedAttribute + this.overLimits + this.overQuota + this.overRate,
       rejections: {
         foreignTrace: this.foreignTrace,
         undecodable: this.undecodable,
         overLimits: this.overLimits,
         overQuota: this.overQuota,
         overRate: this.overRate,
+        controlPlaneSpanId: this.controlPlaneSpanId,
+        reservedAttribute: this.reservedAttribute,
       },
       errorMessage: reasons.length > 0 ? reasons.join('; ') : undefined,
       nothingToForward: this.kept === 0,

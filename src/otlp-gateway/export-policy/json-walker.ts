@@ -24,12 +24,14 @@ import {
   ItemIdentityStamp,
   JOB_EXECUTION_SPAN,
   PerGrant,
-  RESOURCE_OWNED_KEYS,
   SpanSeen,
   deprecatedScopesStandIn,
   grantIdentity,
   keepsEnvelope,
+  resourceKeyDropped,
+  resourceKeyRefusesSpans,
 } from './export-policy';
+import { isReservedAttributeKey } from '../../otlp/control-plane-mark';
 import type { OtlpSignal } from '../../otlp/otlp-encoding';
 import { jsonTextBytes } from '../../otlp/otlp-json-size';
 import { OtlpPayloadError } from '../../otlp/otlp-wire';
@@ -120,13 +122,18 @@ interface Enforcement {
   span: JsonSpanSeen;
   /** The JSON text of each kept span, by the rebuilt scope that holds it (traces). */
   spanTexts: Map<JsonObject, string[]>;
+  /** The control plane's span ids for the job (GatewayGrant.controlPlaneSpanIds), lowercase hex. */
+  controlPlaneSpanIds: readonly string[];
+  /** The resource of the container being walked carries a key only the control plane writes: its spans are refused. */
+  resourceReserved: boolean;
 }
 
 // Frozen: the same objects go into every export of a grant, so nothing may edit them in place.
 const jsonGrants = new PerGrant((grant) => {
-  const { traceIdHex, resource, items, samplingReason, spanTraceState } = grantIdentity.of(grant);
+  const { traceIdHex, resource, items, samplingReason, spanTraceState, controlPlaneSpanIds } = grantIdentity.of(grant);
   return {
     traceIdHex,
+    controlPlaneSpanIds,
     identity: Object.freeze([...resource.map(jsonKeyValue), jsonSamplingReason(samplingReason)]),
     traceState: spanTraceState,
     itemIdentity: new Map([...items].map(([key, attribute]) => [key, jsonKeyValue(attribute)])) as ReadonlyMap<string, JsonObject>,
@@ -150,6 +157,7 @@ export function enforceJsonExport(
     policy: new ExportPolicy(signal, spanBudget, spanLimits),
     span: new JsonSpanSeen(),
     spanTexts: new Map(),
+    resourceReserved: false,
   };
 
   const kept: JsonObject[] = [];
@@ -165,6 +173,8 @@ export function enforceJsonExport(
 /** Rebuilds one Resource{Spans,Metrics,Logs}; `undefined` when the spans filter emptied it. */
 function rewriteContainer(enforcement: Enforcement, container: JsonObject): JsonObject | undefined {
   const { fields } = enforcement;
+  // Before any span: whether the resource refuses them.
+  enforcement.resourceReserved = resourceRefusesSpans(container.resource);
   let scopes = arrayField(container, fields.scopes, fields.container);
   if (deprecatedScopesStandIn(scopes.length)) {
     scopes = fields.deprecatedScopes.flatMap((name) => arrayField(container, [name, undefined], fields.container));
@@ -231,7 +241,16 @@ class JsonSpanSeen extends SpanSeen {
   jobExecutionEnd(): RunnerJobEnd | undefined {
     return readJobExecutionEnd(this.span);
   }
+
+  describe(): string {
+    const name = typeof this.span.name === 'string' ? this.span.name.slice(0, NAMED_SPAN_CHARACTERS) : '';
+    const spanId = this.span.spanId;
+    return `${JSON.stringify(name)} (span_id ${typeof spanId === 'string' ? spanId.toLowerCase() : ''})`;
+  }
 }
+
+/** How much of a refused span's name its partial success repeats. */
+const NAMED_SPAN_CHARACTERS = 64;
 
 /**
  * The span walked for the policy's decision, then its identity attributes stamped when it goes on. Returns the
@@ -245,7 +264,11 @@ function admitSpan(enforcement: Enforcement, span: JsonObject): string | undefin
   seen.inGrantedTrace = spanTraceId(span) === enforcement.traceIdHex;
   // Only a span in the grant's trace can go on, so only it is checked for what the collector cannot read.
   if (seen.inGrantedTrace) seen.undecodable = jsonUndecodableReason(span, JSON_SPAN_RULE);
-  if (seen.inGrantedTrace && seen.undecodable === undefined) measureSpan(seen, span, enforcement.limits);
+  if (seen.inGrantedTrace && seen.undecodable === undefined) {
+    seen.controlPlaneSpanId = isControlPlaneSpanId(enforcement, field(span, 'spanId', 'span_id', 'Span'));
+    seen.reservedAttribute = enforcement.resourceReserved || carriesReservedAttribute(span);
+    measureSpan(seen, span, enforcement.limits);
+  }
   if (!enforcement.policy.admitSpan(seen)) return undefined;
   const { text } = seen;
   const stamped = stampItemAttributes(enforcement, span, 'Span');
@@ -256,6 +279,33 @@ function admitSpan(enforcement: Enforcement, span: JsonObject): string | undefin
     return stringify(span);
   }
   return stamped || text === undefined ? stringify(span) : text;
+}
+
+/** Whether the span id (hex, either case: the Collector reads both) is one of the control plane's for the job. */
+function isControlPlaneSpanId(enforcement: Enforcement, spanId: unknown): boolean {
+  if (typeof spanId !== 'string' || enforcement.controlPlaneSpanIds.length === 0) return false;
+  return enforcement.controlPlaneSpanIds.includes(spanId.toLowerCase());
+}
+
+/** Whether the span carries an attribute only the control plane writes (control-plane-mark.ts). */
+function carriesReservedAttribute(span: JsonObject): boolean {
+  const attributes = span.attributes;
+  if (!Array.isArray(attributes)) return false;
+  for (const attribute of attributes) {
+    const key = (attribute as JsonObject | null)?.key;
+    if (typeof key === 'string' && isReservedAttributeKey(key)) return true;
+  }
+  return false;
+}
+
+/** Whether a resource carries a key that refuses the spans under it (export-policy.ts resourceKeyRefusesSpans). */
+function resourceRefusesSpans(resource: unknown): boolean {
+  const attributes = (resource as JsonObject | null | undefined)?.attributes;
+  if (!Array.isArray(attributes)) return false;
+  return attributes.some((attribute) => {
+    const key = (attribute as JsonObject | null)?.key;
+    return typeof key === 'string' && resourceKeyRefusesSpans(key);
+  });
 }
 
 /** Measures as far as the limits need (SpanSeen): the attribute count, then each value, then the span's text. */
@@ -389,7 +439,7 @@ function stampResource(resource: unknown, identity: readonly JsonObject[], where
   const attributes = arrayField(resourceObject, ['attributes', undefined], 'Resource');
   const kept = attributes.filter((attribute) => {
     const keyValue = asObject(attribute, 'Resource.attributes[]');
-    return !(typeof keyValue.key === 'string' && RESOURCE_OWNED_KEYS.has(keyValue.key));
+    return !(typeof keyValue.key === 'string' && resourceKeyDropped(keyValue.key));
   });
   resourceObject.attributes = kept.concat(identity);
   return resourceObject;

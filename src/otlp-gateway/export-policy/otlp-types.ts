@@ -14,6 +14,12 @@ export interface GatewayGrant {
    * `ot=th:0`.
    */
   provisional?: boolean;
+  /**
+   * The span ids the control plane writes GitLab's account of this job on (SPEC §10, §12 "Trust"): its job span (the
+   * `span_parent_id` it was handed, public in TRACEPARENT), its queue wait, its pipeline's span and its root
+   * pipeline's; 16 hex digits each. A span of the job's export with one of these ids is refused. Absent: none known.
+   */
+  controlPlaneSpanIds?: readonly string[];
 }
 
 /**
@@ -41,6 +47,10 @@ export interface SpanRejections {
   overLimits: number;
   overQuota: number;
   overRate: number;
+  /** Spans whose span_id is one of the control plane's for the job (GatewayGrant.controlPlaneSpanIds). */
+  controlPlaneSpanId: number;
+  /** Spans carrying, or under a resource carrying, an attribute only the control plane writes (control-plane-mark.ts). */
+  reservedAttribute: number;
 }
 
 export interface EnforcedExport {
@@ -48,7 +58,10 @@ export interface EnforcedExport {
   body: Buffer;
   /** Spans, metric data points or log records left in `body`. */
   forwardedItems: number;
-  /** Spans the gateway dropped (foreign trace, undecodable, over the per-span limits, quota or rate); always 0 for metrics and logs. */
+  /**
+   * Spans the gateway dropped (foreign trace, undecodable, the control plane's, over the per-span limits, quota or
+   * rate); always 0 for metrics and logs.
+   */
   rejectedItems: number;
   rejections?: SpanRejections;
   /** Why items were rejected, for the OTLP partial success `error_message`. */

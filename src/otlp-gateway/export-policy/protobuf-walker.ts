@@ -28,12 +28,14 @@ import {
   ItemIdentityStamp,
   JOB_EXECUTION_SPAN,
   PerGrant,
-  RESOURCE_OWNED_KEYS,
   SpanSeen,
   deprecatedScopesStandIn,
   grantIdentity,
   keepsEnvelope,
+  resourceKeyDropped,
+  resourceKeyRefusesSpans,
 } from './export-policy';
+import { RESERVED_ATTRIBUTE_PREFIXES } from '../../otlp/control-plane-mark';
 import type { OtlpSignal } from '../../otlp/otlp-encoding';
 import type { EnforcedExport, GatewayGrant, RunnerJobEnd, SpanBudget, SpanLimits } from './otlp-types';
 import { protobufSamplingReason } from '../../otlp/sampling-reason';
@@ -78,6 +80,7 @@ const SCOPE_SCOPE = 1;
 const SCOPE_ITEMS = 2;
 const SCOPE_SCHEMA_URL = 3;
 const SPAN_TRACE_ID = 1;
+const SPAN_SPAN_ID = 2;
 const SPAN_PARENT_SPAN_ID = 4;
 const SPAN_NAME = 5;
 const SPAN_END_TIME = 8;
@@ -113,6 +116,8 @@ const CI_PREFIX = Buffer.from('ci.');
 // Item identity keys are recognised by their "ci." prefix and their length before any key is decoded.
 if (![...ITEM_IDENTITY_KEYS].every((key) => key.startsWith('ci.'))) throw new Error('item identity keys must start with "ci."');
 const ITEM_IDENTITY_KEY_LENGTHS: ReadonlySet<number> = new Set([...ITEM_IDENTITY_KEYS].map((key) => key.length));
+// The control plane's keys (control-plane-mark.ts), compared byte by byte past their common "ci.".
+const RESERVED_KEY_PREFIXES: readonly Buffer[] = RESERVED_ATTRIBUTE_PREFIXES.map((prefix) => Buffer.from(prefix));
 const ANY_VALUE_STRING = 1;
 const ANY_VALUE_INT = 3;
 const ANY_VALUE_BYTES = 7;
@@ -140,6 +145,10 @@ interface Enforcement {
   /** Where the last search for "ci." started, and what it found (-1: nothing after it). */
   ciSearchFrom: number;
   ciFoundAt: number;
+  /** The control plane's span ids for the job (GatewayGrant.controlPlaneSpanIds), 8 bytes each. */
+  controlPlaneSpanIds: readonly Buffer[];
+  /** The resource of the container being walked carries a key only the control plane writes: its spans are refused. */
+  resourceReserved: boolean;
 }
 
 /** An item or message the gateway left as it came, or its rewritten fields. */
@@ -149,9 +158,10 @@ const encodedGrants = new PerGrant((grant) => {
   // A provisional grant's spans get their trace_state when they leave, kept (settleProvisionalTraces), not here: the
   // rewrite of every span to append it was most of what parking an export cost beyond forwarding it, and most
   // provisional pipelines are dropped.
-  const { traceIdHex, resource, items, samplingReason } = grantIdentity.of(grant);
+  const { traceIdHex, resource, items, samplingReason, controlPlaneSpanIds } = grantIdentity.of(grant);
   return {
     traceId: Buffer.from(traceIdHex, 'hex'),
+    controlPlaneSpanIds: controlPlaneSpanIds.map((id) => Buffer.from(id, 'hex')),
     identity: Buffer.concat([encodeIdentityAttributes(resource), encodeBytesField(RESOURCE_ATTRIBUTES, protobufSamplingReason(samplingReason))]),
     itemIdentity: new Map([...items].map(([key, attribute]) => [key, encodeKeyValue(attribute)])) as ReadonlyMap<string, Buffer>,
   };
@@ -164,7 +174,7 @@ export function enforceProtobufExport(
   spanBudget: number | SpanBudget,
   spanLimits: SpanLimits,
 ): EnforcedExport {
-  const { traceId, identity, itemIdentity } = encodedGrants.of(grant);
+  const { traceId, identity, itemIdentity, controlPlaneSpanIds } = encodedGrants.of(grant);
   const enforcement: Enforcement = {
     signal,
     body,
@@ -177,6 +187,8 @@ export function enforceProtobufExport(
     span: new SpanScan(body),
     ciSearchFrom: Infinity,
     ciFoundAt: -1,
+    controlPlaneSpanIds,
+    resourceReserved: false,
   };
   const out = new ChunkList(body);
   const reader = new WireReader(body, 0, body.length);
@@ -219,15 +231,27 @@ function rewriteContainer(enforcement: Enforcement, start: number, end: number):
       rest.copy(scopeStart, scopeEnd);
     }
   };
+  // The resource first, wherever it is in the container: whether it refuses the spans is known before any of them.
+  enforcement.resourceReserved = false;
+  const resourceReader = new WireReader(body, start, end);
+  while (!resourceReader.atEnd()) {
+    resourceReader.readTag();
+    if (resourceReader.fieldNumber === CONTAINER_RESOURCE) {
+      const resourceEnd = resourceReader.expectLengthDelimited('Resource');
+      refuseUndecodable(enforcement, resourceReader.pos, resourceEnd, RESOURCE_RULE, `${names.container}.resource`);
+      if (stripIdentityAttributes(body, resourceReader.pos, resourceEnd, resource)) enforcement.resourceReserved = true;
+      resourceReader.pos = resourceEnd;
+    } else {
+      resourceReader.skipValue();
+    }
+  }
   const reader = new WireReader(body, start, end);
   while (!reader.atEnd()) {
     const fieldStart = reader.pos;
     reader.readTag();
     if (reader.fieldNumber === CONTAINER_RESOURCE) {
-      const resourceEnd = reader.expectLengthDelimited('Resource');
-      refuseUndecodable(enforcement, reader.pos, resourceEnd, RESOURCE_RULE, `${names.container}.resource`);
-      stripIdentityAttributes(body, reader.pos, resourceEnd, resource);
-      reader.pos = resourceEnd;
+      // Merged into `resource` above.
+      reader.pos = reader.expectLengthDelimited('Resource');
     } else if (reader.fieldNumber === CONTAINER_SCOPES) {
       const scopeEnd = reader.expectLengthDelimited(names.scope);
       keepScope(rewriteScope(enforcement, reader.pos, scopeEnd), fieldStart, reader.pos, scopeEnd);
@@ -273,23 +297,28 @@ function expectString(enforcement: Enforcement, reader: WireReader, where: strin
   return end;
 }
 
-/** Copies a Resource's fields except KeyValues whose key the gateway owns. */
-function stripIdentityAttributes(body: Buffer, start: number, end: number, resource: ChunkList): void {
+/**
+ * Copies a Resource's fields except KeyValues whose key the gateway owns or the control plane does; true when one of
+ * the latter was there (the spans under it are refused).
+ */
+function stripIdentityAttributes(body: Buffer, start: number, end: number, resource: ChunkList): boolean {
+  let refusesSpans = false;
   const reader = new WireReader(body, start, end);
   while (!reader.atEnd()) {
     const fieldStart = reader.pos;
     reader.readTag();
     if (reader.fieldNumber === RESOURCE_ATTRIBUTES) {
       const attributeEnd = reader.expectLengthDelimited('Resource.attributes');
-      if (!RESOURCE_OWNED_KEYS.has(keyValueKey(body, reader.pos, attributeEnd))) {
-        resource.copy(fieldStart, attributeEnd);
-      }
+      const key = keyValueKey(body, reader.pos, attributeEnd);
+      if (!resourceKeyDropped(key)) resource.copy(fieldStart, attributeEnd);
+      else if (resourceKeyRefusesSpans(key)) refusesSpans = true;
       reader.pos = attributeEnd;
     } else {
       reader.skipValue();
       resource.copy(fieldStart, reader.pos);
     }
   }
+  return refusesSpans;
 }
 
 function keyValueKey(body: Buffer, start: number, end: number): string {
@@ -369,6 +398,10 @@ class SpanScan extends SpanSeen {
   end = 0;
   idStart = -1;
   idEnd = -1;
+  spanIdStart = -1;
+  spanIdEnd = -1;
+  nameStart = -1;
+  nameEnd = -1;
   carriesIdentity = false;
   /** True when the walk itself checked every value of the span and the collector decodes them all. */
   walkedDecodable = false;
@@ -383,6 +416,10 @@ class SpanScan extends SpanSeen {
     this.end = end;
     this.idStart = -1;
     this.idEnd = -1;
+    this.spanIdStart = -1;
+    this.spanIdEnd = -1;
+    this.nameStart = -1;
+    this.nameEnd = -1;
     this.carriesIdentity = false;
     this.walkedDecodable = false;
   }
@@ -390,7 +427,15 @@ class SpanScan extends SpanSeen {
   jobExecutionEnd(): RunnerJobEnd | undefined {
     return readJobExecutionEnd(this.body, this.start, this.end);
   }
+
+  describe(): string {
+    const name = this.nameStart < 0 ? '' : this.body.toString('utf8', this.nameStart, Math.min(this.nameEnd, this.nameStart + NAMED_SPAN_BYTES));
+    return `${JSON.stringify(name)} (span_id ${this.spanIdStart < 0 ? '' : this.body.toString('hex', this.spanIdStart, this.spanIdEnd)})`;
+  }
 }
+
+/** How much of a refused span's name its partial success repeats. */
+const NAMED_SPAN_BYTES = 64;
 
 /** The span walked for the policy's decision, then its identity attributes stamped when it goes on. */
 function admitSpan(enforcement: Enforcement, start: number, end: number): Rewrite | 'dropped' {
@@ -405,6 +450,11 @@ function admitSpan(enforcement: Enforcement, start: number, end: number): Rewrit
   // Only a span in the grant's trace can go on, so only it is checked for what the collector cannot decode: the
   // canonical walk checked it on its way, and the general check runs only when that did not vouch for the span.
   if (inTrace && !span.walkedDecodable) span.undecodable = undecodableReason(enforcement.checked, start, end, SPAN_RULE);
+  if (inTrace) {
+    // As cheap as the trace check: a few ids of 8 bytes, compared where the walk found the span's.
+    span.controlPlaneSpanId = isControlPlaneSpanId(enforcement, span.spanIdStart, span.spanIdEnd);
+    if (enforcement.resourceReserved) span.reservedAttribute = true;
+  }
   if (!enforcement.policy.admitSpan(span)) return 'dropped';
   return span.carriesIdentity ? stampItemAttributes(enforcement, start, end, SPAN_ATTRIBUTES) : 'unchanged';
 }
@@ -424,9 +474,15 @@ function scanSpan(enforcement: Enforcement, start: number, end: number): void {
       const attributeEnd = reader.expectLengthDelimited('Span.attributes');
       scanSpanAttribute(enforcement, reader.pos, attributeEnd, false);
       reader.pos = attributeEnd;
+    } else if (reader.fieldNumber === SPAN_SPAN_ID && reader.wireType === WIRE_LENGTH_DELIMITED) {
+      span.spanIdEnd = reader.readLengthDelimitedEnd();
+      span.spanIdStart = reader.pos;
+      reader.pos = span.spanIdEnd;
     } else if (reader.fieldNumber === SPAN_NAME && reader.wireType === WIRE_LENGTH_DELIMITED) {
       const nameEnd = reader.readLengthDelimitedEnd();
       span.jobExecution = isJobExecution(body, reader.pos, nameEnd);
+      span.nameStart = reader.pos;
+      span.nameEnd = nameEnd;
       reader.pos = nameEnd;
     } else {
       reader.skipValue();
@@ -476,7 +532,14 @@ function scanCanonicalSpan(enforcement: Enforcement, start: number, end: number)
         if (decodable && !plain) decodable = lengthDelimitedDecodable(enforcement.checked, SPAN_RULE, field, pos, valueEnd);
         scanSpanAttribute(enforcement, pos, valueEnd, plain);
       } else {
-        if (field === SPAN_NAME && length === JOB_EXECUTION.length) span.jobExecution = isJobExecution(body, pos, valueEnd);
+        if (field === SPAN_SPAN_ID) {
+          span.spanIdStart = pos;
+          span.spanIdEnd = valueEnd;
+        } else if (field === SPAN_NAME) {
+          span.nameStart = pos;
+          span.nameEnd = valueEnd;
+          if (length === JOB_EXECUTION.length) span.jobExecution = isJobExecution(body, pos, valueEnd);
+        }
         if (decodable) decodable = lengthDelimitedDecodable(enforcement.checked, SPAN_RULE, field, pos, valueEnd);
       }
       pos = valueEnd;
@@ -509,8 +572,11 @@ function isJobExecution(body: Buffer, start: number, end: number): boolean {
 function scanSpanAttribute(enforcement: Enforcement, start: number, end: number, plainKeyValue: boolean): void {
   const { body, limits, span } = enforcement;
   span.attributes++;
-  if (!span.carriesIdentity && keyMayBeIdentity(body, start, end, plainKeyValue) && itemIdentityKey(enforcement, start, end) !== undefined) {
-    span.carriesIdentity = true;
+  // Only a key starting with "ci." is looked into, for the identity the gateway stamps and the keys it refuses.
+  if ((!span.carriesIdentity || !span.reservedAttribute) && keyMayBeIdentity(body, start, end, plainKeyValue)) {
+    locateKey(body, start, end);
+    if (!span.carriesIdentity && identityKeyAt(enforcement, keyBounds.start, keyBounds.end) !== undefined) span.carriesIdentity = true;
+    if (!span.reservedAttribute && reservedKeyAt(body, keyBounds.start, keyBounds.end)) span.reservedAttribute = true;
   }
   // The whole KeyValue is an upper bound of its value's size: only a long one is looked into, and none once the
   // span is over a limit.
@@ -567,9 +633,11 @@ function bytesContainCiPrefix(enforcement: Enforcement, start: number, end: numb
   return enforcement.ciFoundAt !== -1 && enforcement.ciFoundAt < end;
 }
 
-/** The identity key this KeyValue carries, if it is one the gateway owns on items; undecoded otherwise. */
-function itemIdentityKey(enforcement: Enforcement, start: number, end: number): string | undefined {
-  const { body } = enforcement;
+/** Where the key of the KeyValue locateKey looked at last is: one object, not one per attribute. */
+const keyBounds = { start: -1, end: -1 };
+
+/** Finds the key of the KeyValue at `[start, end)` and leaves where it is in keyBounds (-1 when it has none). */
+function locateKey(body: Buffer, start: number, end: number): void {
   let keyStart = -1;
   let keyEnd = -1;
   const keyLength = body[start + 1];
@@ -591,12 +659,49 @@ function itemIdentityKey(enforcement: Enforcement, start: number, end: number): 
       }
     }
   }
+  keyBounds.start = keyStart;
+  keyBounds.end = keyEnd;
+}
+
+/** The identity key this KeyValue carries, if it is one the gateway owns on items; undecoded otherwise. */
+function itemIdentityKey(enforcement: Enforcement, start: number, end: number): string | undefined {
+  locateKey(enforcement.body, start, end);
+  return identityKeyAt(enforcement, keyBounds.start, keyBounds.end);
+}
+
+/** The identity key at `[keyStart, keyEnd)`, if it is one the gateway owns on items; undecoded otherwise. */
+function identityKeyAt(enforcement: Enforcement, keyStart: number, keyEnd: number): string | undefined {
+  const { body } = enforcement;
   // "ci." checked byte by byte: Buffer#compare costs more than the rest of the span walk on common keys.
   if (body[keyStart] !== 0x63 || body[keyStart + 1] !== 0x69 || body[keyStart + 2] !== 0x2e || !ITEM_IDENTITY_KEY_LENGTHS.has(keyEnd - keyStart)) {
     return undefined;
   }
   const key = body.toString('utf8', keyStart, keyEnd);
   return enforcement.itemIdentity.has(key) ? key : undefined;
+}
+
+/** Whether the key at `[start, end)` is one only the control plane writes (RESERVED_ATTRIBUTE_PREFIXES), byte by byte. */
+function reservedKeyAt(body: Buffer, start: number, end: number): boolean {
+  if (start < 0) return false;
+  for (const prefix of RESERVED_KEY_PREFIXES) {
+    if (end - start < prefix.length) continue;
+    let i = 0;
+    while (i < prefix.length && body[start + i] === prefix[i]) i++;
+    if (i === prefix.length) return true;
+  }
+  return false;
+}
+
+/** Whether the span id at `[start, end)` is one of the control plane's for the job. */
+function isControlPlaneSpanId(enforcement: Enforcement, start: number, end: number): boolean {
+  if (start < 0 || end - start !== 8) return false;
+  const { body } = enforcement;
+  for (const id of enforcement.controlPlaneSpanIds) {
+    let i = 0;
+    while (i < 8 && body[start + i] === id[i]) i++;
+    if (i === 8) return true;
+  }
+  return false;
 }
 
 /**

@@ -38,7 +38,7 @@ function tracesRequest(): Json {
         scopeSpans: [
           {
             spans: [
-              span('compile', { traceState: 'ot=th:c,vendor=x', attributes: [{ key: SAMPLING_REASON_ATTRIBUTE, value: { stringValue: 'my own' } }] }),
+              span('compile', { traceState: 'ot=th:c,vendor=x', attributes: [{ key: 'sampling.reason', value: { stringValue: 'my own' } }] }),
               span('foreign', { traceId: FOREIGN_TRACE }),
               span('test'),
             ],
@@ -118,8 +118,8 @@ describe.each(['protobuf', 'json'] as const)('a provisional export (%s)', (encod
     const settled = decode('traces', settleProvisionalTraces(encoding, enforced.body, 'failed'), encoding);
 
     expect(resourceReasons(settled)).toEqual([[{ stringValue: 'failed' }], [{ stringValue: 'failed' }]]);
-    // Spans are not a resource: an exporter's span attribute of that name is its own.
-    expect(spans(settled)[0].attributes).toEqual([{ key: SAMPLING_REASON_ATTRIBUTE, value: { stringValue: 'my own' } }]);
+    // A span's own attributes are left as they came (one named ci.sampling.reason is refused: control-plane-guard.spec.ts).
+    expect(spans(settled)[0].attributes).toEqual([{ key: 'sampling.reason', value: { stringValue: 'my own' } }]);
     expect(spans(settled).map((s) => s.traceState)).toEqual(['ot=th:0', 'ot=th:0', 'ot=th:0']);
   });
 
@@ -237,7 +237,7 @@ describe('a provisional protobuf export', () => {
     expect(jobIds).toEqual(['1001', '1001', '1002']);
   });
 
-  it("leaves alone a span attribute that copies the slot's bytes, even one cut short by the end of a string", () => {
+  it("leaves alone a span attribute whose value copies the slot's bytes, cut short by the end of the string", () => {
     const parked = enforceExport('traces', 'protobuf', encode('traces', tracesRequest(), 'protobuf'), PROVISIONAL, 1000).body;
     // The gateway's slot KeyValue as it lies on the resource, found by the key's bytes.
     const keyAt = parked.indexOf(encodeStringField(1, SAMPLING_REASON_ATTRIBUTE));
@@ -252,9 +252,10 @@ describe('a provisional protobuf export', () => {
       Buffer.concat([encodeStringField(1, 'blob'), encodeBytesField(2, encodeBytesField(1, slot.subarray(0, stringValueEnd)))]),
     );
     const spanType = otlpProto().lookupType('otlp.Span');
+    // A whole copy of the slot as a span attribute carries its key, which the gateway refuses on a span
+    // (control-plane-guard.spec.ts): only a value can copy it into what is parked.
     const spanBytes = Buffer.concat([
       Buffer.from(spanType.encode(spanType.fromObject(withBinaryIds(span('mimic')) as Json)).finish()),
-      encodeBytesField(9, slot),
       cutShort,
       slot.subarray(stringValueEnd),
     ]);
@@ -264,7 +265,6 @@ describe('a provisional protobuf export', () => {
     const settled = decode('traces', settleSamplingReason('protobuf', enforceExport('traces', 'protobuf', body, PROVISIONAL, 1000).body, 'failed'), 'protobuf');
 
     expect(spans(settled)[0].attributes).toEqual(spans(sent)[0].attributes);
-    expect(spans(settled)[0].attributes[0].value).toEqual({ stringValue: 'pending' });
     expect(resourceReasons(settled)).toEqual([[{ stringValue: 'failed' }]]);
   });
 });
