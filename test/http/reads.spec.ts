@@ -169,7 +169,8 @@ describe('the read API in the service itself', () => {
     const files = filesBackend();
     const world = readsWorld();
     files.reads(world.exports);
-    const service = await startInProcess({ DATA_DIR: files.dataDir });
+    // A worker thread under ts-jest compiles its TypeScript first (seconds); the built service's starts in milliseconds.
+    const service = await startInProcess({ DATA_DIR: files.dataDir, READS_TIMEOUT_MS: '60000' });
     try {
       const url = `/internal/ci/telemetry/projects/${PROJECT}/pipelines/500/critical_path`;
       const response = await service.app.inject({ method: 'GET', url, headers: await internalApiHeaders(service.secrets.internalApiSecret) });

@@ -1,0 +1,47 @@
+import { parentPort, workerData } from 'node:worker_threads';
+import { answerRead, ReadTask } from './read-answers';
+import { BackendSpec, traceReadsOf } from './reads-backend';
+import { ReadsUnavailableError } from './trace-reads';
+
+/**
+ * One thread of the reads pool (src/reads/reads-pool.ts): builds its backend once, then answers one read at a time.
+ * Messages in: `{ id, task, deadline }` (epoch ms); out: `{ ready }` once, then `{ id, outcome }` or `{ id, failure }`.
+ * The encoded answer is transferred, not copied.
+ */
+
+export interface WorkerRequest {
+  readonly id: number;
+  readonly task: ReadTask;
+  readonly deadline: number;
+}
+
+export type WorkerMessage =
+  | { readonly ready: true }
+  | { readonly id: number; readonly outcome: import('./read-answers').ReadOutcome }
+  | { readonly id: number; readonly failure: { readonly message: string; readonly retryAfterSeconds?: number } };
+
+const port = parentPort;
+if (port !== null) {
+  const backend = traceReadsOf((workerData as { backend: BackendSpec }).backend);
+  port.on('message', (request: WorkerRequest) => {
+    const controller = new AbortController();
+    // The pool terminates this thread at the deadline; until then a ClickHouse query stops itself on time.
+    const timer = setTimeout(() => controller.abort(), Math.max(0, request.deadline - Date.now()));
+    answerRead(backend, request.task, controller.signal).then(
+      (outcome) => {
+        clearTimeout(timer);
+        const transfer = outcome.kind === 'answer' ? [outcome.body.buffer as ArrayBuffer] : [];
+        port.postMessage({ id: request.id, outcome } satisfies WorkerMessage, transfer);
+      },
+      (error: unknown) => {
+        clearTimeout(timer);
+        const retryAfterSeconds = error instanceof ReadsUnavailableError ? error.retryAfterSeconds : undefined;
+        port.postMessage({
+          id: request.id,
+          failure: { message: error instanceof Error ? error.message : String(error), retryAfterSeconds },
+        } satisfies WorkerMessage);
+      },
+    );
+  });
+  port.postMessage({ ready: true } satisfies WorkerMessage);
+}
