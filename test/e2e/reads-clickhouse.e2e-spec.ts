@@ -12,6 +12,7 @@ import { OtlpSink, startOtlpSink } from '../helpers/otlp-sink';
 import { PipelineTrace } from '../helpers/pipeline-trace';
 import { withCriticalPathAttributes } from '../helpers/critical-path-attributes';
 import { describeReadsEndpoints } from '../helpers/reads-cases';
+import { describeTraceReadsConformance } from '../suites/trace-reads.suite';
 import { freePort } from '../helpers/ports';
 import { ServiceProcess, startService } from '../helpers/service';
 
@@ -28,6 +29,23 @@ describeReadsEndpoints('ClickHouse (the official client over HTTP, on the embedd
   return {
     load: async (exports) => {
       // With what the control plane writes at each pipeline's end: the CI view's critical path columns.
+      await insertOtelTraces(clickhouse, otelTracesRowsOfResourceSpans(withCriticalPathAttributes(exports)));
+      reads = new ClickHouseTraceReads({ url: clickhouse.url, password: clickhouse.password, timeoutMs: 10_000 });
+      return reads;
+    },
+    close: async () => {
+      await reads?.close();
+      await clickhouse.stop();
+    },
+  };
+});
+
+describeTraceReadsConformance('ClickHouse (the official client over HTTP, on the embedded engine)', async () => {
+  const clickhouse = await startClickHouse({ http: { password: 'conformance' } });
+  await clickhouse.query(SCHEMA);
+  let reads: ClickHouseTraceReads | undefined;
+  return {
+    load: async (exports) => {
       await insertOtelTraces(clickhouse, otelTracesRowsOfResourceSpans(withCriticalPathAttributes(exports)));
       reads = new ClickHouseTraceReads({ url: clickhouse.url, password: clickhouse.password, timeoutMs: 10_000 });
       return reads;

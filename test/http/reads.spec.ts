@@ -9,6 +9,7 @@ import { internalApiHeaders, ISSUER } from '../helpers/internal-api';
 import { expectMatchesOpenApi } from '../helpers/openapi';
 import { describeReadsEndpoints, PROJECT, readsWorld, ReadsApp, startReadsApp, writeCollectorFiles } from '../helpers/reads-cases';
 import { startInProcess } from '../helpers/service';
+import { describeTraceReadsConformance } from '../suites/trace-reads.suite';
 
 /** SPEC §12 over the embedded collector's files, and what every read checks before any backend is asked. */
 
@@ -24,6 +25,11 @@ function filesBackend(): { dataDir: string; reads: (exports: Parameters<typeof w
 }
 
 describeReadsEndpoints('the embedded collector files', async () => {
+  const files = filesBackend();
+  return { load: async (exports) => files.reads(exports) };
+});
+
+describeTraceReadsConformance('the embedded collector files', async () => {
   const files = filesBackend();
   return { load: async (exports) => files.reads(exports) };
 });
