@@ -37,6 +37,7 @@ interface Pending {
   readonly id: number;
   readonly task: ReadTask;
   readonly deadline: number;
+  readonly timeoutMs: number;
   readonly resolve: (outcome: ReadOutcome) => void;
   readonly reject: (error: Error) => void;
   timer?: NodeJS.Timeout;
@@ -70,11 +71,12 @@ export class ReadsPool implements ReadsRunner {
     this.size = Math.max(1, options.size ?? DEFAULT_SIZE);
   }
 
-  run(task: ReadTask): Promise<ReadOutcome> {
+  /** `timeoutMs`: READS_TIMEOUT_MS unless said otherwise. */
+  run(task: ReadTask, timeoutMs = this.options.timeoutMs): Promise<ReadOutcome> {
     if (this.closed) return Promise.reject(new ReadsUnavailableError('the reads pool is closed'));
     return new Promise<ReadOutcome>((resolve, reject) => {
-      const pending: Pending = { id: this.nextId++, task, deadline: Date.now() + this.options.timeoutMs, resolve, reject };
-      pending.timer = setTimeout(() => this.giveUp(pending), this.options.timeoutMs);
+      const pending: Pending = { id: this.nextId++, task, deadline: Date.now() + timeoutMs, timeoutMs, resolve, reject };
+      pending.timer = setTimeout(() => this.giveUp(pending), timeoutMs);
       this.queue.push(pending);
       this.dispatch();
     });
@@ -154,7 +156,7 @@ export class ReadsPool implements ReadsRunner {
       this.abandoned += 1;
       this.options.onAbandoned?.();
     }
-    this.settle(pending, new ReadsUnavailableError(`no answer within ${this.options.timeoutMs} ms`));
+    this.settle(pending, new ReadsUnavailableError(`no answer within ${pending.timeoutMs} ms`));
     this.dispatch();
   }
 

@@ -9,7 +9,8 @@ import { internalApiHeaders, ISSUER } from '../helpers/internal-api';
 import { expectMatchesOpenApi } from '../helpers/openapi';
 import { describeReadsEndpoints, PROJECT, readsWorld, ReadsApp, startReadsApp, writeCollectorFiles } from '../helpers/reads-cases';
 import { startInProcess } from '../helpers/service';
-import { describeTraceReadsConformance } from '../suites/trace-reads.suite';
+import { describeTraceReadsConformance, largePipeline } from '../suites/trace-reads.suite';
+import { jobPayloadRequest } from '../fixtures/job-payload';
 
 /** SPEC §12 over the embedded collector's files, and what every read checks before any backend is asked. */
 
@@ -192,4 +193,36 @@ describe('the read API in the service itself', () => {
       await service.close();
     }
   });
+
+  it('answers a job pickup while a large read is in progress, then the read, capped at READS_MAX_SPANS and saying so', async () => {
+    // 30 jobs of 1,000 spans each: issue 56 item 3's pipeline, smaller. The read's work is in a worker thread.
+    const files = filesBackend();
+    const large = largePipeline(PROJECT, 700, 30, 1000);
+    files.reads(large.resourceSpans());
+    const service = await startInProcess({ DATA_DIR: files.dataDir, READS_TIMEOUT_MS: '60000' });
+    try {
+      const headers = await internalApiHeaders(service.secrets.internalApiSecret);
+      const answered: string[] = [];
+      const read = service.app
+        .inject({ method: 'GET', url: `/internal/ci/telemetry/projects/${PROJECT}/pipelines/700/trace`, headers })
+        .then((response) => (answered.push('read'), response));
+      const pickup = await service.app
+        .inject({
+          method: 'POST',
+          url: '/internal/ci/telemetry/job_payload',
+          headers: { ...headers, 'content-type': 'application/json' },
+          payload: jobPayloadRequest(),
+        })
+        .then((response) => (answered.push('pickup'), response));
+      expect(pickup.statusCode).toBe(200);
+      expect(answered).toEqual(['pickup']);
+      const response = await read;
+      expect(answered).toEqual(['pickup', 'read']);
+      expect(response.statusCode).toBe(200);
+      const body = response.json();
+      expect(body.completeness).toMatchObject({ spans: 10_000, total_spans: 30_121, truncated: true, roots: 1, missing_parents: 0, final: true });
+    } finally {
+      await service.close();
+    }
+  }, 120_000);
 });
