@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { localCollectorDirectory } from '../collector/collector-files';
 import { readsWorld, writeCollectorFiles } from '../../test/helpers/reads-cases';
-import { largePipeline } from '../../test/suites/trace-reads.suite';
+import { largePipeline } from '../../test/suites/large-pipeline';
 import type { ReadTask } from './read-answers';
 import { ReadsPool } from './reads-pool';
 import { ReadsUnavailableError } from './trace-reads';

@@ -9,7 +9,8 @@ import { internalApiHeaders, ISSUER } from '../helpers/internal-api';
 import { expectMatchesOpenApi } from '../helpers/openapi';
 import { describeReadsEndpoints, PROJECT, readsWorld, ReadsApp, startReadsApp, writeCollectorFiles } from '../helpers/reads-cases';
 import { startInProcess } from '../helpers/service';
-import { describeTraceReadsConformance, largePipeline } from '../suites/trace-reads.suite';
+import { describeTraceReadsConformance } from '../suites/trace-reads.suite';
+import { largePipeline } from '../suites/large-pipeline';
 import { jobPayloadRequest } from '../fixtures/job-payload';
 
 /** SPEC §12 over the embedded collector's files, and what every read checks before any backend is asked. */
