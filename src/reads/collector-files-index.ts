@@ -3,7 +3,7 @@ import { previousFile, signalFile } from '../collector/collector-files';
 import { collectedSpans } from '../otlp/collected-spans';
 import type { OtlpJsonRequest } from '../otlp/otlp-receiver';
 import { SPAN_VERSION_ATTRIBUTE } from '../pipeline-spans/pipeline-span-model';
-import { identityOf } from './trace-selection';
+import { identityOf, RUNNER_SPAN } from './trace-selection';
 import type { StoredSpan } from './trace-reads';
 
 /** Where one export line is: which file (by identity, not name: files rotate), at which byte, how long. */
@@ -15,6 +15,8 @@ interface LineRef {
 
 interface TraceEntry {
   readonly lines: LineRef[];
+  /** Its runners' `job_execution` span ids: their children are stages, which a bounded read keeps whole. */
+  readonly runners: Set<string>;
   /** The earliest start and latest end of its spans, epoch ms, to pass over a trace outside a window unread. */
   fromMs: number;
   toMs: number;
@@ -29,7 +31,7 @@ interface TrackedFile {
 const CHUNK_BYTES = 8 * 1024 * 1024;
 const NEWLINE = 0x0a;
 const ms = (nanos: bigint) => Number(nanos / 1_000_000n);
-const versionOf = (span: StoredSpan) => Number(span.attributes[SPAN_VERSION_ATTRIBUTE] ?? 0);
+export const versionOf = (span: StoredSpan): number => Number(span.attributes[SPAN_VERSION_ATTRIBUTE] ?? 0);
 
 /**
  * An index of the embedded collector's trace files (`traces.jsonl` and `traces.jsonl.1`), built from what was
@@ -89,14 +91,29 @@ export class CollectorFilesIndex {
     return entry !== undefined && entry.fromMs <= toMs && entry.toMs >= fromMs;
   }
 
-  /**
-   * The trace's spans, each once in its latest version (SPEC §10), decoded from its lines now. A line that no longer
-   * reads as what was indexed (a rotation between refresh and read) is skipped, as a line that does not decode.
-   */
+  /** The `job_execution` span ids of the trace, as indexed. */
+  runnerSpanIds(traceId: string): ReadonlySet<string> {
+    return this.traces.get(traceId)?.runners ?? new Set();
+  }
+
+  /** The trace's spans, each once in its latest version (SPEC §10), decoded from its lines now. */
   spansOf(traceId: string): StoredSpan[] {
-    const entry = this.traces.get(traceId);
-    if (entry === undefined) return [];
     const latest = new Map<string, StoredSpan>();
+    this.visit(traceId, (span) => {
+      const kept = latest.get(span.spanId);
+      if (kept === undefined || versionOf(span) > versionOf(kept)) latest.set(span.spanId, span);
+    });
+    return [...latest.values()];
+  }
+
+  /**
+   * Each span of the trace as its lines are decoded, oldest line first, one line in memory at a time (a span sent
+   * twice is visited twice). A line that no longer reads as what was indexed (a rotation between refresh and read)
+   * is skipped, as a line that does not decode.
+   */
+  visit(traceId: string, visitor: (span: StoredSpan) => void): void {
+    const entry = this.traces.get(traceId);
+    if (entry === undefined) return;
     const order = [...this.files.keys()].sort((a, b) => this.rank(a) - this.rank(b));
     const byFile = new Map<string, LineRef[]>();
     for (const line of entry.lines) byFile.set(line.file, [...(byFile.get(line.file) ?? []), line]);
@@ -110,17 +127,12 @@ export class CollectorFilesIndex {
         for (const line of lines.sort((a, b) => a.offset - b.offset)) {
           const bytes = Buffer.allocUnsafe(line.length);
           if (readSync(descriptor, bytes, 0, line.length, line.offset) !== line.length) continue;
-          for (const span of decodeLine(bytes)) {
-            if (span.traceId !== traceId) continue;
-            const kept = latest.get(span.spanId);
-            if (kept === undefined || versionOf(span) > versionOf(kept)) latest.set(span.spanId, span);
-          }
+          for (const span of decodeLine(bytes)) if (span.traceId === traceId) visitor(span);
         }
       } finally {
         closeSync(descriptor);
       }
     }
-    return [...latest.values()];
   }
 
   /** The previous file's lines are older than the current one's. */
@@ -163,13 +175,14 @@ export class CollectorFilesIndex {
     for (const span of decodeLine(bytes)) {
       let entry = this.traces.get(span.traceId);
       if (entry === undefined) {
-        entry = { lines: [], fromMs: Infinity, toMs: -Infinity };
+        entry = { lines: [], runners: new Set(), fromMs: Infinity, toMs: -Infinity };
         this.traces.set(span.traceId, entry);
       }
       if (!seen.has(span.traceId)) {
         seen.add(span.traceId);
         entry.lines.push(line);
       }
+      if (span.name === RUNNER_SPAN) entry.runners.add(span.spanId);
       entry.fromMs = Math.min(entry.fromMs, ms(span.startNanos));
       entry.toMs = Math.max(entry.toMs, ms(span.endNanos));
       note(this.byPipeline, identityOf(span, 'ci.pipeline.id'), span.traceId);

@@ -1,7 +1,7 @@
-import { CollectorFilesIndex } from './collector-files-index';
+import { CollectorFilesIndex, versionOf } from './collector-files-index';
 import { jobRunsOf } from './job-runs';
 import { JobSummary, summarizeJobs } from './job-summary';
-import { boundedTrace, carriesId } from './trace-selection';
+import { byStart, carriesId, countedFor, spanRank } from './trace-selection';
 import { overlapsWindow, StoredSpan, TimeWindow, TraceBound, TraceRead, TraceReads } from './trace-reads';
 
 /**
@@ -20,14 +20,12 @@ export class CollectorFilesTraceReads implements TraceReads {
 
   async pipelineTrace(projectId: number, pipelineId: number, window: TimeWindow, bound: TraceBound): Promise<TraceRead | null> {
     const identifies = (span: StoredSpan) => carriesId(span, 'ci.pipeline.id', pipelineId) && carriesId(span, 'ci.project.id', projectId);
-    const spans = this.traceOf('ci.pipeline.id', pipelineId, window, identifies);
-    return spans === null ? null : boundedTrace(spans, bound.limit, projectId);
+    return this.boundedTraceOf('ci.pipeline.id', pipelineId, window, identifies, bound.limit, projectId);
   }
 
   async jobTrace(projectId: number, jobId: number, window: TimeWindow, bound: TraceBound): Promise<TraceRead | null> {
     const identifies = (span: StoredSpan) => carriesId(span, 'ci.job.id', jobId) && carriesId(span, 'ci.project.id', projectId);
-    const spans = this.traceOf('ci.job.id', jobId, window, identifies);
-    return spans === null ? null : boundedTrace(spans, bound.limit, projectId, jobId);
+    return this.boundedTraceOf('ci.job.id', jobId, window, identifies, bound.limit, projectId, jobId);
   }
 
   async projectJobs(projectId: number, window: TimeWindow, ref?: string): Promise<JobSummary[]> {
@@ -42,13 +40,43 @@ export class CollectorFilesTraceReads implements TraceReads {
     return summarizeJobs(runs);
   }
 
-  /** The spans within `window` of the first trace (by id) holding a span that `identifies` within it. */
-  private traceOf(key: 'ci.pipeline.id' | 'ci.job.id', id: number, window: TimeWindow, identifies: (span: StoredSpan) => boolean): StoredSpan[] | null {
+  /**
+   * The first trace (by id) holding a span within `window` that `identifies`, bounded as the port says: every
+   * structural span within the window (latest version), and of the rest counted for the read the first `limit` by
+   * start, with their count. Decoded a line at a time, the rest kept to at most about twice `limit`, so a read of a
+   * 100,000-span trace holds its structural spans and a few thousand others, not the whole trace.
+   */
+  private boundedTraceOf(
+    key: 'ci.pipeline.id' | 'ci.job.id',
+    id: number,
+    window: TimeWindow,
+    identifies: (span: StoredSpan) => boolean,
+    limit: number,
+    projectId: number,
+    jobId?: number,
+  ): TraceRead | null {
     this.index.refresh();
+    const keep = Math.max(0, limit);
     for (const traceId of this.index.tracesOf(key, id).sort()) {
       if (!this.index.mayOverlap(traceId, window.fromMs, window.toMs)) continue;
-      const spans = this.index.spansOf(traceId).filter((span) => overlapsWindow(span, window));
-      if (spans.some(identifies)) return spans;
+      const runners = this.index.runnerSpanIds(traceId);
+      const structural = new Map<string, StoredSpan>();
+      const seen = new Set<string>();
+      let rest: StoredSpan[] = [];
+      let found = false;
+      this.index.visit(traceId, (span) => {
+        if (!overlapsWindow(span, window)) return;
+        found ||= identifies(span);
+        if (spanRank(span, runners) < 3) {
+          const kept = structural.get(span.spanId);
+          if (kept === undefined || versionOf(span) > versionOf(kept)) structural.set(span.spanId, span);
+        } else if (!seen.has(span.spanId) && countedFor(span, projectId, jobId)) {
+          seen.add(span.spanId);
+          rest.push(span);
+          if (rest.length >= 2 * keep + 1024) rest = rest.sort(byStart).slice(0, keep);
+        }
+      });
+      if (found) return { spans: [...structural.values(), ...rest.sort(byStart).slice(0, keep)], others: seen.size };
     }
     return null;
   }

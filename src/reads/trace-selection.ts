@@ -1,5 +1,5 @@
 import type { AttributeValue } from '../otlp/collected-spans';
-import type { StoredSpan, TraceRead } from './trace-reads';
+import type { StoredSpan } from './trace-reads';
 
 /**
  * What a read returns of a trace (SPEC §12), pure: a project's spans only, a job's subtree, and the spans as
@@ -80,22 +80,6 @@ export function countedFor(span: StoredSpan, projectId: number, jobId?: number):
   if (jobId === undefined) return true;
   const job = idOf(span, 'ci.job.id');
   return job === undefined || job === String(jobId);
-}
-
-/**
- * A bounded read of one whole trace's spans (the embedded backend holds whole traces; ClickHouse does the same in
- * SQL): every structural span, and of the rest counted for the read, the first `limit` by start.
- */
-export function boundedTrace(spans: readonly StoredSpan[], limit: number, projectId: number, jobId?: number): TraceRead {
-  const runners = new Set(spans.filter((span) => span.name === RUNNER_SPAN).map((span) => span.spanId));
-  const structural: StoredSpan[] = [];
-  const rest: StoredSpan[] = [];
-  for (const span of spans) {
-    if (spanRank(span, runners) < 3) structural.push(span);
-    else if (countedFor(span, projectId, jobId)) rest.push(span);
-  }
-  rest.sort(byStart);
-  return { spans: [...structural, ...rest.slice(0, Math.max(0, limit))], others: rest.length };
 }
 
 /** At most `max` of `spans`, in the order of `spanRank` then `byStart`. */
