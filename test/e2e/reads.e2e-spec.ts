@@ -100,6 +100,8 @@ describe('reading a pipeline a stock runner exported (SPEC §12)', () => {
     // pipeline, 4 × (job, queue wait, job_execution, 7 stages)
     expect(answer!.body.completeness).toEqual({
       spans: 1 + 4 * 10,
+      total_spans: 1 + 4 * 10,
+      truncated: false,
       roots: 1,
       missing_parents: 0,
       jobs_without_runner_spans: 0,
