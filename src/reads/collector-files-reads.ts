@@ -18,6 +18,10 @@ export class CollectorFilesTraceReads implements TraceReads {
     this.index = new CollectorFilesIndex(directory);
   }
 
+  async prepare(): Promise<void> {
+    this.index.refresh();
+  }
+
   async pipelineTrace(projectId: number, pipelineId: number, window: TimeWindow, bound: TraceBound): Promise<TraceRead | null> {
     const identifies = (span: StoredSpan) => carriesId(span, 'ci.pipeline.id', pipelineId) && carriesId(span, 'ci.project.id', projectId);
     return this.boundedTraceOf('ci.pipeline.id', pipelineId, window, identifies, bound.limit, projectId);

@@ -43,5 +43,9 @@ if (port !== null) {
       },
     );
   });
-  port.postMessage({ ready: true } satisfies WorkerMessage);
+  // Ready once prepared: a read waits for it in the pool's queue, where its deadline can drop it without stopping this.
+  void (backend.prepare?.() ?? Promise.resolve()).then(
+    () => port.postMessage({ ready: true } satisfies WorkerMessage),
+    () => port.postMessage({ ready: true } satisfies WorkerMessage),
+  );
 }

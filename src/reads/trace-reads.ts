@@ -114,6 +114,12 @@ export interface TraceReads {
    * whenever the pipeline started within LONGEST_SPAN_MS before the window); jobs GitLab never named are left out.
    */
   projectJobs(projectId: number, window: TimeWindow, ref?: string, signal?: AbortSignal): Promise<JobSummary[]>;
+  /**
+   * Called once in the thread that will serve reads, before its first: the embedded backend indexes the collector's
+   * files there (up to twice LOCAL_COLLECTOR_MAX_BYTES), so a thread that replaces one abandoned at a deadline is not
+   * itself abandoned while it catches up.
+   */
+  prepare?(): Promise<void>;
   /** Releases connections; called when the module stops. */
   close?(): Promise<void>;
 }
