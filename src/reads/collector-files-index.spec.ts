@@ -1,7 +1,9 @@
+import fc from 'fast-check';
 import { appendFileSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { signalFile } from '../collector/collector-files';
+import { readSignalLines, signalFile } from '../collector/collector-files';
+import { collectedSpans } from '../otlp/collected-spans';
 import { JsonLinesFile } from '../collector/json-lines-file';
 import { PipelineTrace } from '../../test/helpers/pipeline-trace';
 import { CollectorFilesIndex } from './collector-files-index';
@@ -65,4 +67,42 @@ describe("the index of the embedded collector's files", () => {
     ]);
     expect(index.tracesOf('ci.pipeline.id', 11)).toEqual([]);
   });
+
+  it('after any order of exports, reads and rotations, knows each trace exactly as a reader of both files whole would', async () => {
+    // Each step: a pipeline's exports (split over several lines, sent twice or not), then a read or none. The file
+    // holds about three pipelines' lines, so rotations fall anywhere: between two lines of one pipeline, between reads.
+    const step = fc.record({ pipeline: fc.integer({ min: 1, max: 6 }), jobs: fc.integer({ min: 1, max: 3 }), read: fc.boolean(), twice: fc.boolean() });
+    await fc.assert(
+      fc.asyncProperty(fc.array(step, { minLength: 1, maxLength: 12 }), async (steps) => {
+        const directory = mkdtempSync(join(tmpdir(), 'cjt-index-'));
+        const writer = new JsonLinesFile(signalFile(directory, 'traces'), 9000);
+        const index = new CollectorFilesIndex(directory);
+        const traces = new Map<number, string>();
+        const check = () => {
+          index.refresh();
+          const whole = collectedSpans({ resourceSpans: readSignalLines(directory, 'traces').flatMap((line) => JSON.parse(line).resourceSpans) });
+          for (const [pipelineId, traceId] of traces) {
+            const expected = new Set(whole.filter((span) => span.traceId === traceId).map((span) => span.spanId));
+            const indexed = index.spansOf(traceId).map((span) => span.spanId);
+            expect({ pipelineId, spans: [...indexed].sort() }).toEqual({ pipelineId, spans: [...expected].sort() });
+            expect(index.tracesOf('ci.pipeline.id', pipelineId)).toEqual(expected.size === 0 ? [] : [traceId]);
+          }
+        };
+        for (const { pipeline: pipelineId, jobs, read, twice } of steps) {
+          const trace = new PipelineTrace(7, pipelineId, Date.now() - 3_600_000);
+          for (let job = 0; job < jobs; job += 1)
+            trace.job({ jobId: pipelineId * 100 + job, name: `job-${job}`, queuedAt: job, pickedUpAt: job + 1, finishedAt: job + 30 });
+          traces.set(pipelineId, trace.traceId);
+          for (const line of exportLine(trace)) {
+            await writer.append(line);
+            if (twice) await writer.append(line);
+          }
+          if (read) check();
+        }
+        await writer.close();
+        check();
+      }),
+      { numRuns: 40 },
+    );
+  }, 60_000);
 });
