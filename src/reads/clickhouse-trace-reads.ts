@@ -47,11 +47,12 @@ interface TracePlace {
 
 /**
  * Item 6 of issue 56, the window rule of `overlapsWindow` (src/reads/trace-reads.ts) in SQL: a span belongs to a read
- * when it overlaps the window, having started at most LONGEST_SPAN_MS (31 days) before it. The lower bound on the
- * start column is what prunes partitions.
+ * when it overlaps the window, having started at most LONGEST_SPAN_MS (31 days) before it; the span that finds the
+ * pipeline or job, at most FIND_SLACK_MS (a day: `findsWithin`). The lower bound on the start column is what prunes
+ * partitions: the lookup by id, which reads a granule of each part it looks in, looks in the window's and a day's.
  */
-const OVERLAPS = (start: string, duration: string) =>
-  `${start} >= fromUnixTimestamp64Milli({from_ms:Int64}) - INTERVAL 31 DAY
+const OVERLAPS = (start: string, duration: string, since = '31 DAY') =>
+  `${start} >= fromUnixTimestamp64Milli({from_ms:Int64}) - INTERVAL ${since}
         AND intDiv(toUnixTimestamp64Nano(${start}), 1000000) <= {to_ms:Int64}
         AND intDiv(toUnixTimestamp64Nano(${start}) + toInt64(${duration}), 1000000) >= {from_ms:Int64}`;
 
@@ -72,7 +73,7 @@ FROM ci_job_telemetry_traces
 WHERE trace_id = (
         SELECT trace_id
         FROM ci_job_telemetry_traces
-        WHERE project_id = {project:UInt64} AND ${by} = {id:UInt64} AND ${OVERLAPS('start', 'duration_ns')}
+        WHERE project_id = {project:UInt64} AND ${by} = {id:UInt64} AND ${OVERLAPS('start', 'duration_ns', '1 DAY')}
         ORDER BY start
         LIMIT 1)
   AND trace_id != ''

@@ -2,7 +2,7 @@ import { CollectorFilesIndex, versionOf } from './collector-files-index';
 import { jobRunsOf } from './job-runs';
 import { JobSummary, summarizeJobs } from './job-summary';
 import { byStart, carriesId, countedFor, spanRank } from './trace-selection';
-import { overlapsWindow, StoredSpan, TimeWindow, TraceBound, TraceRead, TraceReads } from './trace-reads';
+import { findsWithin, overlapsWindow, StoredSpan, TimeWindow, TraceBound, TraceRead, TraceReads } from './trace-reads';
 
 /**
  * The read port over the embedded collector's files (`<DATA_DIR>/otlp/traces.jsonl` and the file before it), so
@@ -70,7 +70,7 @@ export class CollectorFilesTraceReads implements TraceReads {
       let found = false;
       this.index.visit(traceId, (span) => {
         if (!overlapsWindow(span, window)) return;
-        found ||= identifies(span);
+        found ||= findsWithin(span, window) && identifies(span);
         if (spanRank(span, runners) < 3) {
           const kept = structural.get(span.spanId);
           if (kept === undefined || versionOf(span) > versionOf(kept)) structural.set(span.spanId, span);

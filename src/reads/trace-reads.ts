@@ -51,6 +51,19 @@ export function overlapsWindow(span: { readonly startNanos: bigint; readonly end
 }
 
 /**
+ * How far before a window the span that finds a pipeline or job (it carries its id) may have started: a day. GitLab's
+ * own times put such a span inside the window (a pipeline's span starts when it was created, a job's `job_execution`
+ * when it was picked up); the narrower bound keeps ClickHouse's lookup by id to the window's partitions and a day's.
+ * Once found, the trace's spans are all those `overlapsWindow` keeps.
+ */
+export const FIND_SLACK_MS = 86_400_000;
+
+/** Whether `span` may find the read's pipeline or job: it overlaps the window and started at most FIND_SLACK_MS before it. */
+export function findsWithin(span: { readonly startNanos: bigint; readonly endNanos: bigint }, window: TimeWindow): boolean {
+  return overlapsWindow(span, window) && msOf(span.startNanos) >= window.fromMs - FIND_SLACK_MS;
+}
+
+/**
  * One trace read, bounded: every span the critical path and completeness need (SPEC §12: the control plane's
  * `pipeline`, `bridge`, `job` and `queue_wait`, the runners' `job_execution` spans and their children, the stages),
  * and of all the others (what programs in the jobs exported, deeper runner spans) of this project or of none, the
