@@ -366,6 +366,16 @@ describe('ClickHouseTraceReads on a real ClickHouse engine over HTTP', () => {
       expect(error).toBeInstanceOf(ReadsUnavailableError);
       expect((error as ReadsUnavailableError).retryAfterSeconds).toBeGreaterThan(0);
       await hung.close();
+
+      // A read the service gives up (its deadline in the reads pool) aborts its query, whatever the client's own timeout.
+      const patient = new ClickHouseTraceReads({ url: `http://127.0.0.1:${port}`, password: 'x', timeoutMs: 60_000 });
+      const given = new AbortController();
+      const read = patient.pipelineTrace(7, 700, today, { limit: 10, signal: given.signal }).catch((caught: unknown) => caught);
+      given.abort();
+      expect(await read).toBeInstanceOf(ReadsUnavailableError);
+      const jobs = patient.projectJobs(7, today, undefined, AbortSignal.abort()).catch((caught: unknown) => caught);
+      expect(await jobs).toBeInstanceOf(ReadsUnavailableError);
+      await patient.close();
     });
   });
 });
