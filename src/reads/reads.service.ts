@@ -5,7 +5,7 @@ import { APP_CONFIG } from '../config/config.constants';
 import { HttpProblem } from '../observability/http-error';
 import { APP_LOGGER } from '../observability/logger';
 import { OUTAGE_RETRY_AFTER_SECONDS } from '../observability/retry-after';
-import type { ReadTask } from './read-answers';
+import type { ReadOutcome, ReadTask } from './read-answers';
 import { FieldProblem, parseId, parseRef, parseWindow, ReadWindow } from './reads-request';
 import type { ReadsRunner } from './reads-pool';
 import { READS_RUNNER } from './reads.constants';
@@ -69,7 +69,7 @@ export class ReadsService implements OnModuleDestroy {
 
   /** The read's encoded answer; 404 when the project has no such pipeline or job; a failure or a late answer is 503 with Retry-After, never a 500 or a hang. */
   private async answer(what: string, task: ReadTask): Promise<Buffer> {
-    let outcome;
+    let outcome: ReadOutcome;
     try {
       outcome = await this.runner.run(task);
     } catch (error) {

@@ -1,5 +1,5 @@
 import { parentPort, workerData } from 'node:worker_threads';
-import { answerRead, ReadTask } from './read-answers';
+import { answerRead, ReadOutcome, ReadTask } from './read-answers';
 import { BackendSpec, traceReadsOf } from './reads-backend';
 import { ReadsUnavailableError } from './trace-reads';
 
@@ -17,7 +17,7 @@ export interface WorkerRequest {
 
 export type WorkerMessage =
   | { readonly ready: true }
-  | { readonly id: number; readonly outcome: import('./read-answers').ReadOutcome }
+  | { readonly id: number; readonly outcome: ReadOutcome }
   | { readonly id: number; readonly failure: { readonly message: string; readonly retryAfterSeconds?: number } };
 
 const port = parentPort;
