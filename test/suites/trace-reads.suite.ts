@@ -90,6 +90,12 @@ export function conformanceWorld(now = Date.now()): ConformanceWorld {
     .job({ jobId: 3401, name: 'unit', queuedAt: 0, pickedUpAt: 1, finishedAt: 30, programSpans: programSpans('unit') })
     .job({ jobId: 3402, name: 'integration', queuedAt: 31, pickedUpAt: 32, finishedAt: 90, programSpans: programSpans('integration') })
     .pipeline(3400, { status: 'success', finishedAt: 91 });
+  // Project 35: `test` in three pipelines, one of them kept by a 10 % head sample (it stands for 10).
+  const weighted = [
+    new PipelineTrace(35, 3501, recent, 'ot=th:e666666666666').job({ jobId: 35011, name: 'test', queuedAt: 0, pickedUpAt: 1, finishedAt: 11 }),
+    new PipelineTrace(35, 3502, recent + 60_000).job({ jobId: 35021, name: 'test', queuedAt: 0, pickedUpAt: 1, finishedAt: 21 }),
+    new PipelineTrace(35, 3503, recent + 120_000).job({ jobId: 35031, name: 'test', queuedAt: 0, pickedUpAt: 1, finishedAt: 101 }),
+  ].map((trace, index) => trace.pipeline(3501 + index, { status: 'success', finishedAt: [11, 21, 101][index] + 1 }));
   const unnamedJobSpan = queuedLong.jobSpanId(3102);
   const exports = [
     ...mapSpans(queuedLong.resourceSpans(), (span) =>
@@ -98,6 +104,7 @@ export function conformanceWorld(now = Date.now()): ConformanceWorld {
     ...playedLater.resourceSpans(),
     ...hosted(onHosted.resourceSpans()),
     ...large.resourceSpans(),
+    ...weighted.flatMap((trace) => trace.resourceSpans()),
   ];
   return { exports, now, queuedLong, playedLater, onHosted, large };
 }
@@ -144,6 +151,22 @@ export function describeTraceReadsConformance(backendName: string, makeBackend: 
       const onMain = await app.get(`${base(32)}/jobs?${window}&ref=main`);
       expect(onMain.body.jobs).toEqual([expect.objectContaining({ name: 'deploy', runs: 1, failures: 0 })]);
       expect((await app.get(`${base(32)}/jobs?${window}&ref=other`)).body.jobs).toEqual([]);
+    });
+
+    it("weighs each run of the jobs summary by its pipeline's adjusted count, percentiles included", async () => {
+      const { body } = await app.get(`${base(35)}/jobs`);
+      // 10 s stands for 10 runs, 20 s and 100 s for one each: the weighted median is 10 s, where an unweighted one says 20.
+      expect(body.jobs).toEqual([
+        {
+          name: 'test',
+          runs: 12,
+          failures: 0,
+          retries: 0,
+          duration_seconds: { p50: 10, p95: 100 },
+          queue_seconds: { p50: 1, p95: 1 },
+          critical_path: { share: 1, p50_seconds: 11 },
+        },
+      ]);
     });
 
     it("counts a hosted runner's stage spans as the project's (by their job_execution), whole, with pull_image its own part", async () => {
