@@ -1,3 +1,4 @@
+import { setPriority } from 'node:os';
 import { parentPort, workerData } from 'node:worker_threads';
 import { answerRead, ReadOutcome, ReadTask } from './read-answers';
 import { BackendSpec, traceReadsOf } from './reads-backend';
@@ -20,8 +21,20 @@ export type WorkerMessage =
   | { readonly id: number; readonly outcome: ReadOutcome }
   | { readonly id: number; readonly failure: { readonly message: string; readonly retryAfterSeconds?: number } };
 
+/** Below the default priority (0): on a busy host, the threads answering pickups and exports win the CPU over a reader. */
+const READER_NICENESS = 10;
+
 const port = parentPort;
 if (port !== null) {
+  // On Linux the nice value is a thread's own (setpriority(2), NOTES), and os.setPriority(0, …) is this thread's; on
+  // other systems it would be the whole process's, pickups included, so it is left alone there.
+  if (process.platform === 'linux') {
+    try {
+      setPriority(0, READER_NICENESS);
+    } catch {
+      // A container without the right to lower priority: the reads still run, at the default one.
+    }
+  }
   const backend = traceReadsOf((workerData as { backend: BackendSpec }).backend);
   port.on('message', (request: WorkerRequest) => {
     const controller = new AbortController();
