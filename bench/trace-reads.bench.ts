@@ -19,6 +19,7 @@
  *
  *   npm run bench:trace-reads                  # both: 20 s a phase; 10 million spans
  *   npm run bench:trace-reads -- --quick       # part 1 only, 5 s a phase, the same 100,000-span pipeline
+ *   npm run bench:trace-reads -- --quick --service-root ../main   # part 1 against another checkout's build
  *   npm run bench:trace-reads -- --smoke       # both, small: that it runs
  */
 import { readFileSync } from 'node:fs';
@@ -40,6 +41,8 @@ const { values: args } = parseArgs({
   options: {
     smoke: { type: 'boolean', default: false },
     quick: { type: 'boolean', default: false },
+    // Another checkout whose built service (dist/main.js) part 1 measures, for a before/after: e.g. a worktree of main.
+    'service-root': { type: 'string' },
     seconds: { type: 'string' },
     rate: { type: 'string' },
     spans: { type: 'string' },
@@ -144,7 +147,7 @@ const pipelineWindow = (p: number, baseMs: number, spacingMs: number): TimeWindo
 async function main(): Promise<void> {
   const root = repositoryRoot(__dirname);
   const small = args.smoke;
-  await readsAgainstPickups(root, {
+  await readsAgainstPickups(args['service-root'] ?? root, {
     jobs: small ? 10 : 100,
     spansPerJob: small ? 100 : 1000,
     seconds: Number(args.seconds ?? (small ? 1 : args.quick ? 5 : 20)),

@@ -113,7 +113,12 @@ async function measure(backend: string, service: ServiceProcess, options: Pickup
           status: answer.status,
           ms: answer.ms,
           bytes: answer.body.length,
-          completeness: completeness && `${completeness.spans} of ${completeness.total_spans}${completeness.truncated === true ? ', truncated' : ''}`,
+          completeness:
+            completeness &&
+            // A service from before READS_MAX_SPANS (a --service-root of an older checkout) says no total.
+            (completeness.total_spans === undefined
+              ? `${completeness.spans} spans`
+              : `${completeness.spans} of ${completeness.total_spans}${completeness.truncated === true ? ', truncated' : ''}`),
         });
       }
     })();
