@@ -1,20 +1,26 @@
 /**
- * The ClickHouse backend of the read API (SPEC §12) on a month of spans: is every lookup bounded, and how fast?
+ * The read API (SPEC §12) under load, in two parts.
  *
- * ClickHouse's engine (chdb) behind its HTTP interface (test/chdb/http-interface.js), read by the service's own
- * ClickHouseTraceReads through the official client. otel_traces is filled in SQL (INSERT … SELECT FROM numbers()):
- * pipelines of 40 jobs in four stages, each job a `job` span, its `queue_wait`, the runner's `job_execution` and
- * seven build stages, each pipeline a `pipeline` span (401 spans a pipeline), spread over 30 days across 50
- * projects; the CI view fills itself as it does behind the Collector (its materialized view fires on the insert).
- * Then both tables are merged (OPTIMIZE … FINAL), as days-old partitions are in a running install.
+ * 1. Reads against pickups (issue 56 item 3; bench/trace-reads.pickups.ts): the built service on each backend holding
+ *    one 100,000-span pipeline (100 jobs × 1,000 spans), job pickups at a fixed rate without reads and then while its
+ *    trace is read back to back: pickup p99 during reads against without, side by side, and the service's RSS.
  *
- * Measured, one lookup at a time: a job's trace and a pipeline's trace (window: the job's or pipeline's own
- * times, as GitLab passes them; and the pipeline's with only the 31-day default window), a project's jobs over
- * 7 days, and the critical path of a 2,000-span pipeline read back from ClickHouse. For each: p50/p95 and the
- * rows ClickHouse read (its X-ClickHouse-Summary), the proof that a lookup reads its trace and not the month.
+ * 2. The ClickHouse backend on a month of spans: is every lookup bounded, and how fast? ClickHouse's engine (chdb)
+ *    behind its HTTP interface (test/chdb/http-interface.js), read by the service's own ClickHouseTraceReads through
+ *    the official client. otel_traces is filled in SQL (INSERT … SELECT FROM numbers()): pipelines of 40 jobs in four
+ *    stages, each job a `job` span, its `queue_wait`, the runner's `job_execution` and seven build stages, each
+ *    pipeline a `pipeline` span (401 spans a pipeline), spread over 30 days across 50 projects; the CI view fills
+ *    itself as it does behind the Collector (its materialized view fires on the insert). Then both tables are merged
+ *    (OPTIMIZE … FINAL), as days-old partitions are in a running install. Measured, one lookup at a time: a job's
+ *    trace and a pipeline's trace (window: the job's or pipeline's own times, as GitLab passes them; and the
+ *    pipeline's with only the 31-day default window), a project's jobs over 7 days, and the critical path of a
+ *    2,000-span pipeline read back from ClickHouse. For each: p50/p95 and the rows ClickHouse read (its
+ *    X-ClickHouse-Summary), the proof that a lookup reads its trace and not the month.
  *
- *   npm run bench:trace-reads                  # 10 million spans
- *   npm run bench:trace-reads -- --smoke       # 40,100 spans, a few lookups: that it runs
+ *   npm run bench:trace-reads                  # both: 20 s a phase; 10 million spans
+ *   npm run bench:trace-reads -- --quick       # part 1 only, 5 s a phase, the same 100,000-span pipeline
+ *   npm run bench:trace-reads -- --quick --service-root ../main   # part 1 against another checkout's build
+ *   npm run bench:trace-reads -- --smoke       # both, small: that it runs
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -22,23 +28,31 @@ import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import { ClickHouseTraceReads, QueryStatistics } from '../src/reads/clickhouse-trace-reads';
 import { criticalPath } from '../src/critical-path/critical-path';
-import type { TimeWindow } from '../src/reads/trace-reads';
+import type { TimeWindow, TraceRead } from '../src/reads/trace-reads';
 import { startClickHouse } from '../test/helpers/clickhouse';
 import { insertOtelTraces, otelTracesRowsOfResourceSpans } from '../test/helpers/clickhouse-exporter';
 import { PipelineTrace } from '../test/helpers/pipeline-trace';
 import { repositoryRoot, runBench } from './lib/bench-env';
 import { percentile } from './lib/percentiles';
 import { printTable } from './lib/table';
+import { readsAgainstPickups } from './trace-reads.pickups';
 
 const { values: args } = parseArgs({
   options: {
     smoke: { type: 'boolean', default: false },
+    quick: { type: 'boolean', default: false },
+    // Another checkout whose built service (dist/main.js) part 1 measures, for a before/after: e.g. a worktree of main.
+    'service-root': { type: 'string' },
+    seconds: { type: 'string' },
+    rate: { type: 'string' },
     spans: { type: 'string' },
     lookups: { type: 'string' },
   },
 });
 
 const SPANS_PER_PIPELINE = 401;
+/** The lookups measure the backend's reads whole: no cap (the read API's is READS_MAX_SPANS). */
+const ALL = { limit: 1_000_000 };
 const JOBS_PER_PIPELINE = 40;
 const DAY_MS = 86_400_000;
 const PIPELINE_MS = 1_700_000;
@@ -132,6 +146,19 @@ const pipelineWindow = (p: number, baseMs: number, spacingMs: number): TimeWindo
 
 async function main(): Promise<void> {
   const root = repositoryRoot(__dirname);
+  const small = args.smoke;
+  await readsAgainstPickups(args['service-root'] ?? root, {
+    jobs: small ? 10 : 100,
+    spansPerJob: small ? 100 : 1000,
+    seconds: Number(args.seconds ?? (small ? 1 : args.quick ? 5 : 20)),
+    rate: Number(args.rate ?? (small ? 20 : 100)),
+  });
+  if (args.quick) return;
+  console.log();
+  await lookups(root);
+}
+
+async function lookups(root: string): Promise<void> {
   const smoke = args.smoke;
   const spans = Number(args.spans ?? (smoke ? 100 * SPANS_PER_PIPELINE : 10_000_000));
   const lookups = Number(args.lookups ?? (smoke ? 5 : 200));
@@ -226,8 +253,9 @@ async function main(): Promise<void> {
         String(Math.max(...rowsRead)),
       ]);
     };
-    const expectSpans = (found: unknown[] | null, what: string) => {
-      if (found === null || found.length !== SPANS_PER_PIPELINE) throw new Error(`${what}: ${found?.length ?? 'no'} spans, not ${SPANS_PER_PIPELINE}`);
+    const expectSpans = (read: TraceRead | null, what: string) => {
+      const found = read?.spans;
+      if (found === undefined || found.length !== SPANS_PER_PIPELINE) throw new Error(`${what}: ${found?.length ?? 'no'} spans, not ${SPANS_PER_PIPELINE}`);
       return found.length;
     };
     const month: TimeWindow = { fromMs: now - 31 * DAY_MS, toMs: now };
@@ -236,26 +264,26 @@ async function main(): Promise<void> {
       const p = sample[index];
       const window = pipelineWindow(p, baseMs, spacingMs);
       const job = 1_000_000 + p * JOBS_PER_PIPELINE + (index % JOBS_PER_PIPELINE);
-      return expectSpans(await reads.jobTrace(1 + (p % PROJECTS), job, window), `job ${job}`);
+      return expectSpans(await reads.jobTrace(1 + (p % PROJECTS), job, window, ALL), `job ${job}`);
     });
     await measure("a pipeline's trace (its times)", 100, async (index) => {
       const p = sample[index];
-      return expectSpans(await reads.pipelineTrace(1 + (p % PROJECTS), 100_000 + p, pipelineWindow(p, baseMs, spacingMs)), `pipeline ${p}`);
+      return expectSpans(await reads.pipelineTrace(1 + (p % PROJECTS), 100_000 + p, pipelineWindow(p, baseMs, spacingMs), ALL), `pipeline ${p}`);
     });
     await measure("a pipeline's trace (31 days)", 100, async (index) => {
       const p = sample[index];
-      return expectSpans(await reads.pipelineTrace(1 + (p % PROJECTS), 100_000 + p, month), `pipeline ${p}`);
+      return expectSpans(await reads.pipelineTrace(1 + (p % PROJECTS), 100_000 + p, month, ALL), `pipeline ${p}`);
     });
     await measure("a project's jobs, 7 days", 1000, async (index) => {
       const jobs = await reads.projectJobs(1 + (index % PROJECTS), { fromMs: now - 7 * DAY_MS, toMs: now });
       if (jobs.length === 0) throw new Error(`project ${1 + (index % PROJECTS)}: no jobs in 7 days`);
       return jobs.length;
     });
-    const bigSpans = (await reads.pipelineTrace(bigProject, 900_000, { fromMs: big.at(-60), toMs: big.at(3100) }))!;
+    const bigSpans = (await reads.pipelineTrace(bigProject, 900_000, { fromMs: big.at(-60), toMs: big.at(3100) }, ALL))!.spans;
     await measure(
       "2,000-span pipeline's trace",
       100,
-      async () => (await reads.pipelineTrace(bigProject, 900_000, { fromMs: big.at(-60), toMs: big.at(3100) }))!.length,
+      async () => (await reads.pipelineTrace(bigProject, 900_000, { fromMs: big.at(-60), toMs: big.at(3100) }, ALL))!.spans.length,
     );
     await measure("2,000-span pipeline's critical path", 20, async () => {
       const path = criticalPath(bigSpans);

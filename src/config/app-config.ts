@@ -608,6 +608,16 @@ export class EnvironmentVariables {
   @Max(31)
   READS_LOOKBACK_DAYS = 31;
 
+  /**
+   * The most spans one trace read answers (SPEC §12 "a read is bounded"): about 300 bytes of OTLP/JSON a span, so
+   * the default answer stays within a few MiB. Past it, `completeness` says `truncated` and how many there were.
+   */
+  @Transform(toInt)
+  @IsInt()
+  @Min(100)
+  @Max(1_000_000)
+  READS_MAX_SPANS = 10_000;
+
   // ── Self-instrumentation (SPEC §8) ──
 
   /**

@@ -1,7 +1,8 @@
 import { CONTROL_PLANE_MARK } from '../otlp/control-plane-mark';
 import { ClickHouseClient, ClickHouseLogLevel, createClient } from '@clickhouse/client';
 import type { AttributeValue } from '../otlp/collected-spans';
-import { ClickHouseReadsOptions, JobRun, ReadsUnavailableError, StoredSpan, TimeWindow, TraceReads } from './trace-reads';
+import { bySummaryOrder, JobSummary, round } from './job-summary';
+import { ClickHouseReadsOptions, LONGEST_SPAN_MS, ReadsUnavailableError, StoredSpan, TimeWindow, TraceBound, TraceRead, TraceReads } from './trace-reads';
 
 /**
  * The production backend of the read port (SPEC §12): the Collector exporter's `otel_traces` and the CI view
@@ -46,6 +47,20 @@ interface TracePlace {
 }
 
 /**
+ * Item 6 of issue 56, the window rule of `overlapsWindow` (src/reads/trace-reads.ts) in SQL: a span belongs to a read
+ * when it overlaps the window, having started at most LONGEST_SPAN_MS (31 days) before it; the span that finds the
+ * pipeline or job, at most FIND_SLACK_MS (a day: `findsWithin`). The lower bound on the start column is what prunes
+ * partitions: the lookup by id, which reads a granule of each part it looks in, looks in the window's and a day's.
+ */
+const OVERLAPS = (start: string, duration: string, since = '31 DAY') =>
+  `${start} >= fromUnixTimestamp64Milli({from_ms:Int64}) - INTERVAL ${since}
+        AND intDiv(toUnixTimestamp64Nano(${start}), 1000000) <= {to_ms:Int64}
+        AND intDiv(toUnixTimestamp64Nano(${start}) + toInt64(${duration}), 1000000) >= {from_ms:Int64}`;
+
+/** A span's identity attribute, on the span first, else on its resource (the gateway's stamp): `identityOf`. */
+const IDENTITY = (key: string) => `if(SpanAttributes['${key}'] != '', SpanAttributes['${key}'], ResourceAttributes['${key}'])`;
+
+/**
  * The trace holding a pipeline's (or a job's) spans, and the times of the whole trace (the root pipeline's and
  * every child's spans), all within the caller's window. The inner lookup uses the view's primary key; the outer
  * one its trace id bloom filter, in the window's partitions only. No trace: no row.
@@ -59,54 +74,68 @@ FROM ci_job_telemetry_traces
 WHERE trace_id = (
         SELECT trace_id
         FROM ci_job_telemetry_traces
-        WHERE project_id = {project:UInt64} AND ${by} = {id:UInt64}
-          AND start BETWEEN fromUnixTimestamp64Milli({from_ms:Int64}) AND fromUnixTimestamp64Milli({to_ms:Int64})
+        WHERE project_id = {project:UInt64} AND ${by} = {id:UInt64} AND ${OVERLAPS('start', 'duration_ns', '1 DAY')}
         ORDER BY start
         LIMIT 1)
   AND trace_id != ''
-  AND start BETWEEN fromUnixTimestamp64Milli({from_ms:Int64}) AND fromUnixTimestamp64Milli({to_ms:Int64})
+  AND ${OVERLAPS('start', 'duration_ns')}
 GROUP BY trace_id`;
 const LOCATE_PIPELINE = locateSql('pipeline_id');
 const LOCATE_JOB = locateSql('job_id');
 
 /**
- * The trace's spans as the exporter stored them. A span the control plane emitted again (a pipeline that
- * finished again, SPEC §10) is there once per version: the control plane's copy (its mark, control-plane-mark.ts)
- * over any other, then the highest ci.pipeline.span.version wins, and a span
- * stored twice (a retried export) comes back once.
+ * The trace's spans as the exporter stored them, bounded (SPEC §12 "a read is bounded"): every span the critical
+ * path and completeness need (the control plane's, the runners' job_execution spans and their children), and of the
+ * others of this project or of none (and, for a job read, of this job or of none) the first {limit} by start time
+ * then span id, each row with how many such others there are (a window count, taken before the LIMIT). A span the
+ * control plane emitted again (a pipeline that finished again, SPEC §10) is there once per version: the control
+ * plane's copy (its mark, control-plane-mark.ts) over any other, then the highest ci.pipeline.span.version wins, and a span stored twice (a retried export) comes back once.
  */
 const TRACE_SPANS = `
-SELECT
-    TraceId, SpanId, ParentSpanId, TraceState, SpanName, SpanKind, ScopeName,
-    toString(toUnixTimestamp64Nano(Timestamp)) AS start_ns, toString(Duration) AS duration_ns,
-    StatusCode, StatusMessage, SpanAttributes, ResourceAttributes
-FROM otel_traces
-WHERE TraceId = {trace:String}
-  AND Timestamp BETWEEN fromUnixTimestamp64Nano({first_ns:Int64}) AND fromUnixTimestamp64Nano({last_ns:Int64})
-ORDER BY ResourceAttributes['${CONTROL_PLANE_MARK.key}'] = '${CONTROL_PLANE_MARK.value}' DESC, toUInt64OrZero(SpanAttributes['ci.pipeline.span.version']) DESC, Timestamp
-LIMIT 1 BY SpanId`;
+WITH latest AS (
+    SELECT
+        TraceId, SpanId, ParentSpanId, TraceState, SpanName, SpanKind, ScopeName, Timestamp,
+        toString(toUnixTimestamp64Nano(Timestamp)) AS start_ns, toString(Duration) AS duration_ns,
+        StatusCode, StatusMessage, SpanAttributes, ResourceAttributes
+    FROM otel_traces
+    WHERE TraceId = {trace:String}
+      AND Timestamp BETWEEN fromUnixTimestamp64Nano({first_ns:Int64}) AND fromUnixTimestamp64Nano({last_ns:Int64})
+      AND ${OVERLAPS('Timestamp', 'Duration')}
+    ORDER BY ResourceAttributes['${CONTROL_PLANE_MARK.key}'] = '${CONTROL_PLANE_MARK.value}' DESC, toUInt64OrZero(SpanAttributes['ci.pipeline.span.version']) DESC, Timestamp
+    LIMIT 1 BY SpanId
+),
+runners AS (SELECT SpanId FROM latest WHERE SpanName = 'job_execution')
+SELECT * EXCEPT Timestamp, toUInt64(0) AS others
+FROM latest
+WHERE SpanName IN ('pipeline', 'bridge', 'job', 'queue_wait', 'job_execution') OR ParentSpanId IN runners
+UNION ALL
+SELECT * FROM (
+    SELECT * EXCEPT Timestamp, count() OVER () AS others
+    FROM latest
+    WHERE NOT (SpanName IN ('pipeline', 'bridge', 'job', 'queue_wait', 'job_execution') OR ParentSpanId IN runners)
+      AND ${IDENTITY('ci.project.id')} IN ('', toString({project:UInt64}))
+      AND ({job:UInt64} = 0 OR ${IDENTITY('ci.job.id')} IN ('', toString({job:UInt64})))
+    ORDER BY Timestamp, SpanId
+    LIMIT {limit:UInt64})`;
 
 /**
- * A project's job runs that started in the window, from the CI view alone: the control plane's `job` spans
- * (their latest version), each with its pipeline's ref and weight from the pipeline span (SPEC §11: a runner's
- * or a job's own span carries no threshold). A pipeline is looked for from a day before the window, since it
- * starts before its jobs.
+ * A project's jobs queued in the window, per job name, aggregated in ClickHouse from the CI view alone (issue 56
+ * item 3: one row per job of a 31-day window pulled into Node could not finish in time). The control plane's `job`
+ * spans (their latest version) that GitLab named (item 6: a job closed from its runner's span has no name and is left
+ * out, as the embedded backend does), each weighted by its pipeline's adjusted count (SPEC §11: a runner's or a job's
+ * own span carries no threshold), its pipeline's ref looked up by the pipeline's id (the view's primary key) however
+ * long before the window the pipeline started, up to LONGEST_SPAN_MS, so a manual job played days later keeps its ref.
+ * Percentiles are ClickHouse's quantileExactWeighted, the least value whose cumulative weight reaches the level, as
+ * `weightedPercentile` computes them; its weights are integers, so adjusted counts go in as thousandths. Rounding
+ * and order are done in Node, by the same functions as the embedded backend's.
  */
 const PROJECT_JOBS = `
 WITH
-    pipelines AS (
-        SELECT pipeline_id, argMax(ref, span_version) AS ref, argMax(adjusted_count, span_version) AS adjusted_count
-        FROM ci_job_telemetry_traces
-        WHERE project_id = {project:UInt64} AND job_id = 0 AND span_name = 'pipeline'
-          AND start BETWEEN fromUnixTimestamp64Milli({from_ms:Int64}) - INTERVAL 1 DAY AND fromUnixTimestamp64Milli({to_ms:Int64})
-        GROUP BY pipeline_id
-    ),
     jobs AS (
         SELECT
             job_id,
             pipeline_id,
             argMax(job_name, span_version) AS name,
-            argMax(job_stage, span_version) AS stage,
             argMax(job_status, span_version) AS status,
             argMax(duration_ns, span_version) AS duration_ns,
             argMax(queued_seconds, span_version) AS queued_seconds,
@@ -117,19 +146,51 @@ WITH
         WHERE project_id = {project:UInt64} AND job_id > 0 AND span_name = 'job'
           AND start BETWEEN fromUnixTimestamp64Milli({from_ms:Int64}) AND fromUnixTimestamp64Milli({to_ms:Int64})
         GROUP BY job_id, pipeline_id
+        HAVING name != ''
+    ),
+    pipelines AS (
+        SELECT pipeline_id, argMax(ref, span_version) AS ref, argMax(adjusted_count, span_version) AS adjusted_count
+        FROM ci_job_telemetry_traces
+        WHERE project_id = {project:UInt64} AND job_id = 0 AND span_name = 'pipeline'
+          AND pipeline_id IN (SELECT pipeline_id FROM jobs)
+          AND start BETWEEN fromUnixTimestamp64Milli({from_ms:Int64}) - INTERVAL 31 DAY AND fromUnixTimestamp64Milli({to_ms:Int64})
+        GROUP BY pipeline_id
+    ),
+    runs AS (
+        SELECT
+            name,
+            status,
+            greatest(0, duration_ns / 1e9 - queued_seconds) AS duration_seconds,
+            queued_seconds,
+            critical_path,
+            critical_path_seconds,
+            jobs.job_id < max(jobs.job_id) OVER (PARTITION BY jobs.pipeline_id, name) AS retried,
+            if(pipelines.pipeline_id = jobs.pipeline_id, pipelines.adjusted_count, own_adjusted_count) AS adjusted,
+            if(isFinite(adjusted) AND adjusted > 0, adjusted, 1) AS weight,
+            toUInt64(round(weight * 1000)) AS thousandths
+        FROM jobs
+        LEFT JOIN pipelines ON pipelines.pipeline_id = jobs.pipeline_id
+        WHERE {ref:String} = '' OR (pipelines.pipeline_id = jobs.pipeline_id AND pipelines.ref = {ref:String})
     )
 SELECT
-    toString(jobs.job_id) AS job_id,
-    toString(jobs.pipeline_id) AS pipeline_id,
-    name, stage, status, duration_ns / 1e9 AS duration_seconds, queued_seconds, critical_path, critical_path_seconds,
-    jobs.job_id < max(jobs.job_id) OVER (PARTITION BY jobs.pipeline_id, name) AS retried,
-    if(pipelines.pipeline_id = jobs.pipeline_id, pipelines.adjusted_count, own_adjusted_count) AS adjusted_count
-FROM jobs
-LEFT JOIN pipelines ON pipelines.pipeline_id = jobs.pipeline_id
-WHERE {ref:String} = '' OR (pipelines.pipeline_id = jobs.pipeline_id AND pipelines.ref = {ref:String})
-ORDER BY jobs.job_id`;
+    name,
+    sum(weight) AS runs,
+    sumIf(weight, status = 'failed') AS failures,
+    sumIf(weight, retried) AS retries,
+    quantileExactWeighted(0.5)(duration_seconds, thousandths) AS duration_p50,
+    quantileExactWeighted(0.95)(duration_seconds, thousandths) AS duration_p95,
+    quantileExactWeighted(0.5)(queued_seconds, thousandths) AS queue_p50,
+    quantileExactWeighted(0.95)(queued_seconds, thousandths) AS queue_p95,
+    countIf(critical_path IS NOT NULL) AS path_known_runs,
+    sumIf(weight, critical_path IS NOT NULL) AS path_known,
+    sumIf(weight, critical_path = true) AS path_on,
+    countIf(critical_path = true AND critical_path_seconds IS NOT NULL) AS path_timed_runs,
+    quantileExactWeightedIf(0.5)(assumeNotNull(critical_path_seconds), thousandths, critical_path = true AND critical_path_seconds IS NOT NULL) AS path_p50
+FROM runs
+GROUP BY name`;
 
 interface SpanRow {
+  others: number | string;
   TraceId: string;
   SpanId: string;
   ParentSpanId: string;
@@ -145,18 +206,20 @@ interface SpanRow {
   ResourceAttributes: Record<string, string>;
 }
 
-interface JobRow {
-  job_id: string;
-  pipeline_id: string;
+interface JobNameRow {
   name: string;
-  stage: string;
-  status: string;
-  duration_seconds: number;
-  queued_seconds: number;
-  critical_path: boolean | null;
-  critical_path_seconds: number | null;
-  retried: number | boolean;
-  adjusted_count: number;
+  runs: number;
+  failures: number;
+  retries: number;
+  duration_p50: number;
+  duration_p95: number;
+  queue_p50: number;
+  queue_p95: number;
+  path_known_runs: number | string;
+  path_known: number;
+  path_on: number;
+  path_timed_runs: number | string;
+  path_p50: number;
 }
 
 /** The exporter writes pdata's enum names; releases before 0.120 wrote STATUS_CODE_* and SPAN_KIND_*. */
@@ -210,21 +273,18 @@ function storedSpan(row: SpanRow): StoredSpan {
   };
 }
 
-function jobRun(row: JobRow): JobRun {
-  const queueSeconds = row.queued_seconds;
+function jobSummary(row: JobNameRow): JobSummary {
   return {
-    jobId: Number(row.job_id),
     name: row.name,
-    stage: row.stage,
-    pipelineId: Number(row.pipeline_id),
-    status: row.status,
-    // The job span lasts from queued to finished; GitLab's duration is from started (picked up) to finished.
-    durationSeconds: Math.max(0, row.duration_seconds - queueSeconds),
-    queueSeconds,
-    retried: row.retried === true || row.retried === 1,
-    ...(row.critical_path === null ? {} : { onCriticalPath: row.critical_path }),
-    ...(row.critical_path_seconds === null ? {} : { criticalPathSeconds: row.critical_path_seconds }),
-    adjustedCount: row.adjusted_count,
+    runs: round(row.runs, 2),
+    failures: round(row.failures, 2),
+    retries: round(row.retries, 2),
+    duration_seconds: { p50: round(row.duration_p50), p95: round(row.duration_p95) },
+    queue_seconds: { p50: round(row.queue_p50), p95: round(row.queue_p95) },
+    critical_path: {
+      share: Number(row.path_known_runs) === 0 ? null : round(row.path_on / row.path_known, 4),
+      p50_seconds: Number(row.path_timed_runs) === 0 ? null : round(row.path_p50),
+    },
   };
 }
 
@@ -251,51 +311,74 @@ export class ClickHouseTraceReads implements TraceReads {
         max_execution_time: Math.max(1, Math.ceil(options.timeoutMs / 1000)),
         // The summary header then counts the whole query, not what was read before the first byte was sent.
         wait_end_of_query: 1,
+        // A read given up (the worker running it stopped, its connection closed) stops on the server too.
+        cancel_http_readonly_queries_on_client_close: 1,
       },
     });
   }
 
-  async pipelineTrace(projectId: number, pipelineId: number, window: TimeWindow): Promise<StoredSpan[] | null> {
-    return this.trace('locate pipeline', LOCATE_PIPELINE, projectId, pipelineId, window);
+  async pipelineTrace(projectId: number, pipelineId: number, window: TimeWindow, bound: TraceBound): Promise<TraceRead | null> {
+    return this.trace('locate pipeline', LOCATE_PIPELINE, projectId, pipelineId, window, bound);
   }
 
-  async jobTrace(projectId: number, jobId: number, window: TimeWindow): Promise<StoredSpan[] | null> {
-    return this.trace('locate job', LOCATE_JOB, projectId, jobId, window);
+  async jobTrace(projectId: number, jobId: number, window: TimeWindow, bound: TraceBound): Promise<TraceRead | null> {
+    return this.trace('locate job', LOCATE_JOB, projectId, jobId, window, bound, jobId);
   }
 
-  async projectJobs(projectId: number, window: TimeWindow, ref?: string): Promise<JobRun[]> {
+  async projectJobs(projectId: number, window: TimeWindow, ref?: string, signal?: AbortSignal): Promise<JobSummary[]> {
     const deadline = Date.now() + this.timeoutMs;
-    const rows = await this.rows<JobRow>('project jobs', PROJECT_JOBS, { project: projectId, ...windowParams(window), ref: ref ?? '' }, deadline);
-    return rows.map(jobRun);
+    const params = { project: projectId, ...windowParams(window), ref: ref ?? '' };
+    const rows = await this.rows<JobNameRow>('project jobs', PROJECT_JOBS, params, deadline, signal);
+    return rows.map(jobSummary).sort(bySummaryOrder);
   }
 
   async close(): Promise<void> {
     await this.client.close();
   }
 
-  private async trace(lookup: string, locate: string, projectId: number, id: number, window: TimeWindow): Promise<StoredSpan[] | null> {
+  private async trace(
+    lookup: string,
+    locate: string,
+    projectId: number,
+    id: number,
+    window: TimeWindow,
+    bound: TraceBound,
+    jobId = 0,
+  ): Promise<TraceRead | null> {
     const deadline = Date.now() + this.timeoutMs;
-    const [place] = await this.rows<TracePlace>(lookup, locate, { project: projectId, id, ...windowParams(window) }, deadline);
+    const [place] = await this.rows<TracePlace>(lookup, locate, { project: projectId, id, ...windowParams(window) }, deadline, bound.signal);
     if (place === undefined) return null;
     // A margin for spans the view does not hold (a hosted runner's stages, a program exporting straight to the
-    // collector): they run within their job, but clocks differ. Never outside the caller's window.
+    // collector): they run within their job, but clocks differ. The window rule (OVERLAPS) is applied in the query.
     const first = BigInt(place.first_start_ns) - MARGIN_NANOS;
     const last = BigInt(place.last_end_ns) + MARGIN_NANOS;
-    const [windowFirst, windowLast] = [BigInt(Math.floor(window.fromMs)) * 1_000_000n, BigInt(Math.ceil(window.toMs)) * 1_000_000n];
-    const bounds = { first_ns: String(first > windowFirst ? first : windowFirst), last_ns: String(last < windowLast ? last : windowLast) };
-    const rows = await this.rows<SpanRow>('trace spans', TRACE_SPANS, { trace: place.trace_id, ...bounds }, deadline);
-    return rows.map(storedSpan);
+    const windowFirst = BigInt(Math.floor(window.fromMs - LONGEST_SPAN_MS)) * 1_000_000n;
+    const windowLast = BigInt(Math.ceil(window.toMs) + 1) * 1_000_000n;
+    const params = {
+      trace: place.trace_id,
+      first_ns: String(first > windowFirst ? first : windowFirst),
+      last_ns: String(last < windowLast ? last : windowLast),
+      ...windowParams(window),
+      project: projectId,
+      job: jobId,
+      limit: Math.max(0, Math.floor(bound.limit)),
+    };
+    const rows = await this.rows<SpanRow>('trace spans', TRACE_SPANS, params, deadline, bound.signal);
+    return { spans: rows.map(storedSpan), others: rows.reduce((most, row) => Math.max(most, Number(row.others)), 0) };
   }
 
-  private async rows<Row>(query: string, sql: string, params: Record<string, unknown>, deadline: number): Promise<Row[]> {
+  /** One query's rows, given up (the HTTP request aborted, so the server cancels the query) at the deadline or on `signal`. */
+  private async rows<Row>(query: string, sql: string, params: Record<string, unknown>, deadline: number, signal?: AbortSignal): Promise<Row[]> {
     const remaining = deadline - Date.now();
     if (remaining <= 0) throw new ReadsUnavailableError(`ClickHouse: ${query}: no time left of ${this.timeoutMs} ms`);
+    if (signal?.aborted === true) throw new ReadsUnavailableError(`ClickHouse: ${query}: the read was given up`);
     try {
+      const timeout = AbortSignal.timeout(remaining);
       const result = await this.client.query({
         query: sql,
         query_params: params,
         format: 'JSONEachRow',
-        abort_signal: AbortSignal.timeout(remaining),
+        abort_signal: signal === undefined ? timeout : AbortSignal.any([timeout, signal]),
       });
       const rows = await result.json<Row>();
       this.report(query, result.response_headers['x-clickhouse-summary']);

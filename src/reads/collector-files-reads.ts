@@ -1,92 +1,88 @@
-import { statSync } from 'node:fs';
-import { previousFile, readSignalLines, signalFile } from '../collector/collector-files';
-import { collectedSpans } from '../otlp/collected-spans';
-import { decodeExportRequest } from '../otlp/otlp-receiver';
-import { keptVersionOf, trustedSpans } from '../otlp/control-plane-mark';
+import { trustedSpans } from '../otlp/control-plane-mark';
+import { CollectorFilesIndex, versionOf } from './collector-files-index';
 import { jobRunsOf } from './job-runs';
-import { carriesId } from './trace-selection';
-import type { JobRun, StoredSpan, TimeWindow, TraceReads } from './trace-reads';
-
-const ms = (nanos: bigint) => Number(nanos / 1_000_000n);
-const overlaps = (span: StoredSpan, window: TimeWindow) => ms(span.endNanos) >= window.fromMs && ms(span.startNanos) <= window.toMs;
+import { JobSummary, summarizeJobs } from './job-summary';
+import { byStart, carriesId, countedFor, spanRank } from './trace-selection';
+import { findsWithin, overlapsWindow, StoredSpan, TimeWindow, TraceBound, TraceRead, TraceReads } from './trace-reads';
 
 /**
  * The read port over the embedded collector's files (`<DATA_DIR>/otlp/traces.jsonl` and the file before it), so
- * `npm start` answers SPEC §12's questions with no server. The files are read whole, and again only when one of
- * them changed (size or modification time): the embedded collector is for one machine and small volumes. Each span
- * once, in its latest version (SPEC §10: a pipeline or bridge span sent again with the same id and a higher
- * version); a line that does not decode is skipped, as a reader of the Collector's file exporter would.
+ * `npm start` answers SPEC §12's questions with no server. Each read first indexes what was appended since the one
+ * before (src/reads/collector-files-index.ts), then decodes the lines of the traces it needs, nothing else. Each span
+ * once, in its latest version (SPEC §10); a line that does not decode is skipped, as a reader of the Collector's file
+ * exporter would. Synchronous work: the service runs it in a worker thread (src/reads/reads-pool.ts).
  */
 export class CollectorFilesTraceReads implements TraceReads {
-  private cache?: { readonly stamp: string; readonly traces: ReadonlyMap<string, StoredSpan[]> };
+  private readonly index: CollectorFilesIndex;
 
-  constructor(private readonly directory: string) {}
-
-  async pipelineTrace(projectId: number, pipelineId: number, window: TimeWindow): Promise<StoredSpan[] | null> {
-    return this.traceOf(window, (span) => carriesId(span, 'ci.pipeline.id', pipelineId) && carriesId(span, 'ci.project.id', projectId));
+  constructor(directory: string) {
+    this.index = new CollectorFilesIndex(directory);
   }
 
-  async jobTrace(projectId: number, jobId: number, window: TimeWindow): Promise<StoredSpan[] | null> {
-    return this.traceOf(window, (span) => carriesId(span, 'ci.job.id', jobId) && carriesId(span, 'ci.project.id', projectId));
+  async prepare(): Promise<void> {
+    this.index.refresh();
   }
 
-  async projectJobs(projectId: number, window: TimeWindow, ref?: string): Promise<JobRun[]> {
-    const runs: JobRun[] = [];
-    for (const trace of this.traces().values()) {
-      const spans = trustedSpans(trace);
-      if (!spans.some((span) => span.name === 'job' && carriesId(span, 'ci.project.id', projectId) && overlaps(span, window))) continue;
+  async pipelineTrace(projectId: number, pipelineId: number, window: TimeWindow, bound: TraceBound): Promise<TraceRead | null> {
+    const identifies = (span: StoredSpan) => carriesId(span, 'ci.pipeline.id', pipelineId) && carriesId(span, 'ci.project.id', projectId);
+    return this.boundedTraceOf('ci.pipeline.id', pipelineId, window, identifies, bound.limit, projectId);
+  }
+
+  async jobTrace(projectId: number, jobId: number, window: TimeWindow, bound: TraceBound): Promise<TraceRead | null> {
+    const identifies = (span: StoredSpan) => carriesId(span, 'ci.job.id', jobId) && carriesId(span, 'ci.project.id', projectId);
+    return this.boundedTraceOf('ci.job.id', jobId, window, identifies, bound.limit, projectId, jobId);
+  }
+
+  async projectJobs(projectId: number, window: TimeWindow, ref?: string): Promise<JobSummary[]> {
+    this.index.refresh();
+    const runs = [];
+    for (const traceId of this.index.tracesOf('ci.project.id', projectId).sort()) {
+      if (!this.index.mayOverlap(traceId, window.fromMs - 1, window.toMs + 1)) continue;
+      const spans = trustedSpans(this.index.spansOf(traceId));
+      if (!spans.some((span) => span.name === 'job' && carriesId(span, 'ci.project.id', projectId) && overlapsWindow(span, window))) continue;
       runs.push(...jobRunsOf(spans, projectId, window, ref));
     }
-    return runs;
+    return summarizeJobs(runs);
   }
 
-  /** The spans within `window` of the trace holding a span that `identifies` within it. */
-  private traceOf(window: TimeWindow, identifies: (span: StoredSpan) => boolean): StoredSpan[] | null {
-    for (const spans of this.traces().values()) {
-      if (spans.some((span) => overlaps(span, window) && identifies(span))) return spans.filter((span) => overlaps(span, window));
+  /**
+   * The first trace (by id) holding a span within `window` that `identifies`, bounded as the port says: every
+   * structural span within the window (latest version), and of the rest counted for the read the first `limit` by
+   * start, with their count. Decoded a line at a time, the rest kept to at most about twice `limit`, so a read of a
+   * 100,000-span trace holds its structural spans and a few thousand others, not the whole trace.
+   */
+  private boundedTraceOf(
+    key: 'ci.pipeline.id' | 'ci.job.id',
+    id: number,
+    window: TimeWindow,
+    identifies: (span: StoredSpan) => boolean,
+    limit: number,
+    projectId: number,
+    jobId?: number,
+  ): TraceRead | null {
+    this.index.refresh();
+    const keep = Math.max(0, limit);
+    for (const traceId of this.index.tracesOf(key, id).sort()) {
+      if (!this.index.mayOverlap(traceId, window.fromMs, window.toMs)) continue;
+      const runners = this.index.runnerSpanIds(traceId);
+      const structural = new Map<string, StoredSpan>();
+      const seen = new Set<string>();
+      let rest: StoredSpan[] = [];
+      let found = false;
+      this.index.visit(traceId, (span) => {
+        if (!overlapsWindow(span, window)) return;
+        found ||= findsWithin(span, window) && identifies(span);
+        if (spanRank(span, runners) < 3) {
+          const kept = structural.get(span.spanId);
+          if (kept === undefined || versionOf(span) > versionOf(kept)) structural.set(span.spanId, span);
+        } else if (!seen.has(span.spanId) && countedFor(span, projectId, jobId)) {
+          seen.add(span.spanId);
+          rest.push(span);
+          if (rest.length >= 2 * keep + 1024) rest = rest.sort(byStart).slice(0, keep);
+        }
+      });
+      if (found) return { spans: [...structural.values(), ...rest.sort(byStart).slice(0, keep)], others: seen.size };
     }
     return null;
-  }
-
-  private traces(): ReadonlyMap<string, StoredSpan[]> {
-    const stamp = this.stamp();
-    if (this.cache?.stamp === stamp) return this.cache.traces;
-    const latest = new Map<string, StoredSpan>();
-    for (const line of readSignalLines(this.directory, 'traces')) {
-      let spans: StoredSpan[];
-      try {
-        spans = collectedSpans(decodeExportRequest('traces', 'json', Buffer.from(line)));
-      } catch {
-        continue;
-      }
-      for (const span of spans) {
-        const key = `${span.traceId}/${span.spanId}`;
-        const kept = latest.get(key);
-        // The control plane's copy over any other, then its latest version: never a job's copy of GitLab's account.
-        if (kept === undefined || keptVersionOf(span) > keptVersionOf(kept)) latest.set(key, span);
-      }
-    }
-    const traces = new Map<string, StoredSpan[]>();
-    for (const span of latest.values()) {
-      const trace = traces.get(span.traceId);
-      if (trace === undefined) traces.set(span.traceId, [span]);
-      else trace.push(span);
-    }
-    this.cache = { stamp, traces };
-    return traces;
-  }
-
-  private stamp(): string {
-    const file = signalFile(this.directory, 'traces');
-    return [previousFile(file), file]
-      .map((path) => {
-        try {
-          const stats = statSync(path);
-          return `${stats.size}:${stats.mtimeMs}`;
-        } catch {
-          return '-';
-        }
-      })
-      .join('|');
   }
 }

@@ -8,7 +8,12 @@ import type { StoredSpan } from './trace-reads';
  * stands for. Pure.
  */
 export interface Completeness {
+  /** Spans in the answer: all of them, or READS_MAX_SPANS of them when `truncated`. */
   readonly spans: number;
+  /** Spans the trace holds for this read, whether answered or not. */
+  readonly total_spans: number;
+  /** The answer was cut at READS_MAX_SPANS (SPEC §12 "a read is bounded"); the rest of the fields still speak of the whole. */
+  readonly truncated: boolean;
   readonly roots: number;
   readonly missing_parents: number;
   /** Jobs that ran (or were meant to) whose runner's `job_execution` span is not in the trace. */
@@ -85,6 +90,8 @@ export function completenessOf(spans: readonly StoredSpan[]): Completeness {
     spans.find((span) => span.resource[SAMPLING_REASON_ATTRIBUTE] !== undefined)?.resource[SAMPLING_REASON_ATTRIBUTE];
   return {
     spans: spans.length,
+    total_spans: spans.length,
+    truncated: false,
     roots,
     missing_parents: missingParents,
     jobs_without_runner_spans: withoutRunner,

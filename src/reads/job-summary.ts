@@ -28,7 +28,7 @@ export interface JobSummary {
   };
 }
 
-const round = (value: number, digits = 3) => Math.round(value * 10 ** digits) / 10 ** digits;
+export const round = (value: number, digits = 3): number => Math.round(value * 10 ** digits) / 10 ** digits;
 
 /** The weighted percentile `q` (0..1): the least value whose cumulative weight reaches q of the total. */
 export function weightedPercentile(values: ReadonlyArray<readonly [value: number, weight: number]>, q: number): number | null {
@@ -48,7 +48,9 @@ const percentiles = (values: ReadonlyArray<readonly [number, number]>): Percenti
   p95: round(weightedPercentile(values, 0.95) ?? 0),
 });
 
-/** Most runs first, then by name. */
+/** Most runs first, then by name: the order of the jobs summary on both backends. */
+export const bySummaryOrder = (a: JobSummary, b: JobSummary): number => b.runs - a.runs || a.name.localeCompare(b.name);
+
 export function summarizeJobs(runs: readonly JobRun[]): JobSummary[] {
   const byName = new Map<string, JobRun[]>();
   for (const run of runs) {
@@ -79,5 +81,5 @@ export function summarizeJobs(runs: readonly JobRun[]): JobSummary[] {
       },
     });
   }
-  return summaries.sort((a, b) => b.runs - a.runs || a.name.localeCompare(b.name));
+  return summaries.sort(bySummaryOrder);
 }

@@ -1,2 +1,2 @@
-/** The read port's backend (SPEC §12): ClickHouse when CLICKHOUSE_URL is set, else the embedded collector's files. */
-export const TRACE_READS = Symbol('TRACE_READS');
+/** Who runs the heavy half of each read (SPEC §12): the worker-thread pool over the configured backend (src/reads/reads-pool.ts). */
+export const READS_RUNNER = Symbol('READS_RUNNER');

@@ -1,11 +1,15 @@
-import { Controller, Get, Param, Query, UseGuards } from '@nestjs/common';
+import { Controller, Get, Header, Param, Query, UseGuards } from '@nestjs/common';
 import { InternalApiGuard } from '../internal-api/internal-api.guard';
-import { CriticalPathAnswer, JobsAnswer, Params, ReadsService, TraceAnswer } from './reads.service';
+import { Params, ReadsService } from './reads.service';
+
+const JSON_BODY = 'application/json; charset=utf-8';
 
 /**
  * SPEC §12 on the internal port: GitLab's reads of a project's traces, behind the internal API's JWT (SPEC §3).
  * Nest routes, not plain Fastify ones: a read is a person opening a page, not a per-export call, and the guard's
- * cost is nothing beside a trace's. Ids and windows are checked by the service, so each 400 names its field.
+ * cost is nothing beside a trace's. Ids and windows are checked by the service, so each 400 names its field. Each
+ * answer arrives as JSON already encoded (off this thread), and is sent as it is: the shapes are those of
+ * src/reads/read-answers.ts (TraceAnswer, CriticalPathAnswer, JobsAnswer) and openapi/openapi.yaml.
  */
 @Controller('internal/ci/telemetry/projects/:project_id')
 @UseGuards(InternalApiGuard)
@@ -13,22 +17,26 @@ export class ReadsController {
   constructor(private readonly reads: ReadsService) {}
 
   @Get('pipelines/:pipeline_id/trace')
-  pipelineTrace(@Param() params: Params, @Query() query: Params): Promise<TraceAnswer> {
+  @Header('content-type', JSON_BODY)
+  pipelineTrace(@Param() params: Params, @Query() query: Params): Promise<Buffer> {
     return this.reads.pipelineTrace(params, query);
   }
 
   @Get('pipelines/:pipeline_id/critical_path')
-  criticalPath(@Param() params: Params, @Query() query: Params): Promise<CriticalPathAnswer> {
+  @Header('content-type', JSON_BODY)
+  criticalPath(@Param() params: Params, @Query() query: Params): Promise<Buffer> {
     return this.reads.criticalPath(params, query);
   }
 
   @Get('jobs/:job_id/trace')
-  jobTrace(@Param() params: Params, @Query() query: Params): Promise<TraceAnswer> {
+  @Header('content-type', JSON_BODY)
+  jobTrace(@Param() params: Params, @Query() query: Params): Promise<Buffer> {
     return this.reads.jobTrace(params, query);
   }
 
   @Get('jobs')
-  jobs(@Param() params: Params, @Query() query: Params): Promise<JobsAnswer> {
+  @Header('content-type', JSON_BODY)
+  jobs(@Param() params: Params, @Query() query: Params): Promise<Buffer> {
     return this.reads.jobs(params, query);
   }
 }

@@ -1,37 +1,66 @@
 import { DynamicModule, Module, Provider } from '@nestjs/common';
+import { Counter } from 'prom-client';
 import { localCollectorDirectory } from '../collector/collector-files';
 import { AppConfig } from '../config/app-config';
 import { APP_CONFIG, SECRETS } from '../config/config.constants';
 import { Secrets } from '../config/secrets';
 import { InternalApiModule } from '../internal-api/internal-api.module';
-import { ClickHouseTraceReads } from './clickhouse-trace-reads';
-import { CollectorFilesTraceReads } from './collector-files-reads';
-import { TRACE_READS } from './reads.constants';
+import { MetricsService } from '../observability/metrics.service';
+import type { BackendSpec } from './reads-backend';
+import { InProcessReads, ReadsPool, ReadsRunner } from './reads-pool';
+import { READS_RUNNER } from './reads.constants';
 import { ReadsController } from './reads.controller';
 import { ReadsService } from './reads.service';
 import type { TraceReads } from './trace-reads';
 
 /** The backend configuration names: ClickHouse with CLICKHOUSE_URL, else the embedded collector's files under DATA_DIR. */
-export function traceReadsFor(config: AppConfig, secrets: Secrets): TraceReads {
+export function backendSpecFor(config: AppConfig, secrets: Secrets): BackendSpec {
   if (config.CLICKHOUSE_URL !== undefined) {
-    return new ClickHouseTraceReads({ url: config.CLICKHOUSE_URL, password: secrets.clickhousePassword ?? '', timeoutMs: config.READS_TIMEOUT_MS });
+    return { kind: 'clickhouse', options: { url: config.CLICKHOUSE_URL, password: secrets.clickhousePassword ?? '', timeoutMs: config.READS_TIMEOUT_MS } };
   }
-  return new CollectorFilesTraceReads(localCollectorDirectory(config.DATA_DIR));
+  return { kind: 'files', directory: localCollectorDirectory(config.DATA_DIR) };
+}
+
+/** The pool over `backend`, its abandoned reads counted where operators look (SPEC §8). */
+function readsPool(backend: BackendSpec, config: AppConfig, metrics: MetricsService): ReadsPool {
+  const abandoned = new Counter({
+    name: 'ci_job_telemetry_reads_abandoned_total',
+    help: 'Trace reads still running at READS_TIMEOUT_MS: answered 503, their worker thread terminated (its work stopped) and replaced',
+    registers: [metrics.registry],
+  });
+  return new ReadsPool({ backend, timeoutMs: config.READS_TIMEOUT_MS, onAbandoned: () => abandoned.inc() });
 }
 
 /** SPEC §12: the read API on the internal port, over one backend of the read port. */
 @Module({})
 export class ReadsModule {
   static forRoot(): DynamicModule {
-    return ReadsModule.with({ provide: TRACE_READS, inject: [APP_CONFIG, SECRETS], useFactory: traceReadsFor });
+    return ReadsModule.with({
+      provide: READS_RUNNER,
+      inject: [APP_CONFIG, SECRETS, MetricsService],
+      useFactory: (config: AppConfig, secrets: Secrets, metrics: MetricsService) => readsPool(backendSpecFor(config, secrets), config, metrics),
+    });
   }
 
-  /** Over a backend given as is: the endpoint tests run the same cases against each backend, and against one that fails. */
+  /** Over a backend built in each worker thread from `backend`, as forRoot builds it from the configuration. */
+  static withBackendSpec(backend: BackendSpec): DynamicModule {
+    return ReadsModule.with({
+      provide: READS_RUNNER,
+      inject: [APP_CONFIG, MetricsService],
+      useFactory: (config: AppConfig, metrics: MetricsService) => readsPool(backend, config, metrics),
+    });
+  }
+
+  /** Over a backend given as an object, on this thread: the endpoint tests' failing and noting backends. */
   static withBackend(reads: TraceReads): DynamicModule {
-    return ReadsModule.with({ provide: TRACE_READS, useValue: reads });
+    return ReadsModule.with({
+      provide: READS_RUNNER,
+      inject: [APP_CONFIG],
+      useFactory: (config: AppConfig): ReadsRunner => new InProcessReads(reads, config.READS_TIMEOUT_MS),
+    });
   }
 
-  private static with(backend: Provider): DynamicModule {
-    return { module: ReadsModule, imports: [InternalApiModule], controllers: [ReadsController], providers: [backend, ReadsService] };
+  private static with(runner: Provider): DynamicModule {
+    return { module: ReadsModule, imports: [InternalApiModule], controllers: [ReadsController], providers: [runner, ReadsService] };
   }
 }

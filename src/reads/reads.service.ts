@@ -5,102 +5,57 @@ import { APP_CONFIG } from '../config/config.constants';
 import { HttpProblem } from '../observability/http-error';
 import { APP_LOGGER } from '../observability/logger';
 import { OUTAGE_RETRY_AFTER_SECONDS } from '../observability/retry-after';
-import { withTimeout } from '../observability/with-timeout';
-import { Completeness, completenessOf } from './completeness';
-import { CriticalPath, criticalPath, emptyTotals } from '../critical-path/critical-path';
-import { JobSummary, summarizeJobs } from './job-summary';
+import type { ReadOutcome, ReadTask } from './read-answers';
 import { FieldProblem, parseId, parseRef, parseWindow, ReadWindow } from './reads-request';
-import { TRACE_READS } from './reads.constants';
-import { jobSubtree, ofProject, tracesData } from './trace-selection';
-import { ReadsUnavailableError, StoredSpan, TraceReads } from './trace-reads';
-import { trustedSpans } from '../otlp/control-plane-mark';
+import type { ReadsRunner } from './reads-pool';
+import { READS_RUNNER } from './reads.constants';
+import { ReadsUnavailableError } from './trace-reads';
 
 export type Query = Record<string, unknown>;
 export type Params = Record<string, unknown>;
 
-export interface TraceAnswer {
-  readonly trace: { resourceSpans: unknown[] };
-  readonly completeness: Completeness;
-}
-
-export interface CriticalPathAnswer extends CriticalPath {
-  readonly final: boolean;
-}
-
-export interface JobsAnswer {
-  readonly from: string;
-  readonly to: string;
-  readonly ref: string | null;
-  readonly jobs: JobSummary[];
-}
-
-const NOT_FOUND = (what: string) => new HttpProblem(404, `no ${what} of this project`);
-
 /**
  * SPEC §12: the reads GitLab makes on a user's behalf, after it decided the user may see the project. Everything
- * is checked before the backend is asked (400 naming each bad field); a pipeline or job of another project is
- * 404 exactly as one that does not exist; the backend is given at most READS_TIMEOUT_MS, then the answer is 503
- * with Retry-After, whatever it goes on doing. Completeness and the critical path are computed here, one way for
- * both backends.
+ * is checked here before any backend is asked (400 naming each bad field); the rest (the backend's lookups,
+ * completeness, the critical path, the answer's JSON) is done by the runner, in a worker thread (src/reads/reads-pool.ts),
+ * within READS_TIMEOUT_MS: past it, or when the backend fails, the answer is 503 with Retry-After and the read is
+ * abandoned. A pipeline or job of another project is 404 exactly as one that does not exist. Answers come back
+ * encoded, and are sent as they are.
  */
 @Injectable()
 export class ReadsService implements OnModuleDestroy {
   constructor(
-    @Inject(TRACE_READS) private readonly reads: TraceReads,
+    @Inject(READS_RUNNER) private readonly runner: ReadsRunner,
     @Inject(APP_CONFIG) private readonly config: AppConfig,
     @Inject(APP_LOGGER) private readonly logger: Logger,
   ) {}
 
   async onModuleDestroy(): Promise<void> {
-    await this.reads.close?.();
+    await this.runner.close();
   }
 
-  async pipelineTrace(params: Params, query: Query): Promise<TraceAnswer> {
+  pipelineTrace(params: Params, query: Query): Promise<Buffer> {
     const { projectId, id, window } = this.request(params, query, 'pipeline_id');
-    const spans = await this.pipelineSpans(projectId, id, window);
-    return { trace: tracesData(spans), completeness: completenessOf(spans) };
+    return this.answer('pipeline trace', { read: 'pipeline_trace', projectId, pipelineId: id, window: window.window, maxSpans: this.config.READS_MAX_SPANS });
   }
 
-  async jobTrace(params: Params, query: Query): Promise<TraceAnswer> {
+  jobTrace(params: Params, query: Query): Promise<Buffer> {
     const { projectId, id, window } = this.request(params, query, 'job_id');
-    const spans = await this.fetch('job trace', () => this.reads.jobTrace(projectId, id, window.window));
-    const job = spans === null ? null : jobSubtree(ofProject(trustedSpans(spans), projectId), id);
-    if (job === null) throw NOT_FOUND('job');
-    const completeness = completenessOf(job.spans);
-    // The job span's own parent (its pipeline's span) is outside a job's read by design, not missing.
-    const outside = job.spans.some((span) => span.spanId === job.jobSpanId) ? 1 : 0;
-    return {
-      trace: tracesData(job.spans),
-      completeness: {
-        ...completeness,
-        missing_parents: completeness.missing_parents - outside,
-        final: job.closed && completeness.missing_parents - outside === 0,
-      },
-    };
+    return this.answer('job trace', { read: 'job_trace', projectId, jobId: id, window: window.window, maxSpans: this.config.READS_MAX_SPANS });
   }
 
-  async criticalPath(params: Params, query: Query): Promise<CriticalPathAnswer> {
+  criticalPath(params: Params, query: Query): Promise<Buffer> {
     const { projectId, id, window } = this.request(params, query, 'pipeline_id');
-    const spans = await this.pipelineSpans(projectId, id, window);
-    const path = criticalPath(spans);
-    const final = completenessOf(spans).final;
-    if (path === null) return { duration_seconds: 0, final, totals: emptyTotals(), path: [], slack: [] };
-    return { duration_seconds: path.duration_seconds, final, totals: path.totals, path: path.path, slack: path.slack };
+    return this.answer('critical path', { read: 'critical_path', projectId, pipelineId: id, window: window.window });
   }
 
-  async jobs(params: Params, query: Query): Promise<JobsAnswer> {
+  jobs(params: Params, query: Query): Promise<Buffer> {
     const problems: FieldProblem[] = [];
     const projectId = parseId(params.project_id, 'project_id', problems);
     const window = parseWindow(query, Date.now(), this.config.READS_LOOKBACK_DAYS, problems);
     const ref = parseRef(query.ref, problems);
     refuse(problems);
-    const runs = await this.fetch('project jobs', () => this.reads.projectJobs(projectId, window.asked, ref));
-    return {
-      from: new Date(window.asked.fromMs).toISOString(),
-      to: new Date(window.asked.toMs).toISOString(),
-      ref: ref ?? null,
-      jobs: summarizeJobs(runs),
-    };
+    return this.answer('project jobs', { read: 'jobs', projectId, window: window.asked, ref: ref ?? null });
   }
 
   private request(params: Params, query: Query, idField: 'pipeline_id' | 'job_id'): { projectId: number; id: number; window: ReadWindow } {
@@ -112,23 +67,18 @@ export class ReadsService implements OnModuleDestroy {
     return { projectId, id, window };
   }
 
-  private async pipelineSpans(projectId: number, pipelineId: number, window: ReadWindow): Promise<StoredSpan[]> {
-    const spans = await this.fetch('pipeline trace', () => this.reads.pipelineTrace(projectId, pipelineId, window.window));
-    // SPEC §12 "Trust": GitLab's account of a job or pipeline only from the control plane's own spans.
-    const own = spans === null ? [] : ofProject(trustedSpans(spans), projectId);
-    if (own.length === 0) throw NOT_FOUND('pipeline');
-    return own;
-  }
-
-  /** The backend's answer within READS_TIMEOUT_MS; a failure or a late answer is 503 with Retry-After, never a 500 or a hang. */
-  private async fetch<T>(what: string, read: () => Promise<T>): Promise<T> {
+  /** The read's encoded answer; 404 when the project has no such pipeline or job; a failure or a late answer is 503 with Retry-After, never a 500 or a hang. */
+  private async answer(what: string, task: ReadTask): Promise<Buffer> {
+    let outcome: ReadOutcome;
     try {
-      return await withTimeout(read, this.config.READS_TIMEOUT_MS);
+      outcome = await this.runner.run(task);
     } catch (error) {
       const retryAfterSeconds = error instanceof ReadsUnavailableError ? Math.max(1, Math.ceil(error.retryAfterSeconds)) : OUTAGE_RETRY_AFTER_SECONDS;
       this.logger.warn(`${what}: the trace store did not answer: ${(error as Error).message}`);
       throw new HttpProblem(503, 'the trace store did not answer in time; try again later', { retryAfterSeconds });
     }
+    if (outcome.kind === 'not_found') throw new HttpProblem(404, `no ${outcome.what} of this project`);
+    return Buffer.from(outcome.body.buffer, outcome.body.byteOffset, outcome.body.byteLength);
   }
 }
 

@@ -17,9 +17,78 @@ export function carriesId(span: StoredSpan, key: 'ci.project.id' | 'ci.pipeline.
   return value !== undefined && String(value) === String(id);
 }
 
-/** A project's spans of a trace: never another project's (a multi-project pipeline's downstream spans are its own). */
+/**
+ * A project's spans of a trace: never another project's (a multi-project pipeline's downstream spans are its own).
+ * A span that names no project (a hosted runner's stages and what its jobs export, sent straight to the collector
+ * and never stamped by the gateway) belongs to the project of its nearest ancestor that names one (its
+ * `job_execution`, its job span), by the parent chain within the trace; with no such ancestor, to none.
+ */
 export function ofProject(spans: readonly StoredSpan[], projectId: number): StoredSpan[] {
-  return spans.filter((span) => carriesId(span, 'ci.project.id', projectId));
+  const byId = new Map(spans.map((span) => [span.spanId, span]));
+  const owner = new Map<string, string | undefined>();
+  const ownerOf = (span: StoredSpan): string | undefined => {
+    const chain: StoredSpan[] = [];
+    let found: string | undefined;
+    for (let at: StoredSpan | undefined = span; at !== undefined && !chain.includes(at); at = byId.get(at.parentSpanId)) {
+      if (owner.has(at.spanId)) {
+        found = owner.get(at.spanId);
+        break;
+      }
+      const own = identityOf(at, 'ci.project.id');
+      if (own !== undefined && own !== '') {
+        found = String(own);
+        break;
+      }
+      chain.push(at);
+    }
+    for (const link of chain) owner.set(link.spanId, found);
+    return found;
+  };
+  return spans.filter((span) => ownerOf(span) === String(projectId));
+}
+
+/** The control plane's spans (SPEC §10): what GitLab said of the pipeline and its jobs. */
+export const CONTROL_PLANE_SPANS: ReadonlySet<string> = new Set(['pipeline', 'bridge', 'job', 'queue_wait']);
+export const RUNNER_SPAN = 'job_execution';
+
+/**
+ * Which spans an answer capped at READS_MAX_SPANS keeps first (SPEC §12 "a read is bounded"): 0 the control plane's,
+ * 1 each job's `job_execution`, 2 its stages (the children of a `job_execution`), 3 the rest. The first three are what
+ * the critical path and completeness are computed on; a backend returns all of them, and of the rest the first by
+ * start time.
+ */
+export function spanRank(span: StoredSpan, runnerSpanIds: ReadonlySet<string>): 0 | 1 | 2 | 3 {
+  if (CONTROL_PLANE_SPANS.has(span.name)) return 0;
+  if (span.name === RUNNER_SPAN) return 1;
+  return runnerSpanIds.has(span.parentSpanId) ? 2 : 3;
+}
+
+/** The order of the rest (rank 3): by start time, then span id, so a capped answer is the same on every read. */
+export function byStart(a: StoredSpan, b: StoredSpan): number {
+  return a.startNanos < b.startNanos ? -1 : a.startNanos > b.startNanos ? 1 : a.spanId < b.spanId ? -1 : a.spanId > b.spanId ? 1 : 0;
+}
+
+const idOf = (span: StoredSpan, key: string) => {
+  const value = identityOf(span, key);
+  return value === undefined || value === '' ? undefined : String(value);
+};
+
+/** Whether a span of the rest is counted for a read of `projectId` (and of `jobId`): it names that project (job) or none. */
+export function countedFor(span: StoredSpan, projectId: number, jobId?: number): boolean {
+  const project = idOf(span, 'ci.project.id');
+  if (project !== undefined && project !== String(projectId)) return false;
+  if (jobId === undefined) return true;
+  const job = idOf(span, 'ci.job.id');
+  return job === undefined || job === String(jobId);
+}
+
+/** At most `max` of `spans`, in the order of `spanRank` then `byStart`. */
+export function capped(spans: readonly StoredSpan[], max: number): StoredSpan[] {
+  if (spans.length <= max) return [...spans];
+  const runners = new Set(spans.filter((span) => span.name === RUNNER_SPAN).map((span) => span.spanId));
+  const ranked = spans.map((span) => ({ span, rank: spanRank(span, runners) }));
+  ranked.sort((a, b) => a.rank - b.rank || byStart(a.span, b.span));
+  return ranked.slice(0, max).map(({ span }) => span);
 }
 
 const JOB_OWN = new Set(['job', 'bridge']);

@@ -3,7 +3,7 @@ import { createServer, Server, Socket } from 'node:net';
 import { join } from 'node:path';
 import { ClickHouseTraceReads, QueryStatistics } from '../../src/reads/clickhouse-trace-reads';
 import { criticalPath } from '../../src/critical-path/critical-path';
-import { ReadsUnavailableError, StoredSpan, TimeWindow } from '../../src/reads/trace-reads';
+import { ReadsUnavailableError, StoredSpan, TimeWindow, TraceRead } from '../../src/reads/trace-reads';
 import { ClickHouseOverHttp, startClickHouse } from '../helpers/clickhouse';
 import { dateTime64, insertOtelTraces, otelSpanRow, OtelTracesRow, otelTracesRowsOfResourceSpans } from '../helpers/clickhouse-exporter';
 import { PipelinesRun, runPipelines } from '../helpers/clickhouse-pipelines';
@@ -12,8 +12,13 @@ import { OtlpSink, startOtlpSink } from '../helpers/otlp-sink';
 import { PipelineTrace } from '../helpers/pipeline-trace';
 import { withCriticalPathAttributes } from '../helpers/critical-path-attributes';
 import { describeReadsEndpoints } from '../helpers/reads-cases';
+import { describeTraceReadsConformance } from '../suites/trace-reads.suite';
 import { freePort } from '../helpers/ports';
 import { ServiceProcess, startService } from '../helpers/service';
+
+/** Every span of a trace: no cap (the cap is the read API's, tested over both backends in test/suites/trace-reads.suite.ts). */
+const ALL = { limit: 1_000_000 };
+const spansOf = async (read: Promise<TraceRead | null>): Promise<StoredSpan[] | null> => (await read)?.spans ?? null;
 
 const SCHEMA = readFileSync(join(__dirname, '..', '..', 'deploy', 'clickhouse', 'init', '01-ci-job-telemetry.sql'), 'utf8');
 
@@ -24,6 +29,23 @@ describeReadsEndpoints('ClickHouse (the official client over HTTP, on the embedd
   return {
     load: async (exports) => {
       // With what the control plane writes at each pipeline's end: the CI view's critical path columns.
+      await insertOtelTraces(clickhouse, otelTracesRowsOfResourceSpans(withCriticalPathAttributes(exports)));
+      reads = new ClickHouseTraceReads({ url: clickhouse.url, password: clickhouse.password, timeoutMs: 10_000 });
+      return reads;
+    },
+    close: async () => {
+      await reads?.close();
+      await clickhouse.stop();
+    },
+  };
+});
+
+describeTraceReadsConformance('ClickHouse (the official client over HTTP, on the embedded engine)', async () => {
+  const clickhouse = await startClickHouse({ http: { password: 'conformance' } });
+  await clickhouse.query(SCHEMA);
+  let reads: ClickHouseTraceReads | undefined;
+  return {
+    load: async (exports) => {
       await insertOtelTraces(clickhouse, otelTracesRowsOfResourceSpans(withCriticalPathAttributes(exports)));
       reads = new ClickHouseTraceReads({ url: clickhouse.url, password: clickhouse.password, timeoutMs: 10_000 });
       return reads;
@@ -106,7 +128,7 @@ describe('ClickHouseTraceReads on a real ClickHouse engine over HTTP', () => {
 
   it("reads a pipeline's whole trace back: every span the collector was given, each once, as it was given", async () => {
     const traceId = pipelineRow(700).TraceId;
-    const spans = (await reads.pipelineTrace(7, 700, today))!;
+    const spans = (await spansOf(reads.pipelineTrace(7, 700, today, ALL)))!;
     expect(spanIds(spans)).toEqual([...new Set(rowsOf(traceId).map((row) => row.SpanId))].sort());
     // Two jobs: job, queue_wait, job_execution and its stages each; one pipeline span.
     expect(spans.filter((span) => span.name === 'job')).toHaveLength(2);
@@ -134,19 +156,19 @@ describe('ClickHouseTraceReads on a real ClickHouse engine over HTTP', () => {
   });
 
   it("reads a job's trace back by the job's id: the whole trace its subtree is cut from", async () => {
-    const pipeline = (await reads.pipelineTrace(7, 700, today))!;
-    const job = (await reads.jobTrace(7, 7001, today))!;
+    const pipeline = (await spansOf(reads.pipelineTrace(7, 700, today, ALL)))!;
+    const job = (await spansOf(reads.jobTrace(7, 7001, today, ALL)))!;
     expect(spanIds(job)).toEqual(spanIds(pipeline));
     expect(job.some((span) => span.name === 'job_execution' && span.resource['ci.job.id'] === 7001)).toBe(true);
   });
 
   it("answers nothing for another project's pipeline or job, nor outside the window", async () => {
-    await expect(reads.pipelineTrace(42, 700, today)).resolves.toBeNull();
-    await expect(reads.jobTrace(42, 7001, today)).resolves.toBeNull();
-    await expect(reads.pipelineTrace(7, 800, today)).resolves.toBeNull();
-    await expect(reads.pipelineTrace(7, 701, today)).resolves.toBeNull();
+    await expect(reads.pipelineTrace(42, 700, today, ALL)).resolves.toBeNull();
+    await expect(reads.jobTrace(42, 7001, today, ALL)).resolves.toBeNull();
+    await expect(reads.pipelineTrace(7, 800, today, ALL)).resolves.toBeNull();
+    await expect(reads.pipelineTrace(7, 701, today, ALL)).resolves.toBeNull();
     const lastWeek = { fromMs: created - 7 * 86_400_000, toMs: created - 6 * 86_400_000 };
-    await expect(reads.pipelineTrace(7, 700, lastWeek)).resolves.toBeNull();
+    await expect(reads.pipelineTrace(7, 700, lastWeek, ALL)).resolves.toBeNull();
     await expect(reads.projectJobs(7, lastWeek)).resolves.toEqual([]);
   });
 
@@ -163,7 +185,7 @@ describe('ClickHouseTraceReads on a real ClickHouse engine over HTTP', () => {
     await insertOtelTraces(clickhouse, [again]);
     await insertOtelTraces(clickhouse, [first, first]);
 
-    const spans = (await reads.pipelineTrace(42, 800, today))!;
+    const spans = (await spansOf(reads.pipelineTrace(42, 800, today, ALL)))!;
     const pipelines = spans.filter((span) => span.name === 'pipeline');
     expect(pipelines).toHaveLength(1);
     expect(pipelines[0]).toMatchObject({ statusCode: 2, statusMessage: 'deploy: script_failure' });
@@ -173,7 +195,7 @@ describe('ClickHouseTraceReads on a real ClickHouse engine over HTTP', () => {
 
   it("lists a project's job runs with their queue wait, status, retries, critical path and weight", async () => {
     // The path the service wrote when pipeline 700 ended: the one the read API computes from the trace.
-    const path = criticalPath((await reads.pipelineTrace(7, 700, today))!)!;
+    const path = criticalPath((await spansOf(reads.pipelineTrace(7, 700, today, ALL)))!)!;
     const onPath = new Map(path.path.map((element) => [element.job_id, element.duration_seconds]));
     // Then rspec retried (a later job of the same name), its span as the Job Hook sent it: the pipeline has not ended again.
     const rspec = jobRows(7002)[0];
@@ -189,31 +211,33 @@ describe('ClickHouseTraceReads on a real ClickHouse engine over HTTP', () => {
     await insertOtelTraces(clickhouse, [retry]);
 
     const jobs = await reads.projectJobs(7, today);
-    expect(jobs.map((job) => [job.jobId, job.name, job.status, job.retried])).toEqual([
-      [7001, 'compile', 'success', false],
-      [7002, 'rspec', 'failed', true],
-      [7003, 'rspec', 'success', false],
+    // Aggregated in ClickHouse per job name (issue 56 item 3): rspec ran twice, failed once, was retried once.
+    expect(jobs.map((job) => [job.name, job.runs, job.failures, job.retries])).toEqual([
+      ['rspec', 2, 1, 1],
+      ['compile', 1, 0, 0],
     ]);
     const planned = (jobId: number) => run.jobs.find((job) => job.planned.jobId === jobId)!;
-    for (const job of jobs.slice(0, 2)) {
-      const { planned: plan, queuedAt, pickedUpBetween } = planned(job.jobId);
-      expect(job.queueSeconds).toBeGreaterThanOrEqual(plan.queuedSeconds);
-      expect(job.queueSeconds).toBeLessThanOrEqual((pickedUpBetween[1] - queuedAt.getTime()) / 1000);
-      expect(job).toMatchObject({ pipelineId: 700, stage: 'test', adjustedCount: 1 });
+    const compileSummary = jobs.find((job) => job.name === 'compile')!;
+    const { planned: plan, queuedAt, pickedUpBetween } = planned(7001);
+    expect(compileSummary.queue_seconds.p50).toBeGreaterThanOrEqual(plan.queuedSeconds);
+    expect(compileSummary.queue_seconds.p50).toBeLessThanOrEqual((pickedUpBetween[1] - queuedAt.getTime()) / 1000);
+    // The retry, not yet in a path the service wrote: unknown, left out of the share; 7002's is known.
+    for (const [name, jobId] of [
+      ['compile', 7001],
+      ['rspec', 7002],
+    ] as const) {
+      const summary = jobs.find((job) => job.name === name)!;
+      expect(summary.critical_path.share).toBe(onPath.has(jobId) ? 1 : 0);
+      if (onPath.has(jobId)) expect(summary.critical_path.p50_seconds).toBeCloseTo(onPath.get(jobId)!, 3);
+      else expect(summary.critical_path.p50_seconds).toBeNull();
     }
-    for (const job of jobs.slice(0, 2)) {
-      expect(job.onCriticalPath).toBe(onPath.has(job.jobId));
-      if (onPath.has(job.jobId)) expect(job.criticalPathSeconds).toBeCloseTo(onPath.get(job.jobId)!, 3);
-    }
-    // The retry, not yet in a path the service wrote: unknown, left out of the share.
-    expect(jobs[2].onCriticalPath).toBeUndefined();
     // The job span runs from queued to finished: the duration is the run, as GitLab counts it.
-    const span = (await reads.jobTrace(7, 7001, today))!.find((candidate) => candidate.spanId === compile.SpanId)!;
-    expect(jobs[0].durationSeconds).toBeCloseTo(Number(span.endNanos - span.startNanos) / 1e9 - jobs[0].queueSeconds, 3);
+    const span = (await spansOf(reads.jobTrace(7, 7001, today, ALL)))!.find((candidate) => candidate.spanId === compile.SpanId)!;
+    expect(compileSummary.duration_seconds.p50).toBeCloseTo(Number(span.endNanos - span.startNanos) / 1e9 - compileSummary.queue_seconds.p50, 2);
 
-    await expect(reads.projectJobs(7, today, 'master')).resolves.toHaveLength(3);
+    await expect(reads.projectJobs(7, today, 'master')).resolves.toHaveLength(2);
     await expect(reads.projectJobs(7, today, 'main')).resolves.toEqual([]);
-    await expect(reads.projectJobs(42, today)).resolves.toEqual([expect.objectContaining({ jobId: 8001, name: 'compile' })]);
+    await expect(reads.projectJobs(42, today)).resolves.toEqual([expect.objectContaining({ name: 'compile', runs: 1 })]);
   });
 
   it('gives the critical path computed from the spans the collector was given: a child pipeline, a manual job, a retry', async () => {
@@ -241,13 +265,17 @@ describe('ClickHouseTraceReads on a real ClickHouse engine over HTTP', () => {
     const expected = criticalPath(trace.spans())!;
     // The failed attempt of deploy is on the path: its retry waited for it (issue 56, earlier attempts stay blockers).
     expect(expected.path.map((element) => element.job_id)).toEqual([50, 60, 61, 52, 53]);
-    for (const read of [await reads.pipelineTrace(70, 506, today), await reads.jobTrace(70, 61, today), await reads.pipelineTrace(70, 505, today)])
+    for (const read of [
+      await spansOf(reads.pipelineTrace(70, 506, today, ALL)),
+      await spansOf(reads.jobTrace(70, 61, today, ALL)),
+      await spansOf(reads.pipelineTrace(70, 505, today, ALL)),
+    ])
       expect(criticalPath(read!)).toEqual(expected);
   });
 
   it('says how many rows each lookup read: a handful of granules, not the tables', async () => {
     statistics.length = 0;
-    await reads.pipelineTrace(7, 700, today);
+    await spansOf(reads.pipelineTrace(7, 700, today, ALL));
     expect(statistics.map((query) => query.query)).toEqual(['locate pipeline', 'trace spans']);
     for (const query of statistics) expect(query.readRows).toBeGreaterThan(0);
   });
@@ -295,7 +323,7 @@ describe('ClickHouseTraceReads on a real ClickHouse engine over HTTP', () => {
     });
 
     it('reads them back byte for byte, by id and by job', async () => {
-      for (const spans of [await reads.pipelineTrace(77, 7700, today), await reads.jobTrace(77, 7701, today)]) {
+      for (const spans of [await spansOf(reads.pipelineTrace(77, 7700, today, ALL)), await spansOf(reads.jobTrace(77, 7701, today, ALL))]) {
         expect(spans!.map((span) => span.spanId).sort()).toEqual([`5pan'\\\0`, 'job7701']);
         const pipeline = spans!.find((span) => span.name === 'pipeline')!;
         expect(pipeline).toMatchObject({ traceId: NASTY_TRACE, statusMessage: NASTY, traceState: `ot=th:0,vendor=${NASTY}` });
@@ -305,7 +333,7 @@ describe('ClickHouseTraceReads on a real ClickHouse engine over HTTP', () => {
     });
 
     it('filters on them as values, never as SQL', async () => {
-      await expect(reads.projectJobs(77, today, NASTY)).resolves.toEqual([expect.objectContaining({ jobId: 7701, name: NASTY })]);
+      await expect(reads.projectJobs(77, today, NASTY)).resolves.toEqual([expect.objectContaining({ name: NASTY, runs: 1 })]);
       await expect(reads.projectJobs(77, today, `main' OR '1'='1`)).resolves.toEqual([]);
       await expect(reads.projectJobs(77, today, `${NASTY}\\`)).resolves.toEqual([]);
       await expect(clickhouse.query('SELECT count() AS spans FROM otel.otel_traces')).resolves.toEqual([{ spans: expect.any(Number) }]);
@@ -322,12 +350,12 @@ describe('ClickHouseTraceReads on a real ClickHouse engine over HTTP', () => {
 
     it('throws ReadsUnavailableError, never null, for a wrong password, a closed port, and a server that does not answer in time', async () => {
       const wrongPassword = new ClickHouseTraceReads({ url: clickhouse.url, password: 'not it', timeoutMs: 5_000 });
-      await expect(wrongPassword.pipelineTrace(7, 700, today)).rejects.toThrow(ReadsUnavailableError);
+      await expect(wrongPassword.pipelineTrace(7, 700, today, ALL)).rejects.toThrow(ReadsUnavailableError);
       await expect(wrongPassword.projectJobs(7, today)).rejects.toThrow(/Authentication failed/);
       await wrongPassword.close();
 
       const closed = new ClickHouseTraceReads({ url: `http://127.0.0.1:${await freePort()}`, password: 'x', timeoutMs: 5_000 });
-      await expect(closed.jobTrace(7, 7001, today)).rejects.toThrow(ReadsUnavailableError);
+      await expect(closed.jobTrace(7, 7001, today, ALL)).rejects.toThrow(ReadsUnavailableError);
       await closed.close();
 
       // Accepts the connection and the request, and never answers.
@@ -335,10 +363,20 @@ describe('ClickHouseTraceReads on a real ClickHouse engine over HTTP', () => {
       await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
       const port = (silent.address() as { port: number }).port;
       const hung = new ClickHouseTraceReads({ url: `http://127.0.0.1:${port}`, password: 'x', timeoutMs: 300 });
-      const error = await hung.pipelineTrace(7, 700, today).catch((caught: unknown) => caught);
+      const error = await hung.pipelineTrace(7, 700, today, ALL).catch((caught: unknown) => caught);
       expect(error).toBeInstanceOf(ReadsUnavailableError);
       expect((error as ReadsUnavailableError).retryAfterSeconds).toBeGreaterThan(0);
       await hung.close();
+
+      // A read the service gives up (its deadline in the reads pool) aborts its query, whatever the client's own timeout.
+      const patient = new ClickHouseTraceReads({ url: `http://127.0.0.1:${port}`, password: 'x', timeoutMs: 60_000 });
+      const given = new AbortController();
+      const read = patient.pipelineTrace(7, 700, today, { limit: 10, signal: given.signal }).catch((caught: unknown) => caught);
+      given.abort();
+      expect(await read).toBeInstanceOf(ReadsUnavailableError);
+      const jobs = patient.projectJobs(7, today, undefined, AbortSignal.abort()).catch((caught: unknown) => caught);
+      expect(await jobs).toBeInstanceOf(ReadsUnavailableError);
+      await patient.close();
     });
   });
 });

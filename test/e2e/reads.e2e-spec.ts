@@ -15,7 +15,9 @@ import { makeWebhookSecret, WebhookSecret } from '../helpers/gitlab-webhooks';
 import { internalApiHeaders } from '../helpers/internal-api';
 import { expectMatchesOpenApi } from '../helpers/openapi';
 import { waitFor } from '../helpers/ports';
-import { ServiceProcess, startService } from '../helpers/service';
+import { metric, ServiceProcess, startService } from '../helpers/service';
+import { writeCollectorFiles } from '../helpers/reads-cases';
+import { largePipeline } from '../suites/large-pipeline';
 
 /**
  * SPEC §12 against the built service on its embedded defaults: a pipeline run as GitLab and a stock runner run it
@@ -100,6 +102,8 @@ describe('reading a pipeline a stock runner exported (SPEC §12)', () => {
     // pipeline, 4 × (job, queue wait, job_execution, 7 stages)
     expect(answer!.body.completeness).toEqual({
       spans: 1 + 4 * 10,
+      total_spans: 1 + 4 * 10,
+      truncated: false,
       roots: 1,
       missing_parents: 0,
       jobs_without_runner_spans: 0,
@@ -213,4 +217,31 @@ describe('reading a pipeline a stock runner exported (SPEC §12)', () => {
     expect(last).toMatch(/\d+s in scripts/);
     expect(last).toMatch(/\d+s waiting for runners/);
   });
+});
+
+describe('a read past READS_TIMEOUT_MS on the built service (issue 56 item 3)', () => {
+  it('is answered 503 with Retry-After, and abandoned: its worker thread is stopped and replaced, and counted', async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), 'cjt-reads-late-'));
+    writeCollectorFiles(dataDir, largePipeline(PROJECT, 3700, 40, 1000).resourceSpans());
+    const service = await startService({ DATA_DIR: dataDir, READS_TIMEOUT_MS: '100' });
+    try {
+      const url = `${service.url}/internal/ci/telemetry/projects/${PROJECT}/pipelines/3700/trace`;
+      const answers: Array<[number, string | null]> = [];
+      // Reads that find the thread still starting are dropped from its queue at their deadline; the first that finds it
+      // ready decodes 40,000 spans, which takes longer than 100 ms: that one is abandoned with its thread.
+      await waitFor(
+        'a read abandoned',
+        async () => {
+          const response = await fetch(url, { headers: await internalApiHeaders(service.secrets.internalApiSecret) });
+          answers.push([response.status, response.headers.get('retry-after')]);
+          return (await metric(service, 'ci_job_telemetry_reads_abandoned_total')) >= 1 ? true : undefined;
+        },
+        60_000,
+      );
+      for (const [status, retryAfter] of answers) expect([status, Number(retryAfter) >= 1]).toEqual([503, true]);
+    } finally {
+      await service.stop();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  }, 90_000);
 });

@@ -11,6 +11,10 @@ import { expectMatchesOpenApi } from '../helpers/openapi';
 import { describeReadsEndpoints, PROJECT, readsWorld, ReadsApp, startReadsApp, writeCollectorFiles } from '../helpers/reads-cases';
 import { startInProcess } from '../helpers/service';
 import { PipelineTrace } from '../helpers/pipeline-trace';
+import { trustedSpans } from '../../src/otlp/control-plane-mark';
+import { describeTraceReadsConformance } from '../suites/trace-reads.suite';
+import { largePipeline } from '../suites/large-pipeline';
+import { jobPayloadRequest } from '../fixtures/job-payload';
 
 /** SPEC §12 over the embedded collector's files, and what every read checks before any backend is asked. */
 
@@ -26,6 +30,11 @@ function filesBackend(): { dataDir: string; reads: (exports: Parameters<typeof w
 }
 
 describeReadsEndpoints('the embedded collector files', async () => {
+  const files = filesBackend();
+  return { load: async (exports) => files.reads(exports) };
+});
+
+describeTraceReadsConformance('the embedded collector files', async () => {
   const files = filesBackend();
   return { load: async (exports) => files.reads(exports) };
 });
@@ -171,7 +180,8 @@ describe('the read API in the service itself', () => {
     const files = filesBackend();
     const world = readsWorld();
     files.reads(world.exports);
-    const service = await startInProcess({ DATA_DIR: files.dataDir });
+    // A worker thread under ts-jest compiles its TypeScript first (seconds); the built service's starts in milliseconds.
+    const service = await startInProcess({ DATA_DIR: files.dataDir, READS_TIMEOUT_MS: '60000' });
     try {
       const url = `/internal/ci/telemetry/projects/${PROJECT}/pipelines/500/critical_path`;
       const response = await service.app.inject({ method: 'GET', url, headers: await internalApiHeaders(service.secrets.internalApiSecret) });
@@ -187,6 +197,38 @@ describe('the read API in the service itself', () => {
       await service.close();
     }
   });
+
+  it('answers a job pickup while a large read is in progress, then the read, capped at READS_MAX_SPANS and saying so', async () => {
+    // 30 jobs of 1,000 spans each: issue 56 item 3's pipeline, smaller. The read's work is in a worker thread.
+    const files = filesBackend();
+    const large = largePipeline(PROJECT, 700, 30, 1000);
+    files.reads(large.resourceSpans());
+    const service = await startInProcess({ DATA_DIR: files.dataDir, READS_TIMEOUT_MS: '60000' });
+    try {
+      const headers = await internalApiHeaders(service.secrets.internalApiSecret);
+      const answered: string[] = [];
+      const read = service.app
+        .inject({ method: 'GET', url: `/internal/ci/telemetry/projects/${PROJECT}/pipelines/700/trace`, headers })
+        .then((response) => (answered.push('read'), response));
+      const pickup = await service.app
+        .inject({
+          method: 'POST',
+          url: '/internal/ci/telemetry/job_payload',
+          headers: { ...headers, 'content-type': 'application/json' },
+          payload: jobPayloadRequest(),
+        })
+        .then((response) => (answered.push('pickup'), response));
+      expect(pickup.statusCode).toBe(200);
+      expect(answered).toEqual(['pickup']);
+      const response = await read;
+      expect(answered).toEqual(['pickup', 'read']);
+      expect(response.statusCode).toBe(200);
+      const body = response.json();
+      expect(body.completeness).toMatchObject({ spans: 10_000, total_spans: 30_121, truncated: true, roots: 1, missing_parents: 0, final: true });
+    } finally {
+      await service.close();
+    }
+  }, 120_000);
 });
 
 describe('a hosted runner\'s spans named as the control plane\'s, sent straight to the collector (SPEC §12 "Trust")', () => {
@@ -323,7 +365,9 @@ describe('the embedded backend keeping one copy of a span id, whatever order the
           order.sort((a, b) => a.key - b.key);
           const reads = files.reads(order.map(({ resourceSpans }) => resourceSpans) as typeof exports);
           const window = { fromMs: createdAt - 60_000, toMs: Date.now() };
-          const kept = ((await reads.jobTrace(PROJECT, 66, window)) ?? []).filter((span) => span.spanId === jobSpanId);
+          // As a read takes them: the backend's one copy per span id, then the trusted ones (read-answers.ts ownSpans).
+          const read = await reads.jobTrace(PROJECT, 66, window, { limit: 1_000_000 });
+          const kept = trustedSpans(read?.spans ?? []).filter((span) => span.spanId === jobSpanId);
           expect(kept.map((span) => [span.name, span.attributes['ci.job.status']])).toEqual([['job', 'failed']]);
         },
       ),
