@@ -1,3 +1,4 @@
+import { CONTROL_PLANE_MARK } from '../../src/otlp/control-plane-mark';
 import { readFileSync } from 'node:fs';
 import { createServer, Server, Socket } from 'node:net';
 import { join } from 'node:path';
@@ -286,7 +287,7 @@ describe('ClickHouseTraceReads on a real ClickHouse engine over HTTP', () => {
     const start = BigInt(created + 60_000) * 1_000_000n;
 
     beforeAll(async () => {
-      const identity = { 'service.name': 'gitlab-ci', 'ci.project.id': '77', 'ci.pipeline.id': '7700' };
+      const identity = { 'service.name': 'gitlab-ci', 'ci.project.id': '77', 'ci.pipeline.id': '7700', [CONTROL_PLANE_MARK.key]: CONTROL_PLANE_MARK.value };
       const rows: OtelTracesRow[] = [
         otelSpanRow({
           Timestamp: dateTime64(start),

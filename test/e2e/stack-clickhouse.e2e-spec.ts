@@ -1,3 +1,4 @@
+import { CONTROL_PLANE_MARK } from '../../src/otlp/control-plane-mark';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { BUILD_STAGES, exportJobAsRunner } from '../../demo/stock-runner';
@@ -431,7 +432,12 @@ describe('01-ci-job-telemetry.sql upgrades an install made before issue 19, and 
     await insertOtelTraces(clickhouse, [
       span('0000000000000001', 'job_execution', { 'service.name': 'runner', ...job }),
       // Dropped by the old view: no job id.
-      span('0000000000000002', 'pipeline', { 'service.name': 'gitlab-ci', 'ci.project.id': '7', 'ci.pipeline.id': '610' }),
+      span('0000000000000002', 'pipeline', {
+        'service.name': 'gitlab-ci',
+        [CONTROL_PLANE_MARK.key]: CONTROL_PLANE_MARK.value,
+        'ci.project.id': '7',
+        'ci.pipeline.id': '610',
+      }),
     ]);
     expect(await clickhouse.query('SELECT span_name FROM otel.ci_job_telemetry_traces')).toEqual([{ span_name: 'job_execution' }]);
 
@@ -443,13 +449,29 @@ describe('01-ci-job-telemetry.sql upgrades an install made before issue 19, and 
     ]);
 
     await insertOtelTraces(clickhouse, [
-      span('0000000000000003', 'pipeline', { 'service.name': 'gitlab-ci', 'ci.project.id': '7', 'ci.pipeline.id': '611' }, { 'ci.pipeline.status': 'success' }),
-      span('0000000000000004', 'queue_wait', { 'service.name': 'gitlab-ci', ...job, 'ci.job.id': '3111' }, { 'ci.runner.type': 'instance_type' }),
+      span(
+        '0000000000000003',
+        'pipeline',
+        { 'service.name': 'gitlab-ci', [CONTROL_PLANE_MARK.key]: CONTROL_PLANE_MARK.value, 'ci.project.id': '7', 'ci.pipeline.id': '611' },
+        { 'ci.pipeline.status': 'success' },
+      ),
+      span(
+        '0000000000000004',
+        'queue_wait',
+        { 'service.name': 'gitlab-ci', [CONTROL_PLANE_MARK.key]: CONTROL_PLANE_MARK.value, ...job, 'ci.job.id': '3111' },
+        { 'ci.runner.type': 'instance_type' },
+      ),
     ]);
     // Run again, on an install that is current: nothing changes, and the view copies each span once.
     await clickhouse.query(SCHEMA);
     await insertOtelTraces(clickhouse, [
-      span('0000000000000005', 'queue_wait', { 'service.name': 'gitlab-ci', ...job, 'ci.job.id': '3112', 'ci.runner.type': 'group_type' }),
+      span('0000000000000005', 'queue_wait', {
+        'service.name': 'gitlab-ci',
+        [CONTROL_PLANE_MARK.key]: CONTROL_PLANE_MARK.value,
+        ...job,
+        'ci.job.id': '3112',
+        'ci.runner.type': 'group_type',
+      }),
     ]);
     // Written before the upgrade, with no tracestate kept: head-sampled, as every span was then, counting 1.
     expect(await clickhouse.query("SELECT sampling_reason, adjusted_count FROM otel.ci_job_telemetry_traces WHERE span_id = '0000000000000001'")).toEqual([
@@ -492,6 +514,27 @@ describe('ci_job_telemetry_spans says why a span was kept and how many it stands
   }, 60_000);
   afterAll(async () => {
     await clickhouse?.stop();
+  });
+
+  it("copies GitLab's account of a job only from the control plane: a job span written straight to the collector is not in the view (issue 56)", async () => {
+    const identity = { 'service.name': 'gitlab-ci', 'ci.project.id': '7', 'ci.pipeline.id': '2950', 'ci.job.id': '29500' };
+    const jobRow = (spanId: string, resource: Record<string, string>, status: string) =>
+      otelSpanRow({
+        Timestamp: dateTime64(BigInt(createdAt.getTime()) * 1_000_000n),
+        TraceId: 'd5d5d5d5d5d5d5d5d5d5d5d5d5d5d5d5',
+        SpanId: spanId,
+        SpanName: 'job',
+        ResourceAttributes: resource,
+        SpanAttributes: { 'ci.job.status': status, 'cicd.pipeline.task.name': 'rspec' },
+      });
+    // GitLab said failed (the control plane's span); a hosted runner's program wrote a `job` span saying success.
+    await insertOtelTraces(clickhouse, [
+      jobRow('0000000000002951', { ...identity, [CONTROL_PLANE_MARK.key]: CONTROL_PLANE_MARK.value }, 'failed'),
+      jobRow('0000000000002952', identity, 'success'),
+    ]);
+    expect(await clickhouse.query('SELECT span_id, job_status FROM otel.ci_job_telemetry_spans WHERE pipeline_id = 2950 ORDER BY span_id')).toEqual([
+      { span_id: '0000000000002951', job_status: 'failed' },
+    ]);
   });
 
   it('weighs a pipeline kept by outcome 1 and a head-sampled one 1/p, and reads back the reason', async () => {
@@ -541,7 +584,13 @@ describe('ci_job_telemetry_spans says why a span was kept and how many it stands
           SpanId: `00000000000001${index.toString(16).padStart(2, '0')}`,
           SpanName: 'queue_wait',
           TraceState: traceState,
-          ResourceAttributes: { 'service.name': 'gitlab-ci', 'ci.project.id': '7', 'ci.pipeline.id': '2900', 'ci.job.id': String(29000 + index) },
+          ResourceAttributes: {
+            'service.name': 'gitlab-ci',
+            [CONTROL_PLANE_MARK.key]: CONTROL_PLANE_MARK.value,
+            'ci.project.id': '7',
+            'ci.pipeline.id': '2900',
+            'ci.job.id': String(29000 + index),
+          },
         }),
       ),
     );
@@ -558,7 +607,7 @@ describe('ci_job_telemetry_spans says why a span was kept and how many it stands
         SpanId: '0000000000000b86',
         SpanName: 'pipeline',
         TraceState: 'ot=th:0',
-        ResourceAttributes: { 'service.name': 'gitlab-ci', ...identity, ...resource },
+        ResourceAttributes: { 'service.name': 'gitlab-ci', [CONTROL_PLANE_MARK.key]: CONTROL_PLANE_MARK.value, ...identity, ...resource },
         SpanAttributes: { ...identity, 'ci.pipeline.span.version': String(version) },
       });
     const job = (jobId: number, resource: Record<string, string>, span: Record<string, string>) =>

@@ -1,3 +1,4 @@
+import { CONTROL_PLANE_MARK } from '../../src/otlp/control-plane-mark';
 import { tracestateFor } from '../../src/trace-context/trace-context';
 import { dateTime64, otelSpanRow, OtelTracesRow } from './clickhouse-exporter';
 
@@ -43,7 +44,12 @@ export function sampledPipelineRows(pipeline: SampledPipeline): OtelTracesRow[] 
       SpanId: pipelineSpanId,
       TraceState: pipeline.traceState,
       SpanName: 'pipeline',
-      ResourceAttributes: { 'service.name': 'gitlab-ci', ...identity, 'ci.sampling.reason': pipeline.reason },
+      ResourceAttributes: {
+        'service.name': 'gitlab-ci',
+        ...identity,
+        'ci.sampling.reason': pipeline.reason,
+        [CONTROL_PLANE_MARK.key]: CONTROL_PLANE_MARK.value,
+      },
       SpanAttributes: { ...identity, 'ci.pipeline.status': pipeline.status, 'ci.pipeline.span.version': '1024' },
       Duration: duration,
       StatusCode: failed ? 'Error' : 'Unset',

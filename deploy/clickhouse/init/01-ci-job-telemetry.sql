@@ -207,7 +207,10 @@ SELECT
              mapFilter((key, seconds) -> startsWith(key, 'ci.pipeline.critical_path.') AND endsWith(key, '_seconds'), SpanAttributes))
         AS critical_path_parts
 FROM otel.otel_traces
-WHERE project_id > 0 AND (job_id > 0 OR pipeline_id > 0) AND TraceId != '';
+WHERE project_id > 0 AND (job_id > 0 OR pipeline_id > 0) AND TraceId != ''
+  -- GitLab's account of a job or pipeline only from the control plane (docs/reads.md "Trust"): a span named as one of
+  -- its spans without its mark (a hosted runner's program writing straight to the collector) is not copied here.
+  AND (SpanName NOT IN ('pipeline', 'bridge', 'job', 'queue_wait') OR ResourceAttributes['ci.telemetry.emitter'] = 'control_plane');
 
 -- What users look at: one row per span, its latest version (the highest span_version; for a span sent
 -- twice with no version, either copy). Grouped by the span's identity, which no version changes, so that
