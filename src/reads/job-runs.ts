@@ -1,7 +1,8 @@
 import { adjustedCountOf } from './completeness';
 import { criticalPath } from '../critical-path/critical-path';
 import { carriesId, identityOf } from './trace-selection';
-import type { JobRun, StoredSpan, TimeWindow } from './trace-reads';
+import type { JobRun } from './job-summary';
+import type { StoredSpan, TimeWindow } from './trace-reads';
 
 const ms = (nanos: bigint) => Number(nanos / 1_000_000n);
 

@@ -1,5 +1,5 @@
 import { summarizeJobs, weightedPercentile } from './job-summary';
-import type { JobRun } from './trace-reads';
+import type { JobRun } from './job-summary';
 
 const run = (overrides: Partial<JobRun>): JobRun => ({
   jobId: 1,

@@ -83,31 +83,6 @@ export interface TraceBound {
   readonly signal?: AbortSignal;
 }
 
-/** A job's run as the CI view has it, for the per-job-name summary (SPEC §12 "a project's jobs over a window"). */
-export interface JobRun {
-  readonly jobId: number;
-  readonly name: string;
-  readonly stage: string;
-  readonly pipelineId: number;
-  readonly status: string;
-  /** From the runner's pickup to the job's end (GitLab's own `duration`), seconds. */
-  readonly durationSeconds: number;
-  /** From `queued_at` to the pickup, seconds; 0 when not known. */
-  readonly queueSeconds: number;
-  /** Whether a later attempt of the same name in the same pipeline exists (this one was retried). */
-  readonly retried: boolean;
-  /**
-   * Whether this run was on its pipeline's critical path and for how long (its pending to its end, seconds), when
-   * known: the embedded backend computes the path per pipeline; ClickHouse reads what the control plane wrote on the
-   * job span at the pipeline's end (`ci.job.critical_path`, `ci.job.critical_path_seconds`). Undefined: unknown,
-   * left out of the share.
-   */
-  readonly onCriticalPath?: boolean;
-  readonly criticalPathSeconds?: number;
-  /** SPEC §11: 1 for th:0 or no threshold, 2^56/(2^56−T) for a head threshold T. */
-  readonly adjustedCount: number;
-}
-
 export interface TraceReads {
   /**
    * The trace that holds `pipelineId` (the root pipeline with its child pipelines), within `window`, bounded by
