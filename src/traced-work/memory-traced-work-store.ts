@@ -1,4 +1,4 @@
-import { HeadDecision, Remembered, RunnerJobEnd, StoryChapter, TracedJob, TracedPipeline, TracedWorkStore } from './traced-work';
+import { HeadDecision, pipelineRecordAfter, Remembered, RunnerJobEnd, StoryChapter, TracedJob, TracedPipeline, TracedWorkStore } from './traced-work';
 
 interface Expiring<T> {
   readonly value: T;
@@ -37,7 +37,10 @@ export class MemoryTracedWorkStore implements TracedWorkStore {
     const now = this.now();
     for (const { value: pipeline, ttlMs } of pipelines) {
       const kept = this.tracedPipelines.get(pipeline.pipelineId);
-      this.tracedPipelines.set(pipeline.pipelineId, { value: { ...pipeline }, expiresAt: Math.max(now + ttlMs, kept?.expiresAt ?? 0) });
+      const live = kept === undefined || kept.expiresAt <= now ? undefined : kept;
+      const value = pipelineRecordAfter(live?.value ?? null, pipeline);
+      if (value === null) continue;
+      this.tracedPipelines.set(pipeline.pipelineId, { value: { ...value }, expiresAt: Math.max(now + ttlMs, live?.expiresAt ?? 0) });
     }
   }
 
