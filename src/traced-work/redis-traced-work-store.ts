@@ -1,6 +1,14 @@
-import { HEAD_DECISION_KEY, PIPELINE_SPAN_VERSION_KEY, RUNNER_JOB_ENDS_KEY, TRACE_STORY_KEY, TRACED_JOB_KEY, TRACED_PIPELINE_KEY } from '../store/redis-keys';
+import {
+  HEAD_DECISION_KEY,
+  PIPELINE_END_KEY,
+  PIPELINE_SPAN_VERSION_KEY,
+  RUNNER_JOB_ENDS_KEY,
+  TRACE_STORY_KEY,
+  TRACED_JOB_KEY,
+  TRACED_PIPELINE_KEY,
+} from '../store/redis-keys';
 import { RedisStore } from '../store/redis-store';
-import { HeadDecision, Remembered, RunnerJobEnd, StoryChapter, TracedJob, TracedPipeline, TracedWorkStore } from './traced-work';
+import { HeadDecision, PipelineEndSeen, Remembered, RunnerJobEnd, StoryChapter, TracedJob, TracedPipeline, TracedWorkStore } from './traced-work';
 
 /**
  * Sets a pipeline's record (ARGV[1], JSON) whose life only ever grows: a shorter TTL than the one it has keeps the
@@ -62,6 +70,14 @@ if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[1]) then redis.call('PEXPIRE', KE
 return 1
 `;
 
+/** Keeps a pipeline's end (ARGV[1], JSON) for ARGV[2] ms, unless the one kept ended later. */
+const RECORD_END = `
+local kept = redis.call('GET', KEYS[1])
+if kept and cjson.decode(kept)['end'].finishedAt > cjson.decode(ARGV[1])['end'].finishedAt then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+`;
+
 /** The traced-work scripts as ioredis commands: sent by SHA (EVALSHA) after the first use, not as text. */
 interface TracedWorkScripts {
   cjtSetPipeline(key: string, value: string, ttlMs: string): Promise<number>;
@@ -69,6 +85,7 @@ interface TracedWorkScripts {
   cjtPin(key: string, value: string, ttlMs: string): Promise<string>;
   cjtRecordRunnerJobEnd(key: string, jobId: string, endJson: string, ttlMs: string): Promise<string[]>;
   cjtRecordStory(key: string, ttlMs: string, ...chapters: string[]): Promise<number>;
+  cjtRecordEnd(key: string, ended: string, ttlMs: string): Promise<number>;
 }
 
 export class RedisTracedWorkStore implements TracedWorkStore {
@@ -81,6 +98,7 @@ export class RedisTracedWorkStore implements TracedWorkStore {
     redis.defineCommand('cjtPin', { numberOfKeys: 1, lua: PIN });
     redis.defineCommand('cjtRecordRunnerJobEnd', { numberOfKeys: 1, lua: RECORD_RUNNER_JOB_END });
     redis.defineCommand('cjtRecordStory', { numberOfKeys: 1, lua: RECORD_STORY });
+    redis.defineCommand('cjtRecordEnd', { numberOfKeys: 1, lua: RECORD_END });
     this.scripts = redis as unknown as TracedWorkScripts;
   }
 
@@ -131,5 +149,15 @@ export class RedisTracedWorkStore implements TracedWorkStore {
 
   async traceStory(rootPipelineId: number): Promise<string[]> {
     return this.store.guard(() => this.store.client.hvals(TRACE_STORY_KEY(rootPipelineId)));
+  }
+
+  async recordPipelineEnd(pipelineId: number, ended: PipelineEndSeen, ttlMs: number): Promise<void> {
+    const ttl = String(Math.max(1, Math.round(ttlMs)));
+    await this.store.guard(() => this.scripts.cjtRecordEnd(PIPELINE_END_KEY(pipelineId), JSON.stringify(ended), ttl));
+  }
+
+  async pipelineEnd(pipelineId: number): Promise<PipelineEndSeen | null> {
+    const stored = await this.store.guard(() => this.store.client.get(PIPELINE_END_KEY(pipelineId)));
+    return stored === null ? null : (JSON.parse(stored) as PipelineEndSeen);
   }
 }

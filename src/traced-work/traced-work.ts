@@ -124,6 +124,22 @@ export interface PipelineStoryStore {
   recordTraceStory(rootPipelineId: number, chapters: readonly StoryChapter[], ttlMs: number): Promise<void>;
   /** The root pipeline's chapters' texts, in no particular order; none once forgotten. */
   traceStory(rootPipelineId: number): Promise<string[]>;
+  /** Keeps a pipeline's end unless a later one (by `end.finishedAt`) is kept already, for at least `ttlMs`. */
+  recordPipelineEnd(pipelineId: number, ended: PipelineEndSeen, ttlMs: number): Promise<void>;
+  /** The latest end kept of a pipeline, or null (never ended, or forgotten). */
+  pipelineEnd(pipelineId: number): Promise<PipelineEndSeen | null>;
+}
+
+/**
+ * A pipeline's latest end as its span told it (SPEC §10, the final story), kept so a hook saying it runs again can draw
+ * the newer, running version at once: where its span sits, and which jobs had finished then.
+ */
+export interface PipelineEndSeen {
+  /** The span's place, as the caller drew it (its own shape: JSON). */
+  readonly place: unknown;
+  /** The end as the caller drew it (JSON), epoch ms `finishedAt` among it. */
+  readonly end: { readonly finishedAt: number } & Record<string, unknown>;
+  readonly finishedJobIds: readonly number[];
 }
 
 /** One chapter of a root pipeline's story: its key (one per job or bridge) and its text (the caller's JSON). */

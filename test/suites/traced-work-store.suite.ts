@@ -81,6 +81,20 @@ export function behavesAsATracedWorkStore(world: StoreWorld) {
       });
     });
 
+    it("keeps a pipeline's latest end whatever order its ends come in, until it is forgotten", async () => {
+      const ended = (finishedAt: number, finishedJobIds: number[]) => ({ place: { spanId: 'ab' }, end: { finishedAt, status: 'failed' }, finishedJobIds });
+      expect(await tracedWork.pipelineEnd(501)).toBeNull();
+      await tracedWork.recordPipelineEnd(501, ended(9_000, [1, 2]), 300);
+      // An earlier end delivered late (a hook GitLab redelivered) does not take the later one's place.
+      await tracedWork.recordPipelineEnd(501, ended(5_000, [1]), 300);
+      expect(await tracedWork.pipelineEnd(501)).toEqual(ended(9_000, [1, 2]));
+      await tracedWork.recordPipelineEnd(501, ended(12_000, [1, 2, 3]), 300);
+      expect(await tracedWork.pipelineEnd(501)).toEqual(ended(12_000, [1, 2, 3]));
+      expect(await tracedWork.pipelineEnd(502)).toBeNull();
+      await world.elapse(450);
+      expect(await tracedWork.pipelineEnd(501)).toBeNull();
+    });
+
     it("keeps a pipeline span's highest version whatever order versions come in, and says when one is stale", async () => {
       const [older, newer] = [(2 ** 40 + 5) * 1024, (2 ** 40 + 9) * 1024 + 130];
       expect(await tracedWork.raisePipelineSpanVersion(501, older, 60_000)).toBe(older);
