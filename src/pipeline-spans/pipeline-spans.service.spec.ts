@@ -303,3 +303,79 @@ describe('a failed attempt the decorator did not trace still tells its pipelineâ
     expect((await parking.readFacts(TRACE)).statuses).toEqual(['success']);
   });
 });
+
+describe('a pipeline that had finished runs again (SPEC Â§12 "final", issue 56 4b)', () => {
+  let store: RecordingStore;
+  let service: PipelineSpansService;
+  const createdAt = Date.now() - 120_000;
+  const firstEnd = Date.now() - 60_000;
+
+  beforeEach(async () => {
+    store = new RecordingStore();
+    const deliverer = { kick: () => undefined } as unknown as OutboxDeliverer;
+    service = new PipelineSpansService(
+      loadConfig({}),
+      secrets,
+      store,
+      store.outbox,
+      deliverer,
+      new PipelineSpansMetrics(new MetricsService()),
+      {} as OutcomeSamplingService,
+    );
+    await store.recordTracedPipelines([{ value: { pipelineId: 500, rootPipelineId: 500, projectId: 7, traceId: 'a'.repeat(32) }, ttlMs: 60_000 }]);
+  });
+  afterEach(() => {
+    store.close();
+    store.outbox.close();
+  });
+
+  const hook = (activeJobIds: number[], end?: { status: string; finishedAt: number }, finished = [1001]) =>
+    service.handleWebhook({
+      kind: 'pipeline',
+      pipelineId: 500,
+      projectId: 7,
+      finishedJobs: finished.map((jobId) => ({ jobId, pipelineId: 500, status: 'failed', finishedAt: firstEnd - 1_000 })),
+      activeJobIds,
+      ...(end === undefined ? {} : { end: { ...end, createdAt } }),
+    });
+  /** The pipeline span's versions in the outbox, by version: its status as readers take it. */
+  const pipelineVersions = async () => {
+    const claimed = await store.outbox.claim(100, 60_000);
+    const versions = new Map<number, string>();
+    for (const entry of claimed) {
+      const span = (
+        JSON.parse(entry.body.toString()) as {
+          scopeSpans: Array<{ spans: Array<{ name: string; attributes: Array<{ key: string; value: Record<string, string> }> }> }>;
+        }
+      ).scopeSpans[0].spans[0];
+      if (span.name !== 'pipeline') continue;
+      const attribute = (key: string) => Object.values(span.attributes.find((kv) => kv.key === key)?.value ?? {})[0];
+      versions.set(Number(attribute('ci.pipeline.span.version')), String(attribute('ci.pipeline.status')));
+    }
+    return [...versions].sort(([a], [b]) => a - b);
+  };
+  const statuses = async () => (await pipelineVersions()).map(([, status]) => status);
+
+  it('draws a newer, running version at once when a retried job is pending, and the next end above it', async () => {
+    await hook([], { status: 'failed', finishedAt: firstEnd });
+    // GitLab retries the failed job: a new job id, pending.
+    await hook([1002]);
+    const [[, failed], [running, runningStatus]] = await pipelineVersions();
+    expect([failed, runningStatus]).toEqual(['failed', 'running']);
+    await hook([], { status: 'success', finishedAt: Date.now() }, [1002]);
+    const [[again, status]] = await pipelineVersions();
+    expect(status).toBe('success');
+    expect(again).toBeGreaterThan(running);
+  });
+
+  it('reopens nothing for a running hook delivered late, whose jobs had all finished by the end', async () => {
+    await hook([], { status: 'failed', finishedAt: firstEnd });
+    await hook([1001]);
+    expect(await statuses()).toEqual(['failed']);
+  });
+
+  it('reopens nothing for a pipeline that has not ended yet', async () => {
+    await hook([1001], undefined, []);
+    expect(await statuses()).toEqual([]);
+  });
+});
