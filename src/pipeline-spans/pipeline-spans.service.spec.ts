@@ -8,6 +8,7 @@ import { MemoryOutboxStore } from '../outbox/memory-outbox-store';
 import { MetricsService } from '../observability/metrics.service';
 import { PipelineSpansMetrics } from './pipeline-spans.metrics';
 import { PipelineSpansService } from './pipeline-spans.service';
+import type { PipelineEvent } from './pipeline-events';
 import { OutcomeSamplingService } from '../outcome-sampling/outcome-sampling.service';
 import { OutboxDeliverer } from '../outbox/outbox-deliverer';
 import { DEFAULT_OUTCOME_POLICY } from '../outcome-sampling/outcome-policy';
@@ -377,5 +378,109 @@ describe('a pipeline that had finished runs again (SPEC §12 "final", issue 56 4
   it('reopens nothing for a pipeline that has not ended yet', async () => {
     await hook([1001], undefined, []);
     expect(await statuses()).toEqual([]);
+  });
+});
+
+describe("one project's data on the memory store (SPEC §12 Trust, issue 56)", () => {
+  const A = 7;
+  const B = 8;
+  let store: RecordingStore;
+  let service: PipelineSpansService;
+
+  beforeEach(async () => {
+    store = new RecordingStore();
+    const deliverer = { kick: () => undefined } as unknown as OutboxDeliverer;
+    service = new PipelineSpansService(
+      loadConfig({}),
+      secrets,
+      store,
+      store.outbox,
+      deliverer,
+      new PipelineSpansMetrics(new MetricsService()),
+      {} as OutcomeSamplingService,
+    );
+    // A's pipeline 500, traced from its own job's pickup.
+    service.recordPickup(pickedUp(1001, { pipelineId: 500, rootPipelineId: 500, projectId: A }), Date.now() + 3_600_000, '0000000000000001');
+    await service.onModuleDestroy();
+  });
+  afterEach(() => {
+    store.close();
+    store.outbox.close();
+  });
+
+  /**
+   * GitLab's documented Pipeline Hook of a multi-project downstream pipeline (B's 700, triggered by A's job 5002 in
+   * 500: `source_pipeline.project.id` is A's), as gitlab-webhook.ts parses it; test/e2e/one-project.e2e-spec.ts sends
+   * the hook itself.
+   */
+  const downstreamHook = (): PipelineEvent => ({
+    kind: 'pipeline',
+    pipelineId: 700,
+    projectId: B,
+    source: { pipelineId: 500, jobId: 5002, projectId: A },
+    finishedJobs: [{ jobId: 7001, pipelineId: 700, status: 'failed', failureReason: 'script_failure', name: 'deploy-b', finishedAt: Date.now() - 10_000 }],
+    activeJobIds: [],
+    end: {
+      status: 'failed',
+      failureReason: 'deploy-b: script_failure',
+      createdAt: Date.now() - 60_000,
+      finishedAt: Date.now() - 10_000,
+      ref: 'master',
+      url: 'http://gitlab.example.com/gitlab-org/project-8/-/pipelines/700',
+      projectUrl: 'http://gitlab.example.com/gitlab-org/project-8',
+      projectPath: 'gitlab-org/project-8',
+    },
+  });
+  const emitted = async () =>
+    (await store.outbox.claim(100, 60_000)).map((entry) => JSON.parse(entry.body.toString()) as { scopeSpans: Array<{ spans: Array<{ name: string }> }> });
+
+  it("draws A's bridge, A's own, from B's hook, never B's pipeline, and never takes B's pipeline for A's", async () => {
+    await store.outbox.claim(100, 60_000);
+    await service.handleWebhook(downstreamHook());
+    const spans = await emitted();
+    expect(spans.map((resource) => resource.scopeSpans[0].spans[0].name)).toEqual(['bridge']);
+    const text = JSON.stringify(spans);
+    expect(text).toContain('"ci.downstream_project.id","value":{"stringValue":"8"}');
+    for (const ofB of ['deploy-b', 'script_failure', 'project-8']) expect(text).not.toContain(ofB);
+    expect(await store.findTracedPipeline(700)).toBeNull();
+    expect((await store.findTracedPipeline(500))?.projectId).toBe(A);
+  });
+
+  it("keeps A's record when a pickup of B's job names A's pipeline as its root, on this process and after its memo", async () => {
+    service.recordPickup(
+      pickedUp(8001, { pipelineId: 800, rootPipelineId: 500, projectId: B, traceId: 'a'.repeat(32) }),
+      Date.now() + 3_600_000,
+      '0000000000000008',
+    );
+    await service.onModuleDestroy();
+    // Another replica (no memo of A's record) does the same.
+    const replica = new PipelineSpansService(
+      loadConfig({}),
+      secrets,
+      store,
+      store.outbox,
+      { kick: () => undefined } as unknown as OutboxDeliverer,
+      new PipelineSpansMetrics(new MetricsService()),
+      {} as OutcomeSamplingService,
+    );
+    replica.recordPickup(
+      pickedUp(8002, { pipelineId: 800, rootPipelineId: 500, projectId: B, traceId: 'a'.repeat(32) }),
+      Date.now() + 3_600_000,
+      '0000000000000009',
+    );
+    await replica.onModuleDestroy();
+    expect(await store.findTracedPipeline(500)).toMatchObject({ projectId: A });
+    // A's end draws A's root, labelled A's.
+    await store.outbox.claim(100, 60_000);
+    await service.handleWebhook({
+      kind: 'pipeline',
+      pipelineId: 500,
+      projectId: A,
+      finishedJobs: [],
+      activeJobIds: [],
+      end: { status: 'success', createdAt: Date.now() - 60_000, finishedAt: Date.now() },
+    });
+    const root = (await emitted()).find((resource) => resource.scopeSpans[0].spans[0].name === 'pipeline');
+    expect(JSON.stringify(root)).toContain('"ci.project.id","value":{"intValue":"7"}');
   });
 });
