@@ -107,7 +107,7 @@ describe('outcome sampling in the orders and faults GitLab and operators meet (i
     world = new World({ OUTBOX_MAX_SPANS: '1' });
     await world.outbox.enqueue([{ key: '00ff', body: spanText('00ff'), enqueuedAt: 0 }], { maxSpans: 1, rememberMs: 60_000 });
     expect(await world.service.parkExport(TRACE, 'protobuf', exportOf(3), 3)).toEqual({ kind: 'parked' });
-    await world.service.onPipelineHook(pipeline, rootHook('failed'));
+    await world.service.note({ kind: 'pipeline_hook', pipeline, hook: rootHook('failed') });
     expect((await world.outbox.depth()).spans).toBe(2);
     await world.deliverAll();
     expect(world.sent.some((sent) => sent.encoding === 'protobuf' && sent.body.length === 6)).toBe(true);
@@ -120,7 +120,7 @@ describe('outcome sampling in the orders and faults GitLab and operators meet (i
       world = new World();
       await world.service.parkExport(TRACE, 'protobuf', exportOf(3), 3);
       world.collectorUp = false;
-      await world.service.onPipelineHook(pipeline, rootHook('failed'));
+      await world.service.note({ kind: 'pipeline_hook', pipeline, hook: rootHook('failed') });
       await world.deliverAll();
       // The collector comes back after the parked spans' hold (6 h) and the decision's memory (3 days) have passed.
       jest.setSystemTime(T0 + (6 * 3600 + 3 * 24 * 3600) * 1000 + 1);
@@ -140,10 +140,10 @@ describe('outcome sampling in the orders and faults GitLab and operators meet (i
   it('keeps a pipeline whose child fails after its root succeeded (3)', async () => {
     world = new World({ OUTCOME_SAMPLING_LATE_CHILD_SECONDS: '300' });
     await world.service.parkExport(TRACE, 'protobuf', exportOf(2), 2);
-    await world.service.onPipelineHook(pipeline, childHook(901, undefined));
-    await world.service.onPipelineHook(pipeline, rootHook('success'));
+    await world.service.note({ kind: 'pipeline_hook', pipeline, hook: childHook(901, undefined) });
+    await world.service.note({ kind: 'pipeline_hook', pipeline, hook: rootHook('success') });
     expect(await world.parking.findDecision(TRACE)).toBeNull();
-    await world.service.onPipelineHook(pipeline, childHook(901, 'failed'));
+    await world.service.note({ kind: 'pipeline_hook', pipeline, hook: childHook(901, 'failed') });
     expect(await world.parking.findDecision(TRACE)).toEqual({ keep: true, reason: 'failed' });
     await world.deliverAll();
     expect(world.sent.filter((sent) => sent.encoding === 'protobuf')).toHaveLength(1);
@@ -153,8 +153,8 @@ describe('outcome sampling in the orders and faults GitLab and operators meet (i
     world = new World({ OUTCOME_SAMPLING_MAX_TOTAL_BYTES: '1024', OUTCOME_SAMPLING_MAX_PIPELINE_SPANS: '2' });
     await world.service.parkExport(TRACE, 'protobuf', exportOf(2), 2);
     // Over the pipeline's span bound: the control plane's own spans still park.
-    expect(await world.service.parkSpans(TRACE, [{ key: '0aa1', body: spanText('0aa1') }])).toEqual({ kind: 'parked' });
-    await world.service.onPipelineHook(pipeline, rootHook('failed'));
+    expect(await world.service.offer(TRACE, [{ key: '0aa1', body: spanText('0aa1') }])).toEqual({ kind: 'parked' });
+    await world.service.note({ kind: 'pipeline_hook', pipeline, hook: rootHook('failed') });
     await world.service.parkExport('e'.repeat(32), 'protobuf', exportOf(500), 500);
     expect(await world.service.parkExport(TRACE, 'protobuf', exportOf(400), 400)).toEqual({ kind: 'forward', reason: 'failed' });
   });
@@ -162,7 +162,7 @@ describe('outcome sampling in the orders and faults GitLab and operators meet (i
   it('never turns a drop into a keep: not by a late export and the sweep, nor by an old running hook replayed (5)', async () => {
     world = new World();
     await world.service.parkExport(TRACE, 'protobuf', exportOf(2), 2);
-    await world.service.onPipelineHook(pipeline, rootHook('success', [{ jobId: 1, status: 'success' }]));
+    await world.service.note({ kind: 'pipeline_hook', pipeline, hook: rootHook('success', [{ jobId: 1, status: 'success' }]) });
     await world.sweep();
     expect(await world.parking.findDecision(TRACE)).toEqual({ keep: false, reason: 'outcome' });
     expect(await world.service.parkExport(TRACE, 'protobuf', exportOf(3), 3)).toEqual({ kind: 'dropped' });
@@ -170,21 +170,21 @@ describe('outcome sampling in the orders and faults GitLab and operators meet (i
     await world.sweep();
     expect(await world.parking.findDecision(TRACE)).toEqual({ keep: false, reason: 'outcome' });
     // The running hook from before the end, delivered late: job 1 was running then, and had finished at the end.
-    await world.service.onPipelineHook(pipeline, rootHook(undefined, [], [1]));
+    await world.service.note({ kind: 'pipeline_hook', pipeline, hook: rootHook(undefined, [], [1]) });
     expect(await world.parking.findDecision(TRACE)).toEqual({ keep: false, reason: 'outcome' });
     // A retry: a job the end did not know.
-    await world.service.onPipelineHook(pipeline, rootHook(undefined, [{ jobId: 1, status: 'success' }], [2]));
+    await world.service.note({ kind: 'pipeline_hook', pipeline, hook: rootHook(undefined, [{ jobId: 1, status: 'success' }], [2]) });
     expect(await world.parking.findDecision(TRACE)).toBeNull();
     expect(world.sent).toEqual([]);
   });
 
   it("delivers a kept pipeline's job span once when its Job Hook comes after the Pipeline Hook (7)", async () => {
     world = new World();
-    await world.service.parkSpans(TRACE, [{ key: '0bb1', body: spanText('0bb1') }]);
-    await world.service.onPipelineHook(pipeline, rootHook('failed'));
+    await world.service.offer(TRACE, [{ key: '0bb1', body: spanText('0bb1') }]);
+    await world.service.note({ kind: 'pipeline_hook', pipeline, hook: rootHook('failed') });
     // The same job span again, from the Job Hook that GitLab sent after: decided kept, so it goes to the outbox.
-    const late = await world.service.parkSpans(TRACE, [{ key: '0bb1', body: spanText('0bb1') }]);
-    expect(late).toEqual({ kind: 'forward', reason: 'failed' });
+    const late = await world.service.offer(TRACE, [{ key: '0bb1', body: spanText('0bb1') }]);
+    expect(late).toMatchObject({ kind: 'forward', spans: [{ key: '0bb1' }] });
     const outcome = await world.outbox.enqueue([{ key: '0bb1', body: spanText('0bb1'), enqueuedAt: 0 }], { maxSpans: 100, rememberMs: 60_000 });
     expect(outcome.duplicates).toBe(1);
     await world.deliverAll();
@@ -195,7 +195,7 @@ describe('outcome sampling in the orders and faults GitLab and operators meet (i
     world = new World();
     // 12 exports of 1 MiB: three requests of at most 4 MiB.
     for (let i = 0; i < 12; i++) await world.service.parkExport(TRACE, 'protobuf', exportOf(512 * 1024 + i), 1);
-    await world.service.onPipelineHook(pipeline, rootHook('failed'));
+    await world.service.note({ kind: 'pipeline_hook', pipeline, hook: rootHook('failed') });
     const rounds = await world.deliverAll();
     const requests = world.sent.filter((sent) => sent.encoding === 'protobuf');
     expect(requests.length).toBeGreaterThanOrEqual(3);
@@ -213,7 +213,7 @@ describe('outcome sampling in the orders and faults GitLab and operators meet (i
       read++;
       return parkedEntries(...args);
     };
-    await world.service.onPipelineHook(pipeline, rootHook('success'));
+    await world.service.note({ kind: 'pipeline_hook', pipeline, hook: rootHook('success') });
     await world.sweep();
     expect(await world.parking.findDecision(TRACE)).toEqual({ keep: false, reason: 'outcome' });
     expect(read).toBe(0);
@@ -223,7 +223,7 @@ describe('outcome sampling in the orders and faults GitLab and operators meet (i
   it('keeps a collector outage from losing a kept pipeline: retried until the collector is back (1)', async () => {
     world = new World();
     await world.service.parkExport(TRACE, 'protobuf', exportOf(4), 4);
-    await world.service.onPipelineHook(pipeline, rootHook('failed'));
+    await world.service.note({ kind: 'pipeline_hook', pipeline, hook: rootHook('failed') });
     world.collectorUp = false;
     await world.deliverAll();
     expect(world.sent).toEqual([]);

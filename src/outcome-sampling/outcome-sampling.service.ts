@@ -39,6 +39,42 @@ export interface ProvisionalPipeline {
   readonly outcomePolicy?: OutcomePolicy;
 }
 
+/**
+ * What becomes of the control plane's own spans of a provisional pipeline offered (SPEC §11 "Parking"): parked, or
+ * forwarded now (decided kept already: these are the spans settled with the reason), or dropped (decided dropped, or
+ * the budget's head decision).
+ */
+export type OfferAnswer =
+  { readonly kind: 'parked' } | { readonly kind: 'forward'; readonly spans: readonly ControlPlaneSpanText[] } | { readonly kind: 'dropped' };
+
+/** A control-plane span as text: its outbox key and its OTLP/JSON `ResourceSpans`. */
+export interface ControlPlaneSpanText {
+  readonly key: string;
+  readonly body: string;
+}
+
+/**
+ * A fact the decision reads (SPEC §11 "Decision on outcome"), as the control plane learns it: the one way facts come
+ * in, as the Collector's tail-sampling processor takes spans through one entry point and decides on its own.
+ */
+export type OutcomeFact =
+  /** Provisional pickups: their queue waits, and what the time limit decides for their pipelines. */
+  | { readonly kind: 'pickups'; readonly jobs: readonly ProvisionalPickup[] }
+  /** Statuses a Job Hook told of a provisional pipeline's traced job (an allowed-to-fail job that failed keeps it). */
+  | { readonly kind: 'job_statuses'; readonly pipeline: Pick<ProvisionalPipeline, 'traceId' | 'outcomePolicy'>; readonly statuses: readonly string[] }
+  /**
+   * Statuses a Job Hook told of jobs of `pipelineId` the decorator did not trace; `pipelineOf` looks its pipeline up,
+   * asked only once they are kept under its id (see notePipelineJobStatuses).
+   */
+  | {
+      readonly kind: 'untraced_job_statuses';
+      readonly pipelineId: number;
+      readonly statuses: readonly string[];
+      readonly pipelineOf: () => Promise<Pick<ProvisionalPipeline, 'traceId' | 'outcomePolicy'> | null>;
+    }
+  /** A provisional pipeline's Pipeline Hook, once its own spans were offered. */
+  | { readonly kind: 'pipeline_hook'; readonly pipeline: ProvisionalPipeline; readonly hook: PipelineHookFacts };
+
 /** What a Pipeline Hook tells outcome sampling (the parsed hook, SPEC §10 "Sources"). */
 export interface PipelineHookFacts {
   readonly pipelineId: number;
@@ -138,18 +174,39 @@ export class OutcomeSamplingService implements OnApplicationBootstrap, OnModuleD
   }
 
   /**
-   * The control plane's own spans of a provisional pipeline (SPEC §10): each its outbox key and OTLP/JSON
-   * `ResourceSpans`, one per line (JSON text holds no raw newline). Never refused for a bound: a kept pipeline
-   * without its root or job spans is not whole.
+   * The control plane's own spans of a provisional pipeline (SPEC §10) offered: parked until the outcome, or, once it
+   * is decided, forwarded settled with the reason or dropped. Parked one per line (JSON text holds no raw newline).
+   * Never refused for a bound: a kept pipeline without its root or job spans is not whole.
    */
-  async parkSpans(traceId: string, spans: readonly { readonly key: string; readonly body: string }[]): Promise<ParkingAnswer> {
+  async offer(traceId: string, spans: readonly ControlPlaneSpanText[]): Promise<OfferAnswer> {
     const lines = spans.map(({ key, body }) => `${key} ${body}`).join('\n');
-    return this.park(traceId, 'spans', Buffer.from(lines), spans.length, true);
+    const answer = await this.park(traceId, 'spans', Buffer.from(lines), spans.length, true);
+    if (answer.kind !== 'forward') return answer;
+    const settled = spans.map(({ key, body }) => ({ key, body: settleSamplingReason('json', Buffer.from(body), answer.reason).toString() }));
+    return { kind: 'forward', spans: settled };
   }
 
-  /** Settles a control-plane span text's reason, for spans of a pipeline decided kept. */
-  settledSpans(resourceSpans: string, reason: KeepReason): string {
-    return settleSamplingReason('json', Buffer.from(resourceSpans), reason).toString();
+  /** A fact the decision reads: the one way in (see OutcomeFact). Throws when the store fails: the hook is spooled. */
+  async note(fact: OutcomeFact): Promise<void> {
+    switch (fact.kind) {
+      case 'pickups':
+        return this.notePickups(fact.jobs);
+      case 'job_statuses':
+        return this.noteJobStatuses(fact.pipeline, fact.statuses);
+      case 'untraced_job_statuses': {
+        // Kept under the pipeline's id first, then noted on its trace if it is known: one of the two meets its end.
+        await this.notePipelineJobStatuses(fact.pipelineId, fact.statuses);
+        const pipeline = await fact.pipelineOf();
+        if (pipeline !== null) await this.noteJobStatuses(pipeline, fact.statuses);
+        return;
+      }
+      case 'pipeline_hook':
+        return this.onPipelineHook(fact.pipeline, fact.hook);
+      default: {
+        const unreachable: never = fact;
+        throw new Error(`unhandled outcome fact ${JSON.stringify(unreachable)}`);
+      }
+    }
   }
 
   private async park(traceId: string, kind: ParkedKind, body: Buffer, spans: number, exempt: boolean): Promise<ParkingAnswer> {
@@ -178,8 +235,7 @@ export class OutcomeSamplingService implements OnApplicationBootstrap, OnModuleD
     return this.limits.holdMs + this.limits.rememberMs;
   }
 
-  /** Provisional pickups: their queue waits, and what the time limit decides for their pipelines. */
-  async notePickups(jobs: readonly ProvisionalPickup[]): Promise<void> {
+  private async notePickups(jobs: readonly ProvisionalPickup[]): Promise<void> {
     const byTrace = new Map<string, { longestQueueMs: number; whenNoOutcome: 'keep' | 'drop' }>();
     for (const job of jobs) {
       if (job.outcomePolicy === undefined) continue;
@@ -190,8 +246,7 @@ export class OutcomeSamplingService implements OnApplicationBootstrap, OnModuleD
     await Promise.all([...byTrace].map(([traceId, facts]) => this.parking.noteFacts(traceId, facts, this.factsTtlMs)));
   }
 
-  /** Statuses GitLab's Job Hooks reported for a provisional pipeline's jobs (an allowed-to-fail job keeps it). */
-  async noteJobStatuses(pipeline: Pick<ProvisionalPipeline, 'traceId' | 'outcomePolicy'>, statuses: readonly string[]): Promise<void> {
+  private async noteJobStatuses(pipeline: Pick<ProvisionalPipeline, 'traceId' | 'outcomePolicy'>, statuses: readonly string[]): Promise<void> {
     if (statuses.length === 0 || pipeline.outcomePolicy === undefined) return;
     await this.parking.noteFacts(pipeline.traceId, { statuses }, this.factsTtlMs);
     await this.decideIfEnded(pipeline.traceId, pipeline.outcomePolicy);
@@ -200,19 +255,20 @@ export class OutcomeSamplingService implements OnApplicationBootstrap, OnModuleD
   /**
    * Statuses a Job Hook told of jobs of `pipelineId` that the decorator did not trace (their pickup found the store
    * away): still its jobs' outcomes (SPEC §11 "any of its jobs failed"). Kept under the pipeline's id, for its
-   * terminal Pipeline Hook to read whenever that comes; the caller then also notes them on the pipeline's trace if it
-   * knows it already, so one of the two always sees them, in whichever order, and on whichever replica, both come.
+   * terminal Pipeline Hook to read whenever that comes; then also noted on the pipeline's trace if it is known
+   * already, so one of the two always sees them, in whichever order, and on whichever replica, both come.
    */
-  async notePipelineJobStatuses(pipelineId: number, statuses: readonly string[]): Promise<void> {
+  private async notePipelineJobStatuses(pipelineId: number, statuses: readonly string[]): Promise<void> {
     await this.parking.notePipelineJobStatuses(pipelineId, statuses, this.factsTtlMs);
   }
 
   /**
-   * A provisional pipeline's Pipeline Hook, once its own spans were parked (SPEC §11 "Decision on outcome"): a child
-   * pipeline's statuses are gathered (and decide at once if its root has ended); the root's terminal hook decides;
-   * the root running again after its end reopens it, unless the hook is an old one.
+   * A provisional pipeline's Pipeline Hook, once its own spans were offered (SPEC §11 "Decision on outcome"): the
+   * statuses of its finished jobs are gathered, a child pipeline's too (and decide at once if its root has ended);
+   * the root's terminal hook decides; the root running again after its end reopens it, unless the hook is an old one.
+   * Each branch reaches the decision once.
    */
-  async onPipelineHook(pipeline: ProvisionalPipeline, event: PipelineHookFacts): Promise<void> {
+  private async onPipelineHook(pipeline: ProvisionalPipeline, event: PipelineHookFacts): Promise<void> {
     const policy = pipeline.outcomePolicy;
     if (policy === undefined) return;
     const traceId = pipeline.traceId;
@@ -227,6 +283,11 @@ export class OutcomeSamplingService implements OnApplicationBootstrap, OnModuleD
       return;
     }
     if (event.end === undefined) {
+      // The root runs: its jobs that finished meanwhile (an allowed-to-fail job that failed keeps it) decide if it had ended.
+      if (statuses.length > 0) {
+        await this.parking.noteFacts(traceId, { statuses }, this.factsTtlMs);
+        await this.decideIfEnded(traceId, policy);
+      }
       const facts = await this.parking.readFacts(traceId);
       if (facts.rootEnd === undefined && (await this.parking.findDecision(traceId)) === null) return;
       if (!runsAgain(event.activeJobIds, facts.finishedRootJobs)) return;

@@ -463,6 +463,8 @@ export interface BridgeJob {
   readonly pipelineId: number;
   readonly projectId: number;
   readonly downstreamPipelineId: number;
+  /** A multi-project downstream pipeline's project: its pipeline is its own trace's, pointed at, never drawn here. */
+  readonly downstreamProjectId?: number;
 }
 
 /**
@@ -478,7 +480,12 @@ export function bridgeSpan(serviceName: string, place: SpanPlace, bridge: Bridge
     child.createdAt,
     child.finishedAt,
     { jobId: bridge.jobId, projectId: bridge.projectId, pipelineId: bridge.pipelineId },
-    { 'ci.job.kind': 'bridge', 'ci.downstream_pipeline.id': String(bridge.downstreamPipelineId), 'ci.job.status': child.status },
+    {
+      'ci.job.kind': 'bridge',
+      'ci.downstream_pipeline.id': String(bridge.downstreamPipelineId),
+      'ci.downstream_project.id': bridge.downstreamProjectId === undefined ? undefined : String(bridge.downstreamProjectId),
+      'ci.job.status': child.status,
+    },
     child,
     // It lasts as its child pipeline does, so it follows the child's versions.
     pipelineSpanVersion(child),

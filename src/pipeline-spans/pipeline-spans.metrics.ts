@@ -1,6 +1,5 @@
 import { Injectable } from '@nestjs/common';
 import { Counter } from 'prom-client';
-import type { EnqueueOutcome } from '../outbox/outbox';
 import { MetricsService, seriesOf } from '../observability/metrics.service';
 
 /** What an operator watches of SPEC §10's spans: where each went (queued, a copy, refused: outbox full), and store failures. */
@@ -27,7 +26,8 @@ export class PipelineSpansMetrics {
     });
   }
 
-  enqueued(source: string, outcome: EnqueueOutcome): void {
+  /** The outbox's answer for a source's spans (a span a newer version made stale is counted as a copy). */
+  enqueued(source: string, outcome: { readonly queued: number; readonly duplicates: number; readonly refused: number }): void {
     if (outcome.queued > 0) this.spanSeries(source, 'queued').inc(outcome.queued);
     if (outcome.duplicates > 0) this.spanSeries(source, 'duplicate').inc(outcome.duplicates);
     if (outcome.refused > 0) this.spanSeries(source, 'refused').inc(outcome.refused);

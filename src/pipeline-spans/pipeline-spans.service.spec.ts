@@ -8,6 +8,7 @@ import { MemoryOutboxStore } from '../outbox/memory-outbox-store';
 import { MetricsService } from '../observability/metrics.service';
 import { PipelineSpansMetrics } from './pipeline-spans.metrics';
 import { PipelineSpansService } from './pipeline-spans.service';
+import type { PipelineEvent } from './pipeline-events';
 import { OutcomeSamplingService } from '../outcome-sampling/outcome-sampling.service';
 import { OutboxDeliverer } from '../outbox/outbox-deliverer';
 import { DEFAULT_OUTCOME_POLICY } from '../outcome-sampling/outcome-policy';
@@ -301,5 +302,185 @@ describe('a failed attempt the decorator did not trace still tells its pipeline�
     await rootSucceeded();
     expect(await parking.findDecision(TRACE)).toBeNull();
     expect((await parking.readFacts(TRACE)).statuses).toEqual(['success']);
+  });
+});
+
+describe('a pipeline that had finished runs again (SPEC §12 "final", issue 56 4b)', () => {
+  let store: RecordingStore;
+  let service: PipelineSpansService;
+  const createdAt = Date.now() - 120_000;
+  const firstEnd = Date.now() - 60_000;
+
+  beforeEach(async () => {
+    store = new RecordingStore();
+    const deliverer = { kick: () => undefined } as unknown as OutboxDeliverer;
+    service = new PipelineSpansService(
+      loadConfig({}),
+      secrets,
+      store,
+      store.outbox,
+      deliverer,
+      new PipelineSpansMetrics(new MetricsService()),
+      {} as OutcomeSamplingService,
+    );
+    await store.recordTracedPipelines([{ value: { pipelineId: 500, rootPipelineId: 500, projectId: 7, traceId: 'a'.repeat(32) }, ttlMs: 60_000 }]);
+  });
+  afterEach(() => {
+    store.close();
+    store.outbox.close();
+  });
+
+  const hook = (activeJobIds: number[], end?: { status: string; finishedAt: number }, finished = [1001]) =>
+    service.handleWebhook({
+      kind: 'pipeline',
+      pipelineId: 500,
+      projectId: 7,
+      finishedJobs: finished.map((jobId) => ({ jobId, pipelineId: 500, status: 'failed', finishedAt: firstEnd - 1_000 })),
+      activeJobIds,
+      ...(end === undefined ? {} : { end: { ...end, createdAt } }),
+    });
+  /** The pipeline span's versions in the outbox, by version: its status as readers take it. */
+  const pipelineVersions = async () => {
+    const claimed = await store.outbox.claim(100, 60_000);
+    const versions = new Map<number, string>();
+    for (const entry of claimed) {
+      const span = (
+        JSON.parse(entry.body.toString()) as {
+          scopeSpans: Array<{ spans: Array<{ name: string; attributes: Array<{ key: string; value: Record<string, string> }> }> }>;
+        }
+      ).scopeSpans[0].spans[0];
+      if (span.name !== 'pipeline') continue;
+      const attribute = (key: string) => Object.values(span.attributes.find((kv) => kv.key === key)?.value ?? {})[0];
+      versions.set(Number(attribute('ci.pipeline.span.version')), String(attribute('ci.pipeline.status')));
+    }
+    return [...versions].sort(([a], [b]) => a - b);
+  };
+  const statuses = async () => (await pipelineVersions()).map(([, status]) => status);
+
+  it('draws a newer, running version at once when a retried job is pending, and the next end above it', async () => {
+    await hook([], { status: 'failed', finishedAt: firstEnd });
+    // GitLab retries the failed job: a new job id, pending.
+    await hook([1002]);
+    const [[, failed], [running, runningStatus]] = await pipelineVersions();
+    expect([failed, runningStatus]).toEqual(['failed', 'running']);
+    await hook([], { status: 'success', finishedAt: Date.now() }, [1002]);
+    const [[again, status]] = await pipelineVersions();
+    expect(status).toBe('success');
+    expect(again).toBeGreaterThan(running);
+  });
+
+  it('reopens nothing for a running hook delivered late, whose jobs had all finished by the end', async () => {
+    await hook([], { status: 'failed', finishedAt: firstEnd });
+    await hook([1001]);
+    expect(await statuses()).toEqual(['failed']);
+  });
+
+  it('reopens nothing for a pipeline that has not ended yet', async () => {
+    await hook([1001], undefined, []);
+    expect(await statuses()).toEqual([]);
+  });
+});
+
+describe("one project's data on the memory store (SPEC §12 Trust, issue 56)", () => {
+  const A = 7;
+  const B = 8;
+  let store: RecordingStore;
+  let service: PipelineSpansService;
+
+  beforeEach(async () => {
+    store = new RecordingStore();
+    const deliverer = { kick: () => undefined } as unknown as OutboxDeliverer;
+    service = new PipelineSpansService(
+      loadConfig({}),
+      secrets,
+      store,
+      store.outbox,
+      deliverer,
+      new PipelineSpansMetrics(new MetricsService()),
+      {} as OutcomeSamplingService,
+    );
+    // A's pipeline 500, traced from its own job's pickup.
+    service.recordPickup(pickedUp(1001, { pipelineId: 500, rootPipelineId: 500, projectId: A }), Date.now() + 3_600_000, '0000000000000001');
+    await service.onModuleDestroy();
+  });
+  afterEach(() => {
+    store.close();
+    store.outbox.close();
+  });
+
+  /**
+   * GitLab's documented Pipeline Hook of a multi-project downstream pipeline (B's 700, triggered by A's job 5002 in
+   * 500: `source_pipeline.project.id` is A's), as gitlab-webhook.ts parses it; test/e2e/one-project.e2e-spec.ts sends
+   * the hook itself.
+   */
+  const downstreamHook = (): PipelineEvent => ({
+    kind: 'pipeline',
+    pipelineId: 700,
+    projectId: B,
+    source: { pipelineId: 500, jobId: 5002, projectId: A },
+    finishedJobs: [{ jobId: 7001, pipelineId: 700, status: 'failed', failureReason: 'script_failure', name: 'deploy-b', finishedAt: Date.now() - 10_000 }],
+    activeJobIds: [],
+    end: {
+      status: 'failed',
+      failureReason: 'deploy-b: script_failure',
+      createdAt: Date.now() - 60_000,
+      finishedAt: Date.now() - 10_000,
+      ref: 'master',
+      url: 'http://gitlab.example.com/gitlab-org/project-8/-/pipelines/700',
+      projectUrl: 'http://gitlab.example.com/gitlab-org/project-8',
+      projectPath: 'gitlab-org/project-8',
+    },
+  });
+  const emitted = async () =>
+    (await store.outbox.claim(100, 60_000)).map((entry) => JSON.parse(entry.body.toString()) as { scopeSpans: Array<{ spans: Array<{ name: string }> }> });
+
+  it("draws A's bridge, A's own, from B's hook, never B's pipeline, and never takes B's pipeline for A's", async () => {
+    await store.outbox.claim(100, 60_000);
+    await service.handleWebhook(downstreamHook());
+    const spans = await emitted();
+    expect(spans.map((resource) => resource.scopeSpans[0].spans[0].name)).toEqual(['bridge']);
+    const text = JSON.stringify(spans);
+    expect(text).toContain('"ci.downstream_project.id","value":{"stringValue":"8"}');
+    for (const ofB of ['deploy-b', 'script_failure', 'project-8']) expect(text).not.toContain(ofB);
+    expect(await store.findTracedPipeline(700)).toBeNull();
+    expect((await store.findTracedPipeline(500))?.projectId).toBe(A);
+  });
+
+  it("keeps A's record when a pickup of B's job names A's pipeline as its root, on this process and after its memo", async () => {
+    service.recordPickup(
+      pickedUp(8001, { pipelineId: 800, rootPipelineId: 500, projectId: B, traceId: 'a'.repeat(32) }),
+      Date.now() + 3_600_000,
+      '0000000000000008',
+    );
+    await service.onModuleDestroy();
+    // Another replica (no memo of A's record) does the same.
+    const replica = new PipelineSpansService(
+      loadConfig({}),
+      secrets,
+      store,
+      store.outbox,
+      { kick: () => undefined } as unknown as OutboxDeliverer,
+      new PipelineSpansMetrics(new MetricsService()),
+      {} as OutcomeSamplingService,
+    );
+    replica.recordPickup(
+      pickedUp(8002, { pipelineId: 800, rootPipelineId: 500, projectId: B, traceId: 'a'.repeat(32) }),
+      Date.now() + 3_600_000,
+      '0000000000000009',
+    );
+    await replica.onModuleDestroy();
+    expect(await store.findTracedPipeline(500)).toMatchObject({ projectId: A });
+    // A's end draws A's root, labelled A's.
+    await store.outbox.claim(100, 60_000);
+    await service.handleWebhook({
+      kind: 'pipeline',
+      pipelineId: 500,
+      projectId: A,
+      finishedJobs: [],
+      activeJobIds: [],
+      end: { status: 'success', createdAt: Date.now() - 60_000, finishedAt: Date.now() },
+    });
+    const root = (await emitted()).find((resource) => resource.scopeSpans[0].spans[0].name === 'pipeline');
+    expect(JSON.stringify(root)).toContain('"ci.project.id","value":{"intValue":"7"}');
   });
 });

@@ -30,6 +30,8 @@ export const TRACED_PIPELINE_KEY = (pipelineId: number) => `cjt:{pipeline:${pipe
 export const PIPELINE_SPAN_VERSION_KEY = (pipelineId: number) => `cjt:{pipeline:${pipelineId}}:span-version`;
 /** A root pipeline's head decision (sampling percentage, provisional policy), kept from its first pickup. */
 export const HEAD_DECISION_KEY = (rootPipelineId: number) => `cjt:{pipeline:${rootPipelineId}}:head`;
+/** A pipeline's latest end as its span told it, for a hook that says it runs again (a retry, a played job). */
+export const PIPELINE_END_KEY = (pipelineId: number) => `cjt:{pipeline:${pipelineId}}:end`;
 export const RUNNER_JOB_ENDS_KEY = (pipelineId: number) => `cjt:{pipeline:${pipelineId}}:runner-job-ends`;
 /** A hash: per job or bridge of the root pipeline's trace, what the control plane told of it (its critical path's input). */
 export const TRACE_STORY_KEY = (rootPipelineId: number) => `cjt:{pipeline:${rootPipelineId}}:story`;

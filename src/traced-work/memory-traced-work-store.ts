@@ -1,4 +1,14 @@
-import { HeadDecision, Remembered, RunnerJobEnd, StoryChapter, TracedJob, TracedPipeline, TracedWorkStore } from './traced-work';
+import {
+  HeadDecision,
+  PipelineEndSeen,
+  pipelineRecordAfter,
+  Remembered,
+  RunnerJobEnd,
+  StoryChapter,
+  TracedJob,
+  TracedPipeline,
+  TracedWorkStore,
+} from './traced-work';
 
 interface Expiring<T> {
   readonly value: T;
@@ -13,6 +23,7 @@ export class MemoryTracedWorkStore implements TracedWorkStore {
   private readonly runnerJobEnds = new Map<number, Expiring<Map<number, RunnerJobEnd>>>();
   private readonly headDecisions = new Map<number, Expiring<HeadDecision>>();
   private readonly stories = new Map<number, Expiring<Map<string, string>>>();
+  private readonly pipelineEnds = new Map<number, Expiring<PipelineEndSeen>>();
   private readonly sweeper: NodeJS.Timeout;
 
   constructor(
@@ -37,7 +48,10 @@ export class MemoryTracedWorkStore implements TracedWorkStore {
     const now = this.now();
     for (const { value: pipeline, ttlMs } of pipelines) {
       const kept = this.tracedPipelines.get(pipeline.pipelineId);
-      this.tracedPipelines.set(pipeline.pipelineId, { value: { ...pipeline }, expiresAt: Math.max(now + ttlMs, kept?.expiresAt ?? 0) });
+      const live = kept === undefined || kept.expiresAt <= now ? undefined : kept;
+      const value = pipelineRecordAfter(live?.value ?? null, pipeline);
+      if (value === null) continue;
+      this.tracedPipelines.set(pipeline.pipelineId, { value: { ...value }, expiresAt: Math.max(now + ttlMs, live?.expiresAt ?? 0) });
     }
   }
 
@@ -86,6 +100,18 @@ export class MemoryTracedWorkStore implements TracedWorkStore {
     return kept === undefined || kept.expiresAt <= this.now() ? [] : [...kept.value.values()];
   }
 
+  async recordPipelineEnd(pipelineId: number, ended: PipelineEndSeen, ttlMs: number): Promise<void> {
+    const kept = this.live(this.pipelineEnds, pipelineId);
+    if (kept !== null && kept.end.finishedAt > ended.end.finishedAt) return;
+    // A copy, as Redis keeps one: the caller's objects are its own.
+    this.pipelineEnds.set(pipelineId, { value: JSON.parse(JSON.stringify(ended)) as PipelineEndSeen, expiresAt: this.now() + ttlMs });
+  }
+
+  async pipelineEnd(pipelineId: number): Promise<PipelineEndSeen | null> {
+    const kept = this.live(this.pipelineEnds, pipelineId);
+    return kept === null ? null : (JSON.parse(JSON.stringify(kept)) as PipelineEndSeen);
+  }
+
   close(): void {
     clearInterval(this.sweeper);
     this.tracedJobs.clear();
@@ -94,6 +120,7 @@ export class MemoryTracedWorkStore implements TracedWorkStore {
     this.runnerJobEnds.clear();
     this.headDecisions.clear();
     this.stories.clear();
+    this.pipelineEnds.clear();
   }
 
   private live<K, T>(entries: Map<K, Expiring<T>>, key: K): T | null {
@@ -108,9 +135,15 @@ export class MemoryTracedWorkStore implements TracedWorkStore {
 
   private sweep(): void {
     const now = this.now();
-    for (const entries of [this.tracedJobs, this.tracedPipelines, this.pipelineSpanVersions, this.runnerJobEnds, this.headDecisions, this.stories] as Array<
-      Map<number, Expiring<unknown>>
-    >) {
+    for (const entries of [
+      this.tracedJobs,
+      this.tracedPipelines,
+      this.pipelineSpanVersions,
+      this.runnerJobEnds,
+      this.headDecisions,
+      this.stories,
+      this.pipelineEnds,
+    ] as Array<Map<number, Expiring<unknown>>>) {
       for (const [key, entry] of entries) if (entry.expiresAt <= now) entries.delete(key);
     }
   }

@@ -1,13 +1,36 @@
-import { HEAD_DECISION_KEY, PIPELINE_SPAN_VERSION_KEY, RUNNER_JOB_ENDS_KEY, TRACE_STORY_KEY, TRACED_JOB_KEY, TRACED_PIPELINE_KEY } from '../store/redis-keys';
+import {
+  HEAD_DECISION_KEY,
+  PIPELINE_END_KEY,
+  PIPELINE_SPAN_VERSION_KEY,
+  RUNNER_JOB_ENDS_KEY,
+  TRACE_STORY_KEY,
+  TRACED_JOB_KEY,
+  TRACED_PIPELINE_KEY,
+} from '../store/redis-keys';
 import { RedisStore } from '../store/redis-store';
-import { HeadDecision, Remembered, RunnerJobEnd, StoryChapter, TracedJob, TracedPipeline, TracedWorkStore } from './traced-work';
+import { HeadDecision, PipelineEndSeen, Remembered, RunnerJobEnd, StoryChapter, TracedJob, TracedPipeline, TracedWorkStore } from './traced-work';
 
-/** Sets a record whose life only ever grows: a shorter TTL than the one it has keeps the longer. */
-const SET_LONGER = `
+/**
+ * Sets a pipeline's record (ARGV[1], JSON) whose life only ever grows: a shorter TTL than the one it has keeps the
+ * longer. As pipelineRecordAfter in traced-work.ts: another project's record stays as it is, unless it is a guess
+ * (`asRoot`) and this one the pipeline's own; within a project an own record is not made a guess again.
+ */
+const SET_PIPELINE = `
+local value = ARGV[1]
+local kept = redis.call('GET', KEYS[1])
+if kept then
+  local old = cjson.decode(kept)
+  local new = cjson.decode(value)
+  if old.projectId ~= new.projectId then
+    if not (old.asRoot == true and new.asRoot ~= true) then return 0 end
+  elseif old.asRoot ~= true and new.asRoot == true then
+    value = kept
+  end
+end
 if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
 else
-  redis.call('SET', KEYS[1], ARGV[1], 'KEEPTTL')
+  redis.call('SET', KEYS[1], value, 'KEEPTTL')
 end
 return 1
 `;
@@ -47,13 +70,22 @@ if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[1]) then redis.call('PEXPIRE', KE
 return 1
 `;
 
+/** Keeps a pipeline's end (ARGV[1], JSON) for ARGV[2] ms, unless the one kept ended later. */
+const RECORD_END = `
+local kept = redis.call('GET', KEYS[1])
+if kept and cjson.decode(kept)['end'].finishedAt > cjson.decode(ARGV[1])['end'].finishedAt then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+`;
+
 /** The traced-work scripts as ioredis commands: sent by SHA (EVALSHA) after the first use, not as text. */
 interface TracedWorkScripts {
-  cjtSetLonger(key: string, value: string, ttlMs: string): Promise<number>;
+  cjtSetPipeline(key: string, value: string, ttlMs: string): Promise<number>;
   cjtRaiseVersion(key: string, version: string, ttlMs: string): Promise<string>;
   cjtPin(key: string, value: string, ttlMs: string): Promise<string>;
   cjtRecordRunnerJobEnd(key: string, jobId: string, endJson: string, ttlMs: string): Promise<string[]>;
   cjtRecordStory(key: string, ttlMs: string, ...chapters: string[]): Promise<number>;
+  cjtRecordEnd(key: string, ended: string, ttlMs: string): Promise<number>;
 }
 
 export class RedisTracedWorkStore implements TracedWorkStore {
@@ -61,11 +93,12 @@ export class RedisTracedWorkStore implements TracedWorkStore {
 
   constructor(private readonly store: RedisStore) {
     const redis = store.client;
-    redis.defineCommand('cjtSetLonger', { numberOfKeys: 1, lua: SET_LONGER });
+    redis.defineCommand('cjtSetPipeline', { numberOfKeys: 1, lua: SET_PIPELINE });
     redis.defineCommand('cjtRaiseVersion', { numberOfKeys: 1, lua: RAISE_VERSION });
     redis.defineCommand('cjtPin', { numberOfKeys: 1, lua: PIN });
     redis.defineCommand('cjtRecordRunnerJobEnd', { numberOfKeys: 1, lua: RECORD_RUNNER_JOB_END });
     redis.defineCommand('cjtRecordStory', { numberOfKeys: 1, lua: RECORD_STORY });
+    redis.defineCommand('cjtRecordEnd', { numberOfKeys: 1, lua: RECORD_END });
     this.scripts = redis as unknown as TracedWorkScripts;
   }
 
@@ -74,7 +107,7 @@ export class RedisTracedWorkStore implements TracedWorkStore {
     await this.store.guard(() =>
       Promise.all(
         pipelines.map(({ value: pipeline, ttlMs }) =>
-          this.scripts.cjtSetLonger(TRACED_PIPELINE_KEY(pipeline.pipelineId), JSON.stringify(pipeline), String(Math.max(1, Math.round(ttlMs)))),
+          this.scripts.cjtSetPipeline(TRACED_PIPELINE_KEY(pipeline.pipelineId), JSON.stringify(pipeline), String(Math.max(1, Math.round(ttlMs)))),
         ),
       ),
     );
@@ -116,5 +149,15 @@ export class RedisTracedWorkStore implements TracedWorkStore {
 
   async traceStory(rootPipelineId: number): Promise<string[]> {
     return this.store.guard(() => this.store.client.hvals(TRACE_STORY_KEY(rootPipelineId)));
+  }
+
+  async recordPipelineEnd(pipelineId: number, ended: PipelineEndSeen, ttlMs: number): Promise<void> {
+    const ttl = String(Math.max(1, Math.round(ttlMs)));
+    await this.store.guard(() => this.scripts.cjtRecordEnd(PIPELINE_END_KEY(pipelineId), JSON.stringify(ended), ttl));
+  }
+
+  async pipelineEnd(pipelineId: number): Promise<PipelineEndSeen | null> {
+    const stored = await this.store.guard(() => this.store.client.get(PIPELINE_END_KEY(pipelineId)));
+    return stored === null ? null : (JSON.parse(stored) as PipelineEndSeen);
   }
 }

@@ -24,7 +24,11 @@ export interface TracedJob {
   readonly outcomePolicy?: OutcomePolicy;
 }
 
-/** A pipeline with at least one enabled job, or the root of one. */
+/**
+ * A pipeline with at least one enabled job, or the root of one. It belongs to the project GitLab named for it (SPEC
+ * §12 "Trust"): a job of the pipeline, or a hook of it, says which; a job of another pipeline naming it as its root
+ * only guesses (`asRoot`), since a job's pickup says its own project, not its root's.
+ */
 export interface TracedPipeline {
   readonly pipelineId: number;
   readonly rootPipelineId: number;
@@ -33,9 +37,14 @@ export interface TracedPipeline {
   readonly tracestate?: string;
   /** Traced provisionally (SPEC §11), under this policy. */
   readonly outcomePolicy?: OutcomePolicy;
+  /**
+   * Known only as the root a job of another pipeline named: its project is that job's, a guess (a multi-project
+   * pipeline's jobs may name another project's pipeline as their root). Gives way to the pipeline's own record.
+   */
+  readonly asRoot?: true;
 }
 
-/** What a traced job's pickup tells of one of its pipelines (its own, or its root). */
+/** What a traced job's pickup tells of one of its pipelines (its own, or its root, whose project it can only guess). */
 export function tracedPipelineOf(job: TracedJob, pipelineId: number): TracedPipeline {
   return {
     pipelineId,
@@ -44,7 +53,26 @@ export function tracedPipelineOf(job: TracedJob, pipelineId: number): TracedPipe
     traceId: job.traceId,
     ...(job.tracestate === undefined ? {} : { tracestate: job.tracestate }),
     ...(job.outcomePolicy === undefined ? {} : { outcomePolicy: job.outcomePolicy }),
+    ...(pipelineId === job.pipelineId ? {} : { asRoot: true as const }),
   };
+}
+
+/**
+ * What the store keeps when `proposed` is written over `kept` (SPEC §12 "Trust"): one project's record is never
+ * rewritten by another project's, except a guess (`asRoot`) by the pipeline's own record (GitLab's word on its
+ * project); null keeps `kept` as it is. Within a project, an own record is never made a guess again. The Redis store's
+ * script (redis-traced-work-store.ts SET_PIPELINE) says the same in Lua.
+ */
+export function pipelineRecordAfter(kept: TracedPipeline | null, proposed: TracedPipeline): TracedPipeline | null {
+  if (kept === null) return proposed;
+  if (kept.projectId !== proposed.projectId) return kept.asRoot === true && proposed.asRoot !== true ? proposed : null;
+  if (kept.asRoot !== true && proposed.asRoot === true) return kept;
+  return proposed;
+}
+
+/** A pipeline's record, if it is `projectId`'s: another project's record of the same id is none of its business. */
+export function ownedBy(pipeline: TracedPipeline | null, projectId: number): TracedPipeline | null {
+  return pipeline !== null && pipeline.projectId === projectId ? pipeline : null;
 }
 
 /** A traced job, and each pipeline a pickup names, is remembered at least this long (a job with a tiny timeout still finishes). */
@@ -96,6 +124,22 @@ export interface PipelineStoryStore {
   recordTraceStory(rootPipelineId: number, chapters: readonly StoryChapter[], ttlMs: number): Promise<void>;
   /** The root pipeline's chapters' texts, in no particular order; none once forgotten. */
   traceStory(rootPipelineId: number): Promise<string[]>;
+  /** Keeps a pipeline's end unless a later one (by `end.finishedAt`) is kept already, for at least `ttlMs`. */
+  recordPipelineEnd(pipelineId: number, ended: PipelineEndSeen, ttlMs: number): Promise<void>;
+  /** The latest end kept of a pipeline, or null (never ended, or forgotten). */
+  pipelineEnd(pipelineId: number): Promise<PipelineEndSeen | null>;
+}
+
+/**
+ * A pipeline's latest end as its span told it (SPEC §10, the final story), kept so a hook saying it runs again can draw
+ * the newer, running version at once: where its span sits, and which jobs had finished then.
+ */
+export interface PipelineEndSeen {
+  /** The span's place, as the caller drew it (its own shape: JSON). */
+  readonly place: unknown;
+  /** The end as the caller drew it (JSON), epoch ms `finishedAt` among it. */
+  readonly end: { readonly finishedAt: number } & Record<string, unknown>;
+  readonly finishedJobIds: readonly number[];
 }
 
 /** One chapter of a root pipeline's story: its key (one per job or bridge) and its text (the caller's JSON). */
@@ -109,7 +153,10 @@ export interface StoryChapter {
  * same step, and lives as long as the grant (at least MIN_TRACED_MEMORY_MS); this port reads it.
  */
 export interface TracedWorkStore extends PipelineStoryStore {
-  /** Remembers pipelines, each for its `ttlMs`; a pipeline's memory is only ever lengthened, whatever order its jobs' pickups come in. */
+  /**
+   * Remembers pipelines, each for its `ttlMs`; a pipeline's memory is only ever lengthened, whatever order its jobs'
+   * pickups come in. A record of another project is kept as it is (see pipelineRecordAfter), whoever writes.
+   */
   recordTracedPipelines(pipelines: readonly Remembered<TracedPipeline>[]): Promise<void>;
   findTracedJob(jobId: number): Promise<TracedJob | null>;
   findTracedPipeline(pipelineId: number): Promise<TracedPipeline | null>;

@@ -16,7 +16,8 @@ export function behavesAsATracedWorkStore(world: StoreWorld) {
       await tracedWork.recordTracedPipelines(pipelinesOf(testTracedJob(), 300));
       const pipeline = { rootPipelineId: 500, projectId: 7, traceId: 'a'.repeat(32), tracestate: 'ot=th:c' };
       expect(await tracedWork.findTracedPipeline(501)).toEqual({ pipelineId: 501, ...pipeline });
-      expect(await tracedWork.findTracedPipeline(500)).toEqual({ pipelineId: 500, ...pipeline });
+      // The root, named by a job of its child: its project is the job's guess.
+      expect(await tracedWork.findTracedPipeline(500)).toEqual({ pipelineId: 500, ...pipeline, asRoot: true });
       expect(await tracedWork.findTracedPipeline(502)).toBeNull();
       await world.elapse(450);
       expect(await tracedWork.findTracedPipeline(500)).toBeNull();
@@ -38,6 +39,60 @@ export function behavesAsATracedWorkStore(world: StoreWorld) {
       await tracedWork.recordTracedPipelines(pipelinesOf(testTracedJob({ jobId: 5002 }), 300));
       await world.elapse(450);
       expect(await tracedWork.findTracedPipeline(501)).not.toBeNull();
+    });
+
+    describe("one project's records (SPEC §12 Trust)", () => {
+      // Project 8's pipeline 601 (a multi-project downstream) whose job names project 7's pipeline 500 as its root.
+      const downstreamJob = testTracedJob({ jobId: 6001, pipelineId: 601, rootPipelineId: 500, projectId: 8, traceId: 'b'.repeat(32) });
+      const ownRoot = testTracedJob({ jobId: 5000, pipelineId: 500, rootPipelineId: 500 });
+
+      it("never lets a pickup naming another project's pipeline as its root rewrite that pipeline's record", async () => {
+        await tracedWork.recordTracedPipelines(pipelinesOf(ownRoot, 60_000));
+        await tracedWork.recordTracedPipelines(pipelinesOf(downstreamJob, 120_000));
+        expect(await tracedWork.findTracedPipeline(500)).toEqual({
+          pipelineId: 500,
+          rootPipelineId: 500,
+          projectId: 7,
+          traceId: 'a'.repeat(32),
+          tracestate: 'ot=th:c',
+        });
+        expect(await tracedWork.findTracedPipeline(601)).toMatchObject({ pipelineId: 601, projectId: 8 });
+        // Written again and again (on every replica, after every memo), it still never takes the place.
+        await tracedWork.recordTracedPipelines(pipelinesOf(downstreamJob, 120_000));
+        expect((await tracedWork.findTracedPipeline(500))?.projectId).toBe(7);
+      });
+
+      it("lets a pipeline's own record take the place of another project's guess, and never the other way round", async () => {
+        await tracedWork.recordTracedPipelines(pipelinesOf(downstreamJob, 60_000));
+        expect(await tracedWork.findTracedPipeline(500)).toMatchObject({ projectId: 8, asRoot: true });
+        await tracedWork.recordTracedPipelines(pipelinesOf(ownRoot, 60_000));
+        const own = await tracedWork.findTracedPipeline(500);
+        expect(own).toMatchObject({ projectId: 7, traceId: 'a'.repeat(32) });
+        expect(own?.asRoot).toBeUndefined();
+      });
+
+      it("keeps a pipeline's own record when a job of its child names it as root, and lengthens its life", async () => {
+        await tracedWork.recordTracedPipelines(pipelinesOf(ownRoot, 300));
+        await tracedWork.recordTracedPipelines(pipelinesOf(testTracedJob(), 60_000));
+        await world.elapse(450);
+        const root = await tracedWork.findTracedPipeline(500);
+        expect(root).toMatchObject({ projectId: 7 });
+        expect(root?.asRoot).toBeUndefined();
+      });
+    });
+
+    it("keeps a pipeline's latest end whatever order its ends come in, until it is forgotten", async () => {
+      const ended = (finishedAt: number, finishedJobIds: number[]) => ({ place: { spanId: 'ab' }, end: { finishedAt, status: 'failed' }, finishedJobIds });
+      expect(await tracedWork.pipelineEnd(501)).toBeNull();
+      await tracedWork.recordPipelineEnd(501, ended(9_000, [1, 2]), 300);
+      // An earlier end delivered late (a hook GitLab redelivered) does not take the later one's place.
+      await tracedWork.recordPipelineEnd(501, ended(5_000, [1]), 300);
+      expect(await tracedWork.pipelineEnd(501)).toEqual(ended(9_000, [1, 2]));
+      await tracedWork.recordPipelineEnd(501, ended(12_000, [1, 2, 3]), 300);
+      expect(await tracedWork.pipelineEnd(501)).toEqual(ended(12_000, [1, 2, 3]));
+      expect(await tracedWork.pipelineEnd(502)).toBeNull();
+      await world.elapse(450);
+      expect(await tracedWork.pipelineEnd(501)).toBeNull();
     });
 
     it("keeps a pipeline span's highest version whatever order versions come in, and says when one is stale", async () => {
