@@ -108,13 +108,14 @@ describe('a kept pipeline delivered to a collector that refuses', () => {
     deliverer = new OutboxDeliverer(config, outbox, client, new OutboxMetrics(metrics));
     const service = new OutcomeSamplingService(config, parking, outbox, client, deliverer, new OutcomeSamplingMetrics(metrics));
     for (const names of exports) expect(await service.parkExport(TRACE, 'protobuf', runnerExport(names), names.length)).toEqual({ kind: 'parked' });
-    expect(await service.parkSpans(TRACE, controlPlane.map(controlPlaneSpan))).toEqual({ kind: 'parked' });
+    expect(await service.offer(TRACE, controlPlane.map(controlPlaneSpan))).toEqual({ kind: 'parked' });
     deliverer.onApplicationBootstrap();
     const end = { status: 'failed', createdAt: Date.now() - 60_000, finishedAt: Date.now() };
-    await service.onPipelineHook(
-      { traceId: TRACE, rootPipelineId: ROOT, outcomePolicy: DEFAULT_OUTCOME_POLICY },
-      { pipelineId: ROOT, rootPipelineId: ROOT, end, finishedJobs: [], activeJobIds: [] },
-    );
+    await service.note({
+      kind: 'pipeline_hook',
+      pipeline: { traceId: TRACE, rootPipelineId: ROOT, outcomePolicy: DEFAULT_OUTCOME_POLICY },
+      hook: { pipelineId: ROOT, rootPipelineId: ROOT, end, finishedJobs: [], activeJobIds: [] },
+    });
   };
   const until = async (description: string, what: () => Promise<boolean>) => {
     for (let waited = 0; !(await what()); waited += 50) {

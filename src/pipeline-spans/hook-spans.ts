@@ -1,7 +1,18 @@
 import { gitlabPipelineSpanIdFor, gitlabTraceIdFor } from '../trace-context/trace-context';
 import { ownedBy, TracedJob, TracedPipeline, tracedPipelineOf, TracedWorkStore } from '../traced-work/traced-work';
 import { FinishedJob, PipelineEvent, WebhookEvent } from './pipeline-events';
-import { BridgeJob, bridgeSpan, ControlPlaneSpan, pipelineSpan, pipelineSpanVersion, PipelineEnd, queueWaitSpan, SpanPlace } from './pipeline-span-model';
+import {
+  BridgeJob,
+  bridgeSpan,
+  ControlPlaneSpan,
+  NOT_FINISHED_STATUSES,
+  pipelineSpan,
+  pipelineSpanVersion,
+  PipelineEnd,
+  queueWaitSpan,
+  reopenedPipelineEnd,
+  SpanPlace,
+} from './pipeline-span-model';
 import { writtenCriticalPath } from './pipeline-critical-path';
 import { appendTo, SpanDrawer } from './drawn-spans';
 
@@ -14,7 +25,12 @@ const PIPELINE_JOBS_LOOKED_UP = 20;
  */
 type Chapter =
   | { readonly kind: 'job'; readonly job: TracedJob; readonly end: FinishedJob; readonly toldBy: 'job_hook' | 'pipeline_hook' }
-  | { readonly kind: 'bridge'; readonly place: SpanPlace; readonly bridge: BridgeJob; readonly child: PipelineEnd };
+  | { readonly kind: 'bridge'; readonly place: SpanPlace; readonly bridge: BridgeJob; readonly child: PipelineEnd }
+  /**
+   * A job GitLab said was `waiting_for_resource` (its `resource_group` held): only a hook sent while it waited says so,
+   * so it is kept until the root's end, where the job's span says it and the path names the wait a resource wait.
+   */
+  | { readonly kind: 'resource'; readonly jobId: number; readonly projectId: number };
 
 /**
  * What a GitLab hook tells (SPEC §10 "Sources"): its spans, and the facts outcome sampling reads of it (SPEC §11).
@@ -52,7 +68,12 @@ export class HookSpans {
    * project is never taken for it, and its span never hangs on another project's.
    */
   async told(event: WebhookEvent): Promise<HookTold> {
-    if (event.kind === 'job') return event.job === undefined ? TOLD_NOTHING : this.finishedJobSpans([event.job], 'job_hook');
+    if (event.kind === 'job') {
+      if (event.status === 'waiting_for_resource') await this.waitingForResource([event.jobId]);
+      return event.job === undefined ? TOLD_NOTHING : this.finishedJobSpans([event.job], 'job_hook');
+    }
+    if (event.waitingForResourceJobIds !== undefined && event.waitingForResourceJobIds.length > 0)
+      await this.waitingForResource(event.waitingForResourceJobIds);
     const upstream = await this.bridgeOfUpstreamProject(event);
     const recorded = ownedBy(await this.store.findTracedPipeline(event.pipelineId), event.projectId);
     // Found through its jobs or its root instead, its record was written just now.
@@ -61,6 +82,19 @@ export class HookSpans {
     // A pipeline lives as long as GitLab still tells of it (untraced jobs, a manual gate): its record with it.
     if (recorded !== null) await this.store.recordTracedPipelines([{ value: pipeline, ttlMs: this.drawer.rememberMs }]);
     return { spans: [...upstream, ...(await this.pipelineEventSpans(event, pipeline))], pipeline, jobStatuses: [], untracedStatuses: [] };
+  }
+
+  /** Jobs GitLab says wait for their resource group, noted in their root pipeline's story (traced jobs only). */
+  private async waitingForResource(jobIds: readonly number[]): Promise<void> {
+    if (this.scheme !== 'keyed') return;
+    const traced = await Promise.all(jobIds.map((jobId) => this.store.findTracedJob(jobId)));
+    const chapters = new Map<number, Array<{ key: string; text: string }>>();
+    for (const job of traced) {
+      if (job === null) continue;
+      const chapter: Chapter = { kind: 'resource', jobId: job.jobId, projectId: job.projectId };
+      appendTo(chapters, job.rootPipelineId, { key: `resource:${job.jobId}`, text: JSON.stringify(chapter) });
+    }
+    await Promise.all([...chapters].map(([root, told]) => this.store.recordTraceStory(root, told, this.drawer.rememberMs)));
   }
 
   /**
@@ -233,7 +267,9 @@ export class HookSpans {
     const finished = new Set(ended.finishedJobIds);
     if (!event.activeJobIds.some((jobId) => !finished.has(jobId))) return [];
     const previous = ended.end as unknown as PipelineEnd;
-    const running: PipelineEnd = { ...previous, status: 'running', failureReason: undefined, finishedAt: previous.finishedAt + 1 };
+    // Drawn as of 1 ms after the end it follows, so its version is above it whatever the statuses; GitLab's next end is later.
+    const status = event.status !== undefined && NOT_FINISHED_STATUSES.has(event.status) ? event.status : 'running';
+    const running = reopenedPipelineEnd({ ...previous, finishedAt: previous.finishedAt + 1 }, status);
     const span = pipelineSpan(this.drawer.serviceName, ended.place as SpanPlace, pipeline, running);
     return this.drawer.newerVersion('pipeline_hook', event.pipelineId, running, [span]);
   }
@@ -249,16 +285,27 @@ export class HookSpans {
     // Only its project's: a job of another project naming this pipeline as its root is not on its path (SPEC §12 "Trust").
     const chapters = (await this.store.traceStory(event.pipelineId))
       .map((text) => JSON.parse(text) as Chapter)
-      .filter((chapter) => (chapter.kind === 'job' ? chapter.job.projectId : chapter.bridge.projectId) === pipeline.projectId);
-    // A job as its Job Hook told it (its times to the millisecond), else as a Pipeline Hook did; manual as the latter says.
+      .filter((chapter) => chapterProject(chapter) === pipeline.projectId);
+    const waitedForResource = new Set(chapters.flatMap((chapter) => (chapter.kind === 'resource' ? [chapter.jobId] : [])));
+    // A job as its Job Hook told it (its times to the millisecond), else as a Pipeline Hook did; manual and `when` as the
+    // latter says (the Job Hook says neither), and whether it waited for its resource group as any hook said.
     const told = new Map<number, { job: TracedJob; end: FinishedJob }>();
     for (const chapter of chapters) {
       if (chapter.kind !== 'job') continue;
       const other = told.get(chapter.job.jobId);
       const [byJobHook, byPipelineHook] = chapter.toldBy === 'job_hook' ? [chapter, other] : [other, chapter];
       const manual = byPipelineHook?.end.manual;
+      const when = byPipelineHook?.end.when;
       const end = byJobHook?.end ?? byPipelineHook!.end;
-      told.set(chapter.job.jobId, { job: chapter.job, end: manual === undefined ? end : { ...end, manual } });
+      told.set(chapter.job.jobId, {
+        job: chapter.job,
+        end: {
+          ...end,
+          ...(manual === undefined ? {} : { manual }),
+          ...(when === undefined ? {} : { when }),
+          ...(waitedForResource.has(chapter.job.jobId) ? { waitedForResource: true } : {}),
+        },
+      });
     }
     const jobs = [...told.values()];
     const drawn: ControlPlaneSpan[] = [pipelineSpan(serviceName, place, pipeline, end)];
@@ -319,4 +366,20 @@ export class HookSpans {
  */
 function fromAnotherProject(event: PipelineEvent): boolean {
   return event.source?.projectId !== undefined && event.source.projectId !== event.projectId;
+}
+
+/** The project a chapter of a root pipeline's story belongs to: only its own project's are on its path. */
+function chapterProject(chapter: Chapter): number {
+  switch (chapter.kind) {
+    case 'job':
+      return chapter.job.projectId;
+    case 'bridge':
+      return chapter.bridge.projectId;
+    case 'resource':
+      return chapter.projectId;
+    default: {
+      const unreachable: never = chapter;
+      throw new Error(`unhandled chapter ${JSON.stringify(unreachable)}`);
+    }
+  }
 }

@@ -183,11 +183,19 @@ function keyValues(...records: ReadonlyArray<Readonly<Record<string, AttributeVa
  * ending at the same instant is the newer. Unknown statuses rank lowest.
  */
 const STATUS_RANK: Readonly<Record<string, number>> = { skipped: 1, success: 2, canceled: 3, failed: 4 };
-/** GitLab's statuses of a pipeline that has not finished (a reopened one: a retry, a manual job played). */
-const NOT_FINISHED = new Set(['created', 'waiting_for_resource', 'preparing', 'pending', 'running', 'scheduled', 'manual']);
+/** GitLab's statuses of a pipeline that has not finished (yet, or again: a retry, a manual job played). */
+export const NOT_FINISHED_STATUSES: ReadonlySet<string> = new Set([
+  'created',
+  'waiting_for_resource',
+  'preparing',
+  'pending',
+  'running',
+  'scheduled',
+  'manual',
+]);
 /** Above every finished status: a reopened pipeline's version is just above the finish it follows (see below). */
 const REOPENED_RANK = 7;
-const statusRank = (status: string) => (NOT_FINISHED.has(status) ? REOPENED_RANK : (STATUS_RANK[status] ?? 0));
+const statusRank = (status: string) => (NOT_FINISHED_STATUSES.has(status) ? REOPENED_RANK : (STATUS_RANK[status] ?? 0));
 
 const VERSION_RANK_BITS = 3;
 const VERSION_SEEN_BITS = 7;
@@ -224,7 +232,7 @@ export function endOfVersion(version: number): number {
  * (`{ createdAt, finishedAt: endOfVersion(version), status }`).
  */
 export function reopenedPipelineEnd(finished: PipelineEnd, status: string): PipelineEnd {
-  if (!NOT_FINISHED.has(status)) throw new Error(`a reopened pipeline's status is one of GitLab's unfinished ones, not ${status}`);
+  if (!NOT_FINISHED_STATUSES.has(status)) throw new Error(`a reopened pipeline's status is one of GitLab's unfinished ones, not ${status}`);
   return { ...finished, status, failureReason: undefined, jobsSeen: undefined };
 }
 

@@ -484,3 +484,87 @@ describe("one project's data on the memory store (SPEC §12 Trust, issue 56)", (
     expect(JSON.stringify(root)).toContain('"ci.project.id","value":{"intValue":"7"}');
   });
 });
+
+describe('the waits GitLab told, as the path written at the root pipeline’s end names them (SPEC §12, issue 56 5c)', () => {
+  let store: RecordingStore;
+  let service: PipelineSpansService;
+  const createdAt = Date.now() - 600_000;
+  const at = (seconds: number) => createdAt + seconds * 1000;
+
+  beforeEach(async () => {
+    store = new RecordingStore();
+    const deliverer = { kick: () => undefined } as unknown as OutboxDeliverer;
+    service = new PipelineSpansService(
+      loadConfig({ GITLAB_WEBHOOK_SECRET_FILE: '/unused' }),
+      secrets,
+      store,
+      store.outbox,
+      deliverer,
+      new PipelineSpansMetrics(new MetricsService()),
+      {} as OutcomeSamplingService,
+    );
+    await store.recordTracedPipelines([{ value: { pipelineId: 500, rootPipelineId: 500, projectId: 7, traceId: 'a'.repeat(32) }, ttlMs: 60_000 }]);
+    // build (0–60 s), then deploy: pending at 360 s, run by a runner at once, to 400 s.
+    for (const [jobId, queuedAt] of [
+      [1001, at(0)],
+      [1002, at(360)],
+    ])
+      store.rememberTracedJob(pickedUp(jobId, { pipelineId: 500, rootPipelineId: 500, queuedAt, pickedUpAt: queuedAt }), Date.now() + 3_600_000);
+  });
+  afterEach(() => {
+    store.close();
+    store.outbox.close();
+  });
+
+  const builds = (deploy: { when?: string }) => [
+    { jobId: 1001, pipelineId: 500, status: 'success', name: 'build', stage: 'build', startedAt: at(0), finishedAt: at(60) },
+    { jobId: 1002, pipelineId: 500, status: 'success', name: 'deploy', stage: 'deploy', startedAt: at(360), finishedAt: at(400), ...deploy },
+  ];
+  const rootEnds = (deploy: { when?: string }) =>
+    service.handleWebhook({
+      kind: 'pipeline',
+      pipelineId: 500,
+      projectId: 7,
+      finishedJobs: builds(deploy),
+      activeJobIds: [],
+      end: { status: 'success', createdAt, finishedAt: at(400) },
+    });
+  /** `ci.pipeline.critical_path.<part>_seconds` of the root pipeline span's latest version. */
+  const writtenParts = async () => {
+    const root = (await store.outbox.claim(100, 60_000))
+      .map(
+        (entry) =>
+          JSON.parse(entry.body.toString()) as {
+            scopeSpans: Array<{ spans: Array<{ name: string; attributes: Array<{ key: string; value: Record<string, unknown> }> }> }>;
+          },
+      )
+      .map((resource) => resource.scopeSpans[0].spans[0])
+      .filter((span) => span.name === 'pipeline')
+      .at(-1)!;
+    const parts: Record<string, number> = {};
+    for (const { key, value } of root.attributes) {
+      const part = /^ci\.pipeline\.critical_path\.(.+)_seconds$/.exec(key)?.[1];
+      if (part !== undefined) parts[part] = Number(Object.values(value)[0]);
+    }
+    return parts;
+  };
+
+  it('names the wait before a `when: delayed` job a delayed wait, as the Pipeline Hook’s builds say (its Job Hook does not)', async () => {
+    // GitLab's Job Hook of deploy comes first, with its times to the millisecond and no `when`.
+    const [, deploy] = builds({});
+    await service.handleWebhook({ kind: 'job', jobId: 1002, job: deploy });
+    await rootEnds({ when: 'delayed' });
+    expect(await writtenParts()).toMatchObject({ delay: 0, delayed_wait: 300 });
+  });
+
+  it('names the wait before a job GitLab said was waiting_for_resource a resource wait, remembered until the root’s end', async () => {
+    await service.handleWebhook({ kind: 'job', jobId: 1002, status: 'waiting_for_resource' });
+    await rootEnds({});
+    expect(await writtenParts()).toMatchObject({ delay: 0, resource_wait: 300 });
+  });
+
+  it('leaves GitLab’s own delay as such when no hook said why the job waited', async () => {
+    await rootEnds({});
+    expect(await writtenParts()).toMatchObject({ delay: 300 });
+  });
+});
