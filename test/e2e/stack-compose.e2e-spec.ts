@@ -1,3 +1,4 @@
+import { CONTROL_PLANE_MARK } from '../../src/otlp/control-plane-mark';
 import { execFile } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -366,13 +367,24 @@ describe.each(Object.keys(STACKS) as StackName[])('the %s stack, validated by do
     }
     // Every component a pipeline names is configured, so the image ships it too; the gateway forwards all three signals.
     const pipelines = config.service.pipelines as Record<string, Record<'receivers' | 'processors' | 'exporters', string[]>>;
-    expect(Object.keys(pipelines).sort()).toEqual(['logs', 'metrics', 'traces']);
+    // Hosted runners' traces have a pipeline of their own, which deletes the control plane's mark from their resources
+    // (docs/reads.md "Trust"): what they write straight to the collector is never taken for GitLab's account.
+    const hosted = Object.keys(config.receivers).includes('otlp/hosted');
+    expect(Object.keys(pipelines).sort()).toEqual(['logs', 'metrics', 'traces', ...(hosted ? ['traces/hosted'] : [])]);
+    if (hosted) {
+      const deleted = (config.processors['resource/hosted'] as { attributes: Array<{ key: string; action: string }> }).attributes;
+      expect(pipelines['traces/hosted'].processors).toContain('resource/hosted');
+      expect(deleted).toContainEqual({ key: CONTROL_PLANE_MARK.key, action: 'delete' });
+    }
     for (const [signal, pipeline] of Object.entries(pipelines)) {
       for (const kind of ['receivers', 'processors', 'exporters'] as const) {
         for (const id of pipeline[kind])
           expect({ signal, kind, id, configured: Object.keys(config[kind]).includes(id) }).toEqual({ signal, kind, id, configured: true });
       }
-      expect({ signal, receivers: pipeline.receivers }).toEqual({ signal, receivers: expect.arrayContaining(['otlp']) });
+      expect({ signal, receivers: pipeline.receivers }).toEqual({
+        signal,
+        receivers: expect.arrayContaining([signal === 'traces/hosted' ? 'otlp/hosted' : 'otlp']),
+      });
       expect({ signal, last: pipeline.processors.at(-1) }).toEqual({ signal, last: 'batch' });
       expect({ signal, exporters: pipeline.exporters }).toEqual({ signal, exporters: ['clickhouse'] });
     }
@@ -493,7 +505,7 @@ describe('the hosted-runner overlay', () => {
     // What the decorator asks hosted runners to request from Google (SPEC §4), as compose runs the service.
     expect(config.extensions.oidc.audience).toBe(loadConfig(compose().services[SERVICE].environment!).HOSTED_OIDC_AUDIENCE);
     const pipelines = config.service.pipelines as Record<string, { receivers: string[] }>;
-    expect(Object.keys(pipelines).filter((name) => pipelines[name].receivers.includes('otlp/hosted'))).toEqual(['traces']);
+    expect(Object.keys(pipelines).filter((name) => pipelines[name].receivers.includes('otlp/hosted'))).toEqual(['traces/hosted']);
   });
 });
 

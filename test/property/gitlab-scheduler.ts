@@ -1,3 +1,4 @@
+import { randomSource } from '../helpers/seeded-random';
 import fc from 'fast-check';
 
 /**
@@ -99,17 +100,8 @@ export interface ModelRun {
   readonly nodes: ModelNode[];
 }
 
-/** mulberry32: GitLab's small delays, a runner's pickup latency, from the world's seed. */
-function random(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** GitLab's small delays, a runner's pickup latency, from the world's seed. */
+const random = randomSource;
 
 const CREATED_AT = Date.parse('2026-12-01T10:00:00Z');
 
