@@ -60,6 +60,18 @@ describe('the completeness of a trace (SPEC §12)', () => {
       expect(completenessOf(trace.spans())).toMatchObject({ final: true });
     });
 
+    it("a multi-project downstream pipeline, its own project's trace, leaves its upstream's trace final once its bridge ended", () => {
+      const trace = new PipelineTrace(PROJECT, 546)
+        .job({ jobId: 1, name: 'build', queuedAt: 0, pickedUpAt: 1, finishedAt: 10 })
+        .bridge(2, 546, 547, { createdAt: 11, finishedAt: 30 })
+        .pipeline(546, { status: 'success', finishedAt: 31 });
+      // The bridge points at project 8's pipeline 547 (GitLab's source_pipeline named another project), as hook-spans.ts draws it.
+      const spans = trace
+        .spans()
+        .map((span) => (span.name === 'bridge' ? { ...span, attributes: { ...span.attributes, 'ci.downstream_project.id': PROJECT + 1 } } : span));
+      expect(completenessOf(spans)).toMatchObject({ final: true, missing_parents: 0, roots: 1 });
+    });
+
     it('4b: a failed pipeline reopened by a retried job is not final at once, before a runner takes the retry', () => {
       const trace = new PipelineTrace(PROJECT, 544).job({ jobId: 1, name: 'test', status: 'failed', queuedAt: 0, pickedUpAt: 1, finishedAt: 10 });
       const failed = { status: 'failed', createdAt: trace.at(0), finishedAt: trace.at(11) };

@@ -103,7 +103,7 @@ export function completenessOf(spans: readonly StoredSpan[]): Completeness {
 
 /**
  * Whether every pipeline the trace names has a pipeline span GitLab said finished: the pipelines of its pipeline
- * spans, of its jobs and queue waits (`ci.pipeline.id`), and the children its bridges started. A child pipeline still
+ * spans, of its jobs and queue waits (`ci.pipeline.id`), and the children its bridges started in its own project. A child pipeline still
  * running (no `strategy: depend`: its parent ended without it) or a pipeline reopened by a retry or a played job
  * (its span's newer version says `running`) leaves the trace unfinished. Pipeline spans drawn without webhooks carry
  * no GitLab status, so such a trace is never final: only GitLab knows a pipeline has finished.
@@ -119,8 +119,13 @@ function everyPipelineEnded(spans: readonly StoredSpan[]): boolean {
       named.add(pipelineId);
       if (FINISHED.has(String(span.attributes['ci.pipeline.status'] ?? ''))) ended.add(pipelineId);
     } else if (span.name === 'bridge') {
+      // A multi-project downstream pipeline is its own project's trace, never this one's (SPEC §12 "Trust"): its
+      // bridge, this project's own job, has ended when its span says so, and names no pipeline this trace must hold.
       const child = span.attributes['ci.downstream_pipeline.id'];
-      if (child !== undefined) named.add(String(child));
+      const downstreamProject = span.attributes['ci.downstream_project.id'];
+      const ownProject = span.attributes['ci.project.id'] ?? span.resource['ci.project.id'];
+      const sameProject = downstreamProject === undefined || String(downstreamProject) === String(ownProject);
+      if (child !== undefined && sameProject) named.add(String(child));
     } else if (span.name === 'job' || span.name === 'queue_wait') {
       const pipelineId = span.attributes['ci.pipeline.id'] ?? span.resource['ci.pipeline.id'];
       if (pipelineId !== undefined) named.add(String(pipelineId));
