@@ -26,6 +26,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
+import { CONTROL_PLANE_MARK } from '../src/otlp/control-plane-mark';
 import { ClickHouseTraceReads, QueryStatistics } from '../src/reads/clickhouse-trace-reads';
 import { criticalPath } from '../src/critical-path/critical-path';
 import type { TimeWindow, TraceRead } from '../src/reads/trace-reads';
@@ -84,6 +85,8 @@ SELECT
         'ci.pipeline.id', toString(pipeline_id),
         'ci.job.id', if(k = 0, '', toString(job_id)),
         'ci.runner.id', if(s >= 2, toString(1 + h % 20), ''),
+        -- The control plane's spans (pipeline, job, queue_wait) carry its mark, as pipeline-span-model.ts writes them.
+        '${CONTROL_PLANE_MARK.key}', if(k = 0 OR s < 2, '${CONTROL_PLANE_MARK.value}', ''),
         'ci.sampling.reason', 'head')) AS ResourceAttributes,
     if(s >= 2, 'gitlab-ci-runner', 'ci-job-telemetry/pipeline-spans') AS ScopeName,
     mapFilter((key, value) -> value != '', multiIf(
