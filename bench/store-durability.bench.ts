@@ -27,8 +27,10 @@ const ROUNDS = SMOKE ? 1 : 2;
 const grant = (jobId: number): Grant => testGrant({ jobId, jobTokenDigest: String(jobId).padStart(64, '0'), expiresAt: Date.now() + 600_000 });
 
 async function round(deployment: RedisDeployment, waitReplicas: number) {
-  // Up to 20 s for the cluster to be ready, not the service's 2 s: a write before that measures nothing.
-  const redis = await RedisStore.open({ ...deployment.settings(500), waitReplicas }, undefined, 20_000);
+  // Up to 20 s for the cluster to be ready, not the service's 2 s: a write before that measures nothing. A command
+  // timeout of 5 s, not the service's 150 ms: a write slowed by a busy host (the smoke run shares two cores with the
+  // test suite) is a figure in p99 here, not the end of the run.
+  const redis = await RedisStore.open({ ...deployment.settings(5_000), waitReplicas }, undefined, 20_000);
   const store = new RedisGrantStore(redis);
   try {
     for (let i = 0; i < 200; i++) await store.saveGrant(grant(900_000 + i));
@@ -47,6 +49,7 @@ async function round(deployment: RedisDeployment, waitReplicas: number) {
       }),
     );
     return {
+      slowest: milliseconds[milliseconds.length - 1],
       p50: milliseconds[Math.floor(SEQUENTIAL_WRITES / 2)],
       p99: milliseconds[Math.floor(SEQUENTIAL_WRITES * 0.99)],
       perSecond: CONCURRENT_WRITES / ((Date.now() - started) / 1000),
@@ -70,6 +73,7 @@ async function main(): Promise<void> {
         const line = [
           `p50 ${median(rounds.map((r) => r.p50)).toFixed(3)} ms`,
           `p99 ${median(rounds.map((r) => r.p99)).toFixed(3)} ms`,
+          `slowest ${Math.max(...rounds.map((r) => r.slowest)).toFixed(1)} ms`,
           `${Math.round(median(rounds.map((r) => r.perSecond)))} writes/s at ${CONCURRENCY} concurrent`,
         ].join(', ');
         console.log(`${name}, REDIS_WAIT_REPLICAS=${waitReplicas}: ${line}`);
