@@ -17,7 +17,7 @@
  *    2,000-span pipeline read back from ClickHouse. For each: p50/p95 and the rows ClickHouse read (its
  *    X-ClickHouse-Summary), the proof that a lookup reads its trace and not the month.
  *
- *   npm run bench:trace-reads                  # both: 20 s a phase; 10 million spans
+ *   npm run bench:trace-reads                  # both: 3 rounds of 20 s a phase (--rounds N); 10 million spans
  *   npm run bench:trace-reads -- --quick       # part 1 only, 5 s a phase, the same 100,000-span pipeline
  *   npm run bench:trace-reads -- --quick --service-root ../main   # part 1 against another checkout's build
  *   npm run bench:trace-reads -- --smoke       # both, small: that it runs
@@ -45,6 +45,7 @@ const { values: args } = parseArgs({
     // Another checkout whose built service (dist/main.js) part 1 measures, for a before/after: e.g. a worktree of main.
     'service-root': { type: 'string' },
     seconds: { type: 'string' },
+    rounds: { type: 'string' },
     rate: { type: 'string' },
     spans: { type: 'string' },
     lookups: { type: 'string' },
@@ -154,6 +155,7 @@ async function main(): Promise<void> {
     jobs: small ? 10 : 100,
     spansPerJob: small ? 100 : 1000,
     seconds: Number(args.seconds ?? (small ? 1 : args.quick ? 5 : 20)),
+    rounds: Number(args.rounds ?? (small ? 1 : 3)),
     rate: Number(args.rate ?? (small ? 20 : 100)),
   });
   if (args.quick) return;

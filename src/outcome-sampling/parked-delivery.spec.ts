@@ -15,6 +15,7 @@ import { OutcomeSamplingService } from './outcome-sampling.service';
 import { MemoryParkingStore } from './parking/memory-parking-store';
 import { MAX_DELIVERY_BYTES, nextPage, parkedSpansAsEntries, sendPage } from './parked-delivery';
 import { ParkedEntry, parkedEntryId, ParkedKind } from './parking/parking';
+import { counted as countedIn } from '../../test/helpers/metrics';
 
 const entry = (digest: string, kind: ParkedKind, bytes: number, body = Buffer.alloc(bytes, 0x0a)): ParkedEntry => ({
   ...parkedEntryId(digest, kind, 1, bytes),
@@ -124,10 +125,7 @@ describe('a kept pipeline delivered to a collector that refuses', () => {
     }
   };
   const delivered = async () => (await parking.usage()).traces === 0 && (await outbox.depth()).spans === 0;
-  const counted = async (name: string, labels: Record<string, string> = {}) =>
-    ((await metrics.registry.getSingleMetric(name)?.get())?.values ?? [])
-      .filter((value) => Object.entries(labels).every(([label, wanted]) => String(value.labels[label]) === wanted))
-      .reduce((sum, value) => sum + value.value, 0);
+  const counted = (name: string, labels: Record<string, string> = {}) => countedIn(metrics.registry, name, labels);
   const sorted = (list: readonly string[]) => [...list].sort();
 
   beforeEach(async () => {

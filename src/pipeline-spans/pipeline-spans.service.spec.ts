@@ -70,6 +70,18 @@ const pickedUp = (jobId: number, overrides: Partial<TracedJob> = {}): TracedJob 
   ...overrides,
 });
 
+/** The service on `store` with no outcome sampling and a deliverer that waits to be asked: what the later describes need. */
+const serviceOn = (store: RecordingStore, env: Record<string, string> = {}): PipelineSpansService =>
+  new PipelineSpansService(
+    loadConfig(env),
+    secrets,
+    store,
+    store.outbox,
+    { kick: () => undefined } as unknown as OutboxDeliverer,
+    new PipelineSpansMetrics(new MetricsService()),
+    {} as OutcomeSamplingService,
+  );
+
 describe('PipelineSpansService at pickup (SPEC §10)', () => {
   let store: RecordingStore;
   let metrics: MetricsService;
@@ -313,16 +325,7 @@ describe('a pipeline that had finished runs again (SPEC §12 "final", issue 56 4
 
   beforeEach(async () => {
     store = new RecordingStore();
-    const deliverer = { kick: () => undefined } as unknown as OutboxDeliverer;
-    service = new PipelineSpansService(
-      loadConfig({}),
-      secrets,
-      store,
-      store.outbox,
-      deliverer,
-      new PipelineSpansMetrics(new MetricsService()),
-      {} as OutcomeSamplingService,
-    );
+    service = serviceOn(store);
     await store.recordTracedPipelines([{ value: { pipelineId: 500, rootPipelineId: 500, projectId: 7, traceId: 'a'.repeat(32) }, ttlMs: 60_000 }]);
   });
   afterEach(() => {
@@ -389,16 +392,7 @@ describe("one project's data on the memory store (SPEC §12 Trust, issue 56)", (
 
   beforeEach(async () => {
     store = new RecordingStore();
-    const deliverer = { kick: () => undefined } as unknown as OutboxDeliverer;
-    service = new PipelineSpansService(
-      loadConfig({}),
-      secrets,
-      store,
-      store.outbox,
-      deliverer,
-      new PipelineSpansMetrics(new MetricsService()),
-      {} as OutcomeSamplingService,
-    );
+    service = serviceOn(store);
     // A's pipeline 500, traced from its own job's pickup.
     service.recordPickup(pickedUp(1001, { pipelineId: 500, rootPipelineId: 500, projectId: A }), Date.now() + 3_600_000, '0000000000000001');
     await service.onModuleDestroy();
@@ -454,15 +448,7 @@ describe("one project's data on the memory store (SPEC §12 Trust, issue 56)", (
     );
     await service.onModuleDestroy();
     // Another replica (no memo of A's record) does the same.
-    const replica = new PipelineSpansService(
-      loadConfig({}),
-      secrets,
-      store,
-      store.outbox,
-      { kick: () => undefined } as unknown as OutboxDeliverer,
-      new PipelineSpansMetrics(new MetricsService()),
-      {} as OutcomeSamplingService,
-    );
+    const replica = serviceOn(store);
     replica.recordPickup(
       pickedUp(8002, { pipelineId: 800, rootPipelineId: 500, projectId: B, traceId: 'a'.repeat(32) }),
       Date.now() + 3_600_000,
@@ -493,16 +479,7 @@ describe('the waits GitLab told, as the path written at the root pipeline’s en
 
   beforeEach(async () => {
     store = new RecordingStore();
-    const deliverer = { kick: () => undefined } as unknown as OutboxDeliverer;
-    service = new PipelineSpansService(
-      loadConfig({ GITLAB_WEBHOOK_SECRET_FILE: '/unused' }),
-      secrets,
-      store,
-      store.outbox,
-      deliverer,
-      new PipelineSpansMetrics(new MetricsService()),
-      {} as OutcomeSamplingService,
-    );
+    service = serviceOn(store, { GITLAB_WEBHOOK_SECRET_FILE: '/unused' });
     await store.recordTracedPipelines([{ value: { pipelineId: 500, rootPipelineId: 500, projectId: 7, traceId: 'a'.repeat(32) }, ttlMs: 60_000 }]);
     // build (0–60 s), then deploy: pending at 360 s, run by a runner at once, to 400 s.
     for (const [jobId, queuedAt] of [

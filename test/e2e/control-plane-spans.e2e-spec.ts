@@ -1,7 +1,7 @@
 import { appendFileSync, mkdtempSync, realpathSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { diag, DiagLogLevel, ROOT_CONTEXT, trace, TraceFlags } from '@opentelemetry/api';
+import { ROOT_CONTEXT, trace, TraceFlags } from '@opentelemetry/api';
 import { ExportResultCode } from '@opentelemetry/core';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-proto';
 import { resourceFromAttributes } from '@opentelemetry/resources';
@@ -15,6 +15,7 @@ import { internalApiHeaders } from '../helpers/internal-api';
 import { expectMatchesOpenApi } from '../helpers/openapi';
 import { waitFor } from '../helpers/ports';
 import { metric, ServiceProcess, startService } from '../helpers/service';
+import { recordSdkWarnings } from '../helpers/sdk-warnings';
 
 /**
  * Issue 56 item 2 against the built service on its embedded defaults: a program in a job, through its own capability
@@ -30,17 +31,7 @@ const JOB = 56001;
 const HIGH_VERSION = Number.MAX_SAFE_INTEGER;
 
 /** Partial-success warnings the SDK logs when the gateway reports rejected spans. */
-const sdkWarnings: string[] = [];
-diag.setLogger(
-  {
-    error: () => undefined,
-    warn: (...args: unknown[]) => sdkWarnings.push(args.map(String).join(' ')),
-    info: () => undefined,
-    debug: () => undefined,
-    verbose: () => undefined,
-  },
-  DiagLogLevel.WARN,
-);
+const sdkWarnings = recordSdkWarnings();
 
 /** Hands out the span ids a program chose, in order: what a program that read TRACEPARENT can do. */
 class ChosenIds implements IdGenerator {

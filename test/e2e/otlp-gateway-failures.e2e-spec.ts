@@ -1,4 +1,3 @@
-import { diag, DiagLogLevel } from '@opentelemetry/api';
 import { ExportResultCode } from '@opentelemetry/core';
 import { request as httpRequest } from 'node:http';
 import { Client } from 'undici';
@@ -10,6 +9,7 @@ import { OtlpSink, startOtlpSink } from '../helpers/otlp-sink';
 import { RedisServer, startRedis } from '../helpers/redis';
 import { ServiceProcess, startService } from '../helpers/service';
 import { rpcStatusType } from '../../src/otlp/otlp-proto';
+import { recordSdkWarnings } from '../helpers/sdk-warnings';
 
 /**
  * How the gateway fails (issue 9 items 3, 6, 7, SPEC §6): what an exporter reads when the collector,
@@ -19,17 +19,7 @@ import { rpcStatusType } from '../../src/otlp/otlp-proto';
 const RpcStatus = rpcStatusType();
 
 /** Partial-success warnings the SDK logs when the gateway reports rejected spans. */
-const sdkWarnings: string[] = [];
-diag.setLogger(
-  {
-    error: () => undefined,
-    warn: (...args: unknown[]) => sdkWarnings.push(args.map(String).join(' ')),
-    info: () => undefined,
-    debug: () => undefined,
-    verbose: () => undefined,
-  },
-  DiagLogLevel.WARN,
-);
+const sdkWarnings = recordSdkWarnings();
 
 const PROTOBUF = 'application/x-protobuf';
 const JSON_TYPE = 'application/json';

@@ -1,4 +1,4 @@
-import { diag, DiagLogLevel, ROOT_CONTEXT, defaultTextMapGetter } from '@opentelemetry/api';
+import { ROOT_CONTEXT, defaultTextMapGetter } from '@opentelemetry/api';
 import { ExportResult, ExportResultCode, W3CTraceContextPropagator } from '@opentelemetry/core';
 import { OTLPTraceExporter as JsonTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { OTLPTraceExporter as ProtoTraceExporter } from '@opentelemetry/exporter-trace-otlp-proto';
@@ -14,21 +14,12 @@ import { RedisServer, startRedis } from '../helpers/redis';
 import { ServiceProcess, startService } from '../helpers/service';
 import { PickedUpJob, pickUpTracedJob } from '../helpers/ci-job';
 import { rpcStatusType } from '../../src/otlp/otlp-proto';
+import { recordSdkWarnings } from '../helpers/sdk-warnings';
 
 const RpcStatus = rpcStatusType();
 
 /** Partial-success warnings the SDK logs when the gateway reports rejected spans. */
-const sdkWarnings: string[] = [];
-diag.setLogger(
-  {
-    error: () => undefined,
-    warn: (...args: unknown[]) => sdkWarnings.push(args.map(String).join(' ')),
-    info: () => undefined,
-    debug: () => undefined,
-    verbose: () => undefined,
-  },
-  DiagLogLevel.WARN,
-);
+const sdkWarnings = recordSdkWarnings();
 
 /** Spans as a job's instrumented program makes them: parented on the TRACEPARENT the decorator minted. */
 function recordSpans(

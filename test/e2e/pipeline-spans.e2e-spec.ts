@@ -122,6 +122,16 @@ const spansOf = (sink: OtlpSink, traceId: string) => sink.allSpans().filter((spa
 const named = (spans: ReceivedSpan[], name: string, jobId?: number) =>
   spans.filter((span) => span.name === name && (jobId === undefined || span.attributes['ci.job.id'] === jobId));
 
+/** GitLab's account of a pipeline: succeeded, created a second before its first job was queued, ending 20 s from now. */
+const succeeded = (id: number, first: { queuedAt: Date }, jobs: WebhookPipeline['jobs']): WebhookPipeline => ({
+  id,
+  projectId: PROJECT,
+  status: 'success',
+  createdAt: new Date(first.queuedAt.getTime() - 1000),
+  finishedAt: new Date(Date.now() + 20_000),
+  jobs,
+});
+
 describe('control-plane spans: a whole, connected pipeline trace (SPEC §10)', () => {
   let redis: RedisServer;
   let sink: OtlpSink;
@@ -350,14 +360,7 @@ describe('control-plane spans across a collector outage and a restart (SPEC §10
 
     await sink.stop();
     const webhookJobs = jobs.map((job, i) => finished(job, `job-${i}`, 'test', 'success'));
-    const pipeline: WebhookPipeline = {
-      id: PIPELINE,
-      projectId: PROJECT,
-      status: 'success',
-      createdAt: new Date(jobs[0].queuedAt.getTime() - 1000),
-      finishedAt: new Date(Date.now() + 20_000),
-      jobs: webhookJobs,
-    };
+    const pipeline = succeeded(PIPELINE, jobs[0], webhookJobs);
     const deliver = (event: 'Pipeline Hook' | 'Job Hook', body: unknown, uuid: string) =>
       deliverWebhook(service.url, event, body, { token: secret.secret, uuid });
     const answers = [
@@ -460,14 +463,7 @@ describe('control-plane spans through a collector that refuses, then recovers (i
       finished(jobs[1], UNDECODABLE, 'test', 'success'),
       finished(jobs[2], 'deploy', 'deploy', 'success'),
     ];
-    const pipeline: WebhookPipeline = {
-      id: PIPELINE,
-      projectId: PROJECT,
-      status: 'success',
-      createdAt: new Date(jobs[0].queuedAt.getTime() - 1000),
-      finishedAt: new Date(Date.now() + 20_000),
-      jobs: webhookJobs,
-    };
+    const pipeline = succeeded(PIPELINE, jobs[0], webhookJobs);
     const answers = [
       await deliverWebhook(service.url, 'Pipeline Hook', pipelineHook(pipeline), { token: secret.secret }),
       ...(await Promise.all(webhookJobs.map((job) => deliverWebhook(service!.url, 'Job Hook', jobHook(pipeline, job), { token: secret.secret })))),

@@ -23,12 +23,13 @@ const spansOf = async (read: Promise<TraceRead | null>): Promise<StoredSpan[] | 
 
 const SCHEMA = readFileSync(join(__dirname, '..', '..', 'deploy', 'clickhouse', 'init', '01-ci-job-telemetry.sql'), 'utf8');
 
-describeReadsEndpoints('ClickHouse (the official client over HTTP, on the embedded engine)', async () => {
-  const clickhouse = await startClickHouse({ http: { password: 'reads' } });
+/** The embedded engine with the deployment's schema, read by the official client over HTTP; what both suites load into. */
+const clickHouseBackend = (password: string) => async () => {
+  const clickhouse = await startClickHouse({ http: { password } });
   await clickhouse.query(SCHEMA);
   let reads: ClickHouseTraceReads | undefined;
   return {
-    load: async (exports) => {
+    load: async (exports: Parameters<typeof withCriticalPathAttributes>[0]) => {
       // With what the control plane writes at each pipeline's end: the CI view's critical path columns.
       await insertOtelTraces(clickhouse, otelTracesRowsOfResourceSpans(withCriticalPathAttributes(exports)));
       reads = new ClickHouseTraceReads({ url: clickhouse.url, password: clickhouse.password, timeoutMs: 10_000 });
@@ -39,24 +40,11 @@ describeReadsEndpoints('ClickHouse (the official client over HTTP, on the embedd
       await clickhouse.stop();
     },
   };
-});
+};
 
-describeTraceReadsConformance('ClickHouse (the official client over HTTP, on the embedded engine)', async () => {
-  const clickhouse = await startClickHouse({ http: { password: 'conformance' } });
-  await clickhouse.query(SCHEMA);
-  let reads: ClickHouseTraceReads | undefined;
-  return {
-    load: async (exports) => {
-      await insertOtelTraces(clickhouse, otelTracesRowsOfResourceSpans(withCriticalPathAttributes(exports)));
-      reads = new ClickHouseTraceReads({ url: clickhouse.url, password: clickhouse.password, timeoutMs: 10_000 });
-      return reads;
-    },
-    close: async () => {
-      await reads?.close();
-      await clickhouse.stop();
-    },
-  };
-});
+describeReadsEndpoints('ClickHouse (the official client over HTTP, on the embedded engine)', clickHouseBackend('reads'));
+
+describeTraceReadsConformance('ClickHouse (the official client over HTTP, on the embedded engine)', clickHouseBackend('conformance'));
 
 /**
  * The ClickHouse backend of the read port (SPEC §12) through the official client over real HTTP, against

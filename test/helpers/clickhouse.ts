@@ -28,13 +28,17 @@ export interface ClickHouseOverHttp extends ClickHouse {
  * temporary data directory, for one test file. `npm test` installs it into test/chdb.
  */
 export async function startClickHouse(): Promise<ClickHouse>;
-/** With `http`, the engine also serves ClickHouse's HTTP interface, for one user with that password. */
-export async function startClickHouse(options: { http: { password: string } }): Promise<ClickHouseOverHttp>;
-export async function startClickHouse(options?: { http?: { password: string } }): Promise<ClickHouse | ClickHouseOverHttp> {
+/**
+ * With `http`, the engine also serves ClickHouse's HTTP interface, for one user with that password. With `niceness`,
+ * the engine and every thread it starts run at that nice value (a bench that stands it in for a server on its own host).
+ */
+export async function startClickHouse(options: { http: { password: string }; niceness?: number }): Promise<ClickHouseOverHttp>;
+export async function startClickHouse(options?: { http?: { password: string }; niceness?: number }): Promise<ClickHouse | ClickHouseOverHttp> {
   if (!existsSync(join(CHDB, 'node_modules', 'chdb', 'package.json'))) {
     throw new Error('chdb is not installed in test/chdb: run `npm test` (it installs it) or `bash scripts/install-stack-test-deps.sh`');
   }
-  const child: ChildProcess = spawn(process.execPath, [ENGINE], {
+  const command = options?.niceness === undefined ? [process.execPath, ENGINE] : ['nice', '-n', String(options.niceness), process.execPath, ENGINE];
+  const child: ChildProcess = spawn(command[0], command.slice(1), {
     // DateTime64 text is read and written in UTC, as the stack's ClickHouse server runs.
     env: { PATH: process.env.PATH, TZ: 'UTC', ...(options?.http ? { CHDB_HTTP_PASSWORD: options.http.password } : {}) },
     stdio: ['pipe', 'pipe', 'pipe'],

@@ -7,6 +7,7 @@ import { OutboxDeliverer } from '../../src/outbox/outbox-deliverer';
 import { OutboxMetrics } from '../../src/outbox/outbox.metrics';
 import { CollectorScript, ScriptedCollector, startScriptedCollector } from '../helpers/scripted-collector';
 import { StoreWorld } from './store-world';
+import { counted as countedIn } from '../helpers/metrics';
 
 /**
  * The outbox keeps what it was given (issue 56 item 7, SPEC §10): nothing leaves it before a 2xx; a 413 splits, a 400
@@ -56,10 +57,7 @@ export function keepsWhatTheOutboxWasGiven(world: StoreWorld) {
         await new Promise((resolve) => setTimeout(resolve, 20));
       }
     };
-    const counted = async (name: string, labels: Record<string, string> = {}) =>
-      ((await metrics.registry.getSingleMetric(name)?.get())?.values ?? [])
-        .filter((value) => Object.entries(labels).every(([label, wanted]) => String(value.labels[label]) === wanted))
-        .reduce((sum, value) => sum + value.value, 0);
+    const counted = (name: string, labels: Record<string, string> = {}) => countedIn(metrics.registry, name, labels);
     const sorted = (list: readonly string[]) => [...list].sort();
 
     beforeEach(async () => {
