@@ -46,7 +46,7 @@ async function serve(): Promise<void> {
   const config = loadConfig(process.env);
   const secrets = loadSecrets(config);
   // As main.ts: the logger's default destination, stdout in batches; the bench points stdout at a file.
-  const logger = createLogger(config.LOG_LEVEL);
+  const logger = createLogger(config.process.logLevel);
   const app = await createInternalApp(config, secrets, logger);
 
   // Same instance, so the same body parser, request-id and access-log hooks; none of Nest's routing,
@@ -95,8 +95,8 @@ async function serve(): Promise<void> {
   const flags = app.get(FlagsService);
   const pipelineSpans = app.get(PipelineSpansService);
   const traceIds = new Map<number, string>();
-  const headDecisions = new HeadDecisions(app.get<TracedWorkStore>(PICKUP_TRACED_WORK_STORE), config.OUTBOX_DEDUP_SECONDS * 1000);
-  const gateway = withoutTrailingSlash(config.GATEWAY_PUBLIC_URL);
+  const headDecisions = new HeadDecisions(app.get<TracedWorkStore>(PICKUP_TRACED_WORK_STORE), config.outbox.dedupSeconds * 1000);
+  const gateway = withoutTrailingSlash(config.jobPayload.gatewayPublicUrl);
   await fastify.register(async (scope) => {
     useJobPayloadParser(scope);
     scope.post(
@@ -114,7 +114,7 @@ async function serve(): Promise<void> {
         if (traceId === undefined) traceIds.set(job.root_pipeline_id, (traceId = traceIdFor(secrets.traceKey, job.root_pipeline_id)));
         const context = traceContextOf(traceId, spanIdFor(secrets.traceKey, job.id), head.samplingPercent);
         if (!flagged || !context.sampled) throw new Error('floor: every bench pickup is enabled');
-        const { grant, tracedJob, saveOptions } = pickupRecords(runner, job, context, secrets.tokenDigestKey, config.GRANT_GRACE_SECONDS);
+        const { grant, tracedJob, saveOptions } = pickupRecords(runner, job, context, secrets.tokenDigestKey, config.jobPayload.grantGraceSeconds);
         await store.saveGrant(grant, tracedJob, saveOptions);
         pipelineSpans.recordPickup(tracedJob, grant.expiresAt, context.spanParentId);
         const capabilityBase = `${gateway}${capabilityPath(job.id, mintCapability(secrets.capabilityKeys[0], job.id))}`;
@@ -135,7 +135,7 @@ async function serve(): Promise<void> {
     ok: hash('sha256', String(request.headers[INTERNAL_API_HEADER]), 'base64') !== credentialCacheKey(forwardedCredential(request.headers)),
   }));
 
-  await app.listen(config.INTERNAL_PORT, config.HOST);
+  await app.listen(config.process.internalPort, config.process.host);
   const reply = (message: FromServer) => process.send?.(message);
   reply({ type: 'listening', port: (app.getHttpServer().address() as AddressInfo).port });
 

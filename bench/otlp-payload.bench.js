@@ -56,7 +56,7 @@ const FOREIGN_TRACE = '0af7651916cd43dd8448eb211c80319c';
 const FOREIGN_EVERY = 64; // 8 foreign spans in 512
 // The job's default span quota (SPEC §6): a 1,000-span batch fits, its foreign spans apart.
 const BUDGET = 1000;
-// The gateway's default per-span limits (src/config/app-config.ts): every span of the batch is within them.
+// The gateway's default per-span limits (src/config/sections/gateway.ts): every span of the batch is within them.
 const LIMITS = { maxBytes: 4096, maxAttributes: 128, maxAttributeValueBytes: 2048 };
 
 /**

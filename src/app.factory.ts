@@ -18,7 +18,7 @@ export async function createInternalApp(config: AppConfig, secrets: Secrets, log
   const adapter = new FastifyAdapter({
     loggerInstance: frameworkLogger(logger),
     logController: new LogController({ disableRequestLogging: true }),
-    bodyLimit: config.BODY_LIMIT_BYTES,
+    bodyLimit: config.internalApi.bodyLimitBytes,
     genReqId: requestIdOf,
     childLoggerFactory: rootLoggerForRequests,
   });
@@ -30,10 +30,10 @@ export async function createInternalApp(config: AppConfig, secrets: Secrets, log
   // nginx asks the auth endpoint on every export: its successes are logged as the gateway's exports are
   // (the route is marked SAMPLED_ACCESS_LOG); every other internal route logs each request.
   addRequestHooks(app.getHttpAdapter().getInstance(), logger, {
-    successLogIntervalMs: config.EXPORT_SUCCESS_LOG_INTERVAL_MS,
+    successLogIntervalMs: config.gateway.successLogIntervalMs,
     sampledRoutes: 'marked',
   });
-  drainUnreadBodies(app.getHttpAdapter().getInstance(), config.BODY_LIMIT_BYTES);
+  drainUnreadBodies(app.getHttpAdapter().getInstance(), config.internalApi.bodyLimitBytes);
   await app.init();
   return app;
 }

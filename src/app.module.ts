@@ -21,8 +21,8 @@ import { TokenAuthModule } from './token-auth/token-auth.module';
 @Module({})
 export class AppModule {
   static forRoot(config: AppConfig, secrets: Secrets, logger: Logger): DynamicModule {
-    const control = config.ROLE === 'gateway' ? [] : [TokenAuthModule, JobPayloadModule, GitlabWebhooksModule, ReadsModule.forRoot()];
-    const gateway = config.ROLE === 'control' ? [] : [OtlpGatewayModule.forRole(config.ROLE)];
+    const control = config.process.role === 'gateway' ? [] : [TokenAuthModule, JobPayloadModule, GitlabWebhooksModule, ReadsModule.forRoot()];
+    const gateway = config.process.role === 'control' ? [] : [OtlpGatewayModule.forRole(config.process.role)];
     return {
       module: AppModule,
       imports: [ConfigModule.forRoot(config, secrets), ObservabilityModule.forRoot(logger), ...control, ...gateway],

@@ -27,10 +27,12 @@ function configuration(): { config: AppConfig; secrets: Secrets } {
     const config = loadConfig(process.env);
     const secrets = loadSecrets(config);
     // Only processes that verify job tokens read the keys (ROLE=gateway asks AUTH_URL instead).
-    const keysProblem = config.ROLE !== 'gateway' && config.JOB_TOKEN_JWKS_FILE !== undefined ? jwksFileProblem(config.JOB_TOKEN_JWKS_FILE) : undefined;
+    const control = config.process.role !== 'gateway';
+    const { jobTokenJwksFile } = config.runnerAuth;
+    const keysProblem = control && jobTokenJwksFile !== undefined ? jwksFileProblem(jobTokenJwksFile) : undefined;
     if (keysProblem !== undefined) throw new ConfigError([keysProblem]);
-    const webhookProblem =
-      config.ROLE !== 'gateway' && config.GITLAB_WEBHOOK_SECRET_FILE !== undefined ? webhookSecretsProblem(config.GITLAB_WEBHOOK_SECRET_FILE) : undefined;
+    const webhookSecretFile = config.webhooks.secretFile;
+    const webhookProblem = control && webhookSecretFile !== undefined ? webhookSecretsProblem(webhookSecretFile) : undefined;
     if (webhookProblem !== undefined) throw new ConfigError([webhookProblem]);
     return { config, secrets };
   } catch (error) {
@@ -64,20 +66,17 @@ async function bootstrap(): Promise<void> {
   }
   const { config, secrets } = configuration();
 
-  const logger = createLogger(config.LOG_LEVEL);
-  const stopSelfTracing = startSelfTracing(config.OTEL_EXPORTER_OTLP_ENDPOINT, config.OTEL_SERVICE_NAME);
+  const { role, host, internalPort, gatewayPort, logLevel } = config.process;
+  const logger = createLogger(logLevel);
+  const stopSelfTracing = startSelfTracing(config.selfTracing.endpoint, config.selfTracing.serviceName);
   const internal = await createInternalApp(config, secrets, logger);
   const readinessChecks = internal.get(ReadinessChecks);
   readinessChecks.holdUntilStarted();
   // Fastify's own listen, not Nest's: Nest logs a failed listen's raw error itself before rejecting.
   const internalFastify: FastifyInstance = internal.getHttpAdapter().getInstance();
-  const internalUrl = await listen('INTERNAL_PORT', config.HOST, config.INTERNAL_PORT, () =>
-    internalFastify.listen({ port: config.INTERNAL_PORT, host: config.HOST }),
-  );
+  const internalUrl = await listen('INTERNAL_PORT', host, internalPort, () => internalFastify.listen({ port: internalPort, host }));
   const gatewayUrl =
-    config.ROLE === 'control'
-      ? undefined
-      : await listen('GATEWAY_PORT', config.HOST, config.GATEWAY_PORT, () => internal.get(GatewayServer).listen(config.GATEWAY_PORT, config.HOST));
+    role === 'control' ? undefined : await listen('GATEWAY_PORT', host, gatewayPort, () => internal.get(GatewayServer).listen(gatewayPort, host));
   const readiness = await readinessChecks.run();
   logger.info(startupSummary(config, { internalUrl, gatewayUrl, readiness }), 'ci-job-telemetry started');
   for (const warning of startupWarnings(config, process.env)) logger.warn(warning);

@@ -75,12 +75,12 @@ function withoutCredentials(text: string): string {
  * `http://localhost:4318`, their own host, which is the gateway's port in the shipped compose file: every export of
  * theirs would be refused there, unless a collector listens on each runner's host.
  */
-export function startupWarnings(config: AppConfig, env: NodeJS.ProcessEnv): string[] {
+export function startupWarnings({ process, jobPayload }: AppConfig, env: NodeJS.ProcessEnv): string[] {
   const warnings: string[] = [];
-  const hosted = config.HOSTED_RUNNER_TYPES.length > 0 || config.HOSTED_RUNNER_IDS.length > 0;
-  if (config.ROLE !== 'gateway' && hosted && (env.COLLECTOR_PUBLIC_URL ?? '') === '') {
+  const hosted = jobPayload.hostedRunnerTypes.length > 0 || jobPayload.hostedRunnerIds.length > 0;
+  if (process.role !== 'gateway' && hosted && (env.COLLECTOR_PUBLIC_URL ?? '') === '') {
     warnings.push(
-      `hosted runners (HOSTED_RUNNER_TYPES/HOSTED_RUNNER_IDS) are told to export to ${config.COLLECTOR_PUBLIC_URL}/v1/traces, ` +
+      `hosted runners (HOSTED_RUNNER_TYPES/HOSTED_RUNNER_IDS) are told to export to ${jobPayload.collectorPublicUrl}/v1/traces, ` +
         'their own host, because COLLECTOR_PUBLIC_URL is unset; set it to the collector as they reach it ' +
         '(its hosted-runner receiver), unless a collector listens on each of their hosts',
     );
@@ -91,16 +91,17 @@ export function startupWarnings(config: AppConfig, env: NodeJS.ProcessEnv): stri
 export function startupSummary(config: AppConfig, started: StartedProcess): Record<string, unknown> {
   const checks = started.readiness;
   const reachability = checks.store === undefined ? '' : checks.store === 'ok' ? ' (reachable)' : ' (unreachable)';
-  const summary: Record<string, unknown> = { role: config.ROLE, internalApi: started.internalUrl };
+  const summary: Record<string, unknown> = { role: config.process.role, internalApi: started.internalUrl };
   if (started.gatewayUrl !== undefined) summary.otlpGateway = started.gatewayUrl;
-  summary.store = `${describeStore(config)}${reachability}`;
-  if (config.ROLE !== 'gateway') {
-    const flags = config.UNLEASH_URL === undefined ? `file ${resolve(config.FLAGS_FILE)}` : `Unleash ${withoutCredentials(config.UNLEASH_URL)}`;
+  summary.store = `${describeStore(config.store)}${reachability}`;
+  if (config.process.role !== 'gateway') {
+    const { unleashUrl, file } = config.flags;
+    const flags = unleashUrl === undefined ? `file ${resolve(file)}` : `Unleash ${withoutCredentials(unleashUrl)}`;
     summary.flags = checks.flags === 'ok' ? flags : `${flags} (no definitions yet: telemetry is off)`;
-    summary.gatewayPublicUrl = config.GATEWAY_PUBLIC_URL;
-    summary.gitlabWebhooks = config.GITLAB_WEBHOOK_SECRET_FILE === undefined ? 'off (GITLAB_WEBHOOK_SECRET_FILE unset)' : 'on';
+    summary.gatewayPublicUrl = config.jobPayload.gatewayPublicUrl;
+    summary.gitlabWebhooks = config.webhooks.secretFile === undefined ? 'off (GITLAB_WEBHOOK_SECRET_FILE unset)' : 'on';
   }
-  summary.upstream =
-    config.OTLP_UPSTREAM_URL === undefined ? `embedded collector, ${localCollectorDirectory(config.DATA_DIR)}` : withoutCredentials(config.OTLP_UPSTREAM_URL);
+  const upstream = config.collector.upstreamUrl;
+  summary.upstream = upstream === undefined ? `embedded collector, ${localCollectorDirectory(config.process.dataDir)}` : withoutCredentials(upstream);
   return summary;
 }

@@ -6,7 +6,7 @@ import { signInternalApiToken } from '../internal-api/internal-api-token';
 async function main(): Promise<void> {
   const config = loadConfig(process.env);
   const secrets = loadSecrets(config);
-  process.stdout.write(`${await signInternalApiToken(secrets.internalApiSecret, config.INTERNAL_API_ISSUERS[0])}\n`);
+  process.stdout.write(`${await signInternalApiToken(secrets.internalApiSecret, config.internalApi.issuers[0])}\n`);
 }
 
 main().catch((error: unknown) => {

@@ -19,7 +19,7 @@ function spanDuration(spans: readonly CollectedSpan[]): bigint {
 function main(): number {
   let dataDir: string;
   try {
-    dataDir = loadConfig(process.env).DATA_DIR;
+    dataDir = loadConfig(process.env).process.dataDir;
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error;
     for (const problem of error.problems) process.stderr.write(`invalid configuration: ${problem}\n`);

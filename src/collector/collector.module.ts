@@ -1,7 +1,7 @@
 import { Inject, Module, OnApplicationBootstrap, OnApplicationShutdown } from '@nestjs/common';
 import type { Logger } from 'pino';
-import { AppConfig } from '../config/app-config';
-import { APP_CONFIG } from '../config/config.constants';
+import { CollectorConfig } from '../config/sections/collector';
+import { ProcessConfig } from '../config/sections/process';
 import { APP_LOGGER } from '../observability/logger';
 import { ReadinessChecks } from '../observability/readiness-checks';
 import { CoalescingCollectorClient } from './coalescing-collector-client';
@@ -22,14 +22,14 @@ import { LocalCollector } from './local-collector';
     CollectorMetrics,
     {
       provide: COLLECTOR_CLIENT,
-      inject: [APP_CONFIG, CollectorMetrics, APP_LOGGER],
+      inject: [CollectorConfig, ProcessConfig, CollectorMetrics, APP_LOGGER],
       // Coalescing sits in front of the HTTP collector only: the embedded one writes a line per export, with no request to save.
-      useFactory: (config: AppConfig, metrics: CollectorMetrics, logger: Logger): CollectorClient =>
-        config.OTLP_UPSTREAM_URL === undefined
-          ? new LocalCollector(localCollectorDirectory(config.DATA_DIR), config.LOCAL_COLLECTOR_MAX_BYTES)
+      useFactory: (config: CollectorConfig, processConfig: ProcessConfig, metrics: CollectorMetrics, logger: Logger): CollectorClient =>
+        config.upstreamUrl === undefined
+          ? new LocalCollector(localCollectorDirectory(processConfig.dataDir), config.localMaxBytes)
           : new CoalescingCollectorClient(
-              new HttpCollectorClient(config.OTLP_UPSTREAM_URL, parseHeaderList(config.OTLP_UPSTREAM_HEADERS), config.OTLP_UPSTREAM_TIMEOUT_MS),
-              { lingerMs: config.OTLP_UPSTREAM_LINGER_MS, maxBytes: config.OTLP_UPSTREAM_BATCH_MAX_BYTES },
+              new HttpCollectorClient(config.upstreamUrl, parseHeaderList(config.upstreamHeaders), config.upstreamTimeoutMs),
+              { lingerMs: config.upstreamLingerMs, maxBytes: config.upstreamBatchMaxBytes },
               metrics,
               logger,
             ),
@@ -41,13 +41,13 @@ export class CollectorModule implements OnApplicationBootstrap, OnApplicationShu
   constructor(
     @Inject(COLLECTOR_CLIENT) private readonly collector: CollectorClient,
     @Inject(APP_LOGGER) private readonly logger: Logger,
-    @Inject(APP_CONFIG) config: AppConfig,
+    processConfig: ProcessConfig,
     readiness: ReadinessChecks,
   ) {
     // Only a gateway-only process is unready without its collector: in ROLE=all the same readiness
     // gates job pickup, which must not leave rotation because the collector is down (exports get a
     // retryable 502/503 meanwhile).
-    if (config.ROLE === 'gateway') readiness.register('upstream', () => collector.reachable());
+    if (processConfig.role === 'gateway') readiness.register('upstream', () => collector.reachable());
   }
 
   onApplicationBootstrap(): void {

@@ -1,4 +1,5 @@
-import { ConfigError, loadConfig, storeMode } from './app-config';
+import { ConfigError, loadConfig, valueOf, VARIABLE_NAMES } from './app-config';
+import { storeMode } from './sections/store';
 
 const problemsOf = (env: Record<string, string>) => {
   try {
@@ -13,9 +14,9 @@ const problemsOf = (env: Record<string, string>) => {
 describe('loadConfig', () => {
   it('runs on embedded defaults with an empty environment', () => {
     const config = loadConfig({});
-    expect(config).toMatchObject({ ROLE: 'all', INTERNAL_PORT: 8080, GATEWAY_PORT: 4318, BODY_LIMIT_BYTES: 8 * 1024 * 1024 });
-    expect(config.REDIS_URL).toBeUndefined();
-    expect(config.UNLEASH_URL).toBeUndefined();
+    expect(config).toMatchObject({ process: { role: 'all', internalPort: 8080, gatewayPort: 4318 }, internalApi: { bodyLimitBytes: 8 * 1024 * 1024 } });
+    expect(config.store.url).toBeUndefined();
+    expect(config.flags.unleashUrl).toBeUndefined();
   });
 
   it('parses numbers, lists and booleans from their text', () => {
@@ -25,10 +26,10 @@ describe('loadConfig', () => {
       HOSTED_RUNNER_IDS: '1,2',
       UNADVERTISED_RUNNERS_ELIGIBLE: 'false',
     });
-    expect(config.INTERNAL_PORT).toBe(9090);
-    expect(config.INTERNAL_API_ISSUERS).toEqual(['gitlab', 'gitlab-canary']);
-    expect(config.HOSTED_RUNNER_IDS).toEqual([1, 2]);
-    expect(config.UNADVERTISED_RUNNERS_ELIGIBLE).toBe(false);
+    expect(config.process.internalPort).toBe(9090);
+    expect(config.internalApi.issuers).toEqual(['gitlab', 'gitlab-canary']);
+    expect(config.jobPayload.hostedRunnerIds).toEqual([1, 2]);
+    expect(config.jobPayload.unadvertisedRunnersEligible).toBe(false);
   });
 
   it('names every bad variable once, with the value it got', () => {
@@ -49,18 +50,18 @@ describe('loadConfig', () => {
 
   it('keeps exports in the embedded collector unless OTLP_UPSTREAM_URL is set, and refuses that for ROLE=gateway in one line', () => {
     const defaults = loadConfig({});
-    expect(defaults.OTLP_UPSTREAM_URL).toBeUndefined();
-    expect(defaults.DATA_DIR).toBe('.data');
-    expect(defaults.LOCAL_COLLECTOR_MAX_BYTES).toBe(64 * 1024 * 1024);
+    expect(defaults.collector.upstreamUrl).toBeUndefined();
+    expect(defaults.process.dataDir).toBe('.data');
+    expect(defaults.collector.localMaxBytes).toBe(64 * 1024 * 1024);
     expect(problemsOf({ LOCAL_COLLECTOR_MAX_BYTES: '100' })[0]).toMatch(/^LOCAL_COLLECTOR_MAX_BYTES: /);
     const gateway = { ROLE: 'gateway', AUTH_URL: 'http://control:8080/internal/ci/telemetry/auth', REDIS_URL: 'redis://redis:6379' };
     expect(problemsOf(gateway)).toEqual(['OTLP_UPSTREAM_URL: required with ROLE=gateway (an edge gateway keeps no exports on its own disk)']);
   });
 
   it('hands runners a URL that follows GATEWAY_PORT unless GATEWAY_PUBLIC_URL is set', () => {
-    expect(loadConfig({}).GATEWAY_PUBLIC_URL).toBe('http://localhost:4318');
-    expect(loadConfig({ GATEWAY_PORT: '4400' }).GATEWAY_PUBLIC_URL).toBe('http://localhost:4400');
-    expect(loadConfig({ GATEWAY_PORT: '4400', GATEWAY_PUBLIC_URL: 'https://otlp.example' }).GATEWAY_PUBLIC_URL).toBe('https://otlp.example');
+    expect(loadConfig({}).jobPayload.gatewayPublicUrl).toBe('http://localhost:4318');
+    expect(loadConfig({ GATEWAY_PORT: '4400' }).jobPayload.gatewayPublicUrl).toBe('http://localhost:4400');
+    expect(loadConfig({ GATEWAY_PORT: '4400', GATEWAY_PUBLIC_URL: 'https://otlp.example' }).jobPayload.gatewayPublicUrl).toBe('https://otlp.example');
   });
 
   it('refuses, one line each, ports and addresses that cannot be right together', () => {
@@ -98,12 +99,12 @@ describe('loadConfig', () => {
   });
 
   it('picks the store from which Redis variables are set, and refuses an ambiguous or incomplete one', () => {
-    expect(storeMode(loadConfig({}))).toBe('memory');
-    expect(storeMode(loadConfig({ REDIS_URL: 'rediss://redis:6380' }))).toBe('single');
-    const sentinel = loadConfig({ REDIS_SENTINELS: 'sentinel-0:26379, [::1]:26379', REDIS_SENTINEL_MASTER: 'cjt' });
+    expect(storeMode(loadConfig({}).store)).toBe('memory');
+    expect(storeMode(loadConfig({ REDIS_URL: 'rediss://redis:6380' }).store)).toBe('single');
+    const sentinel = loadConfig({ REDIS_SENTINELS: 'sentinel-0:26379, [::1]:26379', REDIS_SENTINEL_MASTER: 'cjt' }).store;
     expect(storeMode(sentinel)).toBe('sentinel');
-    expect(sentinel.REDIS_SENTINELS).toEqual(['sentinel-0:26379', '[::1]:26379']);
-    expect(storeMode(loadConfig({ REDIS_CLUSTER_NODES: 'redis-0:6379,redis-1:6379', REDIS_TLS: 'true' }))).toBe('cluster');
+    expect(sentinel.sentinels).toEqual(['sentinel-0:26379', '[::1]:26379']);
+    expect(storeMode(loadConfig({ REDIS_CLUSTER_NODES: 'redis-0:6379,redis-1:6379', REDIS_TLS: 'true' }).store)).toBe('cluster');
 
     expect(problemsOf({ REDIS_URL: 'redis://a:6379', REDIS_CLUSTER_NODES: 'b:6379' })).toEqual([
       'REDIS_CLUSTER_NODES: cannot be combined with REDIS_URL (set exactly one of them)',
@@ -118,5 +119,23 @@ describe('loadConfig', () => {
     expect(problemsOf({ REDIS_URL: 'redis://a:6379', REDIS_SENTINEL_PASSWORD_FILE: '/run/secrets/x' })[0]).toMatch(
       /^REDIS_SENTINEL_PASSWORD_FILE: only meaningful with REDIS_SENTINELS/,
     );
+  });
+});
+
+describe('the sections', () => {
+  it('read each variable once, into the section of the feature that uses it, under a camelCase name', () => {
+    expect(VARIABLE_NAMES.size).toBe(90);
+    const config = loadConfig({ REDIS_COMMAND_TIMEOUT_MS: '300', READS_MAX_SPANS: '500', GITLAB_WEBHOOK_SECRET_FILE: '/run/secrets/hooks' });
+    expect([config.store.commandTimeoutMs, config.reads.maxSpans, config.webhooks.secretFile]).toEqual([300, 500, '/run/secrets/hooks']);
+    expect(valueOf(config, 'REDIS_COMMAND_TIMEOUT_MS')).toBe(300);
+    expect(Object.isFrozen(config) && Object.values(config).every((section) => Object.isFrozen(section))).toBe(true);
+  });
+
+  it('name the variable, never the property, in every message', () => {
+    expect(problemsOf({ ROLE: 'edge', INTERNAL_API_ISSUERS: 'gitlab,,', HOSTED_RUNNER_IDS: '1,x', REDIS_COMMAND_TIMEOUT_MS: '0' })).toEqual([
+      'ROLE: ROLE must be one of the following values: all, control, gateway (got "edge")',
+      'HOSTED_RUNNER_IDS: each value in HOSTED_RUNNER_IDS must be an integer number (got [1,"x"])',
+      'REDIS_COMMAND_TIMEOUT_MS: REDIS_COMMAND_TIMEOUT_MS must not be less than 1 (got 0)',
+    ]);
   });
 });

@@ -1,3 +1,2 @@
-/** Injection tokens of the configuration providers. */
-export const APP_CONFIG = Symbol('APP_CONFIG');
+/** Injection token of the secrets; each configuration section is provided by its own class. */
 export const SECRETS = Symbol('SECRETS');

@@ -113,20 +113,20 @@ function readSecret(variable: string, path: string | undefined, generatedPath: s
 
 export function loadSecrets(config: AppConfig, generatedDir = '.secrets'): Secrets {
   const problems: string[] = [];
-  const internalApiSecret = readSecret('INTERNAL_API_SECRET_FILE', config.INTERNAL_API_SECRET_FILE, `${generatedDir}/internal_api_secret`, problems);
-  const traceKey = readSecret('TRACE_KEY_FILE', config.TRACE_KEY_FILE, `${generatedDir}/trace_key`, problems);
+  const internalApiSecret = readSecret('INTERNAL_API_SECRET_FILE', config.internalApi.secretFile, `${generatedDir}/internal_api_secret`, problems);
+  const traceKey = readSecret('TRACE_KEY_FILE', config.jobPayload.traceKeyFile, `${generatedDir}/trace_key`, problems);
   // Its own key, not one derived from the trace key: whoever holds the trace key to emit job spans
   // (SPEC §4) must not be able to mint export credentials.
-  const capabilityKeys = [readSecret('CAPABILITY_KEY_FILE', config.CAPABILITY_KEY_FILE, `${generatedDir}/capability_key`, problems)];
-  if (config.CAPABILITY_PREVIOUS_KEY_FILE !== undefined) {
-    capabilityKeys.push(readSecret('CAPABILITY_PREVIOUS_KEY_FILE', config.CAPABILITY_PREVIOUS_KEY_FILE, '', problems));
+  const capabilityKeys = [readSecret('CAPABILITY_KEY_FILE', config.jobPayload.capabilityKeyFile, `${generatedDir}/capability_key`, problems)];
+  if (config.jobPayload.capabilityPreviousKeyFile !== undefined) {
+    capabilityKeys.push(readSecret('CAPABILITY_PREVIOUS_KEY_FILE', config.jobPayload.capabilityPreviousKeyFile, '', problems));
   }
   const redis: RedisSecrets = {
-    password: readTextFile('REDIS_PASSWORD_FILE', config.REDIS_PASSWORD_FILE, problems),
-    sentinelPassword: readTextFile('REDIS_SENTINEL_PASSWORD_FILE', config.REDIS_SENTINEL_PASSWORD_FILE, problems),
-    tlsCa: readTextFile('REDIS_TLS_CA_FILE', config.REDIS_TLS_CA_FILE, problems),
+    password: readTextFile('REDIS_PASSWORD_FILE', config.store.passwordFile, problems),
+    sentinelPassword: readTextFile('REDIS_SENTINEL_PASSWORD_FILE', config.store.sentinelPasswordFile, problems),
+    tlsCa: readTextFile('REDIS_TLS_CA_FILE', config.store.tlsCaFile, problems),
   };
-  const clickhousePassword = readTextFile('CLICKHOUSE_PASSWORD_FILE', config.CLICKHOUSE_PASSWORD_FILE, problems);
+  const clickhousePassword = readTextFile('CLICKHOUSE_PASSWORD_FILE', config.reads.clickhousePasswordFile, problems);
   if (problems.length > 0) throw new ConfigError(problems);
   return {
     internalApiSecret,

@@ -1,31 +1,30 @@
 import { Inject, Module, OnModuleDestroy } from '@nestjs/common';
 import { resolve } from 'node:path';
 import { Unleash } from 'unleash-client';
-import { AppConfig } from '../config/app-config';
-import { APP_CONFIG } from '../config/config.constants';
+import { FlagsConfig } from '../config/sections/flags';
 import { FileFlagRepository } from './file-flag-repository';
 import { UNLEASH_CLIENT } from './flags.constants';
 import { FlagsService } from './flags.service';
 import { ReadinessChecks } from '../observability/readiness-checks';
 
-export function createUnleashClient(config: AppConfig): Unleash {
+export function createUnleashClient(config: FlagsConfig): Unleash {
   // Started by FlagsService once its listeners are attached, so no 'ready' or 'changed' is missed.
-  const common = { appName: config.UNLEASH_APP_NAME, skipInstanceCountWarning: true, disableAutoStart: true };
-  if (config.UNLEASH_URL !== undefined) {
+  const common = { appName: config.unleashAppName, skipInstanceCountWarning: true, disableAutoStart: true };
+  if (config.unleashUrl !== undefined) {
     return new Unleash({
       ...common,
-      url: config.UNLEASH_URL,
-      refreshInterval: config.UNLEASH_REFRESH_INTERVAL_MS,
-      customHeaders: config.UNLEASH_API_TOKEN === undefined ? undefined : { Authorization: config.UNLEASH_API_TOKEN },
+      url: config.unleashUrl,
+      refreshInterval: config.unleashRefreshIntervalMs,
+      customHeaders: config.unleashApiToken === undefined ? undefined : { Authorization: config.unleashApiToken },
     });
   }
-  const path = resolve(config.FLAGS_FILE);
+  const path = resolve(config.file);
   // unleash-client insists on a url even when the repository is ours; it is never fetched.
   return new Unleash({ ...common, url: `file://${path}`, repository: new FileFlagRepository(path), disableMetrics: true });
 }
 
 @Module({
-  providers: [{ provide: UNLEASH_CLIENT, inject: [APP_CONFIG], useFactory: createUnleashClient }, FlagsService],
+  providers: [{ provide: UNLEASH_CLIENT, inject: [FlagsConfig], useFactory: createUnleashClient }, FlagsService],
   exports: [FlagsService],
 })
 export class FlagsModule implements OnModuleDestroy {

@@ -44,7 +44,7 @@ describe('FlagsService on the embedded flag file', () => {
 
   async function start(features: unknown[]) {
     writeFlags(features);
-    unleash = createUnleashClient(loadConfig({ FLAGS_FILE: file }));
+    unleash = createUnleashClient(loadConfig({ FLAGS_FILE: file }).flags);
     flags = new FlagsService(unleash, new MetricsService());
     await flags.onModuleInit();
   }

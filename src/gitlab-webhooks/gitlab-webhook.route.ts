@@ -1,8 +1,7 @@
-import { Inject, Injectable, Logger, OnModuleInit } from '@nestjs/common';
+import { Injectable, Logger, OnModuleInit } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import { AppConfig } from '../config/app-config';
-import { APP_CONFIG } from '../config/config.constants';
+import { WebhooksConfig } from '../config/sections/webhooks';
 import { sendError } from '../observability/http-error';
 import { registerPlainPost, refusalHook, RouteRefusal } from '../observability/plain-route';
 import { OUTAGE_RETRY_AFTER_SECONDS } from '../observability/retry-after';
@@ -27,12 +26,12 @@ export class GitlabWebhookRoute implements OnModuleInit {
   private readonly secrets: WebhookSecrets | undefined;
 
   constructor(
-    @Inject(APP_CONFIG) config: AppConfig,
+    config: WebhooksConfig,
     private readonly adapterHost: HttpAdapterHost,
     private readonly spool: WebhookSpoolService,
     private readonly metrics: GitlabWebhookMetrics,
   ) {
-    this.secrets = config.GITLAB_WEBHOOK_SECRET_FILE === undefined ? undefined : new WebhookSecrets(config.GITLAB_WEBHOOK_SECRET_FILE);
+    this.secrets = config.secretFile === undefined ? undefined : new WebhookSecrets(config.secretFile);
   }
 
   onModuleInit(): void {

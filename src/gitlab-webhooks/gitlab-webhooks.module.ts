@@ -1,6 +1,5 @@
-import { Inject, Module } from '@nestjs/common';
-import { AppConfig } from '../config/app-config';
-import { APP_CONFIG } from '../config/config.constants';
+import { Module } from '@nestjs/common';
+import { WebhooksConfig } from '../config/sections/webhooks';
 import { ReadinessChecks } from '../observability/readiness-checks';
 import { PipelineSpansModule } from '../pipeline-spans/pipeline-spans.module';
 import { GitlabWebhookMetrics } from './gitlab-webhook.metrics';
@@ -14,9 +13,9 @@ import { WebhookSpoolService } from './webhook-spool.service';
   providers: [GitlabWebhookMetrics, WebhookSpoolMetrics, WebhookSpoolService, GitlabWebhookRoute],
 })
 export class GitlabWebhooksModule {
-  constructor(@Inject(APP_CONFIG) config: AppConfig, metrics: WebhookSpoolMetrics, readiness: ReadinessChecks) {
+  constructor(config: WebhooksConfig, metrics: WebhookSpoolMetrics, readiness: ReadinessChecks) {
     // Without a webhook secret no hook is accepted, so none is ever spooled: nothing to report.
-    if (config.GITLAB_WEBHOOK_SECRET_FILE === undefined) return;
+    if (config.secretFile === undefined) return;
     // Hooks waiting for the store are safe on disk; leaving rotation would only turn GitLab's next ones away.
     readiness.register('webhook_spool', () => (metrics.lastDepth().hooks > 0 ? 'degraded' : true));
   }

@@ -69,7 +69,7 @@ describe('WebhookSpoolService', () => {
       ...env,
     });
     const metrics = new MetricsService();
-    const service = new WebhookSpoolService(config, spans as unknown as PipelineSpansService, new WebhookSpoolMetrics(metrics));
+    const service = new WebhookSpoolService(config.webhooks, config.process, spans as unknown as PipelineSpansService, new WebhookSpoolMetrics(metrics));
     await service.onModuleInit();
     started.push(service);
     const metric = async (name: string) => (await metrics.registry.getSingleMetricAsString(name)).split('\n').filter((line) => !line.startsWith('#'));

@@ -1,7 +1,7 @@
-import { Inject, Injectable, Logger, OnModuleDestroy, OnModuleInit } from '@nestjs/common';
+import { Injectable, Logger, OnModuleDestroy, OnModuleInit } from '@nestjs/common';
 import { join } from 'node:path';
-import { AppConfig } from '../config/app-config';
-import { APP_CONFIG } from '../config/config.constants';
+import { ProcessConfig } from '../config/sections/process';
+import { WebhooksConfig } from '../config/sections/webhooks';
 import { StoreUnavailableError } from '../store/store-unavailable-error';
 import { TimeoutError, withTimeout } from '../observability/with-timeout';
 import { parseJobHook, parsePipelineHook, WebhookPayloadError } from './gitlab-webhook';
@@ -67,19 +67,20 @@ export class WebhookSpoolService implements OnModuleInit, OnModuleDestroy {
   private outage: { since: number; replayed: number } | undefined;
 
   constructor(
-    @Inject(APP_CONFIG) private readonly config: AppConfig,
+    private readonly config: WebhooksConfig,
+    private readonly processConfig: ProcessConfig,
     private readonly pipelineSpans: PipelineSpansService,
     private readonly metrics: WebhookSpoolMetrics,
   ) {}
 
   get directory(): string {
-    return this.config.WEBHOOK_SPOOL_DIR ?? join(this.config.DATA_DIR, 'webhook-spool');
+    return this.config.spoolDir ?? join(this.processConfig.dataDir, 'webhook-spool');
   }
 
   /** Opens the spool (only where webhooks are accepted) and replays what a previous process left in it. */
   async onModuleInit(): Promise<void> {
-    if (this.config.GITLAB_WEBHOOK_SECRET_FILE === undefined) return;
-    this.spool = await WebhookSpool.open(this.directory, { maxHooks: this.config.WEBHOOK_SPOOL_MAX_HOOKS, maxBytes: this.config.WEBHOOK_SPOOL_MAX_BYTES });
+    if (this.config.secretFile === undefined) return;
+    this.spool = await WebhookSpool.open(this.directory, { maxHooks: this.config.spoolMaxHooks, maxBytes: this.config.spoolMaxBytes });
     this.publishDepth();
     const left = this.spool.depth().hooks;
     if (left === 0) return;
@@ -118,7 +119,7 @@ export class WebhookSpoolService implements OnModuleInit, OnModuleDestroy {
   }
 
   private handle(event: WebhookEvent): Promise<WebhookOutcome> {
-    return withTimeout(() => this.pipelineSpans.handleWebhook(event), this.config.WEBHOOK_STORE_TIMEOUT_MS);
+    return withTimeout(() => this.pipelineSpans.handleWebhook(event), this.config.storeTimeoutMs);
   }
 
   private async keep(hook: ReceivedHook, reason: SpoolReason, cause?: unknown): Promise<Intake> {
@@ -137,7 +138,7 @@ export class WebhookSpoolService implements OnModuleInit, OnModuleDestroy {
     if (answer === 'full') {
       this.metrics.hookRefused('full');
       this.logger.error(
-        `${named} refused with 503, the webhook spool is full (WEBHOOK_SPOOL_MAX_HOOKS=${this.config.WEBHOOK_SPOOL_MAX_HOOKS}, WEBHOOK_SPOOL_MAX_BYTES=${this.config.WEBHOOK_SPOOL_MAX_BYTES}); GitLab will not send it again`,
+        `${named} refused with 503, the webhook spool is full (WEBHOOK_SPOOL_MAX_HOOKS=${this.config.spoolMaxHooks}, WEBHOOK_SPOOL_MAX_BYTES=${this.config.spoolMaxBytes}); GitLab will not send it again`,
       );
       return { kind: 'refused', reason: 'full' };
     }
@@ -236,8 +237,8 @@ export class WebhookSpoolService implements OnModuleInit, OnModuleDestroy {
       this.scheduleReplay(0);
       return;
     }
-    const delay = Math.min(this.backoffMs, this.config.WEBHOOK_REPLAY_MAX_BACKOFF_SECONDS * 1000);
-    this.backoffMs = Math.min(this.backoffMs * 2, this.config.WEBHOOK_REPLAY_MAX_BACKOFF_SECONDS * 1000);
+    const delay = Math.min(this.backoffMs, this.config.replayMaxBackoffSeconds * 1000);
+    this.backoffMs = Math.min(this.backoffMs * 2, this.config.replayMaxBackoffSeconds * 1000);
     this.scheduleReplay(delay);
   }
 

@@ -1,6 +1,6 @@
 import { Module } from '@nestjs/common';
-import { AppConfig } from '../config/app-config';
-import { APP_CONFIG, SECRETS } from '../config/config.constants';
+import { SECRETS } from '../config/config.constants';
+import { InternalApiConfig } from '../config/sections/internal-api';
 import { Secrets } from '../config/secrets';
 import { CallerKeys } from './caller-keys';
 import { CALLER_KEYS, INTERNAL_API_VERIFIER } from './internal-api.constants';
@@ -12,13 +12,13 @@ import { InternalApiTokenVerifier } from './internal-api-token';
   providers: [
     {
       provide: INTERNAL_API_VERIFIER,
-      inject: [APP_CONFIG, SECRETS],
-      useFactory: (config: AppConfig, secrets: Secrets) => new InternalApiTokenVerifier(secrets.internalApiSecret, config.INTERNAL_API_ISSUERS),
+      inject: [InternalApiConfig, SECRETS],
+      useFactory: (config: InternalApiConfig, secrets: Secrets) => new InternalApiTokenVerifier(secrets.internalApiSecret, config.issuers),
     },
     {
       provide: CALLER_KEYS,
-      inject: [APP_CONFIG],
-      useFactory: (config: AppConfig) => new CallerKeys(config.AUTH_CALLER_KEY_DIGESTS),
+      inject: [InternalApiConfig],
+      useFactory: (config: InternalApiConfig) => new CallerKeys(config.callerKeyDigests),
     },
     InternalApiGuard,
   ],

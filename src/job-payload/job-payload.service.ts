@@ -1,7 +1,8 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import { LRUCache } from 'lru-cache';
-import { AppConfig } from '../config/app-config';
-import { APP_CONFIG, SECRETS } from '../config/config.constants';
+import { SECRETS } from '../config/config.constants';
+import { JobPayloadConfig } from '../config/sections/job-payload';
+import { OutboxConfig } from '../config/sections/outbox';
 import { Secrets } from '../config/secrets';
 import { FlagsService } from '../flags/flags.service';
 import { Grant, grantEndsAt, GrantStore, SaveGrantOptions } from '../grants/grant';
@@ -52,7 +53,8 @@ export class JobPayloadService {
   private readonly headDecisions: HeadDecisions;
 
   constructor(
-    @Inject(APP_CONFIG) private readonly config: AppConfig,
+    private readonly config: JobPayloadConfig,
+    outbox: OutboxConfig,
     @Inject(SECRETS) private readonly secrets: Secrets,
     @Inject(GRANT_STORE) private readonly store: GrantStore,
     private readonly flags: FlagsService,
@@ -62,14 +64,14 @@ export class JobPayloadService {
     @Inject(PICKUP_TRACED_WORK_STORE) tracedWork: TracedWorkStore,
   ) {
     // As long as the pipeline's record and its spans' versions are remembered (a pipeline retried days later).
-    this.headDecisions = new HeadDecisions(tracedWork, config.OUTBOX_DEDUP_SECONDS * 1000);
-    this.hostedRunnerTypes = new Set(config.HOSTED_RUNNER_TYPES);
-    this.hostedRunnerIds = new Set(config.HOSTED_RUNNER_IDS);
-    this.gatewayBase = withoutTrailingSlash(config.GATEWAY_PUBLIC_URL);
+    this.headDecisions = new HeadDecisions(tracedWork, outbox.dedupSeconds * 1000);
+    this.hostedRunnerTypes = new Set(config.hostedRunnerTypes);
+    this.hostedRunnerIds = new Set(config.hostedRunnerIds);
+    this.gatewayBase = withoutTrailingSlash(config.gatewayPublicUrl);
     this.headerEndpoint = { url: tracesUrl(this.gatewayBase), auth: { type: GATEWAY_AUTH_TYPE } };
     this.hostedEndpoint = {
-      url: tracesUrl(withoutTrailingSlash(config.COLLECTOR_PUBLIC_URL)),
-      auth: { type: HOSTED_AUTH_TYPE, http_bearer_gcp_oidc: { audience: config.HOSTED_OIDC_AUDIENCE } },
+      url: tracesUrl(withoutTrailingSlash(config.collectorPublicUrl)),
+      auth: { type: HOSTED_AUTH_TYPE, http_bearer_gcp_oidc: { audience: config.hostedOidcAudience } },
     };
   }
 
@@ -112,13 +114,13 @@ export class JobPayloadService {
 
     // Never enable a job with an endpoint it cannot use: header credentials need the runner token's
     // digest in the grant (SPEC §4).
-    if (!hosted && this.config.RUNNER_ENDPOINT_FORM === 'headers' && runner.token === undefined) return off('runner_unsupported');
+    if (!hosted && this.config.runnerEndpointForm === 'headers' && runner.token === undefined) return off('runner_unsupported');
     const { grant, tracedJob, saveOptions } = pickupRecords(
       runner,
       job,
       context,
       this.secrets.tokenDigestKey,
-      this.config.GRANT_GRACE_SECONDS,
+      this.config.grantGraceSeconds,
       Date.now(),
       outcomePolicy,
     );
@@ -132,7 +134,7 @@ export class JobPayloadService {
     // The capability base URL goes to programs inside the job whenever the gateway can honour it.
     const capabilityBase =
       stored !== undefined ? `${this.gatewayBase}${capabilityPath(job.id, mintCapability(this.secrets.capabilityKeys[0], job.id))}` : undefined;
-    const endpoint = hosted ? this.hostedEndpoint : this.config.RUNNER_ENDPOINT_FORM === 'headers' ? this.headerEndpoint : { url: tracesUrl(capabilityBase!) };
+    const endpoint = hosted ? this.hostedEndpoint : this.config.runnerEndpointForm === 'headers' ? this.headerEndpoint : { url: tracesUrl(capabilityBase!) };
     return {
       changes: payloadChanges(context, endpoint, capabilityBase),
       // A job decorated again keeps its first expiry and any revocation: the store says which.
@@ -150,9 +152,9 @@ export class JobPayloadService {
    */
   private async headDecisionFor(rootPipelineId: number, flagContext: FlagContext): Promise<HeadDecision> {
     const proposed: HeadDecision = { samplingPercent: this.flags.samplingPercent(), ...this.provisionalPolicy(flagContext) };
-    if (this.config.TRACE_ID_SCHEME !== 'keyed') return proposed;
+    if (this.config.traceIdScheme !== 'keyed') return proposed;
     try {
-      return await withTimeout(() => this.headDecisions.pin(rootPipelineId, proposed), this.config.STORE_TIMEOUT_MS);
+      return await withTimeout(() => this.headDecisions.pin(rootPipelineId, proposed), this.config.storeTimeoutMs);
     } catch (error) {
       this.logger.warn(`pipeline ${rootPipelineId}: head decision not kept in the store, taken here: ${(error as Error).message}`);
       return proposed;
@@ -164,13 +166,13 @@ export class JobPayloadService {
    * it, no webhooks to tell its outcome, or GitLab's ids (Rails emits and samples its own spans).
    */
   private provisionalPolicy(flagContext: FlagContext): { outcomePolicy?: OutcomePolicy } {
-    if (this.config.TRACE_ID_SCHEME !== 'keyed' || !this.pipelineSpans.webhooksConfigured) return {};
+    if (this.config.traceIdScheme !== 'keyed' || !this.pipelineSpans.webhooksConfigured) return {};
     const payload = this.flags.outcomeSamplingPayload(flagContext);
     return payload === undefined ? {} : { outcomePolicy: this.outcomeSampling.policyOf(payload) };
   }
 
   private traceContextFor(rootPipelineId: number, jobId: number, samplingPercent: number): TraceContext {
-    if (this.config.TRACE_ID_SCHEME === 'gitlab') return gitlabTraceContextOf(rootPipelineId, jobId, samplingPercent);
+    if (this.config.traceIdScheme === 'gitlab') return gitlabTraceContextOf(rootPipelineId, jobId, samplingPercent);
     return traceContextOf(this.traceIdFor(rootPipelineId), spanIdFor(this.secrets.traceKey, jobId), samplingPercent);
   }
 
@@ -185,7 +187,7 @@ export class JobPayloadService {
 
   private runnerSupportsTracing(features: Record<string, unknown> | undefined): boolean {
     const advertised = features?.tracing ?? features?.job_telemetry;
-    if (advertised === undefined) return this.config.UNADVERTISED_RUNNERS_ELIGIBLE;
+    if (advertised === undefined) return this.config.unadvertisedRunnersEligible;
     return advertised !== false;
   }
 
@@ -201,7 +203,7 @@ export class JobPayloadService {
   /** Bounded by STORE_TIMEOUT_MS whatever the store does, so a hung Redis cannot delay job pickup. */
   private async saveGrant(grant: Grant, tracedJob: TracedJob, options: SaveGrantOptions): Promise<Grant | undefined> {
     try {
-      return await withTimeout(() => this.store.saveGrant(grant, tracedJob, options), this.config.STORE_TIMEOUT_MS);
+      return await withTimeout(() => this.store.saveGrant(grant, tracedJob, options), this.config.storeTimeoutMs);
     } catch (error) {
       this.metrics.grantNotSaved();
       this.logger.warn(`grant for job ${grant.jobId} not stored: ${(error as Error).message}`);

@@ -1,8 +1,11 @@
 import { DynamicModule, Inject, Injectable, Module, OnModuleDestroy } from '@nestjs/common';
 import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
-import { AppConfig } from '../config/app-config';
-import { APP_CONFIG, SECRETS } from '../config/config.constants';
+import { SECRETS } from '../config/config.constants';
+import { CollectorConfig } from '../config/sections/collector';
+import { GatewayConfig } from '../config/sections/gateway';
+import { InternalApiConfig } from '../config/sections/internal-api';
+import { ProcessConfig } from '../config/sections/process';
 import { Secrets } from '../config/secrets';
 import { LimitStore } from '../limits/limit-store';
 import { LIMIT_STORE } from '../limits/limits.constants';
@@ -31,7 +34,7 @@ export class GatewayServer implements OnModuleDestroy {
   readonly instance: FastifyInstance;
 
   constructor(
-    @Inject(APP_CONFIG) config: AppConfig,
+    config: GatewayConfig,
     @Inject(APP_LOGGER) logger: Logger,
     @Inject(LIMIT_STORE) store: LimitStore,
     @Inject(GATEWAY_AUTHENTICATOR) private readonly authenticator: GatewayAuthenticator,
@@ -40,7 +43,7 @@ export class GatewayServer implements OnModuleDestroy {
     pipelineSpans: PipelineSpansService,
     outcomeSampling: OutcomeSamplingService,
   ) {
-    const decisions = new DecisionCache((credential: RunnerCredential) => authenticator.authenticate(credential), config.GATEWAY_DECISION_CACHE_SIZE, metrics);
+    const decisions = new DecisionCache((credential: RunnerCredential) => authenticator.authenticate(credential), config.decisionCacheSize, metrics);
     this.instance = buildGatewayServer({ config, logger, decisions, store, collector, metrics, pipelineSpans, outcomeSampling });
   }
 
@@ -69,18 +72,14 @@ function internalApiHeaderSigner(secret: Buffer, issuer: string): () => Promise<
 @Module({})
 export class OtlpGatewayModule {
   /** ROLE=all decides in-process; ROLE=gateway asks the control process at AUTH_URL (SPEC §2). */
-  static forRole(role: AppConfig['ROLE']): DynamicModule {
+  static forRole(role: ProcessConfig['role']): DynamicModule {
     const authenticator =
       role === 'gateway'
         ? {
             provide: GATEWAY_AUTHENTICATOR,
-            inject: [APP_CONFIG, SECRETS],
-            useFactory: (config: AppConfig, secrets: Secrets) =>
-              new RemoteAuthenticator(
-                config.AUTH_URL!,
-                internalApiHeaderSigner(secrets.internalApiSecret, config.INTERNAL_API_ISSUERS[0]),
-                config.OTLP_UPSTREAM_TIMEOUT_MS,
-              ),
+            inject: [GatewayConfig, InternalApiConfig, CollectorConfig, SECRETS],
+            useFactory: (config: GatewayConfig, internalApi: InternalApiConfig, collector: CollectorConfig, secrets: Secrets) =>
+              new RemoteAuthenticator(config.authUrl!, internalApiHeaderSigner(secrets.internalApiSecret, internalApi.issuers[0]), collector.upstreamTimeoutMs),
           }
         : { provide: GATEWAY_AUTHENTICATOR, useExisting: RunnerAuthService };
     return {

@@ -2,7 +2,7 @@ import fastify, { FastifyBaseLogger, FastifyError, FastifyInstance, FastifyReply
 import { promisify } from 'node:util';
 import { gunzip, gunzipSync } from 'node:zlib';
 import type { Logger } from 'pino';
-import { AppConfig } from '../config/app-config';
+import { GatewayConfig } from '../config/sections/gateway';
 import { drainAfterAnswer, drainUnreadBodies } from '../observability/body-drain';
 import { addRequestHooks, REQUEST_ID_HEADER, requestIdOf, rootLoggerForRequests } from '../observability/request-hooks';
 import { frameworkLogger } from '../observability/logger';
@@ -57,7 +57,7 @@ class GatewayError extends Error {
 }
 
 export interface GatewayDependencies {
-  readonly config: AppConfig;
+  readonly config: GatewayConfig;
   readonly logger: Logger;
   readonly decisions: DecisionCache;
   /** The runner windows and span quotas are leased from it (issue 21): see `GatewayLedgers`. */
@@ -104,7 +104,7 @@ export function buildGatewayServer(deps: GatewayDependencies): FastifyInstance {
     // pino's Logger and Fastify's FastifyBaseLogger differ only in typing details.
     loggerInstance: frameworkLogger(logger) as unknown as FastifyBaseLogger,
     logController: new LogController({ disableRequestLogging: true }),
-    bodyLimit: config.GATEWAY_MAX_WIRE_BYTES,
+    bodyLimit: config.maxWireBytes,
     genReqId: requestIdOf,
     childLoggerFactory: rootLoggerForRequests,
     // Fastify answers a URL it cannot decode with JSON of its own; OTLP clients get a Status. That answer
@@ -112,7 +112,7 @@ export function buildGatewayServer(deps: GatewayDependencies): FastifyInstance {
     // drain run, so both are done here.
     frameworkErrors: (error, request, reply) => {
       void reply.header(REQUEST_ID_HEADER, request.id);
-      drainAfterAnswer(request.raw, config.GATEWAY_MAX_WIRE_BYTES);
+      drainAfterAnswer(request.raw, config.maxWireBytes);
       sendFailure(request, reply, failureOf(error));
     },
     // Fastify's own answer while closing is a JSON 503 without Retry-After; the onRequest hook below
@@ -125,8 +125,8 @@ export function buildGatewayServer(deps: GatewayDependencies): FastifyInstance {
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, body, done) => done(null, body));
 
-  addRequestHooks(app, logger, { successLogIntervalMs: config.EXPORT_SUCCESS_LOG_INTERVAL_MS, sampledRoutes: 'all' });
-  drainUnreadBodies(app, config.GATEWAY_MAX_WIRE_BYTES);
+  addRequestHooks(app, logger, { successLogIntervalMs: config.successLogIntervalMs, sampledRoutes: 'all' });
+  drainUnreadBodies(app, config.maxWireBytes);
   // Leases not spent go back to the store when the gateway stops, for the other replicas.
   app.addHook('onClose', async () => {
     await Promise.all([ledgers.windows.close(), ledgers.spans.close()]);
@@ -167,11 +167,7 @@ export function buildGatewayServer(deps: GatewayDependencies): FastifyInstance {
     request.exportSpan = startDecisionSpan('ci_job_telemetry.export');
     try {
       const grant = await authorize(deps, credentialOf(request));
-      const window = ledgers.windows.charge(
-        `gateway:runner:${grant.identity.runnerId}`,
-        config.GATEWAY_RUNNER_RATE_LIMIT,
-        config.GATEWAY_RUNNER_RATE_WINDOW_SECONDS * 1000,
-      );
+      const window = ledgers.windows.charge(`gateway:runner:${grant.identity.runnerId}`, config.runnerRateLimit, config.runnerRateWindowSeconds * 1000);
       const charged = window instanceof Promise ? await orUnavailable(window) : window;
       if (!charged.allowed) {
         throw new GatewayError({ kind: 'rate_limited', reason: 'runner rate limit exceeded', retryAfterSeconds: retryAfterForWindow(charged.resetInMs) });
@@ -226,10 +222,10 @@ export function buildGatewayServer(deps: GatewayDependencies): FastifyInstance {
 }
 
 /** Fastify's own errors as gateway failures; anything else is ours, a 500 that shows no internals. */
-function frameworkFailure(error: FastifyError, config: AppConfig): GatewayFailure {
+function frameworkFailure(error: FastifyError, config: GatewayConfig): GatewayFailure {
   switch (error.code) {
     case 'FST_ERR_CTP_BODY_TOO_LARGE':
-      return { kind: 'too_large', message: `body over ${config.GATEWAY_MAX_WIRE_BYTES} bytes` };
+      return { kind: 'too_large', message: `body over ${config.maxWireBytes} bytes` };
     // Fastify's messages for these quote the path, which may hold a capability (SPEC §4).
     case 'FST_ERR_BAD_URL':
       return { kind: 'bad_request', message: 'the URL is not valid percent-encoding' };
@@ -258,7 +254,7 @@ interface GatewayLedgers {
 
 /** The export's media type and encoding checked, its body inflated within the limits (SPEC §6). */
 async function exportOf(
-  config: AppConfig,
+  config: GatewayConfig,
   metrics: GatewayMetrics,
   signal: OtlpSignal,
   request: FastifyRequest,
@@ -273,9 +269,9 @@ async function exportOf(
   }
   const wire = (request.body as Buffer | undefined) ?? Buffer.alloc(0);
   metrics.received(signal, wire.length);
-  const body = contentEncoding === 'gzip' ? await decompress(wire, config.GATEWAY_MAX_DECOMPRESSED_BYTES) : wire;
-  if (body.length > config.GATEWAY_MAX_DECOMPRESSED_BYTES) {
-    throw new GatewayError({ kind: 'too_large', message: `body over ${config.GATEWAY_MAX_DECOMPRESSED_BYTES} bytes` });
+  const body = contentEncoding === 'gzip' ? await decompress(wire, config.maxDecompressedBytes) : wire;
+  if (body.length > config.maxDecompressedBytes) {
+    throw new GatewayError({ kind: 'too_large', message: `body over ${config.maxDecompressedBytes} bytes` });
   }
   return { encoding, body };
 }
@@ -298,9 +294,9 @@ async function exportItems(
   // data and go on at once, saying `head` (forwarded without waiting), rather than being held a pipeline long.
   const grant: GatewayGrant = signal !== 'traces' && decision.identity.provisional === true ? { ...decision.identity, provisional: false } : decision.identity;
   const spanLimits = {
-    maxBytes: config.SPAN_MAX_BYTES,
-    maxAttributes: config.SPAN_MAX_ATTRIBUTES,
-    maxAttributeValueBytes: config.SPAN_MAX_ATTRIBUTE_VALUE_BYTES,
+    maxBytes: config.spanMaxBytes,
+    maxAttributes: config.spanMaxAttributes,
+    maxAttributeValueBytes: config.spanMaxAttributeValueBytes,
   };
   let enforced = enforce(signal, encoding, body, grant, Number.MAX_SAFE_INTEGER, spanLimits);
 
@@ -308,7 +304,7 @@ async function exportItems(
   if (enforced.forwardedItems > 0 && signal === 'traces') {
     const wanted = enforced.forwardedItems;
     const quotaTtlMs = Math.max(MIN_QUOTA_TTL_MS, decision.identity.expiresAt - Date.now());
-    const limits = { perJob: config.SPANS_PER_JOB, perSecond: config.SPANS_PER_SECOND_PER_JOB };
+    const limits = { perJob: config.spansPerJob, perSecond: config.spansPerSecondPerJob };
     const pending = ledgers.spans.charge(grant.jobId, wanted, limits, quotaTtlMs);
     const charge = pending instanceof Promise ? await orUnavailable(pending) : pending;
     receipt = charge.receipt;

@@ -54,12 +54,8 @@ describe('OutboxDeliverer', () => {
   };
 
   const start = () => {
-    deliverer = new OutboxDeliverer(
-      loadConfig({ OTLP_UPSTREAM_TIMEOUT_MS: '1000', OUTBOX_MAX_BACKOFF_SECONDS: '1' }),
-      store,
-      collector,
-      new OutboxMetrics(metrics),
-    );
+    const config = loadConfig({ OTLP_UPSTREAM_TIMEOUT_MS: '1000', OUTBOX_MAX_BACKOFF_SECONDS: '1' });
+    deliverer = new OutboxDeliverer(config.outbox, config.collector, store, collector, new OutboxMetrics(metrics));
     deliverer.onApplicationBootstrap();
   };
   const until = async (what: () => Promise<boolean>) => {

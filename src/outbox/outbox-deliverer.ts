@@ -4,8 +4,8 @@ import { DroppedPiece, exportBisecting, PieceCutter } from '../collector/bisecti
 import type { CollectorClient, NotNow } from '../collector/collector-client';
 import { COLLECTOR_CLIENT } from '../collector/collector.constants';
 import { cutJsonResourceSpans } from '../collector/trace-pieces';
-import { AppConfig } from '../config/app-config';
-import { APP_CONFIG } from '../config/config.constants';
+import { CollectorConfig } from '../config/sections/collector';
+import { OutboxConfig } from '../config/sections/outbox';
 import { ADMIT_ALWAYS, BUNDLE_MAX_SPANS, ClaimedEntry, kindOf, OutboxEntry, OutboxEntryKind, OutboxLimits, OutboxStore, weightOf } from './outbox';
 import { OUTBOX_STORE } from './outbox.constants';
 import { OutboxMetrics } from './outbox.metrics';
@@ -96,18 +96,19 @@ export class OutboxDeliverer implements OnApplicationBootstrap, OnModuleDestroy 
   private unacknowledged: string[] = [];
 
   constructor(
-    @Inject(APP_CONFIG) config: AppConfig,
+    config: OutboxConfig,
+    collectorConfig: CollectorConfig,
     @Inject(OUTBOX_STORE) private readonly store: OutboxStore,
     @Inject(COLLECTOR_CLIENT) private readonly collector: Pick<CollectorClient, 'export'>,
     private readonly metrics: OutboxMetrics,
   ) {
     // Longer than the two sends a round can make (a kind's entry, then the spans), so a lease never runs out
     // under a send still in flight.
-    this.leaseMs = config.OTLP_UPSTREAM_TIMEOUT_MS * 2 + 5000;
-    this.timeoutMs = config.OTLP_UPSTREAM_TIMEOUT_MS;
-    this.maxBackoffMs = config.OUTBOX_MAX_BACKOFF_SECONDS * 1000;
+    this.leaseMs = collectorConfig.upstreamTimeoutMs * 2 + 5000;
+    this.timeoutMs = collectorConfig.upstreamTimeoutMs;
+    this.maxBackoffMs = config.maxBackoffSeconds * 1000;
     // They were counted in the outbox's bound when first enqueued, and leave it with the entry that held them.
-    this.requeueLimits = { maxSpans: ADMIT_ALWAYS, rememberMs: config.OUTBOX_DEDUP_SECONDS * 1000 };
+    this.requeueLimits = { maxSpans: ADMIT_ALWAYS, rememberMs: config.dedupSeconds * 1000 };
   }
 
   /** Whether the collector has not taken the last delivery: readiness' `outbox_delivery` says `degraded` meanwhile. */

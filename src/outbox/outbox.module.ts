@@ -1,6 +1,5 @@
 import { Inject, Module, OnModuleDestroy } from '@nestjs/common';
-import { AppConfig } from '../config/app-config';
-import { APP_CONFIG } from '../config/config.constants';
+import { OutboxConfig } from '../config/sections/outbox';
 import { CollectorModule } from '../collector/collector.module';
 import { ReadinessChecks } from '../observability/readiness-checks';
 import { StoreBackend } from '../store/store-backend';
@@ -33,13 +32,13 @@ import { RedisOutboxStore } from './redis-outbox-store';
 export class OutboxModule implements OnModuleDestroy {
   constructor(
     @Inject(OUTBOX_STORE) private readonly store: OutboxStore,
-    @Inject(APP_CONFIG) config: AppConfig,
+    config: OutboxConfig,
     metrics: OutboxMetrics,
     deliverer: OutboxDeliverer,
     readiness: ReadinessChecks,
   ) {
     // A full outbox refuses new spans but must not take the replica out of rotation: pickups would fail.
-    readiness.register('outbox', () => (metrics.lastDepth().spans >= config.OUTBOX_MAX_SPANS ? 'degraded' : true));
+    readiness.register('outbox', () => (metrics.lastDepth().spans >= config.maxSpans ? 'degraded' : true));
     // A collector that keeps answering 401, 404 or 5xx is a misconfiguration an operator must see, while the spans
     // wait in the outbox; it is no reason to stop job pickups either.
     readiness.register('outbox_delivery', () => (deliverer.deliveryFailing ? 'degraded' : true));

@@ -55,7 +55,16 @@ class World {
       },
     };
     const deliverer = { register: (kind: OutboxEntryKind) => (this.kind = kind), kick: () => undefined } as unknown as OutboxDeliverer;
-    this.service = new OutcomeSamplingService(config, this.parking, this.outbox, collector, deliverer, new OutcomeSamplingMetrics(this.metrics));
+    this.service = new OutcomeSamplingService(
+      config.outcomeSampling,
+      config.outbox,
+      config.webhooks,
+      this.parking,
+      this.outbox,
+      collector,
+      deliverer,
+      new OutcomeSamplingMetrics(this.metrics),
+    );
   }
 
   /** What the outbox's deliverer does, round after round, until nothing is due: the parked pointer's rounds and the spans. */

@@ -1,8 +1,9 @@
 import { Inject, Injectable, Logger, OnApplicationBootstrap, OnModuleDestroy } from '@nestjs/common';
 import type { CollectorClient } from '../collector/collector-client';
 import { COLLECTOR_CLIENT } from '../collector/collector.constants';
-import { AppConfig } from '../config/app-config';
-import { APP_CONFIG } from '../config/config.constants';
+import { OutboxConfig } from '../config/sections/outbox';
+import { OutcomeSamplingConfig } from '../config/sections/outcome-sampling';
+import { WebhooksConfig } from '../config/sections/webhooks';
 import type { OtlpEncoding } from '../otlp/otlp-encoding';
 import { settleSamplingReason } from '../otlp/sampling-reason';
 import { ADMIT_ALWAYS, ClaimedEntry, KindDelivery, kindKey, OutboxLimits, OutboxStore } from '../outbox/outbox';
@@ -118,7 +119,9 @@ export class OutcomeSamplingService implements OnApplicationBootstrap, OnModuleD
   private totalFullAt = -Infinity;
 
   constructor(
-    @Inject(APP_CONFIG) private readonly config: AppConfig,
+    private readonly config: OutcomeSamplingConfig,
+    outboxConfig: OutboxConfig,
+    private readonly webhooks: WebhooksConfig,
     @Inject(PARKING_STORE) private readonly parking: ParkingStore,
     @Inject(OUTBOX_STORE) private readonly outbox: OutboxStore,
     @Inject(COLLECTOR_CLIENT) private readonly collector: Pick<CollectorClient, 'export'>,
@@ -126,15 +129,15 @@ export class OutcomeSamplingService implements OnApplicationBootstrap, OnModuleD
     private readonly metrics: OutcomeSamplingMetrics,
   ) {
     this.limits = {
-      maxTraceSpans: config.OUTCOME_SAMPLING_MAX_PIPELINE_SPANS,
-      maxTraceBytes: config.OUTCOME_SAMPLING_MAX_PIPELINE_BYTES,
-      maxTotalBytes: config.OUTCOME_SAMPLING_MAX_TOTAL_BYTES,
-      holdMs: config.OUTCOME_SAMPLING_MAX_WAIT_SECONDS * 1000,
-      rememberMs: config.OUTCOME_SAMPLING_DECISION_MEMORY_SECONDS * 1000,
+      maxTraceSpans: config.maxPipelineSpans,
+      maxTraceBytes: config.maxPipelineBytes,
+      maxTotalBytes: config.maxTotalBytes,
+      holdMs: config.maxWaitSeconds * 1000,
+      rememberMs: config.decisionMemorySeconds * 1000,
     };
-    this.lateChildMs = config.OUTCOME_SAMPLING_LATE_CHILD_SECONDS * 1000;
+    this.lateChildMs = config.lateChildSeconds * 1000;
     // A kept pipeline's pointer and its control-plane spans are bounded by the parking budget already: never refused.
-    this.outboxLimits = { maxSpans: ADMIT_ALWAYS, rememberMs: config.OUTBOX_DEDUP_SECONDS * 1000 };
+    this.outboxLimits = { maxSpans: ADMIT_ALWAYS, rememberMs: outboxConfig.dedupSeconds * 1000 };
     deliverer.register({ name: PARKED_KIND, deliver: (entry, deadline) => this.deliverParked(entry, deadline) });
   }
 
@@ -374,7 +377,7 @@ export class OutcomeSamplingService implements OnApplicationBootstrap, OnModuleD
       return;
     }
     const decision = await this.record(traceId, decideWithoutOutcome(facts.whenNoOutcome ?? 'keep'));
-    this.logger.log(`trace ${traceId}: no pipeline outcome within ${this.config.OUTCOME_SAMPLING_MAX_WAIT_SECONDS} s; ${decision.keep ? 'kept' : 'dropped'}`);
+    this.logger.log(`trace ${traceId}: no pipeline outcome within ${this.config.maxWaitSeconds} s; ${decision.keep ? 'kept' : 'dropped'}`);
   }
 
   /**
@@ -455,7 +458,7 @@ export class OutcomeSamplingService implements OnApplicationBootstrap, OnModuleD
    * (the decorator checks) and this is said once in the log and in readiness (SPEC §11).
    */
   toggledWithoutWebhooks(): boolean {
-    const missing = this.config.GITLAB_WEBHOOK_SECRET_FILE === undefined && this.toggled();
+    const missing = this.webhooks.secretFile === undefined && this.toggled();
     if (missing && !this.warnedWithoutWebhooks) {
       this.warnedWithoutWebhooks = true;
       this.logger.warn(

@@ -106,8 +106,17 @@ describe('a kept pipeline delivered to a collector that refuses', () => {
   const keepFailedPipeline = async (exports: string[][], controlPlane: string[], timeoutMs = 2000) => {
     const config = loadConfig({ OTLP_UPSTREAM_TIMEOUT_MS: String(timeoutMs), OUTBOX_MAX_BACKOFF_SECONDS: '1', OUTCOME_SAMPLING_LATE_CHILD_SECONDS: '0' });
     client = new HttpCollectorClient(collector.url, {}, timeoutMs);
-    deliverer = new OutboxDeliverer(config, outbox, client, new OutboxMetrics(metrics));
-    const service = new OutcomeSamplingService(config, parking, outbox, client, deliverer, new OutcomeSamplingMetrics(metrics));
+    deliverer = new OutboxDeliverer(config.outbox, config.collector, outbox, client, new OutboxMetrics(metrics));
+    const service = new OutcomeSamplingService(
+      config.outcomeSampling,
+      config.outbox,
+      config.webhooks,
+      parking,
+      outbox,
+      client,
+      deliverer,
+      new OutcomeSamplingMetrics(metrics),
+    );
     for (const names of exports) expect(await service.parkExport(TRACE, 'protobuf', runnerExport(names), names.length)).toEqual({ kind: 'parked' });
     expect(await service.offer(TRACE, controlPlane.map(controlPlaneSpan))).toEqual({ kind: 'parked' });
     deliverer.onApplicationBootstrap();

@@ -46,7 +46,12 @@ class PipelineStory {
     const config = loadConfig({ GITLAB_WEBHOOK_SECRET_FILE: '/dev/null' });
     const deliverer = { kick: () => undefined } as unknown as OutboxDeliverer;
     this.service = new PipelineSpansService(
-      config,
+      config.pipelineSpans,
+      config.outbox,
+      config.outcomeSampling,
+      config.jobPayload,
+      config.webhooks,
+      config.store,
       TEST_SECRETS,
       this.store,
       this.outbox,

@@ -71,9 +71,15 @@ const pickedUp = (jobId: number, overrides: Partial<TracedJob> = {}): TracedJob 
 });
 
 /** The service on `store` with no outcome sampling and a deliverer that waits to be asked: what the later describes need. */
-const serviceOn = (store: RecordingStore, env: Record<string, string> = {}): PipelineSpansService =>
-  new PipelineSpansService(
-    loadConfig(env),
+const serviceOn = (store: RecordingStore, env: Record<string, string> = {}): PipelineSpansService => {
+  const config = loadConfig(env);
+  return new PipelineSpansService(
+    config.pipelineSpans,
+    config.outbox,
+    config.outcomeSampling,
+    config.jobPayload,
+    config.webhooks,
+    config.store,
     secrets,
     store,
     store.outbox,
@@ -81,6 +87,7 @@ const serviceOn = (store: RecordingStore, env: Record<string, string> = {}): Pip
     new PipelineSpansMetrics(new MetricsService()),
     {} as OutcomeSamplingService,
   );
+};
 
 describe('PipelineSpansService at pickup (SPEC §10)', () => {
   let store: RecordingStore;
@@ -94,7 +101,20 @@ describe('PipelineSpansService at pickup (SPEC §10)', () => {
     const deliverer = { kick: () => undefined } as unknown as OutboxDeliverer;
     // No pipeline here is traced provisionally (SPEC §11): outcome sampling is never asked.
     const outcomeSampling = {} as OutcomeSamplingService;
-    service = new PipelineSpansService(config, secrets, store, store.outbox, deliverer, new PipelineSpansMetrics(metrics), outcomeSampling);
+    service = new PipelineSpansService(
+      config.pipelineSpans,
+      config.outbox,
+      config.outcomeSampling,
+      config.jobPayload,
+      config.webhooks,
+      config.store,
+      secrets,
+      store,
+      store.outbox,
+      deliverer,
+      new PipelineSpansMetrics(metrics),
+      outcomeSampling,
+    );
   });
   afterEach(() => {
     store.close();
@@ -271,10 +291,32 @@ describe('a failed attempt the decorator did not trace still tells its pipeline�
     parking = new MemoryParkingStore();
     const config = loadConfig({ OUTCOME_SAMPLING_LATE_CHILD_SECONDS: '300' });
     const deliverer = { register: () => undefined, kick: () => undefined } as unknown as OutboxDeliverer;
-    const collector = { export: async () => ({ kind: 'accepted', status: 200 }) } as unknown as ConstructorParameters<typeof OutcomeSamplingService>[3];
+    const collector = { export: async () => ({ kind: 'accepted', status: 200 }) } as unknown as ConstructorParameters<typeof OutcomeSamplingService>[5];
     const metrics = new MetricsService();
-    const outcomeSampling = new OutcomeSamplingService(config, parking, store.outbox, collector, deliverer, new OutcomeSamplingMetrics(metrics));
-    service = new PipelineSpansService(config, secrets, store, store.outbox, deliverer, new PipelineSpansMetrics(metrics), outcomeSampling);
+    const outcomeSampling = new OutcomeSamplingService(
+      config.outcomeSampling,
+      config.outbox,
+      config.webhooks,
+      parking,
+      store.outbox,
+      collector,
+      deliverer,
+      new OutcomeSamplingMetrics(metrics),
+    );
+    service = new PipelineSpansService(
+      config.pipelineSpans,
+      config.outbox,
+      config.outcomeSampling,
+      config.jobPayload,
+      config.webhooks,
+      config.store,
+      secrets,
+      store,
+      store.outbox,
+      deliverer,
+      new PipelineSpansMetrics(metrics),
+      outcomeSampling,
+    );
   });
   afterEach(() => {
     store.close();

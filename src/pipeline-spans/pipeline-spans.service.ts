@@ -1,8 +1,13 @@
 import { Inject, Injectable, Logger, OnModuleDestroy } from '@nestjs/common';
 import { LRUCache } from 'lru-cache';
 import { setImmediate as nextTurn } from 'node:timers/promises';
-import { AppConfig } from '../config/app-config';
-import { APP_CONFIG, SECRETS } from '../config/config.constants';
+import { SECRETS } from '../config/config.constants';
+import { JobPayloadConfig } from '../config/sections/job-payload';
+import { OutboxConfig } from '../config/sections/outbox';
+import { OutcomeSamplingConfig } from '../config/sections/outcome-sampling';
+import { PipelineSpansConfig } from '../config/sections/pipeline-spans';
+import { StoreConfig } from '../config/sections/store';
+import { WebhooksConfig } from '../config/sections/webhooks';
 import { Secrets } from '../config/secrets';
 import { TRACED_WORK_STORE } from '../traced-work/traced-work.constants';
 import { bundled, type EnqueueOutcome, type OutboxEntry, type OutboxStore } from '../outbox/outbox';
@@ -70,7 +75,12 @@ export class PipelineSpansService implements OnModuleDestroy {
   private readonly drawer: SpanDrawer;
 
   constructor(
-    @Inject(APP_CONFIG) private readonly config: AppConfig,
+    config: PipelineSpansConfig,
+    outboxConfig: OutboxConfig,
+    outcomeSamplingConfig: OutcomeSamplingConfig,
+    private readonly jobPayload: JobPayloadConfig,
+    private readonly webhooks: WebhooksConfig,
+    private readonly storeConfig: StoreConfig,
     @Inject(SECRETS) secrets: Secrets,
     @Inject(TRACED_WORK_STORE) private readonly store: TracedWorkStore,
     @Inject(OUTBOX_STORE) private readonly outbox: OutboxStore,
@@ -78,17 +88,17 @@ export class PipelineSpansService implements OnModuleDestroy {
     private readonly metrics: PipelineSpansMetrics,
     private readonly outcomeSampling: OutcomeSamplingService,
   ) {
-    this.limits = { maxSpans: config.OUTBOX_MAX_SPANS, rememberMs: config.OUTBOX_DEDUP_SECONDS * 1000 };
-    this.pipelineMemoryMs = config.OUTCOME_SAMPLING_MAX_WAIT_SECONDS * 1000;
-    this.drawer = new SpanDrawer(config.PIPELINE_SPANS_SERVICE_NAME, secrets.traceKey, store, metrics, this.limits.rememberMs);
-    this.pickupSpans = new PickupSpans(this.drawer, config.TRACE_ID_SCHEME === 'keyed');
-    this.hookSpans = new HookSpans(this.drawer, store, config.TRACE_ID_SCHEME);
+    this.limits = { maxSpans: outboxConfig.maxSpans, rememberMs: outboxConfig.dedupSeconds * 1000 };
+    this.pipelineMemoryMs = outcomeSamplingConfig.maxWaitSeconds * 1000;
+    this.drawer = new SpanDrawer(config.serviceName, secrets.traceKey, store, metrics, this.limits.rememberMs);
+    this.pickupSpans = new PickupSpans(this.drawer, jobPayload.traceIdScheme === 'keyed');
+    this.hookSpans = new HookSpans(this.drawer, store, jobPayload.traceIdScheme);
     this.runnerSpans = new RunnerSpans(this.drawer, store);
   }
 
   /** Whether GitLab's webhooks close job spans; otherwise the gateway does, from the runner's span. */
   get webhooksConfigured(): boolean {
-    return this.config.GITLAB_WEBHOOK_SECRET_FILE !== undefined;
+    return this.webhooks.secretFile !== undefined;
   }
 
   /** Pickups still waiting in the batch are written before the store closes (its module stops after this one). */
@@ -124,7 +134,7 @@ export class PipelineSpansService implements OnModuleDestroy {
             this.enqueueEntries(spanEntries, 'pickup', true),
             provisional.length === 0 ? undefined : this.outcomeSampling.note({ kind: 'pickups', jobs: provisional }),
           ]),
-        Math.max(this.config.STORE_TIMEOUT_MS, this.config.REDIS_COMMAND_TIMEOUT_MS),
+        Math.max(this.jobPayload.storeTimeoutMs, this.storeConfig.commandTimeoutMs),
       );
       this.pickupSpans.recorded(pipelines, now);
     } catch (error) {
@@ -158,7 +168,7 @@ export class PipelineSpansService implements OnModuleDestroy {
    * not look: with webhooks GitLab's own account closes job spans, and in the `gitlab` scheme Rails does.
    */
   jobSpanToCloseFromRunner(jobId: number): string | undefined {
-    if (this.webhooksConfigured || this.config.TRACE_ID_SCHEME !== 'keyed') return undefined;
+    if (this.webhooksConfigured || this.jobPayload.traceIdScheme !== 'keyed') return undefined;
     return this.drawer.jobSpanId(jobId);
   }
 

@@ -1,8 +1,9 @@
 import { DynamicModule, Module, Provider } from '@nestjs/common';
 import { Counter } from 'prom-client';
 import { localCollectorDirectory } from '../collector/collector-files';
-import { AppConfig } from '../config/app-config';
-import { APP_CONFIG, SECRETS } from '../config/config.constants';
+import { SECRETS } from '../config/config.constants';
+import { ProcessConfig } from '../config/sections/process';
+import { ReadsConfig } from '../config/sections/reads';
 import { Secrets } from '../config/secrets';
 import { InternalApiModule } from '../internal-api/internal-api.module';
 import { MetricsService } from '../observability/metrics.service';
@@ -14,21 +15,21 @@ import { ReadsService } from './reads.service';
 import type { TraceReads } from './trace-reads';
 
 /** The backend configuration names: ClickHouse with CLICKHOUSE_URL, else the embedded collector's files under DATA_DIR. */
-export function backendSpecFor(config: AppConfig, secrets: Secrets): BackendSpec {
-  if (config.CLICKHOUSE_URL !== undefined) {
-    return { kind: 'clickhouse', options: { url: config.CLICKHOUSE_URL, password: secrets.clickhousePassword ?? '', timeoutMs: config.READS_TIMEOUT_MS } };
+export function backendSpecFor(config: ReadsConfig, processConfig: ProcessConfig, secrets: Secrets): BackendSpec {
+  if (config.clickhouseUrl !== undefined) {
+    return { kind: 'clickhouse', options: { url: config.clickhouseUrl, password: secrets.clickhousePassword ?? '', timeoutMs: config.timeoutMs } };
   }
-  return { kind: 'files', directory: localCollectorDirectory(config.DATA_DIR) };
+  return { kind: 'files', directory: localCollectorDirectory(processConfig.dataDir) };
 }
 
 /** The pool over `backend`, its abandoned reads counted where operators look (SPEC §8). */
-function readsPool(backend: BackendSpec, config: AppConfig, metrics: MetricsService): ReadsPool {
+function readsPool(backend: BackendSpec, config: ReadsConfig, metrics: MetricsService): ReadsPool {
   const abandoned = new Counter({
     name: 'ci_job_telemetry_reads_abandoned_total',
     help: 'Trace reads still running at READS_TIMEOUT_MS: answered 503, their worker thread terminated (its work stopped) and replaced',
     registers: [metrics.registry],
   });
-  return new ReadsPool({ backend, timeoutMs: config.READS_TIMEOUT_MS, onAbandoned: () => abandoned.inc() });
+  return new ReadsPool({ backend, timeoutMs: config.timeoutMs, onAbandoned: () => abandoned.inc() });
 }
 
 /** SPEC §12: the read API on the internal port, over one backend of the read port. */
@@ -37,8 +38,9 @@ export class ReadsModule {
   static forRoot(): DynamicModule {
     return ReadsModule.with({
       provide: READS_RUNNER,
-      inject: [APP_CONFIG, SECRETS, MetricsService],
-      useFactory: (config: AppConfig, secrets: Secrets, metrics: MetricsService) => readsPool(backendSpecFor(config, secrets), config, metrics),
+      inject: [ReadsConfig, ProcessConfig, SECRETS, MetricsService],
+      useFactory: (config: ReadsConfig, processConfig: ProcessConfig, secrets: Secrets, metrics: MetricsService) =>
+        readsPool(backendSpecFor(config, processConfig, secrets), config, metrics),
     });
   }
 
@@ -46,8 +48,8 @@ export class ReadsModule {
   static withBackendSpec(backend: BackendSpec): DynamicModule {
     return ReadsModule.with({
       provide: READS_RUNNER,
-      inject: [APP_CONFIG, MetricsService],
-      useFactory: (config: AppConfig, metrics: MetricsService) => readsPool(backend, config, metrics),
+      inject: [ReadsConfig, MetricsService],
+      useFactory: (config: ReadsConfig, metrics: MetricsService) => readsPool(backend, config, metrics),
     });
   }
 
@@ -55,8 +57,8 @@ export class ReadsModule {
   static withBackend(reads: TraceReads): DynamicModule {
     return ReadsModule.with({
       provide: READS_RUNNER,
-      inject: [APP_CONFIG],
-      useFactory: (config: AppConfig): ReadsRunner => new InProcessReads(reads, config.READS_TIMEOUT_MS),
+      inject: [ReadsConfig],
+      useFactory: (config: ReadsConfig): ReadsRunner => new InProcessReads(reads, config.timeoutMs),
     });
   }
 

@@ -1,7 +1,6 @@
 import { Inject, Injectable, OnModuleDestroy } from '@nestjs/common';
 import type { Logger } from 'pino';
-import { AppConfig } from '../config/app-config';
-import { APP_CONFIG } from '../config/config.constants';
+import { ReadsConfig } from '../config/sections/reads';
 import { HttpProblem } from '../observability/http-error';
 import { APP_LOGGER } from '../observability/logger';
 import { OUTAGE_RETRY_AFTER_SECONDS } from '../observability/retry-after';
@@ -26,7 +25,7 @@ export type Params = Record<string, unknown>;
 export class ReadsService implements OnModuleDestroy {
   constructor(
     @Inject(READS_RUNNER) private readonly runner: ReadsRunner,
-    @Inject(APP_CONFIG) private readonly config: AppConfig,
+    private readonly config: ReadsConfig,
     @Inject(APP_LOGGER) private readonly logger: Logger,
   ) {}
 
@@ -36,12 +35,12 @@ export class ReadsService implements OnModuleDestroy {
 
   pipelineTrace(params: Params, query: Query): Promise<Buffer> {
     const { projectId, id, window } = this.request(params, query, 'pipeline_id');
-    return this.answer('pipeline trace', { read: 'pipeline_trace', projectId, pipelineId: id, window: window.window, maxSpans: this.config.READS_MAX_SPANS });
+    return this.answer('pipeline trace', { read: 'pipeline_trace', projectId, pipelineId: id, window: window.window, maxSpans: this.config.maxSpans });
   }
 
   jobTrace(params: Params, query: Query): Promise<Buffer> {
     const { projectId, id, window } = this.request(params, query, 'job_id');
-    return this.answer('job trace', { read: 'job_trace', projectId, jobId: id, window: window.window, maxSpans: this.config.READS_MAX_SPANS });
+    return this.answer('job trace', { read: 'job_trace', projectId, jobId: id, window: window.window, maxSpans: this.config.maxSpans });
   }
 
   criticalPath(params: Params, query: Query): Promise<Buffer> {
@@ -52,7 +51,7 @@ export class ReadsService implements OnModuleDestroy {
   jobs(params: Params, query: Query): Promise<Buffer> {
     const problems: FieldProblem[] = [];
     const projectId = parseId(params.project_id, 'project_id', problems);
-    const window = parseWindow(query, Date.now(), this.config.READS_LOOKBACK_DAYS, problems);
+    const window = parseWindow(query, Date.now(), this.config.lookbackDays, problems);
     const ref = parseRef(query.ref, problems);
     refuse(problems);
     return this.answer('project jobs', { read: 'jobs', projectId, window: window.asked, ref: ref ?? null });
@@ -62,7 +61,7 @@ export class ReadsService implements OnModuleDestroy {
     const problems: FieldProblem[] = [];
     const projectId = parseId(params.project_id, 'project_id', problems);
     const id = parseId(params[idField], idField, problems);
-    const window = parseWindow(query, Date.now(), this.config.READS_LOOKBACK_DAYS, problems);
+    const window = parseWindow(query, Date.now(), this.config.lookbackDays, problems);
     refuse(problems);
     return { projectId, id, window };
   }

@@ -1,6 +1,5 @@
 import { Logger, Module } from '@nestjs/common';
-import { AppConfig } from '../config/app-config';
-import { APP_CONFIG } from '../config/config.constants';
+import { RunnerAuthConfig } from '../config/sections/runner-auth';
 import { GrantsModule } from '../grants/grants.module';
 import { LimitsModule } from '../limits/limits.module';
 import { ReadinessChecks } from '../observability/readiness-checks';
@@ -39,11 +38,11 @@ function watchJobTokenKeys(keys: JobTokenKeys, readiness: ReadinessChecks): void
   providers: [
     {
       provide: JOB_TOKEN_VERIFIER,
-      inject: [APP_CONFIG, ReadinessChecks],
-      useFactory: (config: AppConfig, readiness: ReadinessChecks) => {
-        const keys = jobTokenKeys({ file: config.JOB_TOKEN_JWKS_FILE, url: config.JOB_TOKEN_JWKS_URL });
+      inject: [RunnerAuthConfig, ReadinessChecks],
+      useFactory: (config: RunnerAuthConfig, readiness: ReadinessChecks) => {
+        const keys = jobTokenKeys({ file: config.jobTokenJwksFile, url: config.jobTokenJwksUrl });
         if (keys !== undefined) watchJobTokenKeys(keys, readiness);
-        return new JobTokenVerifier(keys?.getKey, config.JOB_TOKEN_ISSUER);
+        return new JobTokenVerifier(keys?.getKey, config.jobTokenIssuer);
       },
     },
     RunnerAuthMetrics,

@@ -61,7 +61,15 @@ describe('RunnerAuthService (SPEC §5, §6)', () => {
     stores.push(store, limits);
     if (options.grant !== undefined) await store.saveGrant(options.grant);
     const jobTokens = (options.jobTokens ?? new ScriptedJobTokens()) as unknown as JobTokenVerifier;
-    return new RunnerAuthService(config, secrets, store, limits, jobTokens, new RunnerAuthMetrics(options.metrics ?? new MetricsService()));
+    return new RunnerAuthService(
+      config.runnerAuth,
+      config.jobPayload,
+      secrets,
+      store,
+      limits,
+      jobTokens,
+      new RunnerAuthMetrics(options.metrics ?? new MetricsService()),
+    );
   }
   const tokens: RunnerCredential = { kind: 'tokens', jobToken: JOB_TOKEN, runnerToken: RUNNER_TOKEN };
 
@@ -119,7 +127,7 @@ describe('RunnerAuthService (SPEC §5, §6)', () => {
   it("limits a runner's decisions to its rate, with the window's rest as Retry-After", async () => {
     const service = await serviceWith({ grant: grant() });
     let outcome: AuthOutcome | undefined;
-    for (let attempt = 0; attempt <= config.RUNNER_RATE_LIMIT; attempt++) outcome = await service.authenticate(tokens);
+    for (let attempt = 0; attempt <= config.runnerAuth.rateLimit; attempt++) outcome = await service.authenticate(tokens);
     expect(outcome).toMatchObject({ kind: 'rate_limited', retryAfterSeconds: expect.any(Number) });
   });
 

@@ -1,7 +1,8 @@
 import { Inject, Injectable, Logger, OnModuleDestroy } from '@nestjs/common';
 import { LRUCache } from 'lru-cache';
-import { AppConfig } from '../config/app-config';
-import { APP_CONFIG, SECRETS } from '../config/config.constants';
+import { SECRETS } from '../config/config.constants';
+import { JobPayloadConfig } from '../config/sections/job-payload';
+import { RunnerAuthConfig } from '../config/sections/runner-auth';
 import { Secrets } from '../config/secrets';
 import { startDecisionSpan } from '../observability/tracing';
 import { Grant, GrantStore } from '../grants/grant';
@@ -43,7 +44,8 @@ export class RunnerAuthService implements OnModuleDestroy {
   private readonly windows: WindowLedger;
 
   constructor(
-    @Inject(APP_CONFIG) private readonly config: AppConfig,
+    private readonly config: RunnerAuthConfig,
+    private readonly jobPayload: JobPayloadConfig,
     @Inject(SECRETS) private readonly secrets: Secrets,
     @Inject(GRANT_STORE) private readonly store: GrantStore,
     @Inject(LIMIT_STORE) limits: LimitStore,
@@ -95,7 +97,7 @@ export class RunnerAuthService implements OnModuleDestroy {
 
   /** Ends a job's grant after the configured grace, so the runner can still flush (SPEC §5). */
   async revoke(jobId: number, now = Date.now()): Promise<Grant | null> {
-    return this.store.revokeGrant(jobId, now + this.config.GRANT_REVOKE_GRACE_SECONDS * 1000);
+    return this.store.revokeGrant(jobId, now + this.config.grantRevokeGraceSeconds * 1000);
   }
 
   /**
@@ -163,7 +165,7 @@ export class RunnerAuthService implements OnModuleDestroy {
     const now = Date.now();
     if (grant.revokedAt !== undefined && grant.revokedAt <= now) return { kind: 'forbidden', reason: 'grant revoked' };
 
-    const charged = this.windows.charge(`runner:${grant.runnerId}`, this.config.RUNNER_RATE_LIMIT, this.config.RUNNER_RATE_WINDOW_SECONDS * 1000);
+    const charged = this.windows.charge(`runner:${grant.runnerId}`, this.config.rateLimit, this.config.rateWindowSeconds * 1000);
     const window = charged instanceof Promise ? await charged : charged;
     if (!window.allowed) {
       return { kind: 'rate_limited', reason: `runner ${grant.runnerId} over its rate limit`, retryAfterSeconds: retryAfterForWindow(window.resetInMs) };
@@ -171,10 +173,10 @@ export class RunnerAuthService implements OnModuleDestroy {
 
     // A decision reused for longer than the revocation grace would keep a job GitLab has just
     // ended writing past that grace on whichever replica (or nginx) remembered it (SPEC §5).
-    const identity = jobIdentityOf(grant, controlPlaneSpanIdsOf(this.secrets.traceKey, this.config.TRACE_ID_SCHEME, grant));
+    const identity = jobIdentityOf(grant, controlPlaneSpanIdsOf(this.secrets.traceKey, this.jobPayload.traceIdScheme, grant));
     const maxAgeSeconds = Math.max(
       0,
-      Math.min(this.config.AUTH_DECISION_MAX_AGE_SECONDS, this.config.GRANT_REVOKE_GRACE_SECONDS, Math.floor((identity.expiresAt - now) / 1000)),
+      Math.min(this.config.decisionMaxAgeSeconds, this.config.grantRevokeGraceSeconds, Math.floor((identity.expiresAt - now) / 1000)),
     );
     return { kind: 'allowed', identity, maxAgeSeconds };
   }

@@ -1,6 +1,6 @@
 import Redis, { Cluster, ClusterOptions, RedisOptions } from 'ioredis';
 import type { ConnectionOptions } from 'node:tls';
-import { AppConfig, storeMode } from '../config/app-config';
+import { StoreConfig, storeMode } from '../config/sections/store';
 import { Secrets } from '../config/secrets';
 
 /** One connection to the store, whatever the deployment: a server (maybe Sentinel-managed) or a cluster. */
@@ -55,29 +55,29 @@ export function parseHostPort(text: string): HostPort {
 }
 
 /** The store's Redis settings from the validated configuration, or undefined for the in-memory store. */
-export function redisSettingsFrom(config: AppConfig, secrets: Secrets): RedisConnectionSettings | undefined {
+export function redisSettingsFrom(config: StoreConfig, secrets: Secrets): RedisConnectionSettings | undefined {
   const common = {
-    commandTimeoutMs: config.REDIS_COMMAND_TIMEOUT_MS,
-    waitReplicas: config.REDIS_WAIT_REPLICAS,
-    username: config.REDIS_USERNAME,
+    commandTimeoutMs: config.commandTimeoutMs,
+    waitReplicas: config.waitReplicas,
+    username: config.username,
     password: secrets.redis.password,
-    tls: config.REDIS_TLS,
+    tls: config.tls,
     tlsCa: secrets.redis.tlsCa,
   };
   switch (storeMode(config)) {
     case 'memory':
       return undefined;
     case 'single':
-      return { ...common, topology: { mode: 'single', url: config.REDIS_URL! } };
+      return { ...common, topology: { mode: 'single', url: config.url! } };
     case 'sentinel':
       return {
         ...common,
-        topology: { mode: 'sentinel', sentinels: config.REDIS_SENTINELS!.map(parseHostPort), masterName: config.REDIS_SENTINEL_MASTER! },
-        sentinelUsername: config.REDIS_SENTINEL_USERNAME,
+        topology: { mode: 'sentinel', sentinels: config.sentinels!.map(parseHostPort), masterName: config.sentinelMaster! },
+        sentinelUsername: config.sentinelUsername,
         sentinelPassword: secrets.redis.sentinelPassword,
       };
     case 'cluster':
-      return { ...common, topology: { mode: 'cluster', nodes: config.REDIS_CLUSTER_NODES!.map(parseHostPort) } };
+      return { ...common, topology: { mode: 'cluster', nodes: config.clusterNodes!.map(parseHostPort) } };
   }
 }
 
@@ -85,19 +85,19 @@ export function redisSettingsFrom(config: AppConfig, secrets: Secrets): RedisCon
  * The store as an operator names it, never with a password: `memory`, the Redis URL, the sentinels with
  * their master name, or the cluster's seed nodes.
  */
-export function describeStore(config: AppConfig): string {
+export function describeStore(config: StoreConfig): string {
   switch (storeMode(config)) {
     case 'memory':
       return 'memory (this process only)';
     case 'single': {
-      const url = new URL(config.REDIS_URL!);
+      const url = new URL(config.url!);
       url.password = '';
       return `Redis ${url.href.replace(/\/$/, '')}`;
     }
     case 'sentinel':
-      return `Redis Sentinel master ${config.REDIS_SENTINEL_MASTER!} via ${config.REDIS_SENTINELS!.join(',')}`;
+      return `Redis Sentinel master ${config.sentinelMaster!} via ${config.sentinels!.join(',')}`;
     case 'cluster':
-      return `Redis Cluster ${config.REDIS_CLUSTER_NODES!.join(',')}`;
+      return `Redis Cluster ${config.clusterNodes!.join(',')}`;
   }
 }
 

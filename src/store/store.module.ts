@@ -1,6 +1,6 @@
 import { Inject, Logger, Module, OnModuleDestroy } from '@nestjs/common';
-import { AppConfig, storeMode } from '../config/app-config';
-import { APP_CONFIG, SECRETS } from '../config/config.constants';
+import { SECRETS } from '../config/config.constants';
+import { StoreConfig, storeMode } from '../config/sections/store';
 import { Secrets } from '../config/secrets';
 import { MetricsService } from '../observability/metrics.service';
 import { ReadinessChecks } from '../observability/readiness-checks';
@@ -19,8 +19,8 @@ export const PICKUPS_CONNECTION_NAME = 'ci-job-telemetry-pickups';
   providers: [
     {
       provide: STORE_BACKEND,
-      inject: [APP_CONFIG, SECRETS, MetricsService],
-      useFactory: async (config: AppConfig, secrets: Secrets, metrics: MetricsService): Promise<StoreBackend> => {
+      inject: [StoreConfig, SECRETS, MetricsService],
+      useFactory: async (config: StoreConfig, secrets: Secrets, metrics: MetricsService): Promise<StoreBackend> => {
         const settings = redisSettingsFrom(config, secrets);
         if (settings === undefined) return { kind: 'memory' };
         const mode = storeMode(config);

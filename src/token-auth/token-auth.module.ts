@@ -1,6 +1,5 @@
 import { Module } from '@nestjs/common';
-import { AppConfig } from '../config/app-config';
-import { APP_CONFIG } from '../config/config.constants';
+import { RunnerAuthConfig } from '../config/sections/runner-auth';
 import { InternalApiModule } from '../internal-api/internal-api.module';
 import { DecisionCache } from '../runner-auth/decision-cache';
 import { RunnerAuthModule } from '../runner-auth/runner-auth.module';
@@ -18,9 +17,9 @@ import { TokenAuthRoute } from './token-auth.route';
     TokenAuthMetrics,
     {
       provide: AUTH_DECISIONS,
-      inject: [APP_CONFIG, RunnerAuthService, TokenAuthMetrics],
-      useFactory: (config: AppConfig, runnerAuth: RunnerAuthService, metrics: TokenAuthMetrics) =>
-        new DecisionCache((credential) => runnerAuth.authenticate(credential), config.AUTH_DECISION_CACHE_SIZE, metrics),
+      inject: [RunnerAuthConfig, RunnerAuthService, TokenAuthMetrics],
+      useFactory: (config: RunnerAuthConfig, runnerAuth: RunnerAuthService, metrics: TokenAuthMetrics) =>
+        new DecisionCache((credential) => runnerAuth.authenticate(credential), config.decisionCacheSize, metrics),
     },
     TokenAuthRoute,
   ],

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { AppConfig, loadConfig, VARIABLE_NAMES } from '../../src/config/app-config';
+import { AppConfig, loadConfig, valueOf, VARIABLE_NAMES } from '../../src/config/app-config';
 
 const ROOT = join(__dirname, '..', '..');
 const MIB = 1024 * 1024;
@@ -36,7 +36,7 @@ function documents(text: string, value: unknown, defaults: AppConfig): boolean {
   if (mebibytes !== null) return Number(mebibytes[1]) * MIB === value;
   const literal = /^`([^`]*)`/.exec(text)?.[1];
   if (literal === undefined) return false;
-  const expanded = literal.replace(/<([A-Z][A-Z0-9_]*)>/g, (_, name: string) => String(defaults[name as keyof AppConfig]));
+  const expanded = literal.replace(/<([A-Z][A-Z0-9_]*)>/g, (_, name: string) => String(valueOf(defaults, name)));
   return expanded === (Array.isArray(value) ? value.join(',') : String(value));
 }
 
@@ -54,7 +54,7 @@ describe("docs/configuration.md's table", () => {
   it.each([...VARIABLE_NAMES].sort())('documents %s with its default', (name) => {
     const entry = documented.get(name);
     expect({ name, documented: entry !== undefined }).toEqual({ name, documented: true });
-    const value = defaults[name as keyof AppConfig];
+    const value = valueOf(defaults, name);
     expect({ name, line: entry!.row.line, default: entry!.text, matches: documents(entry!.text ?? '', value, defaults) }).toEqual({
       name,
       line: entry!.row.line,

@@ -4,7 +4,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { parse } from 'yaml';
-import { EnvironmentVariables, loadConfig } from '../../src/config/app-config';
+import { loadConfig, VARIABLE_NAMES } from '../../src/config/app-config';
 import { SHUTDOWN_GRACE_MS } from '../../src/observability/shutdown';
 import { startClickHouse } from '../helpers/clickhouse';
 
@@ -251,8 +251,7 @@ describe.each(Object.keys(STACKS) as StackName[])('the %s stack, validated by do
   });
 
   it('sets every variable the service needs, valid as the service itself validates them', () => {
-    const known = Object.keys(new EnvironmentVariables());
-    expect(Object.keys(environment()).filter((name) => !known.includes(name))).toEqual([]);
+    expect(Object.keys(environment()).filter((name) => !VARIABLE_NAMES.has(name))).toEqual([]);
     expect(() => loadConfig(environment())).not.toThrow();
     // A shared store across replicas, a real Unleash, and no secret generated inside a container.
     expect(environment()).toMatchObject({ REDIS_URL: expect.any(String), UNLEASH_URL: expect.any(String), UNLEASH_API_TOKEN: expect.any(String) });
@@ -270,8 +269,8 @@ describe.each(Object.keys(STACKS) as StackName[])('the %s stack, validated by do
     const config = loadConfig(environment());
     const published = (name: string, target: number) => compose().services[name].ports?.find((port) => port.target === target)?.published;
     // Runners reach the gateway at the URL the decorator hands out; GitLab reaches the internal port.
-    expect(String(published(SERVICE, config.GATEWAY_PORT))).toBe(url('GATEWAY_PUBLIC_URL').port);
-    expect(published(SERVICE, config.INTERNAL_PORT)).toBeDefined();
+    expect(String(published(SERVICE, config.process.gatewayPort))).toBe(url('GATEWAY_PUBLIC_URL').port);
+    expect(published(SERVICE, config.process.internalPort)).toBeDefined();
     expect([url('REDIS_URL').hostname, url('REDIS_URL').port]).toEqual(['redis', '6379']);
     expect([url('UNLEASH_URL').hostname, url('UNLEASH_URL').port, url('UNLEASH_URL').pathname]).toEqual(['unleash', '4242', '/api/']);
     expect(compose().services.unleash.environment!.INIT_CLIENT_API_TOKENS).toBe(environment().UNLEASH_API_TOKEN);
@@ -299,7 +298,7 @@ describe.each(Object.keys(STACKS) as StackName[])('the %s stack, validated by do
     const prometheusSource = datasources.find((source) => source.type === 'prometheus')!;
     expect(new URL(prometheusSource.url).hostname).toBe('prometheus');
     const scrape = parse(read('deploy', 'prometheus', 'prometheus.yml')).scrape_configs[0];
-    expect(scrape.static_configs[0].targets).toEqual([`${SERVICE}:${config.INTERNAL_PORT}`]);
+    expect(scrape.static_configs[0].targets).toEqual([`${SERVICE}:${config.process.internalPort}`]);
     expect(scrape.metrics_path).toBe('/metrics');
 
     // The dashboard uses only provisioned data sources, and Grafana loads it from where it is mounted.
@@ -346,7 +345,7 @@ describe.each(Object.keys(STACKS) as StackName[])('the %s stack, validated by do
 
   it('hands hosted runners a collector URL only where a receiver for them is published, at its port', () => {
     const config = loadConfig(environment());
-    const configured = config.HOSTED_RUNNER_TYPES.length + config.HOSTED_RUNNER_IDS.length > 0;
+    const configured = config.jobPayload.hostedRunnerTypes.length + config.jobPayload.hostedRunnerIds.length > 0;
     const receivers = collector().receivers as Record<string, { protocols: { http: { endpoint: string; auth?: unknown } } }>;
     const hosted = Object.keys(receivers).filter((name) => receivers[name].protocols.http.auth !== undefined);
     expect(configured).toBe(hosted.length > 0);
@@ -467,7 +466,7 @@ describe('the default stack starts on a closed network', () => {
 
   it('names no hosted runner, so every runner is handed the gateway', () => {
     const config = loadConfig(stacks.default.services[SERVICE].environment!);
-    expect([config.HOSTED_RUNNER_TYPES, config.HOSTED_RUNNER_IDS]).toEqual([[], []]);
+    expect([config.jobPayload.hostedRunnerTypes, config.jobPayload.hostedRunnerIds]).toEqual([[], []]);
   });
 });
 
@@ -492,7 +491,7 @@ describe('the hosted-runner overlay', () => {
       expect({ name, definition: normalized(compose().services[name]) }).toEqual({ name, definition: normalized(stacks.default.services[name]) });
     }
     // GitLab.com's hosted runners are instance runners: the overlay's default.
-    expect(loadConfig(compose().services[SERVICE].environment!).HOSTED_RUNNER_TYPES).toEqual(['instance_type']);
+    expect(loadConfig(compose().services[SERVICE].environment!).jobPayload.hostedRunnerTypes).toEqual(['instance_type']);
   });
 
   it('authenticates the hosted-runner receiver with Google-signed OIDC ID tokens for the audience the service hands out, on traces only', () => {
@@ -503,7 +502,7 @@ describe('the hosted-runner overlay', () => {
     expect(config.service.extensions).toContain('oidc');
     expect(config.extensions.oidc.issuer_url).toBe(GOOGLE_ISSUER);
     // What the decorator asks hosted runners to request from Google (SPEC §4), as compose runs the service.
-    expect(config.extensions.oidc.audience).toBe(loadConfig(compose().services[SERVICE].environment!).HOSTED_OIDC_AUDIENCE);
+    expect(config.extensions.oidc.audience).toBe(loadConfig(compose().services[SERVICE].environment!).jobPayload.hostedOidcAudience);
     const pipelines = config.service.pipelines as Record<string, { receivers: string[] }>;
     expect(Object.keys(pipelines).filter((name) => pipelines[name].receivers.includes('otlp/hosted'))).toEqual(['traces/hosted']);
   });

@@ -55,7 +55,7 @@ export async function startInProcess(env: Record<string, string> = {}): Promise<
   });
   const secrets = loadSecrets(config);
   const logs = new LogCapture();
-  const app = await createInternalApp(config, secrets, createLogger(config.LOG_LEVEL, logs));
+  const app = await createInternalApp(config, secrets, createLogger(config.process.logLevel, logs));
   await app.getHttpAdapter().getInstance().ready();
   let closed: Promise<void> | undefined;
   return { app, config, secrets, logs, close: () => (closed ??= app.close()) };

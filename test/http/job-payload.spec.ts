@@ -186,7 +186,7 @@ describe('POST /internal/ci/telemetry/job_payload', () => {
         runnerTokenDigest: tokenDigest(running().secrets.tokenDigestKey, RUNNER_TOKEN),
         jobTokenDigest: tokenDigest(running().secrets.tokenDigestKey, JOB_TOKEN),
       });
-      const graceMs = running().config.GRANT_GRACE_SECONDS * 1000;
+      const graceMs = running().config.jobPayload.grantGraceSeconds * 1000;
       expect(grant!.expiresAt).toBeGreaterThanOrEqual(before + 600_000 + graceMs);
       expect(grant!.expiresAt).toBeLessThanOrEqual(Date.now() + 600_000 + graceMs);
       expect(Date.parse(body.telemetry.expires_at)).toBe(grant!.expiresAt);

@@ -81,7 +81,7 @@ describe('OTLP gateway in process (SPEC §6)', () => {
     store = options.store ?? new MemoryLimitStore();
     collector = new FakeCollector();
     gateway = buildGatewayServer({
-      config,
+      config: config.gateway,
       logger: pino({ level: 'silent' }),
       decisions: new DecisionCache(decide, 100, metrics),
       store,

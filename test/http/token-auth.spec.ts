@@ -232,8 +232,8 @@ describe('POST /internal/ci/telemetry/auth (SPEC §5)', () => {
       // Replicas share the key files, as a deployment mounts the same secrets into each.
       const replica = await start({
         ...env,
-        INTERNAL_API_SECRET_FILE: service.config.INTERNAL_API_SECRET_FILE!,
-        TRACE_KEY_FILE: service.config.TRACE_KEY_FILE!,
+        INTERNAL_API_SECRET_FILE: service.config.internalApi.secretFile!,
+        TRACE_KEY_FILE: service.config.jobPayload.traceKeyFile!,
       });
       try {
         await pickUp(service, { job: { id: 3202 } });
@@ -293,8 +293,8 @@ describe('POST /internal/ci/telemetry/auth (SPEC §5)', () => {
     const replica = await start({
       RUNNER_RATE_LIMIT: '3',
       RUNNER_RATE_WINDOW_SECONDS: '30',
-      INTERNAL_API_SECRET_FILE: service.config.INTERNAL_API_SECRET_FILE!,
-      TRACE_KEY_FILE: service.config.TRACE_KEY_FILE!,
+      INTERNAL_API_SECRET_FILE: service.config.internalApi.secretFile!,
+      TRACE_KEY_FILE: service.config.jobPayload.traceKeyFile!,
     });
     try {
       // Four jobs of one runner: distinct token pairs, so no decision is reused from the cache.

@@ -41,12 +41,8 @@ export function keepsWhatTheOutboxWasGiven(world: StoreWorld) {
     const start = async (timeoutMs = 2000) => {
       collector = await startScriptedCollector((names, request, spans) => script(names, request, spans));
       client = new HttpCollectorClient(collector.url, {}, timeoutMs);
-      deliverer = new OutboxDeliverer(
-        loadConfig({ OTLP_UPSTREAM_TIMEOUT_MS: String(timeoutMs), OUTBOX_MAX_BACKOFF_SECONDS: '1' }),
-        outbox,
-        client,
-        new OutboxMetrics(metrics),
-      );
+      const config = loadConfig({ OTLP_UPSTREAM_TIMEOUT_MS: String(timeoutMs), OUTBOX_MAX_BACKOFF_SECONDS: '1' });
+      deliverer = new OutboxDeliverer(config.outbox, config.collector, outbox, client, new OutboxMetrics(metrics));
       deliverer.onApplicationBootstrap();
     };
     /** Until `what` holds, letting the store's time pass meanwhile, so what waits for its backoff comes due. */
