@@ -1,5 +1,6 @@
 import 'reflect-metadata';
-import { IsUrl } from 'class-validator';
+import { Transform } from 'class-transformer';
+import { IsInt, IsOptional, IsString, IsUrl, Max, Min, MinLength } from 'class-validator';
 
 /** A section's class → its properties, each the environment variable it is read from. */
 const VARIABLES_OF = new WeakMap<object, Map<string, string>>();
@@ -39,14 +40,32 @@ export const toBoolean = ({ value }: { value: unknown }) => {
   return value;
 };
 
-export const toInt = ({ value }: { value: unknown }) => (typeof value === 'string' && /^-?\d+$/.test(value.trim()) ? Number(value.trim()) : value);
+const toInt = ({ value }: { value: unknown }) => (typeof value === 'string' && /^-?\d+$/.test(value.trim()) ? Number(value.trim()) : value);
 
 export const toIntList = ({ value }: { value: unknown }) => (toList({ value }) as unknown[] | undefined)?.map((item) => toInt({ value: item }));
-
-/** `host:port`, the host a name, IPv4 or bracketed IPv6 address. */
-export const HOST_PORT = /^([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]):\d{1,5}$/;
 
 const URL_OPTIONS = { require_tld: false, require_protocol: true, protocols: ['http', 'https'] };
 
 /** class-validator's own message ("must be a URL address") does not say which schemes are wanted. */
 export const IsHttpUrl = () => IsUrl(URL_OPTIONS, { message: 'must be an http:// or https:// URL' });
+
+/**
+ * A whole number written in decimal, within bounds: `@Transform(toInt) @IsInt() @Min(min) @Max(max)` in one, applied
+ * as that stack is (bottom first), so a refusal lists the failed checks in the same order.
+ */
+export function Integer(bounds: { min: number; max?: number }): PropertyDecorator {
+  return stacked(Transform(toInt), IsInt(), Min(bounds.min), ...(bounds.max === undefined ? [] : [Max(bounds.max)]));
+}
+
+/** Text that is not empty: a name, a path. */
+export const Text = () => stacked(IsString(), MinLength(1));
+
+/** Text that is not empty, or unset: a file that holds a secret, an optional name. */
+export const OptionalText = () => stacked(IsOptional(), IsString(), MinLength(1));
+
+/** Decorators written top to bottom, applied as a stack of them is: bottom first. */
+export function stacked(...decorators: PropertyDecorator[]): PropertyDecorator {
+  return (target, property) => {
+    for (const decorator of [...decorators].reverse()) decorator(target, property);
+  };
+}

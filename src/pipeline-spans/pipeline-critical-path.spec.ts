@@ -1,15 +1,11 @@
 import { loadConfig } from '../config/app-config';
-import { TEST_SECRETS } from '../../test/helpers/internal-api';
+import { pipelineSpansServiceOn } from '../../test/helpers/pipeline-spans-service';
 import { criticalPath } from '../critical-path/critical-path';
 import { CollectedSpan, collectedSpans } from '../otlp/collected-spans';
 import { MemoryTracedWorkStore } from '../traced-work/memory-traced-work-store';
 import { TracedJob } from '../traced-work/traced-work';
 import { MemoryOutboxStore } from '../outbox/memory-outbox-store';
-import { MetricsService } from '../observability/metrics.service';
-import { OutcomeSamplingService } from '../outcome-sampling/outcome-sampling.service';
-import { OutboxDeliverer } from '../outbox/outbox-deliverer';
 import { FinishedJob, PipelineEvent } from './pipeline-events';
-import { PipelineSpansMetrics } from './pipeline-spans.metrics';
 import { PipelineSpansService } from './pipeline-spans.service';
 import { SPAN_VERSION_ATTRIBUTE } from './pipeline-span-model';
 
@@ -44,21 +40,7 @@ class PipelineStory {
 
   constructor() {
     const config = loadConfig({ GITLAB_WEBHOOK_SECRET_FILE: '/dev/null' });
-    const deliverer = { kick: () => undefined } as unknown as OutboxDeliverer;
-    this.service = new PipelineSpansService(
-      config.pipelineSpans,
-      config.outbox,
-      config.outcomeSampling,
-      config.jobPayload,
-      config.webhooks,
-      config.store,
-      TEST_SECRETS,
-      this.store,
-      this.outbox,
-      deliverer,
-      new PipelineSpansMetrics(new MetricsService()),
-      {} as OutcomeSamplingService,
-    );
+    this.service = pipelineSpansServiceOn(config, { store: this.store, outbox: this.outbox });
   }
 
   async pipelines(...pipelineIds: number[]): Promise<void> {

@@ -1,12 +1,11 @@
 import { loadConfig } from '../config/app-config';
-import { TEST_SECRETS } from '../../test/helpers/internal-api';
+import { pipelineSpansServiceOn } from '../../test/helpers/pipeline-spans-service';
 import { StoreUnavailableError } from '../store/store-unavailable-error';
 import { MemoryTracedWorkStore } from '../traced-work/memory-traced-work-store';
 import { Remembered, TracedJob, TracedPipeline } from '../traced-work/traced-work';
 import { EnqueueOutcome, OutboxEntry, OutboxLimits } from '../outbox/outbox';
 import { MemoryOutboxStore } from '../outbox/memory-outbox-store';
 import { MetricsService } from '../observability/metrics.service';
-import { PipelineSpansMetrics } from './pipeline-spans.metrics';
 import { PipelineSpansService } from './pipeline-spans.service';
 import type { PipelineEvent } from './pipeline-events';
 import { OutcomeSamplingService } from '../outcome-sampling/outcome-sampling.service';
@@ -14,8 +13,6 @@ import { OutboxDeliverer } from '../outbox/outbox-deliverer';
 import { DEFAULT_OUTCOME_POLICY } from '../outcome-sampling/outcome-policy';
 import { OutcomeSamplingMetrics } from '../outcome-sampling/outcome-sampling.metrics';
 import { MemoryParkingStore } from '../outcome-sampling/parking/memory-parking-store';
-
-const secrets = TEST_SECRETS;
 
 /** The memory store, saying what it was asked to write, or failing as an outage does. */
 class RecordingStore extends MemoryTracedWorkStore {
@@ -71,23 +68,8 @@ const pickedUp = (jobId: number, overrides: Partial<TracedJob> = {}): TracedJob 
 });
 
 /** The service on `store` with no outcome sampling and a deliverer that waits to be asked: what the later describes need. */
-const serviceOn = (store: RecordingStore, env: Record<string, string> = {}): PipelineSpansService => {
-  const config = loadConfig(env);
-  return new PipelineSpansService(
-    config.pipelineSpans,
-    config.outbox,
-    config.outcomeSampling,
-    config.jobPayload,
-    config.webhooks,
-    config.store,
-    secrets,
-    store,
-    store.outbox,
-    { kick: () => undefined } as unknown as OutboxDeliverer,
-    new PipelineSpansMetrics(new MetricsService()),
-    {} as OutcomeSamplingService,
-  );
-};
+const serviceOn = (store: RecordingStore, env: Record<string, string> = {}): PipelineSpansService =>
+  pipelineSpansServiceOn(loadConfig(env), { store, outbox: store.outbox });
 
 describe('PipelineSpansService at pickup (SPEC §10)', () => {
   let store: RecordingStore;
@@ -101,20 +83,7 @@ describe('PipelineSpansService at pickup (SPEC §10)', () => {
     const deliverer = { kick: () => undefined } as unknown as OutboxDeliverer;
     // No pipeline here is traced provisionally (SPEC §11): outcome sampling is never asked.
     const outcomeSampling = {} as OutcomeSamplingService;
-    service = new PipelineSpansService(
-      config.pipelineSpans,
-      config.outbox,
-      config.outcomeSampling,
-      config.jobPayload,
-      config.webhooks,
-      config.store,
-      secrets,
-      store,
-      store.outbox,
-      deliverer,
-      new PipelineSpansMetrics(metrics),
-      outcomeSampling,
-    );
+    service = pipelineSpansServiceOn(config, { store, outbox: store.outbox, deliverer, metrics, outcomeSampling });
   });
   afterEach(() => {
     store.close();
@@ -303,20 +272,7 @@ describe('a failed attempt the decorator did not trace still tells its pipeline�
       deliverer,
       new OutcomeSamplingMetrics(metrics),
     );
-    service = new PipelineSpansService(
-      config.pipelineSpans,
-      config.outbox,
-      config.outcomeSampling,
-      config.jobPayload,
-      config.webhooks,
-      config.store,
-      secrets,
-      store,
-      store.outbox,
-      deliverer,
-      new PipelineSpansMetrics(metrics),
-      outcomeSampling,
-    );
+    service = pipelineSpansServiceOn(config, { store, outbox: store.outbox, deliverer, metrics, outcomeSampling });
   });
   afterEach(() => {
     store.close();

@@ -1,27 +1,15 @@
 import { Transform } from 'class-transformer';
-import { IsInt, IsOptional, IsString, Matches, Min, MinLength } from 'class-validator';
-import { toInt, toList, Variable } from '../variable';
+import { IsString, Matches, MinLength } from 'class-validator';
+import { Integer, OptionalText, toList, Variable } from '../variable';
 
 /** Internal API authentication (SPEC §3). */
 export class InternalApiConfig {
   /** Unset: a secret is generated under `.secrets/` on first start, as GitLab does for its own secrets. */
-  @Variable('INTERNAL_API_SECRET_FILE')
-  @IsOptional()
-  @IsString()
-  @MinLength(1)
-  readonly secretFile?: string;
+  @Variable('INTERNAL_API_SECRET_FILE') @OptionalText() readonly secretFile?: string;
 
-  @Variable('INTERNAL_API_ISSUERS')
-  @Transform(toList)
-  @IsString({ each: true })
-  @MinLength(1, { each: true })
-  readonly issuers: string[] = ['gitlab'];
+  @Variable('INTERNAL_API_ISSUERS') @Transform(toList) @IsString({ each: true }) @MinLength(1, { each: true }) readonly issuers: string[] = ['gitlab'];
 
-  @Variable('BODY_LIMIT_BYTES')
-  @Transform(toInt)
-  @IsInt()
-  @Min(1024)
-  readonly bodyLimitBytes: number = 8 * 1024 * 1024;
+  @Variable('BODY_LIMIT_BYTES') @Integer({ min: 1024 }) readonly bodyLimitBytes: number = 8 * 1024 * 1024;
 
   /**
    * SHA-256 digests (hex) of caller keys accepted on the auth endpoint in place of the internal-API

@@ -1,6 +1,4 @@
-import { Transform } from 'class-transformer';
-import { IsInt, Min } from 'class-validator';
-import { toInt, Variable } from '../variable';
+import { Integer, Variable } from '../variable';
 
 /** The outbox (SPEC §10): spans the service emits wait here until the collector takes them. */
 export class OutboxConfig {
@@ -8,23 +6,11 @@ export class OutboxConfig {
    * Spans the outbox holds while the collector cannot take them (a few per job). A full outbox refuses new
    * spans (counted, logged, readiness says degraded) and never delays a pickup.
    */
-  @Variable('OUTBOX_MAX_SPANS')
-  @Transform(toInt)
-  @IsInt()
-  @Min(1)
-  readonly maxSpans: number = 100_000;
+  @Variable('OUTBOX_MAX_SPANS') @Integer({ min: 1 }) readonly maxSpans: number = 100_000;
 
   /** How long a span id is remembered, so a webhook redelivered later never emits a second copy. */
-  @Variable('OUTBOX_DEDUP_SECONDS')
-  @Transform(toInt)
-  @IsInt()
-  @Min(60)
-  readonly dedupSeconds: number = 3 * 24 * 3600;
+  @Variable('OUTBOX_DEDUP_SECONDS') @Integer({ min: 60 }) readonly dedupSeconds: number = 3 * 24 * 3600;
 
   /** Longest wait between two delivery attempts of the outbox while the collector is down. */
-  @Variable('OUTBOX_MAX_BACKOFF_SECONDS')
-  @Transform(toInt)
-  @IsInt()
-  @Min(1)
-  readonly maxBackoffSeconds: number = 30;
+  @Variable('OUTBOX_MAX_BACKOFF_SECONDS') @Integer({ min: 1 }) readonly maxBackoffSeconds: number = 30;
 }

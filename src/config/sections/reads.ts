@@ -1,6 +1,5 @@
-import { Transform } from 'class-transformer';
-import { IsInt, IsOptional, IsString, Max, Min, MinLength } from 'class-validator';
-import { IsHttpUrl, toInt, Variable } from '../variable';
+import { IsOptional } from 'class-validator';
+import { Integer, IsHttpUrl, OptionalText, Variable } from '../variable';
 
 /** Reading traces (SPEC §12): where from, and how far a read may go. */
 export class ReadsConfig {
@@ -8,42 +7,20 @@ export class ReadsConfig {
    * ClickHouse's HTTP interface the read API queries (the Collector exporter's `otel_traces` and the CI view), user
    * and database in the URL as the official client reads them. Unset: the embedded collector's files under DATA_DIR.
    */
-  @Variable('CLICKHOUSE_URL')
-  @IsOptional()
-  @IsHttpUrl()
-  readonly clickhouseUrl?: string;
+  @Variable('CLICKHOUSE_URL') @IsOptional() @IsHttpUrl() readonly clickhouseUrl?: string;
 
   /** File holding the password of CLICKHOUSE_URL's user, like the other secrets. */
-  @Variable('CLICKHOUSE_PASSWORD_FILE')
-  @IsOptional()
-  @IsString()
-  @MinLength(1)
-  readonly clickhousePasswordFile?: string;
+  @Variable('CLICKHOUSE_PASSWORD_FILE') @OptionalText() readonly clickhousePasswordFile?: string;
 
   /** The longest a read waits for its backend; then it answers 503 with Retry-After (GitLab's own calls time out later). */
-  @Variable('READS_TIMEOUT_MS')
-  @Transform(toInt)
-  @IsInt()
-  @Min(100)
-  @Max(60_000)
-  readonly timeoutMs: number = 4000;
+  @Variable('READS_TIMEOUT_MS') @Integer({ min: 100, max: 60_000 }) readonly timeoutMs: number = 4000;
 
   /** How far back a trace read looks when GitLab passes no `from`/`to` (and a job summary's default window). */
-  @Variable('READS_LOOKBACK_DAYS')
-  @Transform(toInt)
-  @IsInt()
-  @Min(1)
-  @Max(31)
-  readonly lookbackDays: number = 31;
+  @Variable('READS_LOOKBACK_DAYS') @Integer({ min: 1, max: 31 }) readonly lookbackDays: number = 31;
 
   /**
    * The most spans one trace read answers (SPEC §12 "a read is bounded"): about 300 bytes of OTLP/JSON a span, so
    * the default answer stays within a few MiB. Past it, `completeness` says `truncated` and how many there were.
    */
-  @Variable('READS_MAX_SPANS')
-  @Transform(toInt)
-  @IsInt()
-  @Min(100)
-  @Max(1_000_000)
-  readonly maxSpans: number = 10_000;
+  @Variable('READS_MAX_SPANS') @Integer({ min: 100, max: 1_000_000 }) readonly maxSpans: number = 10_000;
 }

@@ -1,6 +1,12 @@
 import { Transform } from 'class-transformer';
-import { ArrayNotEmpty, IsBoolean, IsInt, IsOptional, IsString, IsUrl, Matches, Max, Min, MinLength } from 'class-validator';
-import { HOST_PORT, toBoolean, toInt, toList, Variable } from '../variable';
+import { ArrayNotEmpty, IsBoolean, IsOptional, IsUrl, Matches } from 'class-validator';
+import { Integer, OptionalText, stacked, toBoolean, toList, Variable } from '../variable';
+
+/** `host:port`, the host a name, IPv4 or bracketed IPv6 address. */
+const HOST_PORT = /^([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]):\d{1,5}$/;
+
+/** Redis nodes or sentinels, comma separated, each `host:port`; unset when that topology is not used. */
+const HostPorts = () => stacked(Transform(toList), IsOptional(), ArrayNotEmpty(), Matches(HOST_PORT, { each: true, message: 'each entry must be host:port' }));
 
 /** The store (SPEC §7): in this process, or Redis as one server, Sentinel-managed or a cluster. */
 export class StoreConfig {
@@ -14,89 +20,42 @@ export class StoreConfig {
   readonly url?: string;
 
   /** Sentinel addresses (`host:port`, comma separated): the store follows the primary they elect. */
-  @Variable('REDIS_SENTINELS')
-  @Transform(toList)
-  @IsOptional()
-  @ArrayNotEmpty()
-  @Matches(HOST_PORT, { each: true, message: 'each entry must be host:port' })
-  readonly sentinels?: string[];
+  @Variable('REDIS_SENTINELS') @HostPorts() readonly sentinels?: string[];
 
   /** The master name the sentinels monitor (`sentinel monitor <name> …`). */
-  @Variable('REDIS_SENTINEL_MASTER')
-  @IsOptional()
-  @IsString()
-  @MinLength(1)
-  readonly sentinelMaster?: string;
+  @Variable('REDIS_SENTINEL_MASTER') @OptionalText() readonly sentinelMaster?: string;
 
   /** Seed nodes of a Redis Cluster (`host:port`, comma separated); the rest is discovered. */
-  @Variable('REDIS_CLUSTER_NODES')
-  @Transform(toList)
-  @IsOptional()
-  @ArrayNotEmpty()
-  @Matches(HOST_PORT, { each: true, message: 'each entry must be host:port' })
-  readonly clusterNodes?: string[];
+  @Variable('REDIS_CLUSTER_NODES') @HostPorts() readonly clusterNodes?: string[];
 
   /** ACL user of the store's connections (Redis 6+); unset: the `default` user. */
-  @Variable('REDIS_USERNAME')
-  @IsOptional()
-  @IsString()
-  @MinLength(1)
-  readonly username?: string;
+  @Variable('REDIS_USERNAME') @OptionalText() readonly username?: string;
 
   /** File holding the password of REDIS_USERNAME (or of `requirepass`), like the other secrets. */
-  @Variable('REDIS_PASSWORD_FILE')
-  @IsOptional()
-  @IsString()
-  @MinLength(1)
-  readonly passwordFile?: string;
+  @Variable('REDIS_PASSWORD_FILE') @OptionalText() readonly passwordFile?: string;
 
   /** ACL user and password file for the sentinels themselves, when they require one. */
-  @Variable('REDIS_SENTINEL_USERNAME')
-  @IsOptional()
-  @IsString()
-  @MinLength(1)
-  readonly sentinelUsername?: string;
+  @Variable('REDIS_SENTINEL_USERNAME') @OptionalText() readonly sentinelUsername?: string;
 
-  @Variable('REDIS_SENTINEL_PASSWORD_FILE')
-  @IsOptional()
-  @IsString()
-  @MinLength(1)
-  readonly sentinelPasswordFile?: string;
+  @Variable('REDIS_SENTINEL_PASSWORD_FILE') @OptionalText() readonly sentinelPasswordFile?: string;
 
   /** TLS to every Redis node and sentinel; with REDIS_URL the `rediss://` scheme says the same. */
-  @Variable('REDIS_TLS')
-  @Transform(toBoolean)
-  @IsBoolean()
-  readonly tls: boolean = false;
+  @Variable('REDIS_TLS') @Transform(toBoolean) @IsBoolean() readonly tls: boolean = false;
 
   /**
    * Replicas that must have a grant write before it counts (Redis WAIT). 0: asynchronous replication,
    * where a failover can lose grants written in the last moments before the primary died.
    */
-  @Variable('REDIS_WAIT_REPLICAS')
-  @Transform(toInt)
-  @IsInt()
-  @Min(0)
-  @Max(16)
-  readonly waitReplicas: number = 0;
+  @Variable('REDIS_WAIT_REPLICAS') @Integer({ min: 0, max: 16 }) readonly waitReplicas: number = 0;
 
   /**
    * How long one Redis command may take before it fails as a store outage, for every caller (decorator,
    * auth decision, gateway quotas). The decorator's own bound on a pickup is STORE_TIMEOUT_MS.
    */
-  @Variable('REDIS_COMMAND_TIMEOUT_MS')
-  @Transform(toInt)
-  @IsInt()
-  @Min(1)
-  @Max(10000)
-  readonly commandTimeoutMs: number = 150;
+  @Variable('REDIS_COMMAND_TIMEOUT_MS') @Integer({ min: 1, max: 10000 }) readonly commandTimeoutMs: number = 150;
 
   /** PEM file of the CA that signed the Redis servers' certificates, when it is not a public one. */
-  @Variable('REDIS_TLS_CA_FILE')
-  @IsOptional()
-  @IsString()
-  @MinLength(1)
-  readonly tlsCaFile?: string;
+  @Variable('REDIS_TLS_CA_FILE') @OptionalText() readonly tlsCaFile?: string;
 }
 
 export type StoreMode = 'memory' | 'single' | 'sentinel' | 'cluster';
