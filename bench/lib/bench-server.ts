@@ -16,7 +16,7 @@ export const BARE_SAMPLED_ROUTE = '/bench/bare-sampled';
  */
 export const ECHO_ROUTE = '/bench/echo';
 /**
- * Echo plus the decorator's store write: the same grant write (SAVE_GRANT with the traced job, and the token
+ * Echo plus the decorator's store write: the same grant write (saveGrant with the traced job, and the token
  * index, in one round trip) for the request's job, with fixed digests. What the decorator with a store is bounded by.
  */
 export const ECHO_STORE_ROUTE = '/bench/echo-store';
