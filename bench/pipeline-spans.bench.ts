@@ -12,7 +12,7 @@
  * Webhooks are sent one at a time, as one GitLab instance's hook worker does for one hook. Only ratios
  * within one run mean anything on a shared machine.
  */
-import { deliverWebhook, jobHook, WebhookPipeline } from '../demo/gitlab-webhooks';
+import { deliverWebhook, jobHook, WebhookPipeline } from '../simulator/gitlab-webhooks';
 import { jobPayloadRequest } from '../test/fixtures/job-payload';
 import { pickUpJob } from '../test/helpers/ci-job';
 import { makeWebhookSecret } from '../test/helpers/gitlab-webhooks';

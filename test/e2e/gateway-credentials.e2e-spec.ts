@@ -6,7 +6,7 @@ import { pickUpJob } from '../helpers/ci-job';
 import { waitFor } from '../helpers/ports';
 import { RedisServer, startRedis } from '../helpers/redis';
 import { ServiceProcess, startService } from '../helpers/service';
-import { readTracingAsRunner } from '../../demo/runner-tracing';
+import { readTracingAsRunner } from '../../simulator/runner-tracing';
 
 /** Sends only the head of an export that announces `contentLength` bytes, and returns the answer's head. */
 function headThenWait(gatewayUrl: string, path: string, headers: Record<string, string>, contentLength: number): Promise<string> {

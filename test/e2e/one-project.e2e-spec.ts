@@ -1,8 +1,8 @@
 import { mkdtempSync, realpathSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { deliverWebhook, jobHook, pipelineAt, pipelineHook, WebhookJob } from '../../demo/gitlab-webhooks';
-import { BuildStage } from '../../demo/stock-runner';
+import { deliverWebhook, jobHook, pipelineAt, pipelineHook, WebhookJob } from '../../simulator/gitlab-webhooks';
+import { BuildStage } from '../../simulator/stock-runner';
 import { pickUpPipelineJob, runJobAsStockRunner } from '../helpers/ci-pipeline';
 import { makeWebhookSecret, WebhookSecret } from '../helpers/gitlab-webhooks';
 import { internalApiHeaders } from '../helpers/internal-api';

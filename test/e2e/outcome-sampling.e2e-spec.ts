@@ -1,6 +1,6 @@
-import { BUILD_STAGES, BuildStage, TracingFeature } from '../../demo/stock-runner';
+import { BUILD_STAGES, BuildStage, TracingFeature } from '../../simulator/stock-runner';
 import { expectMatchesOpenApi } from '../helpers/openapi';
-import { deliverWebhook, jobHook, pipelineAt, pipelineHook, WebhookJob, WebhookPipeline } from '../../demo/gitlab-webhooks';
+import { deliverWebhook, jobHook, pipelineAt, pipelineHook, WebhookJob, WebhookPipeline } from '../../simulator/gitlab-webhooks';
 import { pickUpPipelineJob, runJobAsStockRunner } from '../helpers/ci-pipeline';
 import { writeFlagsFile } from '../helpers/flags-file';
 import { makeWebhookSecret, WebhookSecret } from '../helpers/gitlab-webhooks';

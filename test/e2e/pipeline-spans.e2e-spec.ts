@@ -1,6 +1,6 @@
 import { createHash, createHmac } from 'node:crypto';
-import { BUILD_STAGES, exportJobAsRunner, TracingFeature } from '../../demo/stock-runner';
-import { Delivered, deliverWebhook as deliver, jobHook, pipelineHook, WebhookJob, WebhookPipeline } from '../../demo/gitlab-webhooks';
+import { BUILD_STAGES, exportJobAsRunner, TracingFeature } from '../../simulator/stock-runner';
+import { Delivered, deliverWebhook as deliver, jobHook, pipelineHook, WebhookJob, WebhookPipeline } from '../../simulator/gitlab-webhooks';
 import { jobPayloadRequest } from '../fixtures/job-payload';
 import { pickUpJob } from '../helpers/ci-job';
 import { writeFlagsFile } from '../helpers/flags-file';

@@ -1,7 +1,7 @@
 import { CONTROL_PLANE_MARK } from '../../src/otlp/control-plane-mark';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { BUILD_STAGES, exportJobAsRunner } from '../../demo/stock-runner';
+import { BUILD_STAGES, exportJobAsRunner } from '../../simulator/stock-runner';
 import { pickUpPipelineJob, PickedUpJob } from '../helpers/ci-pipeline';
 import { ClickHouse, ClickHouseRow, startClickHouse } from '../helpers/clickhouse';
 import { dateTime64, insertOtelTraces, otelSpanRow, OtelTracesRow, otelTracesRows } from '../helpers/clickhouse-exporter';

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { BUILD_STAGES, BuildStage } from '../../demo/stock-runner';
+import { BUILD_STAGES, BuildStage } from '../../simulator/stock-runner';
 import { pickUpPipelineJob } from '../helpers/ci-pipeline';
 import { ClickHouse, startClickHouse } from '../helpers/clickhouse';
 import { criticalPath, RUNNER_PARTS } from '../../src/critical-path/critical-path';

@@ -15,13 +15,13 @@ import { DecoratedJob, pickUpJob } from '../helpers/ci-job';
 import { waitFor } from '../helpers/ports';
 import { RedisServer, startRedis } from '../helpers/redis';
 import { ServiceProcess, startService } from '../helpers/service';
-import { readTracingAsRunner, RunnerExportPlan } from '../../demo/runner-tracing';
+import { readTracingAsRunner, RunnerExportPlan } from '../../simulator/runner-tracing';
 import { writeFlagsFile } from '../helpers/flags-file';
 import { makeWebhookSecret } from '../helpers/gitlab-webhooks';
 
 /**
  * A stock GitLab Runner exporting through the gateway (SPEC §4, §6): the client reads the decorated
- * payload with the runner's own rules (demo/runner-tracing.ts) and exports with the
+ * payload with the runner's own rules (simulator/runner-tracing.ts) and exports with the
  * OpenTelemetry SDK's OTLP/HTTP protobuf exporter to exactly the URL it was handed, with no headers,
  * as gitlab-runner's commands/tracing.go does: resource service.name=runner, one job_execution span
  * parented on span_parent_id, the runner's identity as span attributes.

@@ -1,8 +1,8 @@
 import { mkdtempSync, readdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { BUILD_STAGES, exportJobAsRunner } from '../../demo/stock-runner';
-import { Delivered, deliverWebhook, jobHook, pipelineHook, WebhookJob, WebhookPipeline } from '../../demo/gitlab-webhooks';
+import { BUILD_STAGES, exportJobAsRunner } from '../../simulator/stock-runner';
+import { Delivered, deliverWebhook, jobHook, pipelineHook, WebhookJob, WebhookPipeline } from '../../simulator/gitlab-webhooks';
 import { pickUpPipelineJob, PickedUpJob } from '../helpers/ci-pipeline';
 import { makeWebhookSecret, WebhookSecret } from '../helpers/gitlab-webhooks';
 import { expectMatchesOpenApi } from '../helpers/openapi';

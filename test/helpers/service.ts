@@ -7,7 +7,7 @@ import { createInternalApp } from '../../src/app.factory';
 import { AppConfig, loadConfig } from '../../src/config/app-config';
 import { loadSecrets, Secrets } from '../../src/config/secrets';
 import { createLogger } from '../../src/observability/logger';
-import { repoRoot } from '../../demo/repo-root';
+import { repoRoot } from '../../simulator/repo-root';
 import { makeSecretFiles, SecretFiles } from './internal-api';
 import { freePort, waitFor } from './ports';
 
