@@ -54,7 +54,7 @@
  * one job can be replayed for the whole run.
  */
 import autocannon from 'autocannon';
-import { BytesSink, guardedRun, startBuiltService, startBytesSink, startChildServer } from './lib/child-process';
+import { BytesSink, guardedRun, startBytesSink, startChildServer } from './lib/child-process';
 import { printTable } from './lib/table';
 import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
@@ -65,7 +65,7 @@ import { gzipSync } from 'node:zlib';
 import { callerKeyDigest, generateCallerKey } from '../src/internal-api/caller-keys';
 import { jobPayloadRequest, RUNNER_TOKEN } from '../test/fixtures/job-payload';
 import { internalApiHeaders, makeSecretFiles, SecretFiles } from '../test/helpers/internal-api';
-import type { ServiceProcess } from '../test/helpers/service';
+import { ServiceProcess, startService } from '../test/helpers/service';
 import { makeGitLabKeys } from '../test/helpers/job-tokens';
 import { NginxServer, startNginx } from '../test/helpers/nginx';
 import { RedisServer, startRedis } from '../test/helpers/redis';
@@ -227,8 +227,7 @@ async function main(): Promise<void> {
     sink = await startBytesSink(join(__dirname, 'otlp-gateway.sink.js'));
     stops.push(() => sink!.stop());
     const logFile = join(work, 'service.log');
-    service = await startBuiltService(
-      root,
+    service = await startService(
       {
         ROLE: 'all',
         LOG_LEVEL: 'info',
@@ -245,8 +244,7 @@ async function main(): Promise<void> {
         RUNNER_RATE_LIMIT: String(1_000_000_000),
         ...options.serviceEnv,
       },
-      logFile,
-      { nodeArgs: profiled('service'), secrets },
+      { logFile, nodeArgs: profiled('service'), secrets },
     );
     stops.push(async () => {
       await service!.stop();

@@ -57,12 +57,12 @@ import { makeWebhookSecret } from '../test/helpers/gitlab-webhooks';
 import { OtlpSink, startOtlpSink } from '../test/helpers/otlp-sink';
 import { waitFor } from '../test/helpers/ports';
 import { RedisServer, startRedis } from '../test/helpers/redis';
-import type { ServiceProcess } from '../test/helpers/service';
+import { ServiceProcess, startService } from '../test/helpers/service';
 import { repositoryRoot, runBench } from './lib/bench-env';
 import { ciJobSpanBatch, withBinaryIds } from './lib/otlp-batch';
 import { median, percentile } from './lib/percentiles';
 import { procCpuMicros } from './lib/proc-cpu';
-import { guardedRun, startBuiltService, startBytesSink } from './lib/child-process';
+import { guardedRun, startBytesSink } from './lib/child-process';
 import { printCpuProfiles } from './lib/cpu-profile-summary';
 import { printTable } from './lib/table';
 import { describeExport, distinctExports, otlpTypes, traceExport } from './otlp-gateway.payload';
@@ -327,11 +327,12 @@ async function main(): Promise<void> {
     // ---- 1 and 2: parking against forwarding, then the store's bytes, on one service forwarding to the bytes sink.
     const sink = await startBytesSink(join(__dirname, 'otlp-gateway.sink.js'));
     stops.push(() => sink.stop());
-    const service = await startBuiltService(
-      root,
+    const service = await startService(
       { ...baseEnv, REDIS_URL: redis.url, OTLP_UPSTREAM_URL: sink.origin, ...serviceEnv },
-      join(work, 'service.log'),
-      { nodeArgs: args['cpu-prof'] ? ['--cpu-prof', `--cpu-prof-dir=${join(work, 'profiles')}`, '--cpu-prof-name=service.cpuprofile'] : [] },
+      {
+        logFile: join(work, 'service.log'),
+        nodeArgs: args['cpu-prof'] ? ['--cpu-prof', `--cpu-prof-dir=${join(work, 'profiles')}`, '--cpu-prof-name=service.cpuprofile'] : [],
+      },
     );
     let serviceStopped = false;
     stops.push(async () => void (serviceStopped ? undefined : await service.stop()));
@@ -456,7 +457,7 @@ async function main(): Promise<void> {
     await redis.flush();
     const decoding = await startOtlpSink();
     stops.push(() => decoding.stop());
-    const timed = await startBuiltService(root, { ...baseEnv, REDIS_URL: redis.url, OTLP_UPSTREAM_URL: decoding.url }, join(work, 'service-delay.log'));
+    const timed = await startService({ ...baseEnv, REDIS_URL: redis.url, OTLP_UPSTREAM_URL: decoding.url }, { logFile: join(work, 'service-delay.log') });
     stops.push(async () => void (await timed.stop()));
     await measureDelays(client, timed, secret.secret, types, decoding, delays, hookAnswers);
   } catch (error) {
