@@ -24,7 +24,7 @@ import { parseArgs } from 'node:util';
 import { makeSecretFiles } from '../test/helpers/internal-api';
 import { RedisServer, startRedis } from '../test/helpers/redis';
 import { repositoryRoot, rollingAuthHeader, runBench } from './lib/bench-env';
-import { BenchServer, DECORATOR_ROUTE, quiet, startBenchServer } from './lib/bench-server';
+import { BenchServer, benchServerEnv, DECORATOR_ROUTE, quiet, startBenchServer } from './lib/bench-server';
 import { runFixedRate } from './lib/fixed-rate-load';
 import { jobPayloadBodies } from './lib/job-payload-body';
 import { median, percentile } from './lib/percentiles';
@@ -107,16 +107,7 @@ async function main(): Promise<void> {
           script,
           cwd: dir,
           logFile: join(work, `service-${side}.log`),
-          env: {
-            HOST: '127.0.0.1',
-            INTERNAL_PORT: '0',
-            LOG_LEVEL: 'info',
-            INTERNAL_API_SECRET_FILE: secrets.internalApiSecretFile,
-            TRACE_KEY_FILE: secrets.traceKeyFile,
-            FLAGS_FILE: join(dir, 'config', 'flags.json'),
-            REDIS_URL: redis.url,
-            DATA_DIR: join(dir, '.data'),
-          },
+          env: benchServerEnv(dir, secrets, { REDIS_URL: redis.url, DATA_DIR: join(dir, '.data') }),
         }),
       );
     }

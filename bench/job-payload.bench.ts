@@ -49,6 +49,7 @@ import {
   BARE_ROUTE,
   BARE_SAMPLED_ROUTE,
   BenchServer,
+  benchServerEnv,
   DECORATOR_ROUTE,
   ECHO_ROUTE,
   ECHO_STORE_ROUTE,
@@ -371,16 +372,10 @@ async function main(): Promise<void> {
           ...options.nodeArgs,
           ...(options.cpuProf ? ['--cpu-prof', `--cpu-prof-dir=${join(work, 'profiles')}`, `--cpu-prof-name=server-${store}.cpuprofile`] : []),
         ],
-        env: {
-          HOST: '127.0.0.1',
-          INTERNAL_PORT: '0',
-          LOG_LEVEL: 'info',
-          INTERNAL_API_SECRET_FILE: secrets.internalApiSecretFile,
-          TRACE_KEY_FILE: secrets.traceKeyFile,
-          FLAGS_FILE: join(root, 'config', 'flags.json'),
+        env: benchServerEnv(root, secrets, {
           ...(redis === undefined ? {} : { REDIS_URL: redis.url }),
           ...(sink === undefined ? {} : { OTLP_UPSTREAM_URL: sink.origin }),
-        },
+        }),
       });
 
       // One request each, answer checked: a decorator (or floor) that answers 200 without decorating would be a cheap lie.

@@ -43,7 +43,17 @@ import { makeSecretFiles } from '../test/helpers/internal-api';
 import { freePort } from '../test/helpers/ports';
 import { RedisServer, startRedis } from '../test/helpers/redis';
 import { repositoryRoot, runBench } from './lib/bench-env';
-import { BARE_ROUTE, BenchServer, ECHO_STORE_ROUTE, FLOOR_ROUTE, QUIET_CPU_SHARE, QUIET_MAX_MS, serverScript, startBenchServer } from './lib/bench-server';
+import {
+  BARE_ROUTE,
+  BenchServer,
+  benchServerEnv,
+  ECHO_STORE_ROUTE,
+  FLOOR_ROUTE,
+  QUIET_CPU_SHARE,
+  QUIET_MAX_MS,
+  serverScript,
+  startBenchServer,
+} from './lib/bench-server';
 import { BytesSink, startBytesSink } from './lib/child-process';
 import { jobPayloadBodies, PIPELINE_SIZES } from './lib/job-payload-body';
 import { median, percentile } from './lib/percentiles';
@@ -123,16 +133,10 @@ async function main(): Promise<void> {
       script: args['server-dir'] === undefined ? serverScript(__dirname) : join(args['server-dir'], 'out', 'bench', 'job-payload.server.js'),
       cwd: args['server-dir'] ?? root,
       logFile: join(work, 'service.log'),
-      env: {
-        HOST: '127.0.0.1',
-        INTERNAL_PORT: '0',
-        LOG_LEVEL: 'info',
-        INTERNAL_API_SECRET_FILE: secrets.internalApiSecretFile,
-        TRACE_KEY_FILE: secrets.traceKeyFile,
-        FLAGS_FILE: join(root, 'config', 'flags.json'),
+      env: benchServerEnv(root, secrets, {
         ...(redis === undefined ? {} : { REDIS_URL: redis.url }),
         ...(sink === undefined ? {} : { OTLP_UPSTREAM_URL: sink.origin }),
-      },
+      }),
     });
     console.log('Ruby client decorate vs a bare Ruby call, same Ruby process, same server (ratios are the result; absolute numbers are noise)');
     console.log(

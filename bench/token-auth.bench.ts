@@ -36,6 +36,7 @@ import {
   BARE_ROUTE,
   BARE_SAMPLED_ROUTE,
   BenchServer,
+  benchServerEnv,
   DECORATOR_ROUTE,
   DIGESTS_ROUTE,
   pinToCpu,
@@ -144,21 +145,15 @@ async function main(): Promise<void> {
         logFile: join(work, `service-${variant.replace(' ', '-')}.log`),
         cpu: PIN ? 1 : undefined,
         nodeArgs: CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${join(work, 'profiles')}`, `--cpu-prof-name=server-${variant.replace(' ', '-')}.cpuprofile`] : [],
-        env: {
-          HOST: '127.0.0.1',
-          INTERNAL_PORT: '0',
+        env: benchServerEnv(root, secrets, {
           GATEWAY_PORT: '0',
           // The gateway never listens here, but a process handing out URLs needs one that is not port 0.
           GATEWAY_PUBLIC_URL: 'http://127.0.0.1:4318',
-          LOG_LEVEL: 'info',
-          INTERNAL_API_SECRET_FILE: secrets.internalApiSecretFile,
-          TRACE_KEY_FILE: secrets.traceKeyFile,
-          FLAGS_FILE: join(root, 'config', 'flags.json'),
           REDIS_URL: redis.url,
           JOB_TOKEN_JWKS_FILE: keys.jwksFile,
           RUNNER_RATE_LIMIT: '100000000',
           AUTH_DECISION_CACHE_SIZE: variant === 'warm decision' ? '10000' : '0',
-        },
+        }),
       });
       try {
         const jobs = variant === 'warm decision' ? 1 : OPAQUE_JOBS;
