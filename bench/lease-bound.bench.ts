@@ -10,7 +10,7 @@
  *               others take its unspent part back; the job exceeds its quota by at most the spans the dead
  *               replica spent after its last store call (at most its block).
  *
- * Run (needs redis-server; build first): npm run -s build && npm run -s bench:lease-bound   (--smoke: 1 and 3 replicas, small quota)
+ * Run (needs redis-server): npm run bench -- lease-bound   (--smoke: 1 and 3 replicas, small quota)
  */
 import { jobPayloadRequest } from '../test/fixtures/job-payload';
 import { pickUpJob } from '../test/helpers/ci-job';

@@ -19,10 +19,9 @@
  *     the control plane's spans of its job), then the terminal failed Pipeline Hook; timed from sending the hook
  *     until the sink has every one of the 1,000 runner spans. p50/p99 over the pipelines, one at a time.
  *
- * Run from the repository root (needs redis-server; the service is the BUILT one, dist/main.js, so build it first;
- * the bench builds itself, incrementally, into node_modules/.cache):
+ * Run (needs redis-server; the service is the BUILT one, dist/main.js, which the runner builds first):
  *
- *   npm run -s bench:outcome-sampling
+ *   npm run bench -- outcome-sampling [options]
  *
  * Options: --rounds 3  --round-seconds 5  --warmup-seconds 2  --connections 16  --spans 100  --attributes 10
  *          --store-exports 50  --store-jobs 40  --budget-bytes 536870912 (what the budget figures are for)
@@ -58,7 +57,8 @@ import { OtlpSink, startOtlpSink } from '../test/helpers/otlp-sink';
 import { waitFor } from '../test/helpers/ports';
 import { RedisServer, startRedis } from '../test/helpers/redis';
 import { ServiceProcess, startService } from '../test/helpers/service';
-import { repositoryRoot, runBench } from './lib/bench-env';
+import { repoRoot } from '../simulator/repo-root';
+import { runBench } from './lib/bench-env';
 import { ciJobSpanBatch, withBinaryIds } from './lib/otlp-batch';
 import { median, percentile } from './lib/percentiles';
 import { procCpuMicros } from './lib/proc-cpu';
@@ -285,7 +285,7 @@ function metricDelta(before: string, after: string, name: string, labels: (label
 // ---------------------------------------------------------------------------------------------------
 
 async function main(): Promise<void> {
-  const root = repositoryRoot(__dirname);
+  const root = repoRoot();
   const work = mkdtempSync(join(tmpdir(), 'cjt-outcome-sampling-bench-'));
   const started = performance.now();
   const planned = 2 * (options.warmupSeconds + options.rounds * options.roundSeconds) + options.storeJobs + options.pipelines * 4;
@@ -352,7 +352,7 @@ async function main(): Promise<void> {
         .join(
           ' ',
         )} at start · export ${options.spans} spans × ${options.attributes} attributes = ${kib(payloadBytes)} · ${options.connections} connections · ` +
-        `${options.rounds}×${options.roundSeconds} s alternating rounds · node ${process.version} · ${cpus().length} CPUs`,
+        `${options.rounds}×${options.roundSeconds} s alternating rounds · ${cpus().length} CPUs`,
     );
 
     // One export each, checked where it landed: forwarded whole with reason head; parked, and nothing forwarded. After

@@ -5,9 +5,9 @@
  *    answer on that port);
  *  - the outbox delay: from the webhook's answer to its job span reaching the collector.
  *
- * Run (builds itself into node_modules/.cache; needs redis-server on PATH and `npm run build` done):
+ * Run (needs redis-server on PATH; the runner builds the service first):
  *
- *   npm run -s bench:pipeline-spans        (--smoke: a few jobs, to check it still works; no verdict)
+ *   npm run bench -- pipeline-spans        (--smoke: a few jobs, to check it still works; no verdict)
  *
  * Webhooks are sent one at a time, as one GitLab instance's hook worker does for one hook. Only ratios
  * within one run mean anything on a shared machine.

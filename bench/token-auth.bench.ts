@@ -10,9 +10,9 @@
  * the bounds log their successes as the auth endpoint does (at most once per interval, issue 21); the bare
  * route logging every request is measured beside them, to show what that sampling is worth.
  *
- * Run (builds itself into node_modules/.cache; needs redis-server on PATH):
+ * Run (needs redis-server on PATH):
  *
- *   npm run -s bench:token-auth            (--smoke: one 1 s round each, to check it still works; no verdict)
+ *   npm run bench -- token-auth            (--smoke: one 1 s round each, to check it still works; no verdict)
  *
  * Options: --rounds 7  --round-seconds 3  --variants warm,lookup  --cpu-prof (profiles the server of each
  *          variant, prints its busiest functions and keeps the .cpuprofile)  --pin (the server alone on
@@ -31,7 +31,8 @@ import { jobPayloadRequest, RUNNER_TOKEN } from '../test/fixtures/job-payload';
 import { makeSecretFiles } from '../test/helpers/internal-api';
 import { makeGitLabKeys } from '../test/helpers/job-tokens';
 import { startRedis } from '../test/helpers/redis';
-import { repositoryRoot, rollingAuthHeader, runBench } from './lib/bench-env';
+import { repoRoot } from '../simulator/repo-root';
+import { rollingAuthHeader, runBench } from './lib/bench-env';
 import {
   BARE_ROUTE,
   BARE_SAMPLED_ROUTE,
@@ -120,7 +121,7 @@ async function cacheCounts(origin: string): Promise<{ hit: number; miss: number 
 
 async function main(): Promise<void> {
   if (PIN) pinToCpu(0);
-  const root = repositoryRoot(__dirname);
+  const root = repoRoot();
   const work = mkdtempSync(join(tmpdir(), 'cjt-token-auth-bench-'));
   const secrets = makeSecretFiles();
   const keys = await makeGitLabKeys();

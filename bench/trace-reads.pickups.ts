@@ -185,7 +185,7 @@ export async function readsAgainstPickups(root: string, options: PickupsOptions)
   const pipeline = () => largePipeline(PROJECT, PIPELINE, options.jobs, options.spansPerJob, createdAt);
   const spans = pipeline().spans().length;
   console.log(
-    `reads against pickups: one pipeline of ${options.jobs} jobs × ${options.spansPerJob} spans (${spans} spans), pickups at ${options.rate}/s, ${options.rounds} rounds alternating ${options.seconds} s without reads and ${options.seconds} s with one reader reading its trace back to back; node ${process.version}`,
+    `reads against pickups: one pipeline of ${options.jobs} jobs × ${options.spansPerJob} spans (${spans} spans), pickups at ${options.rate}/s, ${options.rounds} rounds alternating ${options.seconds} s without reads and ${options.seconds} s with one reader reading its trace back to back`,
   );
   const runs: BackendRun[] = [];
   const logDir = mkdtempSync(join(tmpdir(), 'cjt-reads-bench-'));
