@@ -23,7 +23,7 @@ describe('benchmarks', () => {
       // npm test has installed the servers and built dist/ already.
       env: { ...process.env, BENCH_SKIP_BUILD: '1', NODE_OPTIONS: '' },
       // Twelve benches, each for a second or two plus its servers' start: 381 s and 400 s in two fresh-clone runs once
-      // bench:trace-reads also smoke-runs reads against pickups on both backends, so 400 s was a flake, not a bound.
+      // the trace-reads bench also smoke-runs reads against pickups on both backends, so 400 s was a flake, not a bound.
       timeout: 600_000,
       maxBuffer: 64 * 1024 * 1024,
     }).catch((error: { stdout?: string; stderr?: string; message: string }) => {
