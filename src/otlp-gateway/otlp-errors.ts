@@ -1,4 +1,4 @@
-import { OUTAGE_RETRY_AFTER_SECONDS } from '../observability/retry-after';
+import { OUTAGE_RETRY_AFTER_SECONDS } from '../otlp/retry-after';
 import { AuthRefusal, RefusalAnswer, refusalAnswer } from '../runner-auth/auth-outcome';
 import type { RpcStatus } from '../otlp/otlp-response';
 

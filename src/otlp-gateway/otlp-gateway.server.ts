@@ -6,7 +6,7 @@ import { AppConfig } from '../config/app-config';
 import { drainAfterAnswer, drainUnreadBodies } from '../observability/body-drain';
 import { addRequestHooks, REQUEST_ID_HEADER, requestIdOf, rootLoggerForRequests } from '../observability/request-hooks';
 import { frameworkLogger } from '../observability/logger';
-import { OUTAGE_RETRY_AFTER_SECONDS, retryAfterForWindow } from '../observability/retry-after';
+import { OUTAGE_RETRY_AFTER_SECONDS, retryAfterForWindow } from '../otlp/retry-after';
 import { encodingOf, OTLP_MEDIA_TYPES, OTLP_SIGNALS, OtlpEncoding, OtlpSignal } from '../otlp/otlp-encoding';
 import { encodeExportResponse, encodeRpcStatus, mergePartialSuccess, OtlpPartialSuccess } from '../otlp/otlp-response';
 import { OtlpPayloadError } from '../otlp/otlp-wire';
