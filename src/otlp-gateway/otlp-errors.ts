@@ -27,6 +27,13 @@ export type GatewayFailure =
   | { readonly kind: 'upstream_refused'; readonly status: number; readonly retryAfterSeconds?: number; readonly statusBody?: Buffer }
   | { readonly kind: 'internal' };
 
+/** Thrown on the export path to answer with an OTLP error; answered in one place, through otlpErrorAnswer. */
+export class GatewayError extends Error {
+  constructor(readonly failure: GatewayFailure) {
+    super(failure.kind);
+  }
+}
+
 export interface OtlpErrorAnswer {
   readonly httpStatus: number;
   /** The google.rpc.Status to encode in the request's encoding, or the collector's own, already encoded. */
