@@ -5,7 +5,7 @@ import { AppConfig } from '../config/app-config';
 import { APP_CONFIG } from '../config/config.constants';
 import { sendError } from '../observability/http-error';
 import { registerPlainPost, refusalHook, RouteRefusal } from '../observability/plain-route';
-import { OUTAGE_RETRY_AFTER_SECONDS } from '../observability/retry-after';
+import { OUTAGE_RETRY_AFTER_SECONDS } from '../otlp/retry-after';
 import { GitlabWebhookMetrics } from './gitlab-webhook.metrics';
 import { WebhookSecrets } from './webhook-secrets';
 import { SpoolReason, SpoolRefusal } from './webhook-spool.metrics';

@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import type { OutcomeSamplingReason } from '../../otlp/sampling-reason';
 
 /**
  * The parking store (SPEC §11): a provisional pipeline's spans wait here, in its trace's slot, until GitLab
@@ -6,14 +7,12 @@ import { createHash } from 'node:crypto';
  * facts it reads are kept beside them, so what arrives after it follows it.
  */
 
-/** Why a pipeline's spans reached the collector though the head decision left it out. */
-export type KeepReason = 'failed' | 'slow' | 'queued' | 'no_outcome';
-
 /**
  * The decision on a provisional pipeline: kept for a reason, or dropped because its outcome matched nothing
  * in the policy (`outcome`) or because no outcome came before the time limit (`no_outcome`).
  */
-export type TraceDecision = { readonly keep: true; readonly reason: KeepReason } | { readonly keep: false; readonly reason: 'outcome' | 'no_outcome' };
+export type TraceDecision =
+  { readonly keep: true; readonly reason: OutcomeSamplingReason } | { readonly keep: false; readonly reason: 'outcome' | 'no_outcome' };
 
 /**
  * What one parked entry holds: an enforced OTLP/HTTP traces export as it would be forwarded (`protobuf`,

@@ -10,11 +10,11 @@ import {
 } from '../../store/redis-keys';
 import { defineScripts, evalArguments, ttlArgument } from '../../store/redis-scripts';
 import { RedisStore } from '../../store/redis-store';
+import type { OutcomeSamplingReason } from '../../otlp/sampling-reason';
 import {
   EntryToPark,
   FactsUpdate,
   idToPark,
-  KeepReason,
   OutcomeFacts,
   ParkedEntry,
   ParkedEntryId,
@@ -41,7 +41,7 @@ const encodeDecision = (decision: TraceDecision) => `${decision.keep ? 'keep' : 
 
 function decisionOf(stored: string): TraceDecision {
   const [verdict, reason] = stored.split(':');
-  return verdict === 'keep' ? { keep: true, reason: reason as KeepReason } : { keep: false, reason: reason as 'outcome' | 'no_outcome' };
+  return verdict === 'keep' ? { keep: true, reason: reason as OutcomeSamplingReason } : { keep: false, reason: reason as 'outcome' | 'no_outcome' };
 }
 
 /**
