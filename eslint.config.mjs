@@ -102,10 +102,11 @@ export default tseslint.config(
     },
   },
   {
-    // The demo runs on the product alone; tests may use the demo's pieces (hook builders, the stock runner), never the other way round.
-    files: ['demo/**/*.ts'],
+    // The simulator (GitLab's hooks, a stock runner, a local collector) and the demo on it run on the product alone;
+    // tests and benches may use the simulator, never the other way round.
+    files: ['simulator/**/*.ts'],
     rules: {
-      'no-restricted-imports': ['error', { patterns: [{ group: ['../test/*', '../bench/*'], message: 'demo/ imports only src/ and its own files' }] }],
+      'no-restricted-imports': ['error', { patterns: [{ group: ['../test/*', '../bench/*'], message: 'simulator/ imports only src/ and its own files' }] }],
     },
   },
   {

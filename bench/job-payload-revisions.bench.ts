@@ -6,7 +6,7 @@
  * built into a temporary directory with this checkout's node_modules, and served by its own
  * bench/job-payload.server.ts; the load is this checkout's (bodies, pacing), the same for both.
  *
- *   npm run -s bench:job-payload-revisions -- --before main --after HEAD
+ *   npm run bench -- job-payload-revisions --before main --after HEAD
  *
  * Options: --before <rev> (default main)  --after <rev> (default HEAD; `worktree` for the files as they are)
  *          --rounds 4  --round-seconds 5  --connections 10  --rate 1000 (open-loop latency runs)  --latency-seconds 5
@@ -17,14 +17,15 @@
  */
 import autocannon from 'autocannon';
 import { execFileSync } from 'node:child_process';
-import { cpSync, mkdirSync, mkdtempSync, rmSync, symlinkSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { makeSecretFiles } from '../test/helpers/internal-api';
 import { RedisServer, startRedis } from '../test/helpers/redis';
-import { repositoryRoot, rollingAuthHeader, runBench } from './lib/bench-env';
-import { BenchServer, DECORATOR_ROUTE, quiet, startBenchServer } from './lib/bench-server';
+import { repoRoot } from '../simulator/repo-root';
+import { rollingAuthHeader, runBench } from './lib/bench-env';
+import { BenchServer, benchServerEnv, DECORATOR_ROUTE, quiet, startBenchServer } from './lib/bench-server';
 import { runFixedRate } from './lib/fixed-rate-load';
 import { jobPayloadBodies } from './lib/job-payload-body';
 import { median, percentile } from './lib/percentiles';
@@ -58,7 +59,7 @@ interface SideFigures {
   readonly p99Ms: number[];
 }
 
-/** The revision's files in a temporary directory, built as the job-payload bench builds itself. */
+/** The revision's files in a temporary directory, its benches built as the bench runner builds them. */
 function checkOut(root: string, revision: string, into: string): string {
   if (revision === 'worktree') {
     cpSync(root, into, { recursive: true, filter: (path) => !/\/(node_modules|\.git|\.data)(\/|$)/.test(path.slice(root.length)) });
@@ -68,18 +69,17 @@ function checkOut(root: string, revision: string, into: string): string {
   }
   symlinkSync(join(root, 'node_modules'), join(into, 'node_modules'));
   const out = join(into, 'out');
-  execFileSync(
-    join(root, 'node_modules', '.bin', 'tsc'),
-    ['-p', join(into, 'bench', 'job-payload.tsconfig.json'), '--outDir', out, '--tsBuildInfoFile', join(out, '.tsbuildinfo')],
-    {
-      stdio: 'inherit',
-    },
-  );
+  // A revision from before the one bench tsconfig (issue 57) built its job-payload bench with a tsconfig of its own.
+  const tsconfig = ['tsconfig.json', 'job-payload.tsconfig.json'].map((name) => join(into, 'bench', name)).find((path) => existsSync(path));
+  if (tsconfig === undefined) throw new Error(`${revision} has no bench tsconfig`);
+  execFileSync(join(root, 'node_modules', '.bin', 'tsc'), ['-p', tsconfig, '--outDir', out, '--tsBuildInfoFile', join(out, '.tsbuildinfo')], {
+    stdio: 'inherit',
+  });
   return join(out, 'bench', 'job-payload.server.js');
 }
 
 async function main(): Promise<void> {
-  const root = repositoryRoot(__dirname);
+  const root = repoRoot();
   const work = mkdtempSync(join(tmpdir(), 'cjt-job-payload-revisions-'));
   const secrets = makeSecretFiles();
   const bodies = jobPayloadBodies();
@@ -107,16 +107,7 @@ async function main(): Promise<void> {
           script,
           cwd: dir,
           logFile: join(work, `service-${side}.log`),
-          env: {
-            HOST: '127.0.0.1',
-            INTERNAL_PORT: '0',
-            LOG_LEVEL: 'info',
-            INTERNAL_API_SECRET_FILE: secrets.internalApiSecretFile,
-            TRACE_KEY_FILE: secrets.traceKeyFile,
-            FLAGS_FILE: join(dir, 'config', 'flags.json'),
-            REDIS_URL: redis.url,
-            DATA_DIR: join(dir, '.data'),
-          },
+          env: benchServerEnv(dir, secrets, { REDIS_URL: redis.url, DATA_DIR: join(dir, '.data') }),
         }),
       );
     }

@@ -8,9 +8,9 @@
  * SPEC §4 and §10 ask of an enabled pickup with the decorator's own calls and nothing else: what the decorator
  * cannot do better than, its bound (bench/job-payload.server.ts).
  *
- * Run (builds itself, incrementally, into node_modules/.cache; needs redis-server on PATH):
+ * Run (needs redis-server on PATH):
  *
- *   npx tsc -p bench/job-payload.tsconfig.json && node node_modules/.cache/job-payload-bench/bench/job-payload.bench.js
+ *   npm run bench -- job-payload [options]
  *
  * Options: --stores memory,redis  --rounds 3  --round-seconds 5  --connections 10  --rate 1000
  *          --latency-seconds 5  --latency-rounds 3  --warmup-seconds 2  --cpu-prof (keeps the server's .cpuprofile)
@@ -44,11 +44,13 @@ import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import { makeSecretFiles } from '../test/helpers/internal-api';
 import { RedisServer, startRedis } from '../test/helpers/redis';
-import { repositoryRoot, rollingAuthHeader, runBench } from './lib/bench-env';
+import { repoRoot } from '../simulator/repo-root';
+import { rollingAuthHeader, runBench } from './lib/bench-env';
 import {
   BARE_ROUTE,
   BARE_SAMPLED_ROUTE,
   BenchServer,
+  benchServerEnv,
   DECORATOR_ROUTE,
   ECHO_ROUTE,
   ECHO_STORE_ROUTE,
@@ -106,7 +108,7 @@ const { values: args } = parseArgs({
   },
 });
 if (args.help) {
-  console.log(`npm run -s bench:job-payload -- [options]
+  console.log(`npm run bench -- job-payload [options]
 
   --stores memory,redis      stores to bench, one server each (default memory,redis)
   --routes bare,bare-changes,bare-sampled,echo,echo-store,floor,decorator
@@ -225,7 +227,7 @@ const diff = (after: Record<string, number>, before: Record<string, number>) =>
   Object.fromEntries(Object.entries(after).map(([reason, count]) => [reason, count - (before[reason] ?? 0)]));
 
 async function main(): Promise<void> {
-  const root = repositoryRoot(__dirname);
+  const root = repoRoot();
   const work = mkdtempSync(join(tmpdir(), 'cjt-job-payload-bench-'));
   const secrets = makeSecretFiles();
   const bodies = jobPayloadBodies();
@@ -248,7 +250,7 @@ async function main(): Promise<void> {
       )} at start · body ${(bodies.bytes / 1024).toFixed(1)} KiB · ${options.connections} connections · ${options.rounds}×${options.roundSeconds} s alternating rounds · ` +
       `decorator asked for ${options.answer === 'changes' ? `the changes (request ${(bodies.changesBytes / 1024).toFixed(1)} KiB, no payload)` : 'the payload'} · ` +
       `${options.rate} req/s × ${options.latencySeconds} s open-loop, ${options.latencyRounds} alternating runs pooled (latency from when each request was due) · a new job id per request, ` +
-      `10 to 40 jobs per pipeline (25 on average) · node ${process.version} · ${cpus().length} CPUs · logs: pino batched → file · control-plane spans to ${options.upstream === 'sink' ? 'a separate OTLP sink' : 'the embedded collector'}` +
+      `10 to 40 jobs per pipeline (25 on average) · ${cpus().length} CPUs · logs: pino batched → file · control-plane spans to ${options.upstream === 'sink' ? 'a separate OTLP sink' : 'the embedded collector'}` +
       (options.nodeArgs.length === 0 ? '' : ` · server node ${options.nodeArgs.join(' ')}`),
   );
 
@@ -371,16 +373,10 @@ async function main(): Promise<void> {
           ...options.nodeArgs,
           ...(options.cpuProf ? ['--cpu-prof', `--cpu-prof-dir=${join(work, 'profiles')}`, `--cpu-prof-name=server-${store}.cpuprofile`] : []),
         ],
-        env: {
-          HOST: '127.0.0.1',
-          INTERNAL_PORT: '0',
-          LOG_LEVEL: 'info',
-          INTERNAL_API_SECRET_FILE: secrets.internalApiSecretFile,
-          TRACE_KEY_FILE: secrets.traceKeyFile,
-          FLAGS_FILE: join(root, 'config', 'flags.json'),
+        env: benchServerEnv(root, secrets, {
           ...(redis === undefined ? {} : { REDIS_URL: redis.url }),
           ...(sink === undefined ? {} : { OTLP_UPSTREAM_URL: sink.origin }),
-        },
+        }),
       });
 
       // One request each, answer checked: a decorator (or floor) that answers 200 without decorating would be a cheap lie.

@@ -10,13 +10,12 @@
  *               others take its unspent part back; the job exceeds its quota by at most the spans the dead
  *               replica spent after its last store call (at most its block).
  *
- * Run (needs redis-server; build first): npm run -s build && npm run -s bench:lease-bound   (--smoke: 1 and 3 replicas, small quota)
+ * Run (needs redis-server): npm run bench -- lease-bound   (--smoke: 1 and 3 replicas, small quota)
  */
 import { jobPayloadRequest } from '../test/fixtures/job-payload';
 import { pickUpJob } from '../test/helpers/ci-job';
-import { startOtlpSink } from '../test/helpers/otlp-sink';
-import { startRedis } from '../test/helpers/redis';
-import { ServiceProcess, startService } from '../test/helpers/service';
+import type { ServiceProcess } from '../test/helpers/service';
+import { startWorld } from '../test/helpers/world';
 import { runBench } from './lib/bench-env';
 import { printTable } from './lib/table';
 import { otlpTypes, traceExport } from './otlp-gateway.payload';
@@ -34,19 +33,14 @@ interface Row {
 }
 
 async function main(): Promise<void> {
-  const [redis, sink] = await Promise.all([startRedis(), startOtlpSink()]);
+  const limits = { SPANS_PER_JOB: String(QUOTA), SPANS_PER_SECOND_PER_JOB: '1000000', LOG_LEVEL: 'warn' };
+  const world = await startWorld({ redis: true, sink: true, service: limits });
+  const { sink, service: first } = world;
   const rows: Row[] = [];
   let nextJob = 8_800_000;
-  const world = { REDIS_URL: redis.url, OTLP_UPSTREAM_URL: sink.url, SPANS_PER_JOB: String(QUOTA), SPANS_PER_SECOND_PER_JOB: '1000000', LOG_LEVEL: 'warn' };
-  const first = await startService(world);
-  const sameKeys = {
-    ...world,
-    INTERNAL_API_SECRET_FILE: first.secrets.internalApiSecretFile,
-    TRACE_KEY_FILE: first.secrets.traceKeyFile,
-    CAPABILITY_KEY_FILE: first.secrets.capabilityKeyFile,
-  };
-  const replicas: ServiceProcess[] = [first, await startService(sameKeys), await startService(sameKeys)];
   try {
+    // Replicas of one deployment: the first one's keys.
+    const replicas: ServiceProcess[] = [first, await world.startService(limits), await world.startService(limits)];
     /** One job picked up, and its capability URL on each replica's gateway. */
     const job = async () => {
       const jobId = nextJob++;
@@ -118,9 +112,7 @@ async function main(): Promise<void> {
     if (rows[1].accepted > QUOTA) throw new Error(`3 replicas accepted ${rows[1].accepted}, over the quota ${QUOTA}`);
     if (SMOKE) console.log('smoke run: no verdict beyond the bounds');
   } finally {
-    await Promise.all(replicas.map((replica) => replica.stop()));
-    await sink.stop();
-    await redis.stop();
+    await world.stop();
   }
 }
 

@@ -21,10 +21,9 @@
  *                           nginx takes it as the example configuration does, through its second server
  *                           (${CAPABILITY_HOP}), which passes it to the auth endpoint as X-Original-URI.
  *
- * Run from the repository root (needs redis-server and nginx; the service is the BUILT one, dist/main.js,
- * so build it first; the bench builds itself, incrementally, into node_modules/.cache):
+ * Run (needs redis-server and nginx; the service is the BUILT one, dist/main.js, which the runner builds first):
  *
- *   npm run -s build && npx tsc -p bench/otlp-gateway.tsconfig.json && node node_modules/.cache/otlp-gateway-bench/bench/otlp-gateway.bench.js
+ *   npm run bench -- otlp-gateway [options]
  *
  * Options: --targets direct,gateway,nginx,proxy,floor (and ledger)  --credentials headers,capability (the forms of
  *          gateway and nginx)  --variants protobuf,gzip  --rounds 3  --round-seconds 5
@@ -54,7 +53,7 @@
  * one job can be replayed for the whole run.
  */
 import autocannon from 'autocannon';
-import { BytesSink, guardedRun, startBuiltService, startBytesSink, startChildServer } from './lib/child-process';
+import { BytesSink, guardedRun, startBytesSink, startChildServer } from './lib/child-process';
 import { printTable } from './lib/table';
 import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
@@ -65,14 +64,15 @@ import { gzipSync } from 'node:zlib';
 import { callerKeyDigest, generateCallerKey } from '../src/internal-api/caller-keys';
 import { jobPayloadRequest, RUNNER_TOKEN } from '../test/fixtures/job-payload';
 import { internalApiHeaders, makeSecretFiles, SecretFiles } from '../test/helpers/internal-api';
-import type { ServiceProcess } from '../test/helpers/service';
+import { ServiceProcess, startService } from '../test/helpers/service';
 import { makeGitLabKeys } from '../test/helpers/job-tokens';
 import { NginxServer, startNginx } from '../test/helpers/nginx';
 import { RedisServer, startRedis } from '../test/helpers/redis';
 import { printCpuProfiles } from './lib/cpu-profile-summary';
 import { median } from './lib/percentiles';
 import { childPids, procCpuMicros, procCpuTimes } from './lib/proc-cpu';
-import { repositoryRoot, runBench } from './lib/bench-env';
+import { repoRoot } from '../simulator/repo-root';
+import { runBench } from './lib/bench-env';
 import { describeExport, otlpTypes, traceExport } from './otlp-gateway.payload';
 
 type Target = 'direct' | 'gateway' | 'nginx' | 'proxy' | 'floor' | 'ledger';
@@ -191,7 +191,7 @@ function metricValues(text: string, name: string): Record<string, number> {
 }
 
 async function main(): Promise<void> {
-  const root = repositoryRoot(__dirname);
+  const root = repoRoot();
   const work = mkdtempSync(join(tmpdir(), 'cjt-otlp-gateway-bench-'));
   /** With --cpu-prof, a process's node arguments that profile it into `<name>.cpuprofile`. */
   const profiled = (name: string): string[] =>
@@ -227,8 +227,7 @@ async function main(): Promise<void> {
     sink = await startBytesSink(join(__dirname, 'otlp-gateway.sink.js'));
     stops.push(() => sink!.stop());
     const logFile = join(work, 'service.log');
-    service = await startBuiltService(
-      root,
+    service = await startService(
       {
         ROLE: 'all',
         LOG_LEVEL: 'info',
@@ -245,8 +244,7 @@ async function main(): Promise<void> {
         RUNNER_RATE_LIMIT: String(1_000_000_000),
         ...options.serviceEnv,
       },
-      logFile,
-      { nodeArgs: profiled('service'), secrets },
+      { logFile, nodeArgs: profiled('service'), secrets },
     );
     stops.push(async () => {
       await service!.stop();
@@ -349,7 +347,7 @@ async function main(): Promise<void> {
         .map((load) => load.toFixed(1))
         .join(' ')} at start · export ${options.spans} spans × ${options.attributes} attributes = ${(payloadBytes / 1024).toFixed(1)} KiB ` +
         `(gzip ${(gzipBytes / 1024).toFixed(1)} KiB) · ${options.connections} connections · ${options.rounds}×${options.roundSeconds} s alternating rounds per variant · ` +
-        `~${planned} s of load · store ${options.store} · node ${process.version} · ${cpus().length} CPUs` +
+        `~${planned} s of load · store ${options.store} · ${cpus().length} CPUs` +
         (Object.keys(options.serviceEnv).length === 0 ? '' : ` · service env ${JSON.stringify(options.serviceEnv)}`),
     );
 

@@ -13,8 +13,7 @@
  * receiving), bytes upstream, and exports/s. The sink is the otlp-gateway bench's (reads the body, answers 200,
  * decodes nothing), in its own process.
  *
- * Run from the repository root:
- *   npx tsc -p bench/otlp-gateway.tsconfig.json && node node_modules/.cache/otlp-gateway-bench/bench/otlp-json-join.bench.js
+ * Run: npm run bench -- otlp-json-join [options]
  * Options: --exports 2,8,16 (exports arriving together)  --spans 100  --attributes 10  --rounds 3  --round-seconds 2
  *          --in-flight 2 (groups sent at once, as a coalescing client has one request out and one gathering)
  * Rounds alternate the approaches (order rotated each round) and medians are compared: ratios, not absolute
@@ -131,7 +130,7 @@ async function main(): Promise<void> {
           .map((load) => load.toFixed(1))
           .join(' ')} at start · export ${spans} spans × ${attributesPerSpan} attributes: JSON ${(jsonBody.length / 1024).toFixed(1)} KiB, protobuf ` +
         `${(protobufBody.length / 1024).toFixed(1)} KiB (as the gateway forwards them) · ${rounds}×${roundMs / 1000} s alternating rounds · ` +
-        `${inFlight} groups in flight · node ${process.version} · ${cpus().length} CPUs`,
+        `${inFlight} groups in flight · ${cpus().length} CPUs`,
     );
 
     const send = async (approach: Approach, n: number): Promise<void> => {

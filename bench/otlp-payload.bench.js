@@ -1,6 +1,6 @@
-// Run from the repository root:
-//   node bench/otlp-payload.bench.js [--spans 100,1000] [--rounds 7] [--round-seconds 0.4]
-//                                    [--only json] [--cpu-prof]
+// Run: npm run bench -- otlp-payload [--spans 100,1000] [--rounds 7] [--round-seconds 0.4]
+//                                     [--only json] [--cpu-prof]
+//   (or node bench/otlp-payload.bench.js, from the repository root)
 //   (the older positional form `node bench/otlp-payload.bench.js <rounds> <spans>` still works)
 //
 // SPEC §6 enforcement alone (issue 12 target: ≥ 1,000,000 spans/s on one core, 100- and 1,000-span batches,
@@ -206,7 +206,7 @@ async function main() {
     profiler.connect();
     await post('Profiler.enable');
   }
-  console.log(`node ${process.version}; median of ${ROUNDS} alternating rounds of ${ROUND_MS} ms; one core (one thread)`);
+  console.log(`otlp-payload bench on node ${process.version}: median of ${ROUNDS} alternating rounds of ${ROUND_MS} ms; one core (one thread)`);
   for (const spans of BATCH_SIZES) {
     const batch = batchOf(spans);
     const { samples, profile } = await measure(batch);

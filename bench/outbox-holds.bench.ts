@@ -6,7 +6,7 @@
  * same rounds: the same bodies written with a plain HSET and read back with a plain HMGET, which is what moving
  * those bytes costs Redis at least. The ratios are the result: absolute times follow the machine.
  *
- * Run (needs redis-server): npm run -s bench:outbox-holds
+ * Run (needs redis-server): npm run bench -- outbox-holds
  * Options: --rounds 300  --body-bytes 1200 (a queue-wait span's JSON is about that)  --claim 100
  */
 import Redis from 'ioredis';

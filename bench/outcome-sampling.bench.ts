@@ -19,10 +19,9 @@
  *     the control plane's spans of its job), then the terminal failed Pipeline Hook; timed from sending the hook
  *     until the sink has every one of the 1,000 runner spans. p50/p99 over the pipelines, one at a time.
  *
- * Run from the repository root (needs redis-server; the service is the BUILT one, dist/main.js, so build it first;
- * the bench builds itself, incrementally, into node_modules/.cache):
+ * Run (needs redis-server; the service is the BUILT one, dist/main.js, which the runner builds first):
  *
- *   npm run -s bench:outcome-sampling
+ *   npm run bench -- outcome-sampling [options]
  *
  * Options: --rounds 3  --round-seconds 5  --warmup-seconds 2  --connections 16  --spans 100  --attributes 10
  *          --store-exports 50  --store-jobs 40  --budget-bytes 536870912 (what the budget figures are for)
@@ -47,9 +46,9 @@ import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
-import { deliverWebhook, jobHook, pipelineAt, pipelineHook, WebhookJob, WebhookPipeline } from '../demo/gitlab-webhooks';
-import { readTracingAsRunner } from '../demo/runner-tracing';
-import { BUILD_STAGES, BuildStage, exportJobAsRunner, TracingFeature } from '../demo/stock-runner';
+import { deliverWebhook, jobHook, pipelineAt, pipelineHook, WebhookJob, WebhookPipeline } from '../simulator/gitlab-webhooks';
+import { readTracingAsRunner } from '../simulator/runner-tracing';
+import { BUILD_STAGES, BuildStage, exportJobAsRunner, TracingFeature } from '../simulator/stock-runner';
 import { OUTCOME_FACTS_KEY, PARKED_KEY, PARKED_SIZE_KEY, PARKING_TOTAL_KEY } from '../src/store/redis-keys';
 import { pickUpPipelineJob } from '../test/helpers/ci-pipeline';
 import { writeFlagsFile } from '../test/helpers/flags-file';
@@ -57,12 +56,13 @@ import { makeWebhookSecret } from '../test/helpers/gitlab-webhooks';
 import { OtlpSink, startOtlpSink } from '../test/helpers/otlp-sink';
 import { waitFor } from '../test/helpers/ports';
 import { RedisServer, startRedis } from '../test/helpers/redis';
-import type { ServiceProcess } from '../test/helpers/service';
-import { repositoryRoot, runBench } from './lib/bench-env';
+import { ServiceProcess, startService } from '../test/helpers/service';
+import { repoRoot } from '../simulator/repo-root';
+import { runBench } from './lib/bench-env';
 import { ciJobSpanBatch, withBinaryIds } from './lib/otlp-batch';
 import { median, percentile } from './lib/percentiles';
 import { procCpuMicros } from './lib/proc-cpu';
-import { guardedRun, startBuiltService, startBytesSink } from './lib/child-process';
+import { guardedRun, startBytesSink } from './lib/child-process';
 import { printCpuProfiles } from './lib/cpu-profile-summary';
 import { printTable } from './lib/table';
 import { describeExport, distinctExports, otlpTypes, traceExport } from './otlp-gateway.payload';
@@ -285,7 +285,7 @@ function metricDelta(before: string, after: string, name: string, labels: (label
 // ---------------------------------------------------------------------------------------------------
 
 async function main(): Promise<void> {
-  const root = repositoryRoot(__dirname);
+  const root = repoRoot();
   const work = mkdtempSync(join(tmpdir(), 'cjt-outcome-sampling-bench-'));
   const started = performance.now();
   const planned = 2 * (options.warmupSeconds + options.rounds * options.roundSeconds) + options.storeJobs + options.pipelines * 4;
@@ -327,11 +327,12 @@ async function main(): Promise<void> {
     // ---- 1 and 2: parking against forwarding, then the store's bytes, on one service forwarding to the bytes sink.
     const sink = await startBytesSink(join(__dirname, 'otlp-gateway.sink.js'));
     stops.push(() => sink.stop());
-    const service = await startBuiltService(
-      root,
+    const service = await startService(
       { ...baseEnv, REDIS_URL: redis.url, OTLP_UPSTREAM_URL: sink.origin, ...serviceEnv },
-      join(work, 'service.log'),
-      { nodeArgs: args['cpu-prof'] ? ['--cpu-prof', `--cpu-prof-dir=${join(work, 'profiles')}`, '--cpu-prof-name=service.cpuprofile'] : [] },
+      {
+        logFile: join(work, 'service.log'),
+        nodeArgs: args['cpu-prof'] ? ['--cpu-prof', `--cpu-prof-dir=${join(work, 'profiles')}`, '--cpu-prof-name=service.cpuprofile'] : [],
+      },
     );
     let serviceStopped = false;
     stops.push(async () => void (serviceStopped ? undefined : await service.stop()));
@@ -351,7 +352,7 @@ async function main(): Promise<void> {
         .join(
           ' ',
         )} at start · export ${options.spans} spans × ${options.attributes} attributes = ${kib(payloadBytes)} · ${options.connections} connections · ` +
-        `${options.rounds}×${options.roundSeconds} s alternating rounds · node ${process.version} · ${cpus().length} CPUs`,
+        `${options.rounds}×${options.roundSeconds} s alternating rounds · ${cpus().length} CPUs`,
     );
 
     // One export each, checked where it landed: forwarded whole with reason head; parked, and nothing forwarded. After
@@ -456,7 +457,7 @@ async function main(): Promise<void> {
     await redis.flush();
     const decoding = await startOtlpSink();
     stops.push(() => decoding.stop());
-    const timed = await startBuiltService(root, { ...baseEnv, REDIS_URL: redis.url, OTLP_UPSTREAM_URL: decoding.url }, join(work, 'service-delay.log'));
+    const timed = await startService({ ...baseEnv, REDIS_URL: redis.url, OTLP_UPSTREAM_URL: decoding.url }, { logFile: join(work, 'service-delay.log') });
     stops.push(async () => void (await timed.stop()));
     await measureDelays(client, timed, secret.secret, types, decoding, delays, hookAnswers);
   } catch (error) {

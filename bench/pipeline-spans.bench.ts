@@ -5,21 +5,18 @@
  *    answer on that port);
  *  - the outbox delay: from the webhook's answer to its job span reaching the collector.
  *
- * Run (builds itself into node_modules/.cache; needs redis-server on PATH and `npm run build` done):
+ * Run (needs redis-server on PATH; the runner builds the service first):
  *
- *   npm run -s bench:pipeline-spans        (--smoke: a few jobs, to check it still works; no verdict)
+ *   npm run bench -- pipeline-spans        (--smoke: a few jobs, to check it still works; no verdict)
  *
  * Webhooks are sent one at a time, as one GitLab instance's hook worker does for one hook. Only ratios
  * within one run mean anything on a shared machine.
  */
-import { deliverWebhook, jobHook, WebhookPipeline } from '../demo/gitlab-webhooks';
+import { deliverWebhook, jobHook, WebhookPipeline } from '../simulator/gitlab-webhooks';
 import { jobPayloadRequest } from '../test/fixtures/job-payload';
 import { pickUpJob } from '../test/helpers/ci-job';
-import { makeWebhookSecret } from '../test/helpers/gitlab-webhooks';
-import { startOtlpSink } from '../test/helpers/otlp-sink';
 import { waitFor } from '../test/helpers/ports';
-import { startRedis } from '../test/helpers/redis';
-import { startService } from '../test/helpers/service';
+import { startWorld } from '../test/helpers/world';
 import { percentile } from './lib/percentiles';
 import { printTable } from './lib/table';
 import { runBench } from './lib/bench-env';
@@ -29,9 +26,8 @@ const JOBS = SMOKE ? 20 : 600;
 const PROJECT = 7;
 
 async function main(): Promise<void> {
-  const [redis, sink] = await Promise.all([startRedis(), startOtlpSink()]);
-  const secret = makeWebhookSecret();
-  const service = await startService({ REDIS_URL: redis.url, OTLP_UPSTREAM_URL: sink.url, GITLAB_WEBHOOK_SECRET_FILE: secret.file, LOG_LEVEL: 'warn' });
+  const world = await startWorld({ redis: true, sink: true, webhookSecret: true, service: { LOG_LEVEL: 'warn' } });
+  const { sink, webhookSecret: secret, service } = world;
   try {
     const pipelineOf = (jobId: number): WebhookPipeline => ({
       id: Math.floor(jobId / 4),
@@ -124,9 +120,7 @@ async function main(): Promise<void> {
     ]);
     if (SMOKE) console.log('smoke run: no verdict');
   } finally {
-    await service.stop();
-    await sink.stop();
-    await redis.stop();
+    await world.stop();
   }
 }
 

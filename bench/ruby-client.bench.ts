@@ -12,16 +12,15 @@
  * steps already take on this machine; decorate against the floor is what the service and the client add above them.
  * Last, the time a call takes while the breaker is open (no call is made).
  *
- * Run (builds itself, incrementally, into node_modules/.cache; needs ruby on PATH, which `npm test` installs, and
- * redis-server for the default store):
+ * Run (needs ruby on PATH, which `npm test` installs, and redis-server for the default store):
  *
- *   npm run -s bench:ruby-client
- *   npm run -s bench:ruby-client -- --rounds 1 --seconds 1 --warmup-seconds 0.5   (a quick check that it still runs)
+ *   npm run bench -- ruby-client
+ *   npm run bench -- ruby-client --rounds 1 --seconds 1 --warmup-seconds 0.5   (a quick check that it still runs)
  *
  * Options: --threads 16  --rate 500 (calls a second, all threads together)  --rounds 3  --seconds 10 (per way and
  *          round)  --warmup-seconds 2  --deadline 0.05 (the client's, seconds)  --store redis|memory
  *          --server-dir <dir> (serve another revision: a checkout whose bench was built into <dir>/out, as
- *          bench:job-payload-revisions builds one; the Ruby side and the load stay this checkout's)
+ *          the job-payload-revisions bench builds one; the Ruby side and the load stay this checkout's)
  *          --upstream embedded|sink (where the control plane's spans go: the embedded collector in the server's process,
  *          as the quick start runs, or a separate OTLP sink process, as a deployment with its own Collector has)
  *
@@ -42,8 +41,19 @@ import { parseArgs } from 'node:util';
 import { makeSecretFiles } from '../test/helpers/internal-api';
 import { freePort } from '../test/helpers/ports';
 import { RedisServer, startRedis } from '../test/helpers/redis';
-import { repositoryRoot, runBench } from './lib/bench-env';
-import { BARE_ROUTE, BenchServer, ECHO_STORE_ROUTE, FLOOR_ROUTE, QUIET_CPU_SHARE, QUIET_MAX_MS, serverScript, startBenchServer } from './lib/bench-server';
+import { repoRoot } from '../simulator/repo-root';
+import { runBench } from './lib/bench-env';
+import {
+  BARE_ROUTE,
+  BenchServer,
+  benchServerEnv,
+  ECHO_STORE_ROUTE,
+  FLOOR_ROUTE,
+  QUIET_CPU_SHARE,
+  QUIET_MAX_MS,
+  serverScript,
+  startBenchServer,
+} from './lib/bench-server';
 import { BytesSink, startBytesSink } from './lib/child-process';
 import { jobPayloadBodies, PIPELINE_SIZES } from './lib/job-payload-body';
 import { median, percentile } from './lib/percentiles';
@@ -106,7 +116,7 @@ function runRuby(root: string, env: Record<string, string>): Promise<RubyLine[]>
 const ms = (value: number) => (value < 1 ? `${(value * 1000).toFixed(0)} µs` : `${value.toFixed(2)} ms`);
 
 async function main(): Promise<void> {
-  const root = repositoryRoot(__dirname);
+  const root = repoRoot();
   const work = mkdtempSync(join(tmpdir(), 'cjt-ruby-client-bench-'));
   const secrets = makeSecretFiles();
   const bodies = jobPayloadBodies();
@@ -123,16 +133,10 @@ async function main(): Promise<void> {
       script: args['server-dir'] === undefined ? serverScript(__dirname) : join(args['server-dir'], 'out', 'bench', 'job-payload.server.js'),
       cwd: args['server-dir'] ?? root,
       logFile: join(work, 'service.log'),
-      env: {
-        HOST: '127.0.0.1',
-        INTERNAL_PORT: '0',
-        LOG_LEVEL: 'info',
-        INTERNAL_API_SECRET_FILE: secrets.internalApiSecretFile,
-        TRACE_KEY_FILE: secrets.traceKeyFile,
-        FLAGS_FILE: join(root, 'config', 'flags.json'),
+      env: benchServerEnv(root, secrets, {
         ...(redis === undefined ? {} : { REDIS_URL: redis.url }),
         ...(sink === undefined ? {} : { OTLP_UPSTREAM_URL: sink.origin }),
-      },
+      }),
     });
     console.log('Ruby client decorate vs a bare Ruby call, same Ruby process, same server (ratios are the result; absolute numbers are noise)');
     console.log(

@@ -1,4 +1,4 @@
-// Run from the repository root:   node bench/self-tracing.bench.js [rounds] [calls]
+// Run: npm run bench -- self-tracing [rounds] [calls]   (or node bench/self-tracing.bench.js, from the repository root)
 //
 // What self-instrumentation (SPEC §8, src/observability/tracing.ts) costs one decision, in the same process,
 // rounds alternating so a noisy machine hurts every mode alike:
@@ -7,7 +7,7 @@
 //   recording  the same with an SDK registered, a BatchSpanProcessor and an exporter that drops the batch
 //              (what OTEL_EXPORTER_OTLP_ENDPOINT costs in-process, without the network)
 // Prints ns per decision and the extra cost of each mode over the baseline. The decorator and the gateway
-// spend hundreds of µs of CPU per request (bench:job-payload, bench:otlp-gateway), which is the scale to
+// spend hundreds of µs of CPU per request (the job-payload and otlp-gateway benches), which is the scale to
 // read the extra nanoseconds against.
 'use strict';
 
@@ -73,7 +73,7 @@ function main() {
   }
   const median = (values) => values.slice().sort((a, b) => a - b)[Math.floor(values.length / 2)];
   const base = median(results.none);
-  console.log(`self-tracing: ${CALLS} decisions per round, ${ROUNDS} rounds (one process each), median ns per decision`);
+  console.log(`self-tracing bench on node ${process.version}: ${CALLS} decisions per round, ${ROUNDS} rounds (one process each), median ns per decision`);
   for (const mode of Object.keys(results)) {
     const ns = median(results[mode]);
     console.log(`  ${mode.padEnd(10)} ${ns.toFixed(0).padStart(6)} ns   (+${(ns - base).toFixed(0)} ns over none)`);

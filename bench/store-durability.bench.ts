@@ -3,9 +3,9 @@
  * `saveGrant` on a Sentinel-managed primary with one replica and on a 3+3 cluster, real
  * redis-server processes on loopback, alternating rounds without and with WAIT.
  *
- * Run (builds itself into node_modules/.cache; needs redis-server and redis-cli on PATH):
+ * Run (needs redis-server and redis-cli on PATH):
  *
- *   npm run -s bench:store-durability      (--smoke: a few writes, to check it still works; no verdict)
+ *   npm run bench -- store-durability      (--smoke: a few writes, to check it still works; no verdict)
  *
  * On loopback a replica answers WAIT within microseconds; on a network each write costs one more
  * primary-to-replica round trip. Only ratios within one run mean anything on a shared machine.

@@ -10,9 +10,9 @@
  * the bounds log their successes as the auth endpoint does (at most once per interval, issue 21); the bare
  * route logging every request is measured beside them, to show what that sampling is worth.
  *
- * Run (builds itself into node_modules/.cache; needs redis-server on PATH):
+ * Run (needs redis-server on PATH):
  *
- *   npm run -s bench:token-auth            (--smoke: one 1 s round each, to check it still works; no verdict)
+ *   npm run bench -- token-auth            (--smoke: one 1 s round each, to check it still works; no verdict)
  *
  * Options: --rounds 7  --round-seconds 3  --variants warm,lookup  --cpu-prof (profiles the server of each
  *          variant, prints its busiest functions and keeps the .cpuprofile)  --pin (the server alone on
@@ -31,11 +31,13 @@ import { jobPayloadRequest, RUNNER_TOKEN } from '../test/fixtures/job-payload';
 import { makeSecretFiles } from '../test/helpers/internal-api';
 import { makeGitLabKeys } from '../test/helpers/job-tokens';
 import { startRedis } from '../test/helpers/redis';
-import { repositoryRoot, rollingAuthHeader, runBench } from './lib/bench-env';
+import { repoRoot } from '../simulator/repo-root';
+import { rollingAuthHeader, runBench } from './lib/bench-env';
 import {
   BARE_ROUTE,
   BARE_SAMPLED_ROUTE,
   BenchServer,
+  benchServerEnv,
   DECORATOR_ROUTE,
   DIGESTS_ROUTE,
   pinToCpu,
@@ -119,7 +121,7 @@ async function cacheCounts(origin: string): Promise<{ hit: number; miss: number 
 
 async function main(): Promise<void> {
   if (PIN) pinToCpu(0);
-  const root = repositoryRoot(__dirname);
+  const root = repoRoot();
   const work = mkdtempSync(join(tmpdir(), 'cjt-token-auth-bench-'));
   const secrets = makeSecretFiles();
   const keys = await makeGitLabKeys();
@@ -144,21 +146,15 @@ async function main(): Promise<void> {
         logFile: join(work, `service-${variant.replace(' ', '-')}.log`),
         cpu: PIN ? 1 : undefined,
         nodeArgs: CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${join(work, 'profiles')}`, `--cpu-prof-name=server-${variant.replace(' ', '-')}.cpuprofile`] : [],
-        env: {
-          HOST: '127.0.0.1',
-          INTERNAL_PORT: '0',
+        env: benchServerEnv(root, secrets, {
           GATEWAY_PORT: '0',
           // The gateway never listens here, but a process handing out URLs needs one that is not port 0.
           GATEWAY_PUBLIC_URL: 'http://127.0.0.1:4318',
-          LOG_LEVEL: 'info',
-          INTERNAL_API_SECRET_FILE: secrets.internalApiSecretFile,
-          TRACE_KEY_FILE: secrets.traceKeyFile,
-          FLAGS_FILE: join(root, 'config', 'flags.json'),
           REDIS_URL: redis.url,
           JOB_TOKEN_JWKS_FILE: keys.jwksFile,
           RUNNER_RATE_LIMIT: '100000000',
           AUTH_DECISION_CACHE_SIZE: variant === 'warm decision' ? '10000' : '0',
-        },
+        }),
       });
       try {
         const jobs = variant === 'warm decision' ? 1 : OPAQUE_JOBS;

@@ -17,10 +17,10 @@
  *    2,000-span pipeline read back from ClickHouse. For each: p50/p95 and the rows ClickHouse read (its
  *    X-ClickHouse-Summary), the proof that a lookup reads its trace and not the month.
  *
- *   npm run bench:trace-reads                  # both: 3 rounds of 20 s a phase (--rounds N); 10 million spans
- *   npm run bench:trace-reads -- --quick       # part 1 only, 5 s a phase, the same 100,000-span pipeline
- *   npm run bench:trace-reads -- --quick --service-root ../main   # part 1 against another checkout's build
- *   npm run bench:trace-reads -- --smoke       # both, small: that it runs
+ *   npm run bench -- trace-reads                  # both: 3 rounds of 20 s a phase (--rounds N); 10 million spans
+ *   npm run bench -- trace-reads --quick          # part 1 only, 5 s a phase, the same 100,000-span pipeline
+ *   npm run bench -- trace-reads --quick --service-root ../main   # part 1 against another checkout's build
+ *   npm run bench -- trace-reads --smoke          # both, small: that it runs
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -33,7 +33,8 @@ import type { TimeWindow, TraceRead } from '../src/reads/trace-reads';
 import { startClickHouse } from '../test/helpers/clickhouse';
 import { insertOtelTraces, otelTracesRowsOfResourceSpans } from '../test/helpers/clickhouse-exporter';
 import { PipelineTrace } from '../test/helpers/pipeline-trace';
-import { repositoryRoot, runBench } from './lib/bench-env';
+import { repoRoot } from '../simulator/repo-root';
+import { runBench } from './lib/bench-env';
 import { percentile } from './lib/percentiles';
 import { printTable } from './lib/table';
 import { readsAgainstPickups } from './trace-reads.pickups';
@@ -149,7 +150,7 @@ const pipelineWindow = (p: number, baseMs: number, spacingMs: number): TimeWindo
 };
 
 async function main(): Promise<void> {
-  const root = repositoryRoot(__dirname);
+  const root = repoRoot();
   const small = args.smoke;
   await readsAgainstPickups(args['service-root'] ?? root, {
     jobs: small ? 10 : 100,

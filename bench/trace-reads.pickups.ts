@@ -14,10 +14,9 @@ import { Pool } from 'undici';
 import { startClickHouse } from '../test/helpers/clickhouse';
 import { insertOtelTraces, otelTracesRowsOfResourceSpans } from '../test/helpers/clickhouse-exporter';
 import { withCriticalPathAttributes } from '../test/helpers/critical-path-attributes';
-import type { ServiceProcess } from '../test/helpers/service';
+import { ServiceProcess, startService } from '../test/helpers/service';
 import { largePipeline } from '../test/suites/large-pipeline';
 import { localCollectorDirectory, signalFile } from '../src/collector/collector-files';
-import { startBuiltService } from './lib/child-process';
 import { rollingAuthHeader } from './lib/bench-env';
 import { runFixedRate } from './lib/fixed-rate-load';
 import { jobPayloadBodies } from './lib/job-payload-body';
@@ -186,7 +185,7 @@ export async function readsAgainstPickups(root: string, options: PickupsOptions)
   const pipeline = () => largePipeline(PROJECT, PIPELINE, options.jobs, options.spansPerJob, createdAt);
   const spans = pipeline().spans().length;
   console.log(
-    `reads against pickups: one pipeline of ${options.jobs} jobs × ${options.spansPerJob} spans (${spans} spans), pickups at ${options.rate}/s, ${options.rounds} rounds alternating ${options.seconds} s without reads and ${options.seconds} s with one reader reading its trace back to back; node ${process.version}`,
+    `reads against pickups: one pipeline of ${options.jobs} jobs × ${options.spansPerJob} spans (${spans} spans), pickups at ${options.rate}/s, ${options.rounds} rounds alternating ${options.seconds} s without reads and ${options.seconds} s with one reader reading its trace back to back`,
   );
   const runs: BackendRun[] = [];
   const logDir = mkdtempSync(join(tmpdir(), 'cjt-reads-bench-'));
@@ -201,7 +200,7 @@ export async function readsAgainstPickups(root: string, options: PickupsOptions)
         .map((resourceSpans) => `${JSON.stringify({ resourceSpans: [resourceSpans] })}\n`)
         .join(''),
     );
-    const files = await startBuiltService(root, { DATA_DIR: dataDir, LOG_LEVEL: 'warn' }, join(logDir, 'files.log'));
+    const files = await startService({ DATA_DIR: dataDir, LOG_LEVEL: 'warn' }, { root, logFile: join(logDir, 'files.log') });
     try {
       runs.push(await measure('embedded files', files, options));
     } finally {
@@ -218,10 +217,9 @@ export async function readsAgainstPickups(root: string, options: PickupsOptions)
       const passwordFile = join(logDir, 'clickhouse-password');
       writeFileSync(passwordFile, clickhouse.password, { mode: 0o600 });
       const dataDir = mkdtempSync(join(tmpdir(), 'cjt-reads-ch-'));
-      const service = await startBuiltService(
-        root,
+      const service = await startService(
         { DATA_DIR: dataDir, LOG_LEVEL: 'warn', CLICKHOUSE_URL: clickhouse.url, CLICKHOUSE_PASSWORD_FILE: passwordFile, READS_TIMEOUT_MS: '30000' },
-        join(logDir, 'clickhouse.log'),
+        { root, logFile: join(logDir, 'clickhouse.log') },
       );
       try {
         runs.push(await measure('ClickHouse (chdb, nice 19)', service, options));

@@ -1,6 +1,7 @@
 import { ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { closeSync, openSync } from 'node:fs';
 import { join } from 'node:path';
+import type { SecretFiles } from '../../test/helpers/internal-api';
 
 /** The baseline: a plain Fastify route on the same instance, parsing the same JSON body. */
 export const BARE_ROUTE = '/bench/bare';
@@ -16,7 +17,7 @@ export const BARE_SAMPLED_ROUTE = '/bench/bare-sampled';
  */
 export const ECHO_ROUTE = '/bench/echo';
 /**
- * Echo plus the decorator's store write: the same grant write (SAVE_GRANT with the traced job, and the token
+ * Echo plus the decorator's store write: the same grant write (saveGrant with the traced job, and the token
  * index, in one round trip) for the request's job, with fixed digests. What the decorator with a store is bounded by.
  */
 export const ECHO_STORE_ROUTE = '/bench/echo-store';
@@ -79,6 +80,22 @@ export interface BenchServerOptions {
   readonly nodeArgs?: readonly string[];
   /** The one CPU the server runs on (taskset), apart from the load generator's: see pinToCpu. */
   readonly cpu?: number;
+}
+
+/**
+ * What a bench server runs the service's code with, as startService gives the built service: loopback, a port it picks
+ * and reports, every request logged as in production, these keys, and `root`'s flag file; `env` over it.
+ */
+export function benchServerEnv(root: string, secrets: SecretFiles, env: Readonly<Record<string, string>> = {}): Record<string, string> {
+  return {
+    HOST: '127.0.0.1',
+    INTERNAL_PORT: '0',
+    LOG_LEVEL: 'info',
+    INTERNAL_API_SECRET_FILE: secrets.internalApiSecretFile,
+    TRACE_KEY_FILE: secrets.traceKeyFile,
+    FLAGS_FILE: join(root, 'config', 'flags.json'),
+    ...env,
+  };
 }
 
 /** The internal API plus the bare route, in its own process so it does not share the load generator's event loop. */

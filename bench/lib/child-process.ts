@@ -1,9 +1,4 @@
 import { ChildProcess, spawn } from 'node:child_process';
-import { closeSync, existsSync, openSync, rmSync } from 'node:fs';
-import { join } from 'node:path';
-import { makeSecretFiles, SecretFiles } from '../../test/helpers/internal-api';
-import { freePort, waitFor } from '../../test/helpers/ports';
-import type { ServiceProcess } from '../../test/helpers/service';
 import type { SinkStats } from '../otlp-gateway.sink';
 
 /** Resolves once the child has exited (at once if it has). */
@@ -87,64 +82,4 @@ export function guardedRun(boundSeconds: number): { readonly stops: Array<() => 
   watchdog.unref();
   process.once('SIGINT', () => void stopAll().finally(() => process.exit(130)));
   return { stops, stopAll };
-}
-
-/**
- * dist/main.js as its own process, the way operators run it, with stdout (pino, batched writes) into `logFile` as a
- * container runtime would take it; `output()` is the end of its stderr. Its secrets are `secrets`, or made for it and
- * removed when it stops. Stopped with SIGTERM by default, so its graceful shutdown runs (and `--cpu-prof` is written).
- */
-export async function startBuiltService(
-  root: string,
-  env: Record<string, string>,
-  logFile: string,
-  options: { readonly nodeArgs?: readonly string[]; readonly secrets?: SecretFiles } = {},
-): Promise<ServiceProcess> {
-  const main = join(root, 'dist', 'main.js');
-  if (!existsSync(main)) throw new Error('dist/main.js is missing: build the service first (npm run -s build)');
-  const secrets = options.secrets ?? makeSecretFiles();
-  const [port, gatewayPort] = [await freePort(), await freePort()];
-  const log = openSync(logFile, 'a');
-  let stderr = '';
-  const child = spawn(process.execPath, [...(options.nodeArgs ?? []), main], {
-    cwd: root,
-    env: {
-      PATH: process.env.PATH,
-      HOST: '127.0.0.1',
-      INTERNAL_PORT: String(port),
-      GATEWAY_PORT: String(gatewayPort),
-      INTERNAL_API_SECRET_FILE: secrets.internalApiSecretFile,
-      TRACE_KEY_FILE: secrets.traceKeyFile,
-      CAPABILITY_KEY_FILE: secrets.capabilityKeyFile,
-      // Capability URLs are built on it: where this process's gateway listens.
-      GATEWAY_PUBLIC_URL: `http://127.0.0.1:${gatewayPort}`,
-      ...env,
-    },
-    stdio: ['ignore', log, 'pipe'],
-  });
-  closeSync(log);
-  child.stderr?.on('data', (chunk: Buffer) => (stderr = (stderr + chunk.toString()).slice(-4000)));
-  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
-  const url = `http://127.0.0.1:${port}`;
-  try {
-    await waitFor(`service on ${url}`, async () => {
-      if (child.exitCode !== null) throw new Error(`exited with ${child.exitCode}: ${stderr} (log: ${logFile})`);
-      return (await fetch(`${url}/-/readiness`)).status === 200 ? true : undefined;
-    });
-  } catch (error) {
-    child.kill('SIGKILL');
-    throw error;
-  }
-  return {
-    url,
-    gatewayUrl: `http://127.0.0.1:${gatewayPort}`,
-    secrets,
-    pid: child.pid!,
-    output: () => stderr,
-    stop: async (signal = 'SIGTERM') => {
-      await stopChild(child, signal, 15_000);
-      if (options.secrets === undefined) rmSync(secrets.dir, { recursive: true, force: true });
-      return exited;
-    },
-  };
 }

@@ -1,4 +1,5 @@
 import { OtlpEncoding, OtlpSignal } from '../otlp/otlp-encoding';
+import { ENVELOPE_FIELDS } from '../otlp/otlp-fields';
 import { OtlpPartialSuccess } from '../otlp/otlp-response';
 import { WIRE_LENGTH_DELIMITED, WireReader } from '../otlp/otlp-wire';
 import { CollectorClient, ExportResult } from './collector-client';
@@ -172,11 +173,12 @@ function attribute(result: ExportResult, waiting: readonly Waiting[]): ExportRes
 
 /** Spans in an ExportTraceServiceRequest: resource_spans (1) → scope_spans (2) → spans (2), everything else skipped. */
 export function countTraceSpans(body: Buffer): number {
+  const { containers, scopes, items } = ENVELOPE_FIELDS;
   let spans = 0;
   const request = new WireReader(body, 0, body.length);
   while (!request.atEnd()) {
     request.readTag();
-    if (request.fieldNumber !== 1 || request.wireType !== WIRE_LENGTH_DELIMITED) {
+    if (request.fieldNumber !== containers || request.wireType !== WIRE_LENGTH_DELIMITED) {
       request.skipValue();
       continue;
     }
@@ -185,7 +187,7 @@ export function countTraceSpans(body: Buffer): number {
     request.pos = resourceEnd;
     while (!resourceSpans.atEnd()) {
       resourceSpans.readTag();
-      if (resourceSpans.fieldNumber !== 2 || resourceSpans.wireType !== WIRE_LENGTH_DELIMITED) {
+      if (resourceSpans.fieldNumber !== scopes || resourceSpans.wireType !== WIRE_LENGTH_DELIMITED) {
         resourceSpans.skipValue();
         continue;
       }
@@ -194,7 +196,7 @@ export function countTraceSpans(body: Buffer): number {
       resourceSpans.pos = scopeEnd;
       while (!scopeSpans.atEnd()) {
         scopeSpans.readTag();
-        if (scopeSpans.fieldNumber === 2) spans += 1;
+        if (scopeSpans.fieldNumber === items) spans += 1;
         scopeSpans.skipValue();
       }
     }

@@ -1,6 +1,7 @@
 import { encodingOf, OtlpEncoding, OtlpSignal } from '../otlp/otlp-encoding';
 import { decodeExportResponse, OtlpPartialSuccess } from '../otlp/otlp-response';
 import { parseRetryAfter } from '../otlp/retry-after';
+import { fieldNumbers } from '../otlp/otlp-fields';
 import { WIRE_LENGTH_DELIMITED, WireReader } from '../otlp/otlp-wire';
 
 /** A non-2xx answer as it came, so the gateway can pass a 4xx on to the client. */
@@ -123,13 +124,15 @@ export function refusalReason(answer: { readonly status: number; readonly conten
   return oneLine.length > REASON_MAX_CHARS ? `${oneLine.slice(0, REASON_MAX_CHARS)}…` : oneLine;
 }
 
-/** google.rpc.Status.message (field 2). */
+const RPC_STATUS_MESSAGE = fieldNumbers('RpcStatus').message;
+
+/** google.rpc.Status.message. */
 function rpcStatusMessage(body: Buffer): string | undefined {
   const reader = new WireReader(body, 0, body.length);
   let message: string | undefined;
   while (!reader.atEnd()) {
     reader.readTag();
-    if (reader.fieldNumber === 2 && reader.wireType === WIRE_LENGTH_DELIMITED) {
+    if (reader.fieldNumber === RPC_STATUS_MESSAGE && reader.wireType === WIRE_LENGTH_DELIMITED) {
       const end = reader.readLengthDelimitedEnd();
       message = body.toString('utf8', reader.pos, end);
       reader.pos = end;

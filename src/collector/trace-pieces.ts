@@ -1,4 +1,5 @@
 import type { OtlpEncoding } from '../otlp/otlp-encoding';
+import { ENVELOPE_FIELDS } from '../otlp/otlp-fields';
 import { lengthDelimitedHeader, WIRE_LENGTH_DELIMITED, WireReader } from '../otlp/otlp-wire';
 
 /*
@@ -67,16 +68,17 @@ const field = (fieldNumber: number, value: Buffer): Buffer => Buffer.concat([len
  * into one request per span, each with its resource's and its scope's other fields as they came (unknown ones too).
  */
 function protobufRequestPerSpan(body: Buffer): Buffer[] {
-  const request = fieldsOf(body, 0, body.length, 1);
+  const { containers, scopes, items } = ENVELOPE_FIELDS;
+  const request = fieldsOf(body, 0, body.length, containers);
   const pieces: Buffer[] = [];
   for (const resourceSpans of request.items) {
-    const resource = fieldsOf(resourceSpans, 0, resourceSpans.length, 2);
+    const resource = fieldsOf(resourceSpans, 0, resourceSpans.length, scopes);
     for (const scopeSpans of resource.items) {
-      const scope = fieldsOf(scopeSpans, 0, scopeSpans.length, 2);
+      const scope = fieldsOf(scopeSpans, 0, scopeSpans.length, items);
       for (const span of scope.items) {
-        const oneScope = message([...scope.rest, field(2, span)]);
-        const oneResource = message([...resource.rest, field(2, oneScope)]);
-        pieces.push(message([...request.rest, field(1, oneResource)]));
+        const oneScope = message([...scope.rest, field(items, span)]);
+        const oneResource = message([...resource.rest, field(scopes, oneScope)]);
+        pieces.push(message([...request.rest, field(containers, oneResource)]));
       }
     }
   }

@@ -4,7 +4,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import { WebhooksConfig } from '../config/sections/webhooks';
 import { sendError } from '../observability/http-error';
 import { registerPlainPost, refusalHook, RouteRefusal } from '../observability/plain-route';
-import { OUTAGE_RETRY_AFTER_SECONDS } from '../observability/retry-after';
+import { OUTAGE_RETRY_AFTER_SECONDS } from '../otlp/retry-after';
 import { GitlabWebhookMetrics } from './gitlab-webhook.metrics';
 import { WebhookSecrets } from './webhook-secrets';
 import { SpoolReason, SpoolRefusal } from './webhook-spool.metrics';

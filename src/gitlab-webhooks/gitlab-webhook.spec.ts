@@ -1,4 +1,4 @@
-import { gitlabTime, jobHook, pipelineHook, WebhookJob, WebhookPipeline } from '../../demo/gitlab-webhooks';
+import { gitlabTime, jobHook, pipelineHook, WebhookJob, WebhookPipeline } from '../../simulator/gitlab-webhooks';
 import { pipelineSpanVersion } from '../pipeline-spans/pipeline-span-model';
 import { parseGitlabTime, parseJobHook, parsePipelineHook, WebhookPayloadError } from './gitlab-webhook';
 

@@ -51,7 +51,7 @@ export type ParsedJobPayloadRequest =
 /**
  * The OpenAPI document is the one statement of the request schema: what it promises, this checks. It sits
  * two levels above this file in the repository and in the image (dist/job-payload/); a build elsewhere
- * (the benches compile into node_modules/.cache) finds it from the working directory.
+ * (the benches compile into build/bench) finds it from the working directory.
  */
 function openApiDocumentPath(): string {
   const beside = join(__dirname, '..', '..', 'openapi', 'openapi.yaml');

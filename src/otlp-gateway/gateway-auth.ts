@@ -1,6 +1,5 @@
 import { Pool } from 'undici';
-import { OUTAGE_RETRY_AFTER_SECONDS } from '../observability/retry-after';
-import { parseRetryAfter } from '../otlp/retry-after';
+import { OUTAGE_RETRY_AFTER_SECONDS, parseRetryAfter } from '../otlp/retry-after';
 import { AuthIdentityBody, AuthOutcome, identityFromBody } from '../runner-auth/auth-outcome';
 import { capabilityPath } from '../runner-auth/job-capability';
 import { RunnerCredential } from '../runner-auth/runner-credential';

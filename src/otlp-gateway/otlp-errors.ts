@@ -1,4 +1,4 @@
-import { OUTAGE_RETRY_AFTER_SECONDS } from '../observability/retry-after';
+import { OUTAGE_RETRY_AFTER_SECONDS } from '../otlp/retry-after';
 import { AuthRefusal, RefusalAnswer, refusalAnswer } from '../runner-auth/auth-outcome';
 import type { RpcStatus } from '../otlp/otlp-response';
 
@@ -26,6 +26,13 @@ export type GatewayFailure =
    */
   | { readonly kind: 'upstream_refused'; readonly status: number; readonly retryAfterSeconds?: number; readonly statusBody?: Buffer }
   | { readonly kind: 'internal' };
+
+/** Thrown on the export path to answer with an OTLP error; answered in one place, through otlpErrorAnswer. */
+export class GatewayError extends Error {
+  constructor(readonly failure: GatewayFailure) {
+    super(failure.kind);
+  }
+}
 
 export interface OtlpErrorAnswer {
   readonly httpStatus: number;

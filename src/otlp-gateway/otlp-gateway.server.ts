@@ -1,39 +1,19 @@
 import fastify, { FastifyBaseLogger, FastifyError, FastifyInstance, FastifyReply, FastifyRequest, LogController } from 'fastify';
 import { promisify } from 'node:util';
 import { gunzip, gunzipSync } from 'node:zlib';
-import type { Logger } from 'pino';
 import { GatewayConfig } from '../config/sections/gateway';
 import { drainAfterAnswer, drainUnreadBodies } from '../observability/body-drain';
 import { addRequestHooks, REQUEST_ID_HEADER, requestIdOf, rootLoggerForRequests } from '../observability/request-hooks';
 import { frameworkLogger } from '../observability/logger';
-import { OUTAGE_RETRY_AFTER_SECONDS, retryAfterForWindow } from '../observability/retry-after';
 import { encodingOf, OTLP_MEDIA_TYPES, OTLP_SIGNALS, OtlpEncoding, OtlpSignal } from '../otlp/otlp-encoding';
-import { encodeExportResponse, encodeRpcStatus, mergePartialSuccess, OtlpPartialSuccess } from '../otlp/otlp-response';
-import { OtlpPayloadError } from '../otlp/otlp-wire';
+import { encodeRpcStatus } from '../otlp/otlp-response';
 import { DecisionSpan, startDecisionSpan } from '../observability/tracing';
 import { headerCredential, RunnerCredential } from '../runner-auth/runner-credential';
-import { AuthOutcome } from '../runner-auth/auth-outcome';
-import { DecisionCache } from '../runner-auth/decision-cache';
-import { Receipt } from '../limits/block-lease';
-import { JobSpanLedger } from '../limits/job-span-ledger';
-import { LimitStore } from '../limits/limit-store';
-import { WindowLedger } from '../limits/window-ledger';
-import { StoreUnavailableError } from '../store/store-unavailable-error';
 import { GatewayMetrics } from './gateway-metrics';
-import { GatewayFailure, otlpErrorAnswer } from './otlp-errors';
-import { enforceExport } from './export-policy/enforce-export';
-import { EnforcedExport, GatewayGrant } from './export-policy/otlp-types';
-import type { CollectorClient } from '../collector/collector-client';
-import type { PipelineSpansService } from '../pipeline-spans/pipeline-spans.service';
-import type { OutcomeSamplingService } from '../outcome-sampling/outcome-sampling.service';
-import { settleProvisionalTraces } from '../otlp/sampling-reason';
+import { GatewayError, GatewayFailure, otlpErrorAnswer } from './otlp-errors';
+import { AllowedDecision, ExportPath, GatewayDependencies } from './export-path';
 
 const inflate = promisify(gunzip);
-
-/** A span quota lives at least this long even for a grant about to end (clock skew between replicas). */
-const MIN_QUOTA_TTL_MS = 60_000;
-
-type AllowedDecision = Extract<AuthOutcome, { kind: 'allowed' }>;
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -49,39 +29,18 @@ declare module 'fastify' {
   }
 }
 
-/** Thrown inside the handler to answer with an OTLP error; mapped in one place (otlpErrorAnswer). */
-class GatewayError extends Error {
-  constructor(readonly failure: GatewayFailure) {
-    super(failure.kind);
-  }
-}
-
-export interface GatewayDependencies {
-  readonly config: GatewayConfig;
-  readonly logger: Logger;
-  readonly decisions: DecisionCache;
-  /** The runner windows and span quotas are leased from it (issue 21): see `GatewayLedgers`. */
-  readonly store: LimitStore;
-  /** Only `export` is used here: the module owns the client's life, and tests pass a fake collector. */
-  readonly collector: Pick<CollectorClient, 'export'>;
-  readonly metrics: GatewayMetrics;
-  /** Told of the runner's `job_execution` ends, which close job spans when no webhook will (SPEC §10). */
-  readonly pipelineSpans?: Pick<PipelineSpansService, 'jobSpanToCloseFromRunner' | 'closeJobFromRunner'>;
-  /** Where a provisional pipeline's traces are parked until its outcome decides (SPEC §11). */
-  readonly outcomeSampling?: Pick<OutcomeSamplingService, 'parkExport'>;
-}
-
 /**
- * The runner-facing OTLP/HTTP endpoint (SPEC §6). Plain Fastify routes rather than Nest controllers:
- * every span of every job passes here, and Nest's per-request guard/pipe/interceptor machinery costs
- * throughput for nothing on three fixed routes. Nest still wires the dependencies (GatewayModule).
+ * The runner-facing OTLP/HTTP endpoint (SPEC §6): the HTTP shell around the export path (export-path.ts). Here are
+ * what confighttp wraps around the Collector's receiver: the server, its hooks, the request's credential and body
+ * (media type, content encoding, limits), and every failure answered as an OTLP Status in one place.
+ *
+ * Plain Fastify routes rather than Nest controllers: every span of every job passes here, and Nest's per-request
+ * guard/pipe/interceptor machinery costs throughput for nothing on three fixed routes. Nest still wires the
+ * dependencies (GatewayModule).
  */
 export function buildGatewayServer(deps: GatewayDependencies): FastifyInstance {
   const { config, logger, metrics } = deps;
-  const ledgers: GatewayLedgers = {
-    windows: new WindowLedger(deps.store, { observer: metrics }),
-    spans: new JobSpanLedger(deps.store, { observer: metrics }),
-  };
+  const exportPath = new ExportPath(deps);
 
   // Every answer that is not a success goes out here, as a google.rpc.Status in the request's encoding
   // with exactly its media type (otel-go reads the body only when it is application/x-protobuf).
@@ -127,10 +86,7 @@ export function buildGatewayServer(deps: GatewayDependencies): FastifyInstance {
 
   addRequestHooks(app, logger, { successLogIntervalMs: config.successLogIntervalMs, sampledRoutes: 'all' });
   drainUnreadBodies(app, config.maxWireBytes);
-  // Leases not spent go back to the store when the gateway stops, for the other replicas.
-  app.addHook('onClose', async () => {
-    await Promise.all([ledgers.windows.close(), ledgers.spans.close()]);
-  });
+  app.addHook('onClose', () => exportPath.close());
 
   let closing = false;
   app.addHook('preClose', (done) => {
@@ -158,21 +114,11 @@ export function buildGatewayServer(deps: GatewayDependencies): FastifyInstance {
   app.decorateRequest('exportSpan', null);
   app.decorateRequest('exportFailure', null);
 
-  /**
-   * Admission, when the request arrives and before its body is read (SPEC §6): the credential, then the
-   * runner's export window. A client without a valid credential, or a runner over its rate, never makes
-   * the gateway buffer or inflate anything.
-   */
+  /** Admission when the request arrives, before its body is read (ExportPath.admit). */
   const admitExport = async (request: FastifyRequest, reply: FastifyReply) => {
     request.exportSpan = startDecisionSpan('ci_job_telemetry.export');
     try {
-      const grant = await authorize(deps, credentialOf(request));
-      const window = ledgers.windows.charge(`gateway:runner:${grant.identity.runnerId}`, config.runnerRateLimit, config.runnerRateWindowSeconds * 1000);
-      const charged = window instanceof Promise ? await orUnavailable(window) : window;
-      if (!charged.allowed) {
-        throw new GatewayError({ kind: 'rate_limited', reason: 'runner rate limit exceeded', retryAfterSeconds: retryAfterForWindow(charged.resetInMs) });
-      }
-      request.exportGrant = grant;
+      request.exportGrant = await exportPath.admit(credentialOf(request));
     } catch (error) {
       return sendFailure(request, reply, failureOf(error));
     }
@@ -193,7 +139,7 @@ export function buildGatewayServer(deps: GatewayDependencies): FastifyInstance {
     const handler = async (request: FastifyRequest, reply: FastifyReply) => {
       const encoding = request.exportEncoding!;
       try {
-        const answer = await exportItems(deps, ledgers, signal, encoding, request.exportBody!, request.exportGrant!);
+        const answer = await exportPath.exportItems(signal, encoding, request.exportBody!, request.exportGrant!);
         void reply.status(200).header('content-type', OTLP_MEDIA_TYPES[encoding]);
         return answer;
       } catch (error) {
@@ -246,12 +192,6 @@ function credentialOf(request: FastifyRequest): RunnerCredential {
   return { kind: 'capability', jobId: Number(params.jobId), capability: params.capability };
 }
 
-/** What the gateway spends without a store round trip per export (issue 21): blocks of runner windows, leases of span quotas. */
-interface GatewayLedgers {
-  readonly windows: WindowLedger;
-  readonly spans: JobSpanLedger;
-}
-
 /** The export's media type and encoding checked, its body inflated within the limits (SPEC §6). */
 async function exportOf(
   config: GatewayConfig,
@@ -277,131 +217,6 @@ async function exportOf(
 }
 
 /**
- * One admitted export, in a straight line as the Collector's otlphttp handler reads: enforce → charge →
- * forward → answer. The charge is a receipt from the job's span lease; what the collector did not accept
- * is refunded through it (SPEC §6: a retried export is never charged twice).
- */
-async function exportItems(
-  deps: GatewayDependencies,
-  ledgers: GatewayLedgers,
-  signal: OtlpSignal,
-  encoding: OtlpEncoding,
-  body: Buffer,
-  decision: AllowedDecision,
-): Promise<Buffer> {
-  const { config, metrics } = deps;
-  // Only traces wait for a provisional pipeline's outcome (SPEC §11): its metrics and logs are not trace-sampled
-  // data and go on at once, saying `head` (forwarded without waiting), rather than being held a pipeline long.
-  const grant: GatewayGrant = signal !== 'traces' && decision.identity.provisional === true ? { ...decision.identity, provisional: false } : decision.identity;
-  const spanLimits = {
-    maxBytes: config.spanMaxBytes,
-    maxAttributes: config.spanMaxAttributes,
-    maxAttributeValueBytes: config.spanMaxAttributeValueBytes,
-  };
-  let enforced = enforce(signal, encoding, body, grant, Number.MAX_SAFE_INTEGER, spanLimits);
-
-  let receipt: Receipt | undefined;
-  if (enforced.forwardedItems > 0 && signal === 'traces') {
-    const wanted = enforced.forwardedItems;
-    const quotaTtlMs = Math.max(MIN_QUOTA_TTL_MS, decision.identity.expiresAt - Date.now());
-    const limits = { perJob: config.spansPerJob, perSecond: config.spansPerSecondPerJob };
-    const pending = ledgers.spans.charge(grant.jobId, wanted, limits, quotaTtlMs);
-    const charge = pending instanceof Promise ? await orUnavailable(pending) : pending;
-    receipt = charge.receipt;
-    // Rarely (quota nearly used, the second's rate spent): enforced again with exactly the room each limit had.
-    if (charge.granted < wanted) enforced = enforce(signal, encoding, body, grant, { quota: charge.quotaRoom, rate: charge.rateRoom }, spanLimits);
-  }
-  countItems(metrics, signal, enforced);
-  const ours: OtlpPartialSuccess | undefined =
-    enforced.rejectedItems > 0 ? { rejectedItems: enforced.rejectedItems, errorMessage: enforced.errorMessage ?? '' } : undefined;
-  if (enforced.nothingToForward) return encodeExportResponse(signal, encoding, ours);
-
-  let outgoing = enforced.body;
-  if (grant.provisional === true && deps.outcomeSampling !== undefined) {
-    let parked;
-    try {
-      // Acknowledged only once kept: a store that cannot keep it answers retryable and charges nothing.
-      parked = await orUnavailable(deps.outcomeSampling.parkExport(grant.traceId, encoding, outgoing, enforced.forwardedItems));
-    } catch (error) {
-      receipt?.refund();
-      throw error;
-    }
-    // Parked, or dropped as the decision (or a full budget falling back to the head decision) says.
-    if (parked.kind !== 'forward') return encodeExportResponse(signal, encoding, ours);
-    // A late export of a pipeline kept already goes on, saying why.
-    outgoing = settleProvisionalTraces(encoding, outgoing, parked.reason);
-  }
-
-  let theirs: OtlpPartialSuccess | undefined;
-  try {
-    theirs = await forward(deps, signal, encoding, outgoing);
-  } catch (error) {
-    // Nothing was accepted: the client sends these spans again, and must not pay for them twice.
-    receipt?.refund();
-    throw error;
-  }
-  // Spans the collector itself rejected were not accepted either.
-  receipt?.refund(theirs?.rejectedItems ?? 0);
-  if (signal === 'traces') reportJobEnds(deps, enforced, grant.jobId);
-  return encodeExportResponse(signal, encoding, mergePartialSuccess(ours, theirs));
-}
-
-function enforce(
-  signal: OtlpSignal,
-  encoding: OtlpEncoding,
-  body: Buffer,
-  grant: GatewayGrant,
-  budget: number | { quota: number; rate: number },
-  limits: { maxBytes: number; maxAttributes: number; maxAttributeValueBytes: number },
-): EnforcedExport {
-  try {
-    return enforceExport(signal, encoding, body, grant, budget, limits);
-  } catch (error) {
-    if (error instanceof OtlpPayloadError) throw new GatewayError({ kind: 'bad_request', message: error.message });
-    throw error;
-  }
-}
-
-function countItems(metrics: GatewayMetrics, signal: OtlpSignal, enforced: EnforcedExport): void {
-  const rejected = enforced.rejections;
-  if (rejected !== undefined) {
-    metrics.itemsOf(signal, 'rejected_foreign_trace', rejected.foreignTrace);
-    metrics.itemsOf(signal, 'rejected_undecodable', rejected.undecodable);
-    metrics.itemsOf(signal, 'rejected_control_plane_span_id', rejected.controlPlaneSpanId);
-    metrics.itemsOf(signal, 'rejected_reserved_attribute', rejected.reservedAttribute);
-    metrics.itemsOf(signal, 'rejected_span_limits', rejected.overLimits);
-    metrics.itemsOf(signal, 'rejected_quota', rejected.overQuota);
-    metrics.itemsOf(signal, 'rejected_rate', rejected.overRate);
-  }
-  metrics.itemsOf(signal, 'accepted', enforced.forwardedItems);
-}
-
-/** The runner's `job_execution` ends in what was forwarded, when they are what closes the job span (not awaited). */
-function reportJobEnds(deps: GatewayDependencies, enforced: EnforcedExport, jobId: number): void {
-  // Enforcement noted the job_execution spans as it walked them; most exports have none.
-  if (enforced.jobExecutionEnds === undefined) return;
-  const jobSpanId = deps.pipelineSpans?.jobSpanToCloseFromRunner(jobId);
-  if (jobSpanId === undefined) return;
-  for (const end of enforced.jobExecutionEnds) {
-    if (end.parentSpanId === jobSpanId) void deps.pipelineSpans!.closeJobFromRunner(jobId, end);
-  }
-}
-
-async function authorize(deps: GatewayDependencies, credential: RunnerCredential): Promise<AllowedDecision> {
-  const decision: AuthOutcome =
-    credential.kind === 'missing'
-      ? {
-          kind: 'unauthenticated',
-          reason: `${credential.reason}: export to the job's capability URL, or send the job token as Authorization: Bearer and the runner token as Runner-Token`,
-        }
-      : (await deps.decisions.decide(credential)).decision;
-  if (decision.kind === 'allowed') return decision;
-  // Every refusal with its reason; the request id comes with every line, a token or capability never (SPEC §5).
-  deps.logger.info({ refusal: decision.kind, reason: decision.reason }, 'export refused');
-  throw new GatewayError(decision);
-}
-
-/**
  * Exports that inflate to at most this much are inflated on the event loop (about 1 ms at most): handing
  * a typical 4 KiB gzip export to the thread pool cost more than inflating it. Larger ones go to the pool.
  */
@@ -424,34 +239,5 @@ async function decompress(wire: Buffer, maxBytes: number): Promise<Buffer> {
   } catch (error) {
     if (inflatedTooFar(error)) throw new GatewayError({ kind: 'too_large', message: `body over ${maxBytes} bytes once decompressed` });
     throw new GatewayError({ kind: 'bad_request', message: 'body is not valid gzip' });
-  }
-}
-
-/** 2xx only when the collector answered 2xx; its partial success is returned for merging. */
-async function forward(deps: GatewayDependencies, signal: OtlpSignal, encoding: OtlpEncoding, body: Buffer): Promise<OtlpPartialSuccess | undefined> {
-  const { collector, metrics } = deps;
-  const started = performance.now();
-  const result = await collector.export(signal, encoding, body);
-  const happened = result.kind === 'retry' ? result.happened : result.status;
-  metrics.upstreamAnswered(signal, String(happened), (performance.now() - started) / 1000);
-  if (happened === 'timeout') throw new GatewayError({ kind: 'upstream_timeout' });
-  if (happened === 'unreachable') throw new GatewayError({ kind: 'upstream_unreachable' });
-  metrics.forwarded(signal, body.length);
-  if (result.kind === 'accepted') return result.partialSuccess;
-  const { retryAfterSeconds, contentType, body: answer } = result;
-  if (happened >= 400 && happened < 500) {
-    // The collector's own Status goes on as it came when the client can read it (same encoding).
-    const statusBody = answer !== undefined && answer.length > 0 && encodingOf(contentType) === encoding ? answer : undefined;
-    throw new GatewayError({ kind: 'upstream_refused', status: happened, retryAfterSeconds, statusBody });
-  }
-  throw new GatewayError({ kind: 'upstream_error', status: happened, retryAfterSeconds });
-}
-
-async function orUnavailable<T>(operation: Promise<T>): Promise<T> {
-  try {
-    return await operation;
-  } catch (error) {
-    if (error instanceof StoreUnavailableError) throw new GatewayError({ kind: 'store_unavailable', retryAfterSeconds: OUTAGE_RETRY_AFTER_SECONDS });
-    throw error;
   }
 }

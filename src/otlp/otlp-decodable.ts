@@ -16,6 +16,8 @@
  * and is reported the same way: the caller decides whether that refuses an item or the whole export.
  */
 import { isUtf8 } from 'node:buffer';
+import { OtlpField, OtlpMessageName, otlpField, otlpFields } from './otlp-fields';
+import { WIRE_FIXED32, WIRE_FIXED64, WIRE_LENGTH_DELIMITED, WIRE_VARINT } from './otlp-wire';
 
 // What a field of a message is, by field number (0: unknown to this schema, skipped as pdata skips it).
 const UNKNOWN = 0;
@@ -38,122 +40,50 @@ export interface MessageRule {
   readonly messages: ReadonlyArray<MessageRule | undefined>;
 }
 
-type FieldSpec = readonly [number, string, FieldKind, (() => MessageRule)?];
+function kindOf(field: OtlpField): FieldKind {
+  if (field.message !== undefined) return MESSAGE;
+  // A packed repeated number comes length-delimited: no message these rules check has one.
+  if (field.repeated && field.wireType !== WIRE_LENGTH_DELIMITED) throw new Error(`${field.name}: packed fields are not checked`);
+  switch (field.scalar) {
+    case 'string':
+      return STRING;
+    case 'bytes':
+      return BYTES;
+    case 'TraceID':
+      return TRACE_ID;
+    case 'SpanID':
+      return SPAN_ID;
+    default:
+      return field.wireType === WIRE_VARINT ? VARINT : field.wireType === WIRE_FIXED64 ? FIXED64 : FIXED32;
+  }
+}
 
-function messageRule(name: string, fields: readonly FieldSpec[]): MessageRule {
-  const size = Math.max(...fields.map(([number]) => number)) + 1;
-  const kinds = new Uint8Array(size);
+const rules = new Map<OtlpMessageName, MessageRule>();
+
+/** The rule of a message of the OTLP table, with the rules of the messages it holds (made once each). */
+function messageRule(message: OtlpMessageName): MessageRule {
+  const made = rules.get(message);
+  if (made !== undefined) return made;
+  const fields = otlpFields(message);
+  const kinds = new Uint8Array(Math.max(...fields.map(({ number }) => number)) + 1);
   const fieldNames: string[] = [];
   const messages: Array<MessageRule | undefined> = [];
-  const rule: MessageRule = { name, kinds, fieldNames, messages };
-  for (const [number, fieldName, kind] of fields) {
-    kinds[number] = kind;
-    fieldNames[number] = fieldName;
+  const rule: MessageRule = { name: message, kinds, fieldNames, messages };
+  // Kept before its fields are linked: AnyValue and ArrayValue hold each other.
+  rules.set(message, rule);
+  for (const field of fields) {
+    kinds[field.number] = kindOf(field);
+    fieldNames[field.number] = field.name;
+    messages[field.number] = field.message === undefined ? undefined : messageRule(field.message);
   }
-  // Message fields are linked on first use: AnyValue and ArrayValue refer to each other.
-  linkLater.push(() => {
-    for (const [number, , , target] of fields) messages[number] = target?.();
-  });
   return rule;
 }
 
-const linkLater: Array<() => void> = [];
-
-const ANY_VALUE: MessageRule = messageRule('AnyValue', [
-  [1, 'string_value', STRING],
-  [2, 'bool_value', VARINT],
-  [3, 'int_value', VARINT],
-  [4, 'double_value', FIXED64],
-  [5, 'array_value', MESSAGE, () => ARRAY_VALUE],
-  [6, 'kvlist_value', MESSAGE, () => KEY_VALUE_LIST],
-  [7, 'bytes_value', BYTES],
-]);
-const ARRAY_VALUE: MessageRule = messageRule('ArrayValue', [[1, 'values', MESSAGE, () => ANY_VALUE]]);
-const KEY_VALUE: MessageRule = messageRule('KeyValue', [
-  [1, 'key', STRING],
-  [2, 'value', MESSAGE, () => ANY_VALUE],
-]);
-const KEY_VALUE_LIST: MessageRule = messageRule('KeyValueList', [[1, 'values', MESSAGE, () => KEY_VALUE]]);
-
-export const RESOURCE_RULE: MessageRule = messageRule('Resource', [
-  [1, 'attributes', MESSAGE, () => KEY_VALUE],
-  [2, 'dropped_attributes_count', VARINT],
-  [
-    3,
-    'entity_refs',
-    MESSAGE,
-    () =>
-      messageRule('EntityRef', [
-        [1, 'schema_url', STRING],
-        [2, 'type', STRING],
-        [3, 'id_keys', STRING],
-        [4, 'description_keys', STRING],
-      ]),
-  ],
-]);
-
-export const SCOPE_RULE: MessageRule = messageRule('InstrumentationScope', [
-  [1, 'name', STRING],
-  [2, 'version', STRING],
-  [3, 'attributes', MESSAGE, () => KEY_VALUE],
-  [4, 'dropped_attributes_count', VARINT],
-]);
-
-const EVENT: MessageRule = messageRule('Span.Event', [
-  [1, 'time_unix_nano', FIXED64],
-  [2, 'name', STRING],
-  [3, 'attributes', MESSAGE, () => KEY_VALUE],
-  [4, 'dropped_attributes_count', VARINT],
-]);
-const LINK: MessageRule = messageRule('Span.Link', [
-  [1, 'trace_id', TRACE_ID],
-  [2, 'span_id', SPAN_ID],
-  [3, 'trace_state', STRING],
-  [4, 'attributes', MESSAGE, () => KEY_VALUE],
-  [5, 'dropped_attributes_count', VARINT],
-  [6, 'flags', FIXED32],
-]);
-const STATUS: MessageRule = messageRule('Status', [
-  // deprecated_code: older Collectors still read it as a varint.
-  [1, 'deprecated_code', VARINT],
-  [2, 'message', STRING],
-  [3, 'code', VARINT],
-]);
-
-export const SPAN_RULE: MessageRule = messageRule('Span', [
-  [1, 'trace_id', TRACE_ID],
-  [2, 'span_id', SPAN_ID],
-  [3, 'trace_state', STRING],
-  [4, 'parent_span_id', SPAN_ID],
-  [5, 'name', STRING],
-  [6, 'kind', VARINT],
-  [7, 'start_time_unix_nano', FIXED64],
-  [8, 'end_time_unix_nano', FIXED64],
-  [9, 'attributes', MESSAGE, () => KEY_VALUE],
-  [10, 'dropped_attributes_count', VARINT],
-  [11, 'events', MESSAGE, () => EVENT],
-  [12, 'dropped_events_count', VARINT],
-  [13, 'links', MESSAGE, () => LINK],
-  [14, 'dropped_links_count', VARINT],
-  [15, 'status', MESSAGE, () => STATUS],
-  [16, 'flags', FIXED32],
-]);
-
-export const LOG_RECORD_RULE: MessageRule = messageRule('LogRecord', [
-  [1, 'time_unix_nano', FIXED64],
-  [2, 'severity_number', VARINT],
-  [3, 'severity_text', STRING],
-  [5, 'body', MESSAGE, () => ANY_VALUE],
-  [6, 'attributes', MESSAGE, () => KEY_VALUE],
-  [7, 'dropped_attributes_count', VARINT],
-  [8, 'flags', FIXED32],
-  [9, 'trace_id', TRACE_ID],
-  [10, 'span_id', SPAN_ID],
-  [11, 'observed_time_unix_nano', FIXED64],
-  [12, 'event_name', STRING],
-]);
-
-for (let link = linkLater.shift(); link !== undefined; link = linkLater.shift()) link();
+const KEY_VALUE = messageRule('KeyValue');
+export const RESOURCE_RULE = messageRule('Resource');
+export const SCOPE_RULE = messageRule('InstrumentationScope');
+export const SPAN_RULE = messageRule('Span');
+export const LOG_RECORD_RULE = messageRule('LogRecord');
 
 /**
  * An OTLP protobuf body as the checks read it: bytes one by one, and four at a time through a view made once per body
@@ -173,16 +103,26 @@ export class ProtobufBody {
  */
 export const MAX_MESSAGE_DEPTH = 64;
 
-// The tags of KeyValue.key and .value, and of AnyValue's scalar members, in the form plainKeyValueDecodable reads.
-const KEY_VALUE_KEY_TAG = 0x0a;
-const KEY_VALUE_VALUE_TAG = 0x12;
-const ANY_VALUE_STRING_TAG = 0x0a;
-const ANY_VALUE_BOOL_TAG = 0x10;
-const ANY_VALUE_INT_TAG = 0x18;
-const ANY_VALUE_DOUBLE_TAG = 0x21;
-const ANY_VALUE_BYTES_TAG = 0x3a;
+// The tags of KeyValue.key and .value, and of AnyValue's scalar members, in the form plainKeyValueDecodable reads
+// (each under 128: one byte).
+const KEY_VALUE_KEY_TAG = otlpField('KeyValue', 'key').tag;
+const KEY_VALUE_VALUE_TAG = otlpField('KeyValue', 'value').tag;
+const ANY_VALUE_STRING_TAG = otlpField('AnyValue', 'string_value').tag;
+const ANY_VALUE_BOOL_TAG = otlpField('AnyValue', 'bool_value').tag;
+const ANY_VALUE_INT_TAG = otlpField('AnyValue', 'int_value').tag;
+const ANY_VALUE_DOUBLE_TAG = otlpField('AnyValue', 'double_value').tag;
+const ANY_VALUE_BYTES_TAG = otlpField('AnyValue', 'bytes_value').tag;
 
-const WIRE_TYPE_OF: Record<FieldKind, number> = { [VARINT]: 0, [FIXED64]: 1, [FIXED32]: 5, [STRING]: 2, [BYTES]: 2, [TRACE_ID]: 2, [SPAN_ID]: 2, [MESSAGE]: 2 };
+const WIRE_TYPE_OF: Record<FieldKind, number> = {
+  [VARINT]: WIRE_VARINT,
+  [FIXED64]: WIRE_FIXED64,
+  [FIXED32]: WIRE_FIXED32,
+  [STRING]: WIRE_LENGTH_DELIMITED,
+  [BYTES]: WIRE_LENGTH_DELIMITED,
+  [TRACE_ID]: WIRE_LENGTH_DELIMITED,
+  [SPAN_ID]: WIRE_LENGTH_DELIMITED,
+  [MESSAGE]: WIRE_LENGTH_DELIMITED,
+};
 
 /**
  * Why the Collector could not decode the message `rule` in `buf[start, end)`, or `undefined` when it can. Reads

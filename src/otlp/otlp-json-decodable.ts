@@ -12,6 +12,7 @@
  * - messages are objects and repeated fields arrays; null stands for an absent message, string or array, but not
  *   for a number or a boolean.
  */
+import { OtlpMessageName, OtlpScalarType, otlpFields } from './otlp-fields';
 
 type JsonKind = 'string' | 'bytes' | 'traceId' | 'spanId' | 'uint32' | 'int32' | 'uint64' | 'int64' | 'enum' | 'bool' | 'double';
 
@@ -23,111 +24,52 @@ export interface JsonMessageRule {
 
 interface JsonMember {
   readonly name: string;
-  readonly kind: JsonKind | (() => JsonMessageRule);
+  readonly kind: JsonKind | JsonMessageRule;
   readonly repeated: boolean;
 }
 
-type MemberSpec = readonly [name: string, kind: JsonKind | (() => JsonMessageRule), repeated?: 'repeated'];
+/** How OTLP/JSON writes each scalar type of the table: 32-bit integers as numbers, 64-bit ones as numbers or strings. */
+const JSON_KINDS: Readonly<Record<OtlpScalarType, JsonKind>> = {
+  string: 'string',
+  bytes: 'bytes',
+  TraceID: 'traceId',
+  SpanID: 'spanId',
+  bool: 'bool',
+  enum: 'enum',
+  int32: 'int32',
+  sint32: 'int32',
+  int64: 'int64',
+  sfixed64: 'int64',
+  uint32: 'uint32',
+  fixed32: 'uint32',
+  uint64: 'uint64',
+  fixed64: 'uint64',
+  double: 'double',
+};
 
-function jsonRule(name: string, specs: readonly MemberSpec[]): JsonMessageRule {
+const rules = new Map<OtlpMessageName, JsonMessageRule>();
+
+/** The rule of a message of the OTLP table, with the rules of the messages it holds (made once each). */
+function jsonRule(message: OtlpMessageName): JsonMessageRule {
+  const made = rules.get(message);
+  if (made !== undefined) return made;
   const members = new Map<string, JsonMember>();
-  for (const [snake, kind, repeated] of specs) {
-    const member = { name: snake, kind, repeated: repeated !== undefined };
-    members.set(snake, member);
-    members.set(
-      snake.replace(/_([a-z])/g, (_, letter: string) => letter.toUpperCase()),
-      member,
-    );
+  const rule: JsonMessageRule = { name: message, members };
+  // Kept before its members are linked: AnyValue and ArrayValue hold each other.
+  rules.set(message, rule);
+  for (const field of otlpFields(message)) {
+    if (field.protobufOnly) continue;
+    const member = { name: field.name, kind: field.message === undefined ? JSON_KINDS[field.scalar!] : jsonRule(field.message), repeated: field.repeated };
+    members.set(field.name, member);
+    members.set(field.jsonName, member);
   }
-  return { name, members };
+  return rule;
 }
 
-const ANY_VALUE: JsonMessageRule = jsonRule('AnyValue', [
-  ['string_value', 'string'],
-  ['bool_value', 'bool'],
-  ['int_value', 'int64'],
-  ['double_value', 'double'],
-  ['array_value', () => ARRAY_VALUE],
-  ['kvlist_value', () => KEY_VALUE_LIST],
-  ['bytes_value', 'bytes'],
-]);
-const ARRAY_VALUE: JsonMessageRule = jsonRule('ArrayValue', [['values', () => ANY_VALUE, 'repeated']]);
-const KEY_VALUE: JsonMessageRule = jsonRule('KeyValue', [
-  ['key', 'string'],
-  ['value', () => ANY_VALUE],
-]);
-const KEY_VALUE_LIST: JsonMessageRule = jsonRule('KeyValueList', [['values', () => KEY_VALUE, 'repeated']]);
-const ENTITY_REF: JsonMessageRule = jsonRule('EntityRef', [
-  ['schema_url', 'string'],
-  ['type', 'string'],
-  ['id_keys', 'string', 'repeated'],
-  ['description_keys', 'string', 'repeated'],
-]);
-
-export const JSON_RESOURCE_RULE: JsonMessageRule = jsonRule('Resource', [
-  ['attributes', () => KEY_VALUE, 'repeated'],
-  ['dropped_attributes_count', 'uint32'],
-  ['entity_refs', () => ENTITY_REF, 'repeated'],
-]);
-
-export const JSON_SCOPE_RULE: JsonMessageRule = jsonRule('InstrumentationScope', [
-  ['name', 'string'],
-  ['version', 'string'],
-  ['attributes', () => KEY_VALUE, 'repeated'],
-  ['dropped_attributes_count', 'uint32'],
-]);
-
-const EVENT: JsonMessageRule = jsonRule('Span.Event', [
-  ['time_unix_nano', 'uint64'],
-  ['name', 'string'],
-  ['attributes', () => KEY_VALUE, 'repeated'],
-  ['dropped_attributes_count', 'uint32'],
-]);
-const LINK: JsonMessageRule = jsonRule('Span.Link', [
-  ['trace_id', 'traceId'],
-  ['span_id', 'spanId'],
-  ['trace_state', 'string'],
-  ['attributes', () => KEY_VALUE, 'repeated'],
-  ['dropped_attributes_count', 'uint32'],
-  ['flags', 'uint32'],
-]);
-const STATUS: JsonMessageRule = jsonRule('Status', [
-  ['message', 'string'],
-  ['code', 'enum'],
-]);
-
-export const JSON_SPAN_RULE: JsonMessageRule = jsonRule('Span', [
-  ['trace_id', 'traceId'],
-  ['span_id', 'spanId'],
-  ['trace_state', 'string'],
-  ['parent_span_id', 'spanId'],
-  ['flags', 'uint32'],
-  ['name', 'string'],
-  ['kind', 'enum'],
-  ['start_time_unix_nano', 'uint64'],
-  ['end_time_unix_nano', 'uint64'],
-  ['attributes', () => KEY_VALUE, 'repeated'],
-  ['dropped_attributes_count', 'uint32'],
-  ['events', () => EVENT, 'repeated'],
-  ['dropped_events_count', 'uint32'],
-  ['links', () => LINK, 'repeated'],
-  ['dropped_links_count', 'uint32'],
-  ['status', () => STATUS],
-]);
-
-export const JSON_LOG_RECORD_RULE: JsonMessageRule = jsonRule('LogRecord', [
-  ['time_unix_nano', 'uint64'],
-  ['observed_time_unix_nano', 'uint64'],
-  ['severity_number', 'enum'],
-  ['severity_text', 'string'],
-  ['body', () => ANY_VALUE],
-  ['attributes', () => KEY_VALUE, 'repeated'],
-  ['dropped_attributes_count', 'uint32'],
-  ['flags', 'uint32'],
-  ['trace_id', 'traceId'],
-  ['span_id', 'spanId'],
-  ['event_name', 'string'],
-]);
+export const JSON_RESOURCE_RULE = jsonRule('Resource');
+export const JSON_SCOPE_RULE = jsonRule('InstrumentationScope');
+export const JSON_SPAN_RULE = jsonRule('Span');
+export const JSON_LOG_RECORD_RULE = jsonRule('LogRecord');
 
 /** As for protobuf: beyond this depth a message is refused rather than walked. */
 const MAX_JSON_DEPTH = 64;
@@ -172,7 +114,7 @@ export function jsonUndecodableReason(message: unknown, rule: JsonMessageRule, d
 
 function memberReason(rule: JsonMessageRule, key: string, member: JsonMember, value: unknown, depth: number): string | undefined {
   const { kind } = member;
-  if (typeof kind === 'function') return jsonUndecodableReason(value, kind(), depth + 1);
+  if (typeof kind !== 'string') return jsonUndecodableReason(value, kind, depth + 1);
   return valueFits(kind, value) ? undefined : `${rule.name}.${key} is not ${KIND_NAMES[kind]}`;
 }
 

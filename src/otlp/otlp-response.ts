@@ -1,10 +1,10 @@
 /**
  * OTLP/HTTP response bodies: Export*ServiceResponse with partial success, and google.rpc.Status for errors
- * (OTLP spec "OTLP/HTTP Response"). Field numbers: Export*ServiceResponse.partial_success = 1;
- * Export*PartialSuccess.rejected_{spans,data_points,log_records} = 1 (int64), error_message = 2;
- * google.rpc.Status code = 1 (int32), message = 2.
+ * (OTLP spec "OTLP/HTTP Response"). Their field numbers are the OTLP table's (otlp-fields.ts), the same for the three
+ * signals; only the JSON name of the rejected count differs.
  */
 import type { OtlpEncoding, OtlpSignal } from './otlp-encoding';
+import { fieldNumbers, otlpField, otlpFields } from './otlp-fields';
 import { OtlpPayloadError, WIRE_VARINT, WireReader, encodeBytesField, encodeStringField, encodeVarintField } from './otlp-wire';
 
 /** The partial_success of an export response, whatever the signal. */
@@ -20,17 +20,21 @@ export interface RpcStatus {
   message: string;
 }
 
+/** rejected_spans, rejected_data_points or rejected_log_records: the first field of the signal's partial success. */
+function rejectedField(response: 'ExportTraceServiceResponse' | 'ExportMetricsServiceResponse' | 'ExportLogsServiceResponse'): [camel: string, snake: string] {
+  const [rejected] = otlpFields(otlpField(response, 'partial_success').message!);
+  return [rejected.jsonName, rejected.name];
+}
+
 const REJECTED_FIELD: Record<OtlpSignal, [camel: string, snake: string]> = {
-  traces: ['rejectedSpans', 'rejected_spans'],
-  metrics: ['rejectedDataPoints', 'rejected_data_points'],
-  logs: ['rejectedLogRecords', 'rejected_log_records'],
+  traces: rejectedField('ExportTraceServiceResponse'),
+  metrics: rejectedField('ExportMetricsServiceResponse'),
+  logs: rejectedField('ExportLogsServiceResponse'),
 };
 
-const RESPONSE_PARTIAL_SUCCESS = 1;
-const PARTIAL_SUCCESS_REJECTED = 1;
-const PARTIAL_SUCCESS_ERROR_MESSAGE = 2;
-const STATUS_CODE = 1;
-const STATUS_MESSAGE = 2;
+const RESPONSE_PARTIAL_SUCCESS = fieldNumbers('ExportTraceServiceResponse').partial_success;
+const { rejected_spans: PARTIAL_SUCCESS_REJECTED, error_message: PARTIAL_SUCCESS_ERROR_MESSAGE } = fieldNumbers('ExportTracePartialSuccess');
+const { code: STATUS_CODE, message: STATUS_MESSAGE } = fieldNumbers('RpcStatus');
 
 /**
  * Encodes an Export*ServiceResponse. The partial_success member is written only when it says something

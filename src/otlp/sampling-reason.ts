@@ -7,6 +7,7 @@
  */
 import { SAMPLING_REASONS, SAMPLING_REASON_ATTRIBUTE, SamplingReason } from './ci-identity';
 import type { OtlpEncoding } from './otlp-encoding';
+import { ENVELOPE_FIELDS, fieldNumbers } from './otlp-fields';
 import { ChunkList, WIRE_LENGTH_DELIMITED, WireReader, encodeBytesField, encodeStringField, lengthDelimitedHeader } from './otlp-wire';
 
 export { SAMPLING_REASON_ATTRIBUTE };
@@ -25,18 +26,13 @@ export const OUTCOME_TRACE_STATE = 'ot=th:0';
 export const PENDING_SAMPLING_REASON = 'pending';
 export type ResourceSamplingReason = SamplingReason | typeof PENDING_SAMPLING_REASON;
 
-// Export*ServiceRequest.resource_* = 1, Resource{Spans,Metrics,Logs}.resource = 1, Resource.attributes = 1 for all
-// three signals; KeyValue key = 1, value = 2; AnyValue string_value = 1.
-const REQUEST_RESOURCES = 1;
-const CONTAINER_RESOURCE = 1;
-const RESOURCE_ATTRIBUTES = 1;
-const KEY_VALUE_KEY = 1;
-const KEY_VALUE_VALUE = 2;
-const ANY_VALUE_STRING = 1;
-// ResourceSpans.scope_spans = 2, ScopeSpans.spans = 2, Span.trace_state = 3.
-const CONTAINER_SCOPES = 2;
-const SCOPE_SPANS = 2;
-const SPAN_TRACE_STATE = 3;
+// The envelope's fields, the same for all three signals, down to a resource's attributes; and a span's trace_state.
+const { containers: REQUEST_RESOURCES, resource: CONTAINER_RESOURCE, scopes: CONTAINER_SCOPES, items: SCOPE_SPANS } = ENVELOPE_FIELDS;
+const RESOURCE_ATTRIBUTES = fieldNumbers('Resource').attributes;
+const { key: KEY_VALUE_KEY, value: KEY_VALUE_VALUE } = fieldNumbers('KeyValue');
+const ANY_VALUE_STRING = fieldNumbers('AnyValue').string_value;
+const SPAN_TRACE_STATE = fieldNumbers('Span').trace_state;
+
 /**
  * The padding of a slot's AnyValue: a bytes field no version of AnyValue defines, so every protobuf decoder
  * (protobufjs, Go's, the Collector's pdata) skips it as an unknown field and reads the string value alone. AnyValue

@@ -5,7 +5,7 @@ import { OutboxConfig } from '../config/sections/outbox';
 import { OutcomeSamplingConfig } from '../config/sections/outcome-sampling';
 import { WebhooksConfig } from '../config/sections/webhooks';
 import type { OtlpEncoding } from '../otlp/otlp-encoding';
-import { settleSamplingReason } from '../otlp/sampling-reason';
+import { OutcomeSamplingReason, settleSamplingReason } from '../otlp/sampling-reason';
 import { ADMIT_ALWAYS, ClaimedEntry, KindDelivery, kindKey, OutboxLimits, OutboxStore } from '../outbox/outbox';
 import { OUTBOX_STORE } from '../outbox/outbox.constants';
 import { OutboxDeliverer } from '../outbox/outbox-deliverer';
@@ -13,7 +13,7 @@ import { decideOnOutcome, decideWithoutOutcome, runsAgain } from './outcome-deci
 import { DEFAULT_OUTCOME_POLICY, OutcomePolicy, parseOutcomePolicy } from './outcome-policy';
 import { OutcomeSamplingMetrics } from './outcome-sampling.metrics';
 import { nextPage, PARKED_KIND, parkedSpansAsEntries, sendPage } from './parked-delivery';
-import { KeepReason, ParkedKind, ParkingLimits, ParkingStore, RootOutcome, TraceDecision } from './parking/parking';
+import { ParkedKind, ParkingLimits, ParkingStore, RootOutcome, TraceDecision } from './parking/parking';
 import { PARKING_STORE } from './parking/parking.constants';
 
 /** What becomes of spans of a provisional pipeline offered for parking. */
@@ -21,7 +21,7 @@ export type ParkingAnswer =
   /** Kept in the store: acknowledged, delivered if the outcome keeps the pipeline. */
   | { readonly kind: 'parked' }
   /** Decided kept already: forward them now, settled with this reason. */
-  | { readonly kind: 'forward'; readonly reason: KeepReason }
+  | { readonly kind: 'forward'; readonly reason: OutcomeSamplingReason }
   /** Decided dropped, or a budget is full and the head decision (not sampled) stands: drop them, answered as accepted. */
   | { readonly kind: 'dropped' };
 
@@ -388,7 +388,7 @@ export class OutcomeSamplingService implements OnApplicationBootstrap, OnModuleD
    */
   private async deliverParked(entry: ClaimedEntry, deadline: number): Promise<KindDelivery> {
     const traceId = entry.key.slice(PARKED_KIND.length + 1);
-    const reason = entry.body.toString() as KeepReason;
+    const reason = entry.body.toString() as OutcomeSamplingReason;
     const ids = await this.parking.parkedIds(traceId);
     if (ids.length === 0) {
       await this.parking.finish(traceId);
@@ -428,7 +428,7 @@ export class OutcomeSamplingService implements OnApplicationBootstrap, OnModuleD
   }
 
   /** A kept trace's parked control-plane spans, settled, into the outbox (each key once), and out of parking. */
-  private async moveParkedSpans(traceId: string, reason: KeepReason): Promise<void> {
+  private async moveParkedSpans(traceId: string, reason: OutcomeSamplingReason): Promise<void> {
     const ids = (await this.parking.parkedIds(traceId)).filter((id) => id.kind === 'spans');
     if (ids.length === 0) return;
     const page = await this.parking.parkedEntries(traceId, ids);

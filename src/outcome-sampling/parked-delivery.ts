@@ -2,9 +2,9 @@ import { DroppedPiece, exportBisecting } from '../collector/bisecting-export';
 import type { CollectorClient, NotNow } from '../collector/collector-client';
 import { cutTraceRequest, joinTraceRequests } from '../collector/trace-pieces';
 import type { OtlpEncoding } from '../otlp/otlp-encoding';
-import { settleProvisionalTraces, settleSamplingReason } from '../otlp/sampling-reason';
+import { OutcomeSamplingReason, settleProvisionalTraces, settleSamplingReason } from '../otlp/sampling-reason';
 import { ClaimedEntry, KindDelivery, OutboxEntry } from '../outbox/outbox';
-import type { KeepReason, ParkedEntry, ParkedEntryId } from './parking/parking';
+import type { ParkedEntry, ParkedEntryId } from './parking/parking';
 
 /** Parked bytes sent in one upstream request at most: well under the Collector's default 20 MiB request limit. */
 export const MAX_DELIVERY_BYTES = 4 * 1024 * 1024;
@@ -35,7 +35,7 @@ export function nextPage(ids: readonly ParkedEntryId[]): ParkedEntryId[] {
 }
 
 /** Control-plane spans parked as `<outbox key> <ResourceSpans JSON>` lines, as outbox entries settled with the reason. */
-export function parkedSpansAsEntries(entries: readonly ParkedEntry[], reason: KeepReason, enqueuedAt: number): OutboxEntry[] {
+export function parkedSpansAsEntries(entries: readonly ParkedEntry[], reason: OutcomeSamplingReason, enqueuedAt: number): OutboxEntry[] {
   const byKey = new Map<string, OutboxEntry>();
   for (const entry of entries) {
     for (const line of entry.body.toString().split('\n')) {
@@ -72,7 +72,7 @@ export async function sendPage(
   collector: Pick<CollectorClient, 'export'>,
   encoding: OtlpEncoding,
   entries: readonly ParkedEntry[],
-  reason: KeepReason,
+  reason: OutcomeSamplingReason,
   deadline = Infinity,
 ): Promise<PageDelivery> {
   const parts = entries.map((entry) => settleProvisionalTraces(encoding, entry.body, reason));

@@ -3,6 +3,7 @@ import { CiJobIdentity, ciIdentityValues, SAMPLING_REASON_ATTRIBUTE } from '../o
 import { PROVISIONAL_TRACESTATE } from '../trace-context/trace-context';
 import { PENDING_SAMPLING_REASON } from '../otlp/sampling-reason';
 import { CONTROL_PLANE_MARK } from '../otlp/control-plane-mark';
+import { SPAN_KIND, STATUS_CODE } from '../otlp/otlp-fields';
 
 /**
  * The control-plane spans of SPEC §10 as OTLP/JSON, from facts: pure functions, no I/O. Ids come from
@@ -18,10 +19,9 @@ export const QUEUE_WAIT_SPAN = 'queue_wait';
 export const BRIDGE_SPAN = 'bridge';
 const SCOPE = { name: 'ci-job-telemetry/pipeline-spans' };
 
-/** OTLP span kinds and status codes as OTLP/JSON writes them (integers). */
-const KIND_INTERNAL = 1;
-const KIND_SERVER = 2;
-const STATUS_ERROR = 2;
+// OTLP span kinds and status codes as OTLP/JSON writes them (integers).
+const { INTERNAL: KIND_INTERNAL, SERVER: KIND_SERVER } = SPAN_KIND;
+const STATUS_ERROR = STATUS_CODE.ERROR;
 
 export type AttributeValue = string | number | boolean;
 

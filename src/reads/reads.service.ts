@@ -3,7 +3,7 @@ import type { Logger } from 'pino';
 import { ReadsConfig } from '../config/sections/reads';
 import { HttpProblem } from '../observability/http-error';
 import { APP_LOGGER } from '../observability/logger';
-import { OUTAGE_RETRY_AFTER_SECONDS } from '../observability/retry-after';
+import { OUTAGE_RETRY_AFTER_SECONDS } from '../otlp/retry-after';
 import type { ReadOutcome, ReadTask } from './read-answers';
 import { FieldProblem, parseId, parseRef, parseWindow, ReadWindow } from './reads-request';
 import type { ReadsRunner } from './reads-pool';

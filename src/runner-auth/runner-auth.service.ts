@@ -12,7 +12,7 @@ import { LIMIT_STORE } from '../limits/limits.constants';
 import { WindowLedger } from '../limits/window-ledger';
 import { StoreUnavailableError } from '../store/store-unavailable-error';
 import { digestsMatch, tokenDigest } from '../grants/token-digest';
-import { OUTAGE_RETRY_AFTER_SECONDS, retryAfterForWindow } from '../observability/retry-after';
+import { OUTAGE_RETRY_AFTER_SECONDS, retryAfterForWindow } from '../otlp/retry-after';
 import { AuthOutcome, jobIdentityOf } from './auth-outcome';
 import { controlPlaneSpanIdsOf } from '../trace-context/trace-context';
 import { capabilityMatches } from './job-capability';

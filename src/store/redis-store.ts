@@ -5,7 +5,7 @@ import { StoreUnavailableError } from './store-unavailable-error';
 /**
  * A Redis connection the ports' Redis implementations share (`StoreBackend`: one for what a pickup waits on, one for
  * the rest), each command written as it is issued (see `nodeOptions` for why not auto-pipelined), or, when it gathers
- * turns, with the rest of its turn's (`gatherTurn`). Each port defines its own scripts on `client`.
+ * turns, with the rest of its turn's (`gatherTurn`). Each port defines its own scripts on it (`defineScripts`).
  */
 export class RedisStore {
   /** The socket corked until the end of this turn's I/O callbacks, when writes are gathered by turn. */

@@ -61,7 +61,7 @@ export function tracedPipelineOf(job: TracedJob, pipelineId: number): TracedPipe
  * What the store keeps when `proposed` is written over `kept` (SPEC §12 "Trust"): one project's record is never
  * rewritten by another project's, except a guess (`asRoot`) by the pipeline's own record (GitLab's word on its
  * project); null keeps `kept` as it is. Within a project, an own record is never made a guess again. The Redis store's
- * script (redis-traced-work-store.ts SET_PIPELINE) says the same in Lua.
+ * script (setPipeline in redis-traced-work-store.scripts.ts) says the same in Lua.
  */
 export function pipelineRecordAfter(kept: TracedPipeline | null, proposed: TracedPipeline): TracedPipeline | null {
   if (kept === null) return proposed;

@@ -28,8 +28,8 @@ describe('npm run demo (README "See a pipeline become a trace")', () => {
   let stdout = '';
 
   beforeAll(async () => {
-    await run(process.execPath, [join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(ROOT, 'demo', 'tsconfig.json')], { cwd: ROOT });
-    ({ stdout } = await run(process.execPath, [join(ROOT, 'build', 'demo', 'demo', 'pipeline-demo.js')], {
+    await run(process.execPath, [join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(ROOT, 'simulator', 'tsconfig.json')], { cwd: ROOT });
+    ({ stdout } = await run(process.execPath, [join(ROOT, 'build', 'simulator', 'simulator', 'pipeline-demo.js')], {
       cwd: ROOT,
       env: { PATH: process.env.PATH },
       timeout: 60_000,

@@ -1,12 +1,13 @@
 import { connect } from 'node:net';
 import { readFileSync } from 'node:fs';
 import { jobPayloadRequest } from '../fixtures/job-payload';
-import { OtlpSink, startOtlpSink } from '../helpers/otlp-sink';
+import type { OtlpSink } from '../helpers/otlp-sink';
 import { pickUpJob } from '../helpers/ci-job';
 import { waitFor } from '../helpers/ports';
-import { RedisServer, startRedis } from '../helpers/redis';
+import type { RedisServer } from '../helpers/redis';
 import { ServiceProcess, startService } from '../helpers/service';
-import { readTracingAsRunner } from '../../demo/runner-tracing';
+import { startWorld, World } from '../helpers/world';
+import { readTracingAsRunner } from '../../simulator/runner-tracing';
 
 /** Sends only the head of an export that announces `contentLength` bytes, and returns the answer's head. */
 function headThenWait(gatewayUrl: string, path: string, headers: Record<string, string>, contentLength: number): Promise<string> {
@@ -51,15 +52,13 @@ describe('gateway credentials (SPEC §6)', () => {
   let redis: RedisServer;
   let sink: OtlpSink;
   let service: ServiceProcess;
+  let world: World;
 
   beforeAll(async () => {
-    [redis, sink] = await Promise.all([startRedis(), startOtlpSink()]);
-    service = await startService({ REDIS_URL: redis.url, OTLP_UPSTREAM_URL: sink.url });
+    world = await startWorld({ redis: true, sink: true, service: true });
+    ({ redis, sink, service } = world);
   });
-  afterAll(async () => {
-    await service?.stop();
-    await Promise.all([sink?.stop(), redis?.stop()]);
-  });
+  afterAll(() => world?.stop());
 
   it.each([
     ['no credentials', '/v1/traces', {}],

@@ -3,7 +3,7 @@ import { existsSync, mkdtempSync, readFileSync, realpathSync, rmSync } from 'nod
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { BUILD_STAGES, exportJobAsRunner } from '../../demo/stock-runner';
+import { BUILD_STAGES, exportJobAsRunner } from '../../simulator/stock-runner';
 import { localCollectorDirectory, previousFile, signalFile } from '../../src/collector/collector-files';
 import { PickedUpJob, pickUpPipelineJob } from '../helpers/ci-pipeline';
 import { waitFor } from '../helpers/ports';

@@ -12,7 +12,7 @@ import { pickUpJob } from '../helpers/ci-job';
 import { freePort, waitFor } from '../helpers/ports';
 import { RedisServer, startRedis } from '../helpers/redis';
 import { ServiceProcess, startService } from '../helpers/service';
-import { readTracingAsRunner } from '../../demo/runner-tracing';
+import { readTracingAsRunner } from '../../simulator/runner-tracing';
 
 const EXAMPLE = join(__dirname, '..', '..', 'deploy', 'nginx', 'ci-job-telemetry-auth.conf');
 const OTLP_BODY = JSON.stringify({ resourceSpans: [] });

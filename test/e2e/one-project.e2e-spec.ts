@@ -1,15 +1,15 @@
 import { mkdtempSync, realpathSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { deliverWebhook, jobHook, pipelineAt, pipelineHook, WebhookJob } from '../../demo/gitlab-webhooks';
-import { BuildStage } from '../../demo/stock-runner';
+import { deliverWebhook, jobHook, pipelineAt, pipelineHook, WebhookJob } from '../../simulator/gitlab-webhooks';
+import { BuildStage } from '../../simulator/stock-runner';
 import { pickUpPipelineJob, runJobAsStockRunner } from '../helpers/ci-pipeline';
-import { makeWebhookSecret, WebhookSecret } from '../helpers/gitlab-webhooks';
+import type { WebhookSecret } from '../helpers/gitlab-webhooks';
 import { internalApiHeaders } from '../helpers/internal-api';
 import { expectMatchesOpenApi } from '../helpers/openapi';
 import { waitFor } from '../helpers/ports';
-import { RedisServer, startRedis } from '../helpers/redis';
-import { ServiceProcess, startService } from '../helpers/service';
+import type { ServiceProcess } from '../helpers/service';
+import { startWorld, World } from '../helpers/world';
 
 /**
  * SPEC §12 "Trust", issue 56 (1): one project's data. Project A's traced pipeline triggers a multi-project downstream
@@ -50,7 +50,7 @@ const attribute = (span: ReadSpan, key: string) => {
 
 describe("one project's data across replicas (SPEC §12 Trust, issue 56)", () => {
   let cwd: string;
-  let redis: RedisServer;
+  let world: World;
   let secret: WebhookSecret;
   let replicas: ServiceProcess[];
   const createdAt = new Date(Math.floor(Date.now() / 1000 - 5) * 1000);
@@ -79,18 +79,10 @@ describe("one project's data across replicas (SPEC §12 Trust, issue 56)", () =>
   beforeAll(async () => {
     // One embedded collector's files, appended to by both replicas: what either emitted, either reads.
     cwd = realpathSync(mkdtempSync(join(tmpdir(), 'cjt-one-project-')));
-    redis = await startRedis();
-    secret = makeWebhookSecret();
-    const env = { REDIS_URL: redis.url, GITLAB_WEBHOOK_SECRET_FILE: secret.file };
-    const first = await startService(env, { cwd });
-    // The same keys, as replicas of one deployment have.
-    const keys = {
-      INTERNAL_API_SECRET_FILE: first.secrets.internalApiSecretFile,
-      TRACE_KEY_FILE: first.secrets.traceKeyFile,
-      CAPABILITY_KEY_FILE: first.secrets.capabilityKeyFile,
-    };
-    // Callers sign with the one internal API secret both replicas read.
-    replicas = [first, { ...(await startService({ ...env, ...keys }, { cwd })), secrets: first.secrets }];
+    world = await startWorld({ redis: true, webhookSecret: true, service: true, serviceOptions: { cwd } });
+    secret = world.webhookSecret;
+    // The same keys, as replicas of one deployment have: callers sign with the one internal API secret both read.
+    replicas = [world.service, await world.startService()];
 
     // A's build job, picked up on the first replica, its Job Hook on the second.
     const { hook: build } = await runJobAsStockRunner(replicas[0], {
@@ -134,8 +126,7 @@ describe("one project's data across replicas (SPEC §12 Trust, issue 56)", () =>
   }, 120_000);
 
   afterAll(async () => {
-    await Promise.all((replicas ?? []).map((replica) => replica.stop()));
-    await redis?.stop();
+    await world?.stop();
     if (cwd !== undefined) rmSync(cwd, { recursive: true, force: true });
   });
 

@@ -3,10 +3,10 @@ import { ExportResultCode } from '@opentelemetry/core';
 import { randomBytes } from 'node:crypto';
 import { request as httpRequest } from 'node:http';
 import { exportSpans, gatewayTraceExporter, jobCredentials, PickedUpJob, pickUpTracedJob, recordSpans } from '../helpers/ci-job';
-import { GitLabKeys, makeGitLabKeys } from '../helpers/job-tokens';
-import { OtlpSink, startOtlpSink } from '../helpers/otlp-sink';
-import { RedisServer, startRedis } from '../helpers/redis';
-import { metric, ServiceProcess, startService } from '../helpers/service';
+import type { GitLabKeys } from '../helpers/job-tokens';
+import type { OtlpSink } from '../helpers/otlp-sink';
+import { metric, ServiceProcess } from '../helpers/service';
+import { startWorld, World } from '../helpers/world';
 import { exportRequestType, exportResponseType } from '../../src/otlp/otlp-proto';
 
 /**
@@ -81,10 +81,10 @@ function post(gatewayUrl: string, job: PickedUpJob, body: Buffer, goneAfterMs?: 
 }
 
 describe('coalesced upstream requests under faults (issue 29)', () => {
-  let redis: RedisServer;
   let sink: OtlpSink;
   let keys: GitLabKeys;
   let service: ServiceProcess;
+  let world: World;
   let nextJob = 29_000;
 
   /** Requests the gateway sent upstream, and exports they carried, from its own metrics. */
@@ -111,21 +111,15 @@ describe('coalesced upstream requests under faults (issue 29)', () => {
   };
 
   beforeAll(async () => {
-    [redis, sink, keys] = await Promise.all([startRedis(), startOtlpSink(), makeGitLabKeys()]);
-    service = await startService({
-      REDIS_URL: redis.url,
-      OTLP_UPSTREAM_URL: sink.url,
-      JOB_TOKEN_JWKS_FILE: keys.jwksFile,
-      OTLP_UPSTREAM_LINGER_MS: String(LINGER_MS),
-      OTLP_UPSTREAM_TIMEOUT_MS: '3000',
-      SPANS_PER_JOB: String(SPANS_PER_JOB),
+    world = await startWorld({
+      redis: true,
+      sink: true,
+      gitlabKeys: true,
+      service: { OTLP_UPSTREAM_LINGER_MS: String(LINGER_MS), OTLP_UPSTREAM_TIMEOUT_MS: '3000', SPANS_PER_JOB: String(SPANS_PER_JOB) },
     });
+    ({ sink, keys, service } = world);
   });
-  afterAll(async () => {
-    await service?.stop();
-    await sink?.stop();
-    await redis?.stop();
-  });
+  afterAll(() => world?.stop());
   afterEach(() => {
     sink.answerWith('ok');
     sink.refuseWhen(undefined);

@@ -4,10 +4,10 @@ import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-proto';
 import { resourceFromAttributes } from '@opentelemetry/resources';
 import { BasicTracerProvider, BatchSpanProcessor } from '@opentelemetry/sdk-trace-base';
 import { jobCredentials, PickedUpJob, pickUpTracedJob } from '../helpers/ci-job';
-import { GitLabKeys, makeGitLabKeys } from '../helpers/job-tokens';
-import { OtlpSink, startOtlpSink } from '../helpers/otlp-sink';
-import { RedisServer, startRedis } from '../helpers/redis';
-import { ServiceProcess, startService } from '../helpers/service';
+import type { GitLabKeys } from '../helpers/job-tokens';
+import type { OtlpSink } from '../helpers/otlp-sink';
+import type { ServiceProcess } from '../helpers/service';
+import { startWorld, World } from '../helpers/world';
 
 /**
  * Issue 9 item 8 (SPEC §6): a collector that keeps restarting (down ~3 s every ~5 s) must not cost a
@@ -65,20 +65,16 @@ function startProgram(gatewayUrl: string, job: PickedUpJob) {
 }
 
 describe('a default OTLP exporter through the gateway while the collector restarts (issue 9 item 8)', () => {
-  let redis: RedisServer;
   let sink: OtlpSink;
   let keys: GitLabKeys;
   let service: ServiceProcess;
+  let world: World;
 
   beforeAll(async () => {
-    [redis, sink, keys] = await Promise.all([startRedis(), startOtlpSink(), makeGitLabKeys()]);
-    service = await startService({ REDIS_URL: redis.url, OTLP_UPSTREAM_URL: sink.url, JOB_TOKEN_JWKS_FILE: keys.jwksFile });
+    world = await startWorld({ redis: true, sink: true, gitlabKeys: true, service: true });
+    ({ sink, keys, service } = world);
   });
-  afterAll(async () => {
-    await service?.stop();
-    await sink?.stop();
-    await redis?.stop();
-  });
+  afterAll(() => world?.stop());
 
   it(
     'delivers every span of a minute with the collector down 3 s in every 5 s',

@@ -3,11 +3,12 @@ import { request as httpRequest } from 'node:http';
 import { Client } from 'undici';
 import { exportSpans, gatewayTraceExporter, jobCredentials, PickedUpJob, pickUpTracedJob, recordSpans } from '../helpers/ci-job';
 import { internalApiHeaders } from '../helpers/internal-api';
-import { GitLabKeys, makeGitLabKeys } from '../helpers/job-tokens';
+import type { GitLabKeys } from '../helpers/job-tokens';
 import { expectMatchesOpenApi } from '../helpers/openapi';
-import { OtlpSink, startOtlpSink } from '../helpers/otlp-sink';
-import { RedisServer, startRedis } from '../helpers/redis';
+import type { OtlpSink } from '../helpers/otlp-sink';
+import type { RedisServer } from '../helpers/redis';
 import { ServiceProcess, startService } from '../helpers/service';
+import { startWorld, World } from '../helpers/world';
 import { rpcStatusType } from '../../src/otlp/otlp-proto';
 import { recordSdkWarnings } from '../helpers/sdk-warnings';
 
@@ -84,23 +85,14 @@ describe('OTLP gateway failures (issue 9, SPEC §6)', () => {
   let sink: OtlpSink;
   let keys: GitLabKeys;
   let service: ServiceProcess;
+  let world: World;
   let nextJob = 9000;
 
   beforeAll(async () => {
-    [redis, sink, keys] = await Promise.all([startRedis(), startOtlpSink(), makeGitLabKeys()]);
-    service = await startService({
-      REDIS_URL: redis.url,
-      OTLP_UPSTREAM_URL: sink.url,
-      OTLP_UPSTREAM_TIMEOUT_MS: '2000',
-      JOB_TOKEN_JWKS_FILE: keys.jwksFile,
-      SPANS_PER_JOB: '100',
-    });
+    world = await startWorld({ redis: true, sink: true, gitlabKeys: true, service: { OTLP_UPSTREAM_TIMEOUT_MS: '2000', SPANS_PER_JOB: '100' } });
+    ({ redis, sink, keys, service } = world);
   });
-  afterAll(async () => {
-    await service?.stop();
-    await sink?.stop();
-    await redis?.stop();
-  });
+  afterAll(() => world?.stop());
   beforeEach(() => {
     sink.answerWith('ok');
     sdkWarnings.length = 0;

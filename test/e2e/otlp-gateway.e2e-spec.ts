@@ -8,10 +8,11 @@ import { readFileSync } from 'node:fs';
 import { gunzipSync, gzipSync } from 'node:zlib';
 import { RUNNER_TOKEN } from '../fixtures/job-payload';
 import { expectMatchesOpenApi } from '../helpers/openapi';
-import { GitLabKeys, makeGitLabKeys } from '../helpers/job-tokens';
-import { OtlpSink, startOtlpSink } from '../helpers/otlp-sink';
-import { RedisServer, startRedis } from '../helpers/redis';
+import type { GitLabKeys } from '../helpers/job-tokens';
+import type { OtlpSink } from '../helpers/otlp-sink';
+import type { RedisServer } from '../helpers/redis';
 import { ServiceProcess, startService } from '../helpers/service';
+import { startWorld, World } from '../helpers/world';
 import { PickedUpJob, pickUpTracedJob } from '../helpers/ci-job';
 import { rpcStatusType } from '../../src/otlp/otlp-proto';
 import { recordSdkWarnings } from '../helpers/sdk-warnings';
@@ -77,23 +78,19 @@ describe('OTLP gateway with the OpenTelemetry JS SDK as the client (SPEC §6)', 
   let sink: OtlpSink;
   let keys: GitLabKeys;
   let service: ServiceProcess;
+  let world: World;
   let nextJob = 5000;
 
   beforeAll(async () => {
-    [redis, sink, keys] = await Promise.all([startRedis(), startOtlpSink(), makeGitLabKeys()]);
-    service = await startService({
-      REDIS_URL: redis.url,
-      OTLP_UPSTREAM_URL: sink.url,
-      OTLP_UPSTREAM_TIMEOUT_MS: '1500',
-      JOB_TOKEN_JWKS_FILE: keys.jwksFile,
-      GATEWAY_MAX_DECOMPRESSED_BYTES: String(20 * 1024 * 1024),
+    world = await startWorld({
+      redis: true,
+      sink: true,
+      gitlabKeys: true,
+      service: { OTLP_UPSTREAM_TIMEOUT_MS: '1500', GATEWAY_MAX_DECOMPRESSED_BYTES: String(20 * 1024 * 1024) },
     });
+    ({ redis, sink, keys, service } = world);
   });
-  afterAll(async () => {
-    await service?.stop();
-    await sink?.stop();
-    await redis?.stop();
-  });
+  afterAll(() => world?.stop());
   beforeEach(() => {
     sink.answerWith('ok');
     sdkWarnings.length = 0;
@@ -374,26 +371,16 @@ describe('OTLP gateway with the OpenTelemetry JS SDK as the client (SPEC §6)', 
 });
 
 describe('OTLP gateway per-span limits and per-job span rate (issue 9 item 11)', () => {
-  let redis: RedisServer;
   let sink: OtlpSink;
   let keys: GitLabKeys;
   let service: ServiceProcess;
+  let world: World;
 
   beforeAll(async () => {
-    [redis, sink, keys] = await Promise.all([startRedis(), startOtlpSink(), makeGitLabKeys()]);
-    service = await startService({
-      REDIS_URL: redis.url,
-      OTLP_UPSTREAM_URL: sink.url,
-      JOB_TOKEN_JWKS_FILE: keys.jwksFile,
-      SPAN_MAX_ATTRIBUTES: '8',
-      SPANS_PER_SECOND_PER_JOB: '3',
-    });
+    world = await startWorld({ redis: true, sink: true, gitlabKeys: true, service: { SPAN_MAX_ATTRIBUTES: '8', SPANS_PER_SECOND_PER_JOB: '3' } });
+    ({ sink, keys, service } = world);
   });
-  afterAll(async () => {
-    await service?.stop();
-    await sink?.stop();
-    await redis?.stop();
-  });
+  afterAll(() => world?.stop());
   beforeEach(() => {
     sdkWarnings.length = 0;
   });

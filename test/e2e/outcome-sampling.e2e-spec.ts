@@ -1,14 +1,15 @@
-import { BUILD_STAGES, BuildStage, TracingFeature } from '../../demo/stock-runner';
+import { BUILD_STAGES, BuildStage, TracingFeature } from '../../simulator/stock-runner';
 import { expectMatchesOpenApi } from '../helpers/openapi';
-import { deliverWebhook, jobHook, pipelineAt, pipelineHook, WebhookJob, WebhookPipeline } from '../../demo/gitlab-webhooks';
+import { deliverWebhook, jobHook, pipelineAt, pipelineHook, WebhookJob, WebhookPipeline } from '../../simulator/gitlab-webhooks';
 import { pickUpPipelineJob, runJobAsStockRunner } from '../helpers/ci-pipeline';
 import { writeFlagsFile } from '../helpers/flags-file';
 import { makeWebhookSecret, WebhookSecret } from '../helpers/gitlab-webhooks';
 import { OtlpSink, ReceivedSpan, startOtlpSink } from '../helpers/otlp-sink';
 import { waitFor } from '../helpers/ports';
-import { RedisServer, startRedis } from '../helpers/redis';
+import type { RedisServer } from '../helpers/redis';
 import { ClusterDeployment, startRedisCluster } from '../helpers/redis-topologies';
 import { metric, ServiceProcess, startService } from '../helpers/service';
+import { startWorld, World } from '../helpers/world';
 import { traceShape } from '../helpers/trace-shape';
 
 /**
@@ -141,28 +142,18 @@ function expectKeptWhole(sink: OtlpSink, pipeline: Pipeline, reason: string): vo
 }
 
 describe('outcome-based sampling at 10 % (SPEC §11)', () => {
-  let redis: RedisServer;
   let sink: OtlpSink;
   let secret: WebhookSecret;
   let service: ServiceProcess;
+  let world: World;
   let next = 30_000;
 
   beforeAll(async () => {
-    [redis, sink] = await Promise.all([startRedis(), startOtlpSink()]);
-    secret = makeWebhookSecret();
     const flags = writeFlagsFile({ sampling: 10, outcomeSampling: POLICY });
-    service = await startService({
-      REDIS_URL: redis.url,
-      OTLP_UPSTREAM_URL: sink.url,
-      GITLAB_WEBHOOK_SECRET_FILE: secret.file,
-      FLAGS_FILE: flags,
-      OUTCOME_SAMPLING_LATE_CHILD_SECONDS: '1',
-    });
+    world = await startWorld({ redis: true, sink: true, webhookSecret: true, service: { FLAGS_FILE: flags, OUTCOME_SAMPLING_LATE_CHILD_SECONDS: '1' } });
+    ({ sink, webhookSecret: secret, service } = world);
   }, 60_000);
-  afterAll(async () => {
-    await service?.stop();
-    await Promise.all([sink?.stop(), redis?.stop()]);
-  });
+  afterAll(() => world?.stop());
 
   const sampled = async (wanted: Sampling) => {
     const found = await pipelineSampled(service, secret, next, wanted);
@@ -288,12 +279,7 @@ describe('outcome-based sampling across replicas on a Redis Cluster, through a c
     };
     first = await startService(world);
     // The second replica shares the first's keys: either can take any pickup, export or hook.
-    second = await startService({
-      ...world,
-      INTERNAL_API_SECRET_FILE: first.secrets.internalApiSecretFile,
-      TRACE_KEY_FILE: first.secrets.traceKeyFile,
-      CAPABILITY_KEY_FILE: first.secrets.capabilityKeyFile,
-    });
+    second = await startService(world, { secrets: first.secrets });
   }, 120_000);
   afterAll(async () => {
     await Promise.all([first?.stop(), second?.stop()]);
@@ -334,20 +320,19 @@ describe('outcome-based sampling at its bounds (SPEC §11)', () => {
   let sink: OtlpSink;
   let secret: WebhookSecret;
   let flags: string;
+  let world: World;
 
   beforeAll(async () => {
-    [redis, sink] = await Promise.all([startRedis(), startOtlpSink()]);
-    secret = makeWebhookSecret();
+    world = await startWorld({ redis: true, sink: true, webhookSecret: true });
+    ({ redis, sink, webhookSecret: secret } = world);
     flags = writeFlagsFile({ sampling: 10, outcomeSampling: POLICY });
   }, 60_000);
-  afterAll(async () => {
-    await Promise.all([sink?.stop(), redis?.stop()]);
-  });
+  afterAll(() => world?.stop());
 
-  /** A service of its own on an emptied store, with one bound changed. */
+  /** A service of its own (keys of its own) on an emptied store, with one bound changed. */
   const boundedService = async (bound: Record<string, string>) => {
     await redis.flush();
-    return startService({ REDIS_URL: redis.url, OTLP_UPSTREAM_URL: sink.url, GITLAB_WEBHOOK_SECRET_FILE: secret.file, FLAGS_FILE: flags, ...bound });
+    return startService({ ...world.env, FLAGS_FILE: flags, ...bound });
   };
 
   it('falls back to the head decision when the budget is full: counted, readiness degraded, nothing parked evicted', async () => {

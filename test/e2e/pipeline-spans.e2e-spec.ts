@@ -1,6 +1,6 @@
 import { createHash, createHmac } from 'node:crypto';
-import { BUILD_STAGES, exportJobAsRunner, TracingFeature } from '../../demo/stock-runner';
-import { Delivered, deliverWebhook as deliver, jobHook, pipelineHook, WebhookJob, WebhookPipeline } from '../../demo/gitlab-webhooks';
+import { BUILD_STAGES, exportJobAsRunner, TracingFeature } from '../../simulator/stock-runner';
+import { Delivered, deliverWebhook as deliver, jobHook, pipelineHook, WebhookJob, WebhookPipeline } from '../../simulator/gitlab-webhooks';
 import { jobPayloadRequest } from '../fixtures/job-payload';
 import { pickUpJob } from '../helpers/ci-job';
 import { writeFlagsFile } from '../helpers/flags-file';
@@ -10,6 +10,7 @@ import { waitFor } from '../helpers/ports';
 import { DecodedSpan, ScriptedAnswer, ScriptedCollector, startScriptedCollector } from '../helpers/scripted-collector';
 import { RedisServer, startRedis } from '../helpers/redis';
 import { ServiceProcess, startService, metric } from '../helpers/service';
+import { startWorld, World } from '../helpers/world';
 import { expectMatchesOpenApi } from '../helpers/openapi';
 import { traceShape } from '../helpers/trace-shape';
 
@@ -133,24 +134,19 @@ const succeeded = (id: number, first: { queuedAt: Date }, jobs: WebhookPipeline[
 });
 
 describe('control-plane spans: a whole, connected pipeline trace (SPEC §10)', () => {
-  let redis: RedisServer;
   let sink: OtlpSink;
   let secret: WebhookSecret;
   let service: ServiceProcess;
   let flagsFile: string;
+  let world: World;
 
   beforeAll(async () => {
-    [redis, sink] = await Promise.all([startRedis(), startOtlpSink()]);
-    secret = makeWebhookSecret();
     // Project 66 is left out by the flag, as an operator rolling out project by project would.
     flagsFile = writeFlagsFile({ constraints: [{ contextName: 'projectId', operator: 'NOT_IN', values: ['66'] }] });
-    service = await startService({ REDIS_URL: redis.url, OTLP_UPSTREAM_URL: sink.url, GITLAB_WEBHOOK_SECRET_FILE: secret.file, FLAGS_FILE: flagsFile });
+    world = await startWorld({ redis: true, sink: true, webhookSecret: true, service: { FLAGS_FILE: flagsFile } });
+    ({ sink, webhookSecret: secret, service } = world);
   }, 60_000);
-  afterAll(async () => {
-    await service?.stop();
-    await sink?.stop();
-    await redis?.stop();
-  });
+  afterAll(() => world?.stop());
 
   const hook = (event: 'Pipeline Hook' | 'Job Hook', body: unknown, uuid?: string) => deliverWebhook(service.url, event, body, { token: secret.secret, uuid });
 
@@ -327,26 +323,16 @@ describe('control-plane spans: a whole, connected pipeline trace (SPEC §10)', (
 });
 
 describe('control-plane spans across a collector outage and a restart (SPEC §10 delivery)', () => {
-  let redis: RedisServer;
   let sink: OtlpSink;
   let secret: WebhookSecret;
   let service: ServiceProcess;
+  let world: World;
 
   beforeAll(async () => {
-    [redis, sink] = await Promise.all([startRedis(), startOtlpSink()]);
-    secret = makeWebhookSecret();
-    service = await startService({
-      REDIS_URL: redis.url,
-      OTLP_UPSTREAM_URL: sink.url,
-      GITLAB_WEBHOOK_SECRET_FILE: secret.file,
-      OUTBOX_MAX_BACKOFF_SECONDS: '1',
-    });
+    world = await startWorld({ redis: true, sink: true, webhookSecret: true, service: { OUTBOX_MAX_BACKOFF_SECONDS: '1' } });
+    ({ sink, webhookSecret: secret, service } = world);
   }, 60_000);
-  afterAll(async () => {
-    await service?.stop();
-    await sink?.stop();
-    await redis?.stop();
-  });
+  afterAll(() => world?.stop());
 
   it('answers webhooks at once while the collector is down, and delivers everything once after a restart', async () => {
     const PIPELINE = 95_000;
@@ -378,17 +364,8 @@ describe('control-plane spans across a collector outage and a restart (SPEC §10
     // The service restarts (same keys, same store) before the collector comes back, and a second replica
     // joins it: both deliver the one outbox.
     await service.stop();
-    const sameWorld = {
-      REDIS_URL: redis.url,
-      OTLP_UPSTREAM_URL: sink.url,
-      GITLAB_WEBHOOK_SECRET_FILE: secret.file,
-      OUTBOX_MAX_BACKOFF_SECONDS: '1',
-      INTERNAL_API_SECRET_FILE: service.secrets.internalApiSecretFile,
-      TRACE_KEY_FILE: service.secrets.traceKeyFile,
-      CAPABILITY_KEY_FILE: service.secrets.capabilityKeyFile,
-    };
-    service = await startService(sameWorld);
-    const replica = await startService(sameWorld);
+    service = await world.startService({ OUTBOX_MAX_BACKOFF_SECONDS: '1' });
+    const replica = await world.startService({ OUTBOX_MAX_BACKOFF_SECONDS: '1' });
     try {
       // A redelivery to either process is still recognised.
       expect((await deliver('Pipeline Hook', pipelineHook(pipeline), 'p')).body).toMatchObject({ queued: 0, duplicates: 5 });

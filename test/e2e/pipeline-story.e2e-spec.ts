@@ -1,16 +1,17 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { BUILD_STAGES, BuildStage } from '../../demo/stock-runner';
-import { deliverWebhook, jobHook, pipelineAt, pipelineHook, WebhookJob, WebhookPipeline } from '../../demo/gitlab-webhooks';
+import { BUILD_STAGES, BuildStage } from '../../simulator/stock-runner';
+import { deliverWebhook, jobHook, pipelineAt, pipelineHook, WebhookJob, WebhookPipeline } from '../../simulator/gitlab-webhooks';
 import { PickedUpJob, runJobAsStockRunner } from '../helpers/ci-pipeline';
-import { ClickHouse, ClickHouseRow, startClickHouse } from '../helpers/clickhouse';
+import type { ClickHouse, ClickHouseRow } from '../helpers/clickhouse';
 import { insertOtelTraces, otelTracesRows } from '../helpers/clickhouse-exporter';
-import { makeWebhookSecret, WebhookSecret } from '../helpers/gitlab-webhooks';
+import type { WebhookSecret } from '../helpers/gitlab-webhooks';
 import { expandGrafanaQuery } from '../helpers/grafana-query';
-import { OtlpSink, ReceivedSpan, startOtlpSink } from '../helpers/otlp-sink';
+import type { OtlpSink, ReceivedSpan } from '../helpers/otlp-sink';
 import { waitFor } from '../helpers/ports';
-import { RedisServer, startRedis } from '../helpers/redis';
+import type { RedisServer } from '../helpers/redis';
 import { ServiceProcess, startService } from '../helpers/service';
+import { startWorld, World } from '../helpers/world';
 
 /**
  * SPEC §10, the final story (issue 27): a pipeline finishes more than once, and its trace follows it.
@@ -173,6 +174,7 @@ describe('a pipeline that finishes more than once: its trace tells the final sto
   let clickhouse: ClickHouse;
   let secret: WebhookSecret;
   let service: ServiceProcess;
+  let world: World;
   let inserted = 0;
 
   /** Every trace export the collector got since the last call, into otel_traces as the exporter writes them. */
@@ -188,15 +190,11 @@ describe('a pipeline that finishes more than once: its trace tells the final sto
     );
 
   beforeAll(async () => {
-    [redis, sink, clickhouse] = await Promise.all([startRedis(), startOtlpSink(), startClickHouse()]);
-    secret = makeWebhookSecret();
-    service = await startService({ REDIS_URL: redis.url, OTLP_UPSTREAM_URL: sink.url, GITLAB_WEBHOOK_SECRET_FILE: secret.file });
+    world = await startWorld({ redis: true, sink: true, clickhouse: true, webhookSecret: true, service: true });
+    ({ redis, sink, clickhouse, webhookSecret: secret, service } = world);
     await clickhouse.query(SCHEMA);
   }, 60_000);
-  afterAll(async () => {
-    await service?.stop();
-    await Promise.all([sink?.stop(), redis?.stop(), clickhouse?.stop()]);
-  });
+  afterAll(() => world?.stop());
 
   it('a flaky job retried and passing: the latest pipeline span is OK, ends after every job, both attempts under it', async () => {
     const pipeline = new GitlabPipeline(service, secret, 2700);

@@ -8,14 +8,15 @@ import { ReadsUnavailableError, StoredSpan, TimeWindow, TraceRead } from '../../
 import { ClickHouseOverHttp, startClickHouse } from '../helpers/clickhouse';
 import { dateTime64, insertOtelTraces, otelSpanRow, OtelTracesRow, otelTracesRowsOfResourceSpans } from '../helpers/clickhouse-exporter';
 import { PipelinesRun, runPipelines } from '../helpers/clickhouse-pipelines';
-import { makeWebhookSecret, WebhookSecret } from '../helpers/gitlab-webhooks';
-import { OtlpSink, startOtlpSink } from '../helpers/otlp-sink';
+import type { WebhookSecret } from '../helpers/gitlab-webhooks';
+import type { OtlpSink } from '../helpers/otlp-sink';
 import { PipelineTrace } from '../helpers/pipeline-trace';
 import { withCriticalPathAttributes } from '../helpers/critical-path-attributes';
 import { describeReadsEndpoints } from '../helpers/reads-cases';
 import { describeTraceReadsConformance } from '../suites/trace-reads.suite';
 import { freePort } from '../helpers/ports';
-import { ServiceProcess, startService } from '../helpers/service';
+import type { ServiceProcess } from '../helpers/service';
+import { startWorld, World } from '../helpers/world';
 
 /** Every span of a trace: no cap (the cap is the read API's, tested over both backends in test/suites/trace-reads.suite.ts). */
 const ALL = { limit: 1_000_000 };
@@ -58,6 +59,7 @@ describe('ClickHouseTraceReads on a real ClickHouse engine over HTTP', () => {
   let service: ServiceProcess;
   let run: PipelinesRun;
   let reads: ClickHouseTraceReads;
+  let world: World<ClickHouseOverHttp>;
   const statistics: QueryStatistics[] = [];
   // Pipelines created two minutes before their jobs are picked up (Pipeline Hooks write whole seconds).
   const created = Math.floor(Date.now() / 1000) * 1000 - 120_000;
@@ -75,9 +77,8 @@ describe('ClickHouseTraceReads on a real ClickHouse engine over HTTP', () => {
   const jobRow = (jobId: number) => jobRows(jobId).at(-1)!;
 
   beforeAll(async () => {
-    [clickhouse, sink] = await Promise.all([startClickHouse({ http: { password: 'reads secret' } }), startOtlpSink()]);
-    secret = makeWebhookSecret();
-    service = await startService({ OTLP_UPSTREAM_URL: sink.url, GITLAB_WEBHOOK_SECRET_FILE: secret.file });
+    world = await startWorld({ clickhouse: { http: { password: 'reads secret' } }, sink: true, webhookSecret: true, service: true });
+    ({ clickhouse, sink, webhookSecret: secret, service } = world);
     await clickhouse.query(SCHEMA);
     run = await runPipelines(service, sink, secret, [
       {
@@ -110,9 +111,7 @@ describe('ClickHouseTraceReads on a real ClickHouse engine over HTTP', () => {
   }, 90_000);
   afterAll(async () => {
     await reads?.close();
-    await service?.stop();
-    await sink?.stop();
-    await clickhouse?.stop();
+    await world?.stop();
   });
 
   it("reads a pipeline's whole trace back: every span the collector was given, each once, as it was given", async () => {

@@ -3,7 +3,7 @@ import { OtlpSink, startOtlpSink } from '../helpers/otlp-sink';
 import { pickUpJob } from '../helpers/ci-job';
 import { RedisServer, startRedis } from '../helpers/redis';
 import { startService } from '../helpers/service';
-import { readTracingAsRunner } from '../../demo/runner-tracing';
+import { readTracingAsRunner } from '../../simulator/runner-tracing';
 
 /** SPEC §8: with OTEL_EXPORTER_OTLP_ENDPOINT set, the service exports spans of its own decisions. */
 describe('self-instrumentation', () => {

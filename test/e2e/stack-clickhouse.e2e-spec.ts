@@ -1,16 +1,17 @@
 import { CONTROL_PLANE_MARK } from '../../src/otlp/control-plane-mark';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { BUILD_STAGES, exportJobAsRunner } from '../../demo/stock-runner';
+import { BUILD_STAGES, exportJobAsRunner } from '../../simulator/stock-runner';
 import { pickUpPipelineJob, PickedUpJob } from '../helpers/ci-pipeline';
 import { ClickHouse, ClickHouseRow, startClickHouse } from '../helpers/clickhouse';
 import { dateTime64, insertOtelTraces, otelSpanRow, OtelTracesRow, otelTracesRows } from '../helpers/clickhouse-exporter';
 import { PipelinesRun, runPipelines, stageSeconds } from '../helpers/clickhouse-pipelines';
 import { HEAD_10_PERCENT, sampledPipelineRows, sampledTraceId, tenPercentSample } from '../helpers/clickhouse-sampling';
-import { makeWebhookSecret, WebhookSecret } from '../helpers/gitlab-webhooks';
-import { OtlpSink, startOtlpSink } from '../helpers/otlp-sink';
+import type { WebhookSecret } from '../helpers/gitlab-webhooks';
+import type { OtlpSink } from '../helpers/otlp-sink';
 import { waitFor } from '../helpers/ports';
-import { ServiceProcess, startService } from '../helpers/service';
+import type { ServiceProcess } from '../helpers/service';
+import { startWorld, World } from '../helpers/world';
 
 const SCHEMA = readFileSync(join(__dirname, '..', '..', 'deploy', 'clickhouse', 'init', '01-ci-job-telemetry.sql'), 'utf8');
 
@@ -122,17 +123,14 @@ describe('ci_job_telemetry_traces on a real ClickHouse engine (SPEC §9)', () =>
   let clickhouse: ClickHouse;
   let sink: OtlpSink;
   let service: ServiceProcess;
+  let world: World;
 
   beforeAll(async () => {
-    [clickhouse, sink] = await Promise.all([startClickHouse(), startOtlpSink()]);
-    service = await startService({ OTLP_UPSTREAM_URL: sink.url });
+    world = await startWorld({ clickhouse: true, sink: true, service: true });
+    ({ clickhouse, sink, service } = world);
     await clickhouse.query(SCHEMA);
   }, 60_000);
-  afterAll(async () => {
-    await service?.stop();
-    await sink?.stop();
-    await clickhouse?.stop();
-  });
+  afterAll(() => world?.stop());
 
   it("creates otel_traces with exactly the columns and types the Collector's exporter writes", async () => {
     const columns = await clickhouse.query('DESCRIBE TABLE otel.otel_traces');
@@ -232,14 +230,14 @@ describe("ci_job_telemetry_traces holds the control plane's spans too: pipeline,
   let service: ServiceProcess;
   let run: PipelinesRun;
   let rows: ClickHouseRow[];
+  let world: World;
   // Pipeline Hooks write whole seconds.
   const createdAt = new Date(Math.floor(Date.now() / 1000) * 1000 - 120_000);
   const finishedAt = new Date(createdAt.getTime() + 420_000);
 
   beforeAll(async () => {
-    [clickhouse, sink] = await Promise.all([startClickHouse(), startOtlpSink()]);
-    secret = makeWebhookSecret();
-    service = await startService({ OTLP_UPSTREAM_URL: sink.url, GITLAB_WEBHOOK_SECRET_FILE: secret.file });
+    world = await startWorld({ clickhouse: true, sink: true, webhookSecret: true, service: true });
+    ({ clickhouse, sink, webhookSecret: secret, service } = world);
     await clickhouse.query(SCHEMA);
     run = await runPipelines(service, sink, secret, [
       {
@@ -262,11 +260,7 @@ describe("ci_job_telemetry_traces holds the control plane's spans too: pipeline,
     await insertOtelTraces(clickhouse, [...run.rows, ...outside]);
     rows = await clickhouse.query('SELECT * REPLACE (toString(start) AS start) FROM otel.ci_job_telemetry_traces ORDER BY start, job_id, span_name');
   }, 90_000);
-  afterAll(async () => {
-    await service?.stop();
-    await sink?.stop();
-    await clickhouse?.stop();
-  });
+  afterAll(() => world?.stop());
 
   it('has the columns of issue 19: runner_type, job_name, status_message, pipeline_status', async () => {
     const columns = await clickhouse.query('DESCRIBE TABLE otel.ci_job_telemetry_traces');

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { BUILD_STAGES, BuildStage } from '../../demo/stock-runner';
+import { BUILD_STAGES, BuildStage } from '../../simulator/stock-runner';
 import { pickUpPipelineJob } from '../helpers/ci-pipeline';
 import { ClickHouse, startClickHouse } from '../helpers/clickhouse';
 import { criticalPath, RUNNER_PARTS } from '../../src/critical-path/critical-path';
@@ -8,11 +8,12 @@ import { dateTime64, insertOtelTraces, otelSpanRow, OtelTracesRow, otelTracesRow
 import { withCriticalPathAttributes } from '../helpers/critical-path-attributes';
 import { PipelinesRun, runPipelines, stageSeconds } from '../helpers/clickhouse-pipelines';
 import { sampledPipelineRows, tenPercentSample } from '../helpers/clickhouse-sampling';
-import { makeWebhookSecret, WebhookSecret } from '../helpers/gitlab-webhooks';
+import type { WebhookSecret } from '../helpers/gitlab-webhooks';
 import { expandGrafanaQuery, GrafanaQueryContext } from '../helpers/grafana-query';
-import { OtlpSink, startOtlpSink } from '../helpers/otlp-sink';
+import type { OtlpSink } from '../helpers/otlp-sink';
 import { PipelineTrace } from '../helpers/pipeline-trace';
-import { ServiceProcess, startService } from '../helpers/service';
+import type { ServiceProcess } from '../helpers/service';
+import { startWorld, World } from '../helpers/world';
 
 const ROOT = join(__dirname, '..', '..');
 const SCHEMA = readFileSync(join(ROOT, 'deploy', 'clickhouse', 'init', '01-ci-job-telemetry.sql'), 'utf8');
@@ -267,6 +268,7 @@ describe("Queue wait and pipeline duration panels on the control plane's spans (
   let secret: WebhookSecret;
   let service: ServiceProcess;
   let run: PipelinesRun;
+  let world: World;
   // Three projects' pipelines created in the same second (Pipeline Hooks write whole seconds), two minutes
   // before their jobs are picked up, so that every job was queued after its pipeline was created.
   const created = Math.floor(Date.now() / 1000) * 1000 - 120_000;
@@ -290,9 +292,8 @@ describe("Queue wait and pipeline duration panels on the control plane's spans (
   };
 
   beforeAll(async () => {
-    [clickhouse, sink] = await Promise.all([startClickHouse(), startOtlpSink()]);
-    secret = makeWebhookSecret();
-    service = await startService({ OTLP_UPSTREAM_URL: sink.url, GITLAB_WEBHOOK_SECRET_FILE: secret.file });
+    world = await startWorld({ clickhouse: true, sink: true, webhookSecret: true, service: true });
+    ({ clickhouse, sink, webhookSecret: secret, service } = world);
     await clickhouse.query(SCHEMA);
     run = await runPipelines(service, sink, secret, [
       {
@@ -341,11 +342,7 @@ describe("Queue wait and pipeline duration panels on the control plane's spans (
       variables: { project: ['7', '42', '99'], trace_id: [traceOf(800)] },
     };
   }, 120_000);
-  afterAll(async () => {
-    await service?.stop();
-    await sink?.stop();
-    await clickhouse?.stop();
-  });
+  afterAll(() => world?.stop());
 
   it('runs every ClickHouse query of the dashboard on these spans', async () => {
     const queries = dashboard.panels
@@ -531,17 +528,14 @@ describe("Pipelines kept and dropped by outcome sampling: a Prometheus panel on 
 });
 
 describe("Spans rejected by the gateway: the panel's series is one the service exports", () => {
-  let sink: OtlpSink;
   let service: ServiceProcess;
+  let world: World;
 
   beforeAll(async () => {
-    sink = await startOtlpSink();
-    service = await startService({ OTLP_UPSTREAM_URL: sink.url });
+    world = await startWorld({ sink: true, service: true });
+    ({ service } = world);
   });
-  afterAll(async () => {
-    await service?.stop();
-    await sink?.stop();
-  });
+  afterAll(() => world?.stop());
 
   it('selects the rejected-span counter the gateway increments for a span outside the job trace', async () => {
     const target = panel('Spans rejected by the gateway').targets[0];

@@ -10,18 +10,19 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { jobPayloadRequest } from '../fixtures/job-payload';
 import { internalApiHeaders } from '../helpers/internal-api';
-import { OtlpSink, startOtlpSink } from '../helpers/otlp-sink';
+import type { OtlpSink } from '../helpers/otlp-sink';
 import { DecoratedJob, pickUpJob } from '../helpers/ci-job';
 import { waitFor } from '../helpers/ports';
-import { RedisServer, startRedis } from '../helpers/redis';
+import type { RedisServer } from '../helpers/redis';
 import { ServiceProcess, startService } from '../helpers/service';
-import { readTracingAsRunner, RunnerExportPlan } from '../../demo/runner-tracing';
+import { startWorld, World } from '../helpers/world';
+import { readTracingAsRunner, RunnerExportPlan } from '../../simulator/runner-tracing';
 import { writeFlagsFile } from '../helpers/flags-file';
 import { makeWebhookSecret } from '../helpers/gitlab-webhooks';
 
 /**
  * A stock GitLab Runner exporting through the gateway (SPEC §4, §6): the client reads the decorated
- * payload with the runner's own rules (demo/runner-tracing.ts) and exports with the
+ * payload with the runner's own rules (simulator/runner-tracing.ts) and exports with the
  * OpenTelemetry SDK's OTLP/HTTP protobuf exporter to exactly the URL it was handed, with no headers,
  * as gitlab-runner's commands/tracing.go does: resource service.name=runner, one job_execution span
  * parented on span_parent_id, the runner's identity as span attributes.
@@ -81,15 +82,13 @@ describe('a stock GitLab Runner exports through the gateway (SPEC §4, §6)', ()
   let redis: RedisServer;
   let sink: OtlpSink;
   let service: ServiceProcess;
+  let world: World;
 
   beforeAll(async () => {
-    [redis, sink] = await Promise.all([startRedis(), startOtlpSink()]);
-    service = await startService({ REDIS_URL: redis.url, OTLP_UPSTREAM_URL: sink.url, GRANT_REVOKE_GRACE_SECONDS: '0' });
+    world = await startWorld({ redis: true, sink: true, service: { GRANT_REVOKE_GRACE_SECONDS: '0' } });
+    ({ redis, sink, service } = world);
   });
-  afterAll(async () => {
-    await service?.stop();
-    await Promise.all([sink?.stop(), redis?.stop()]);
-  });
+  afterAll(() => world?.stop());
 
   it('reads one endpoint it can use, exports its job_execution span with no credentials, and it lands in the pipeline trace, stamped', async () => {
     const { payload, telemetry } = await pickUp(service, 7001, 900);

@@ -1,15 +1,16 @@
 import { mkdtempSync, readdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { BUILD_STAGES, exportJobAsRunner } from '../../demo/stock-runner';
-import { Delivered, deliverWebhook, jobHook, pipelineHook, WebhookJob, WebhookPipeline } from '../../demo/gitlab-webhooks';
+import { BUILD_STAGES, exportJobAsRunner } from '../../simulator/stock-runner';
+import { Delivered, deliverWebhook, jobHook, pipelineHook, WebhookJob, WebhookPipeline } from '../../simulator/gitlab-webhooks';
 import { pickUpPipelineJob, PickedUpJob } from '../helpers/ci-pipeline';
 import { makeWebhookSecret, WebhookSecret } from '../helpers/gitlab-webhooks';
 import { expectMatchesOpenApi } from '../helpers/openapi';
-import { OtlpSink, startOtlpSink } from '../helpers/otlp-sink';
+import type { OtlpSink } from '../helpers/otlp-sink';
 import { freePort, waitFor } from '../helpers/ports';
-import { RedisServer, startRedis } from '../helpers/redis';
-import { ServiceProcess, startService, metric } from '../helpers/service';
+import type { RedisServer } from '../helpers/redis';
+import { ServiceOptions, ServiceProcess, startService, metric } from '../helpers/service';
+import { startWorld, World } from '../helpers/world';
 import { traceShape } from '../helpers/trace-shape';
 
 /**
@@ -29,8 +30,8 @@ async function readiness(service: ServiceProcess): Promise<{ status: number; che
 }
 
 /** Started while the store is down: live (liveness answers) but not ready, as an operator's probe sees it. */
-async function startWithoutStore(env: Record<string, string>): Promise<ServiceProcess> {
-  const service = await startService(env, { waitReady: false });
+async function startWithoutStore(start: (notReady: ServiceOptions) => Promise<ServiceProcess>): Promise<ServiceProcess> {
+  const service = await start({ waitReady: false });
   await waitFor(`service on ${service.url} to be live (output: ${service.output()})`, async () => {
     const response = await fetch(`${service.url}/-/liveness`).catch(() => undefined);
     return response?.status === 200 ? true : undefined;
@@ -53,34 +54,20 @@ describe('GitLab webhooks across a store outage and a restart (SPEC §10 deliver
   let sink: OtlpSink;
   let secret: WebhookSecret;
   let service: ServiceProcess;
-  let world: Record<string, string>;
+  let world: World;
+  const spooling = {
+    WEBHOOK_SPOOL_DIR: join(mkdtempSync(join(tmpdir(), 'cjt-e2e-spool-')), 'webhook-spool'),
+    // Replays every second once the store is down, so the test does not wait out a 30 s backoff.
+    WEBHOOK_REPLAY_MAX_BACKOFF_SECONDS: '1',
+    OUTBOX_MAX_BACKOFF_SECONDS: '1',
+  };
 
   beforeAll(async () => {
     // Persistent, as a failover to a replica keeps what the primary had: the pickups' traced work survives.
-    [redis, sink] = await Promise.all([startRedis({ persistent: true }), startOtlpSink()]);
-    secret = makeWebhookSecret();
-    world = {
-      REDIS_URL: redis.url,
-      OTLP_UPSTREAM_URL: sink.url,
-      GITLAB_WEBHOOK_SECRET_FILE: secret.file,
-      WEBHOOK_SPOOL_DIR: join(mkdtempSync(join(tmpdir(), 'cjt-e2e-spool-')), 'webhook-spool'),
-      // Replays every second once the store is down, so the test does not wait out a 30 s backoff.
-      WEBHOOK_REPLAY_MAX_BACKOFF_SECONDS: '1',
-      OUTBOX_MAX_BACKOFF_SECONDS: '1',
-    };
-    service = await startService(world);
-    world = {
-      ...world,
-      INTERNAL_API_SECRET_FILE: service.secrets.internalApiSecretFile,
-      TRACE_KEY_FILE: service.secrets.traceKeyFile,
-      CAPABILITY_KEY_FILE: service.secrets.capabilityKeyFile,
-    };
+    world = await startWorld({ redis: { persistent: true }, sink: true, webhookSecret: true, service: spooling });
+    ({ redis, sink, webhookSecret: secret, service } = world);
   }, 60_000);
-  afterAll(async () => {
-    await service?.stop();
-    await sink?.stop();
-    await redis?.stop();
-  });
+  afterAll(() => world?.stop());
 
   const deliver = async (event: 'Pipeline Hook' | 'Job Hook', body: unknown, uuid: string) => {
     const answer = await deliverWebhook(service.url, event, body, { token: secret.secret, uuid });
@@ -170,7 +157,7 @@ describe('GitLab webhooks across a store outage and a restart (SPEC §10 deliver
     // The service restarts in the middle of the outage, with the store still down: its spool is kept.
     await new Promise((resolve) => setTimeout(resolve, 10_000));
     await service.stop();
-    service = await startWithoutStore(world);
+    service = await startWithoutStore((notReady) => world.startService(spooling, notReady));
     expect(await metric(service, 'ci_job_telemetry_webhook_spool_hooks')).toBe(spooled());
     await logged(service, `${spooled()} GitLab webhook(s) left in the spool`);
 
@@ -187,7 +174,7 @@ describe('GitLab webhooks across a store outage and a restart (SPEC §10 deliver
     // Answered at once, far inside GitLab's 10 s webhook timeout.
     for (const answer of answers) expect(answer.elapsedMs).toBeLessThan(3000);
     expect(await metric(service, 'ci_job_telemetry_webhook_spool_hooks')).toBe(spooled());
-    expect(readdirSync(world.WEBHOOK_SPOOL_DIR).filter((name) => name.endsWith('.hook.json'))).toHaveLength(spooled());
+    expect(readdirSync(spooling.WEBHOOK_SPOOL_DIR).filter((name) => name.endsWith('.hook.json'))).toHaveLength(spooled());
     expect((await readiness(service)).checks.webhook_spool).toBe('degraded');
     expect((await fetch(`${service.url}/-/liveness`)).status).toBe(200);
     // Nothing of the pipeline reached the collector while the store was away.
@@ -205,7 +192,7 @@ describe('GitLab webhooks across a store outage and a restart (SPEC §10 deliver
     expect(await metric(service, 'ci_job_telemetry_webhooks_replayed_total')).toBe(spooled());
     expect(await metric(service, 'ci_job_telemetry_webhooks_dropped_total')).toBe(0);
     await logged(service, `webhook spool empty: ${spooled()} spooled webhook(s) recorded in the store`);
-    expect(readdirSync(world.WEBHOOK_SPOOL_DIR)).toEqual([]);
+    expect(readdirSync(spooling.WEBHOOK_SPOOL_DIR)).toEqual([]);
 
     const expected = runnerAndQueueSpans + jobs.length /* job */ + 1; /* pipeline */
     await waitFor(`${expected} spans at the collector`, async () => (spansOfTrace().length >= expected ? true : undefined), 30_000);
@@ -234,13 +221,19 @@ describe('a full webhook spool (SPEC §10 delivery)', () => {
   it('answers 503 only when the spool is full, counts it, and keeps its 4xx for bad input while the store is down', async () => {
     const secret = makeWebhookSecret();
     // Nothing listens there: the store is down from the start.
-    const service = await startWithoutStore({
-      REDIS_URL: `redis://127.0.0.1:${await freePort()}`,
-      OTLP_UPSTREAM_URL: 'http://127.0.0.1:9',
-      GITLAB_WEBHOOK_SECRET_FILE: secret.file,
-      WEBHOOK_SPOOL_DIR: join(mkdtempSync(join(tmpdir(), 'cjt-e2e-spool-')), 'webhook-spool'),
-      WEBHOOK_SPOOL_MAX_HOOKS: '2',
-    });
+    const redisUrl = `redis://127.0.0.1:${await freePort()}`;
+    const service = await startWithoutStore((notReady) =>
+      startService(
+        {
+          REDIS_URL: redisUrl,
+          OTLP_UPSTREAM_URL: 'http://127.0.0.1:9',
+          GITLAB_WEBHOOK_SECRET_FILE: secret.file,
+          WEBHOOK_SPOOL_DIR: join(mkdtempSync(join(tmpdir(), 'cjt-e2e-spool-')), 'webhook-spool'),
+          WEBHOOK_SPOOL_MAX_HOOKS: '2',
+        },
+        notReady,
+      ),
+    );
     try {
       const pipeline: WebhookPipeline = { id: 99_200, projectId: PROJECT, status: 'running', createdAt: new Date(Date.now() - 60_000), jobs: [] };
       const job = (id: number): WebhookJob => ({

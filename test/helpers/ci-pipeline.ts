@@ -1,5 +1,5 @@
-import type { WebhookJob } from '../../demo/gitlab-webhooks';
-import { BuildStage, exportJobAsRunner, TracingFeature } from '../../demo/stock-runner';
+import type { WebhookJob } from '../../simulator/gitlab-webhooks';
+import { BuildStage, exportJobAsRunner, TracingFeature } from '../../simulator/stock-runner';
 import { jobPayloadRequest } from '../fixtures/job-payload';
 import { pickUpJob } from './ci-job';
 import type { ServiceProcess } from './service';

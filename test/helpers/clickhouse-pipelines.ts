@@ -1,5 +1,5 @@
-import { BUILD_STAGES, BuildStage, exportJobAsRunner } from '../../demo/stock-runner';
-import { deliverWebhook, jobHook, pipelineHook, WebhookJob, WebhookPipeline } from '../../demo/gitlab-webhooks';
+import { BUILD_STAGES, BuildStage, exportJobAsRunner } from '../../simulator/stock-runner';
+import { deliverWebhook, jobHook, pipelineHook, WebhookJob, WebhookPipeline } from '../../simulator/gitlab-webhooks';
 import { pickUpPipelineJob, PickedUpJob } from './ci-pipeline';
 import { OtelTracesRow, otelTracesRows } from './clickhouse-exporter';
 import { WebhookSecret } from './gitlab-webhooks';

@@ -2,10 +2,10 @@ import { ChildProcess, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
+import { repoRoot } from '../../simulator/repo-root';
 
-// test/chdb beside this file, or, for a bench compiled elsewhere (node_modules/.cache), in the working directory.
-const CHDB =
-  [join(__dirname, '..', 'chdb'), join(process.cwd(), 'test', 'chdb')].find((dir) => existsSync(join(dir, 'engine.js'))) ?? join(__dirname, '..', 'chdb');
+// The checkout's, found from the root: a bench runs this file compiled into build/bench, where no test/chdb is beside it.
+const CHDB = join(repoRoot(), 'test', 'chdb');
 const ENGINE = join(CHDB, 'engine.js');
 
 export type ClickHouseRow = Record<string, unknown>;

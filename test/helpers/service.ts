@@ -1,13 +1,13 @@
 import { NestFastifyApplication } from '@nestjs/platform-fastify';
 import { ChildProcess, spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { closeSync, existsSync, openSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { createInternalApp } from '../../src/app.factory';
 import { AppConfig, loadConfig } from '../../src/config/app-config';
 import { loadSecrets, Secrets } from '../../src/config/secrets';
 import { createLogger } from '../../src/observability/logger';
-import { repoRoot } from '../../demo/repo-root';
+import { repoRoot } from '../../simulator/repo-root';
 import { makeSecretFiles, SecretFiles } from './internal-api';
 import { freePort, waitFor } from './ports';
 
@@ -67,20 +67,56 @@ export interface ServiceProcess {
   readonly gatewayUrl: string;
   readonly secrets: SecretFiles;
   readonly pid: number;
+  /** What it wrote (with `logFile`, the end of its stderr only). */
   readonly output: () => string;
+  /** Stops it with `signal` (SIGTERM: its graceful shutdown runs), SIGKILL after 15 s; answers its exit code. */
   stop(signal?: NodeJS.Signals): Promise<number | null>;
 }
 
-/** The built service (`dist/main.js`) as its own process, the way operators run it. */
-export async function startService(env: Record<string, string> = {}, options: { waitReady?: boolean; cwd?: string } = {}): Promise<ServiceProcess> {
-  const main = join(ROOT, 'dist', 'main.js');
-  if (!existsSync(main)) throw new Error('dist/main.js is missing: `npm test` builds it first (npm run build)');
-  const secrets = makeSecretFiles();
+export interface ServiceOptions {
+  /** false: answers once it is spawned, for a start meant to fail or replicas that race to start. */
+  readonly waitReady?: boolean;
+  /** The checkout whose build runs (a bench comparing another revision's); this one by default. */
+  readonly root?: string;
+  /** Its working directory: the checkout by default. */
+  readonly cwd?: string;
+  /** Another service's secret files, so both hold the same keys (a replica, a restart); fresh ones otherwise. */
+  readonly secrets?: SecretFiles;
+  /** Node's own arguments, before the script (a bench's `--cpu-prof`). */
+  readonly nodeArgs?: readonly string[];
+  /**
+   * Its stdout (pino's lines, written in batches) appended to this file, as a container runtime takes it, rather than
+   * kept in memory: a bench's service logs every request it measures.
+   */
+  readonly logFile?: string;
+}
+
+const OUTPUT_KEPT_WITH_LOG_FILE = 4000;
+const STOP_GRACE_MS = 15_000;
+
+/** Secret directories made for services, removed when this process exits (a restart may still need them before). */
+const madeSecrets = new Set<string>();
+function removedAtExit(secrets: SecretFiles): SecretFiles {
+  if (madeSecrets.size === 0) process.once('exit', () => madeSecrets.forEach((dir) => rmSync(dir, { recursive: true, force: true })));
+  madeSecrets.add(secrets.dir);
+  return secrets;
+}
+
+/**
+ * The built service (`dist/main.js`) as its own process, the way operators run it: on loopback, its secrets in files,
+ * its capability URLs built on its own gateway port. Tests, benches and their worlds (`world.ts`) all start it here.
+ */
+export async function startService(env: Record<string, string> = {}, options: ServiceOptions = {}): Promise<ServiceProcess> {
+  const root = options.root ?? ROOT;
+  const main = join(root, 'dist', 'main.js');
+  if (!existsSync(main)) throw new Error(`${main} is missing: \`npm test\` builds it first (npm run build)`);
+  const secrets = options.secrets ?? removedAtExit(makeSecretFiles());
   const port = await freePort();
   const gatewayPort = await freePort();
   let output = '';
-  const child: ChildProcess = spawn(process.execPath, [main], {
-    cwd: options.cwd ?? ROOT,
+  const log = options.logFile === undefined ? 'pipe' : openSync(options.logFile, 'a');
+  const child: ChildProcess = spawn(process.execPath, [...(options.nodeArgs ?? []), main], {
+    cwd: options.cwd ?? root,
     env: {
       PATH: process.env.PATH,
       HOST: '127.0.0.1',
@@ -91,13 +127,18 @@ export async function startService(env: Record<string, string> = {}, options: { 
       CAPABILITY_KEY_FILE: secrets.capabilityKeyFile,
       // Capability URLs are built on it, so it must be where this process's gateway listens.
       GATEWAY_PUBLIC_URL: `http://127.0.0.1:${gatewayPort}`,
-      FLAGS_FILE,
+      FLAGS_FILE: join(root, 'config', 'flags.json'),
       ...env,
     },
-    stdio: ['ignore', 'pipe', 'pipe'],
+    stdio: ['ignore', log, 'pipe'],
   });
-  child.stdout?.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  child.stderr?.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  if (typeof log === 'number') closeSync(log);
+  const keep = (chunk: Buffer) => {
+    output += chunk.toString();
+    if (options.logFile !== undefined) output = output.slice(-OUTPUT_KEPT_WITH_LOG_FILE);
+  };
+  child.stdout?.on('data', keep);
+  child.stderr?.on('data', keep);
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
   const url = `http://127.0.0.1:${port}`;
 
@@ -111,7 +152,7 @@ export async function startService(env: Record<string, string> = {}, options: { 
     } catch (error) {
       // A service that never became ready is stopped, not left behind to hold the test run open.
       if (child.exitCode === null) child.kill('SIGKILL');
-      throw new Error(`${(error as Error).message} (output: ${output})`);
+      throw new Error(`${(error as Error).message} (output: ${output}${options.logFile === undefined ? '' : `; log: ${options.logFile}`})`);
     }
   }
   return {
@@ -121,8 +162,12 @@ export async function startService(env: Record<string, string> = {}, options: { 
     pid: child.pid!,
     output: () => output,
     stop: async (signal = 'SIGTERM') => {
-      if (child.exitCode === null) child.kill(signal);
-      return exited;
+      if (child.exitCode !== null || child.signalCode !== null) return exited;
+      child.kill(signal);
+      const killer = setTimeout(() => child.kill('SIGKILL'), STOP_GRACE_MS);
+      const code = await exited;
+      clearTimeout(killer);
+      return code;
     },
   };
 }

@@ -1,6 +1,6 @@
 import { writeFileSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
-import { jobHook, pipelineHook, WebhookPipeline } from '../../demo/gitlab-webhooks';
+import { jobHook, pipelineHook, WebhookPipeline } from '../../simulator/gitlab-webhooks';
 import { jobPayloadRequest } from '../fixtures/job-payload';
 import { makeWebhookSecret, WebhookSecret } from '../helpers/gitlab-webhooks';
 import { internalApiHeaders } from '../helpers/internal-api';

@@ -13,7 +13,7 @@ import { expectMatchesOpenApi } from '../helpers/openapi';
 import { freePort } from '../helpers/ports';
 import { RedisServer, startRedis } from '../helpers/redis';
 import { InProcessService, startInProcess } from '../helpers/service';
-import { readTracingAsRunner } from '../../demo/runner-tracing';
+import { readTracingAsRunner } from '../../simulator/runner-tracing';
 
 const PATH = '/internal/ci/telemetry/job_payload';
 

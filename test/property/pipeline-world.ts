@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { randomUUID } from 'node:crypto';
-import { jobHook, pipelineAt, pipelineHook, WebhookJob, WebhookPipeline } from '../../demo/gitlab-webhooks';
+import { jobHook, pipelineAt, pipelineHook, WebhookJob, WebhookPipeline } from '../../simulator/gitlab-webhooks';
 
 /**
  * A generated GitLab world for SPEC §11: one root pipeline with parallel jobs (some failing, allowed to fail, retried

@@ -6,6 +6,7 @@
  */
 import { CI_IDENTITY_ATTRIBUTES, CiIdentityValueType, SAMPLING_REASON_ATTRIBUTE } from '../../otlp/ci-identity';
 import type { OtlpSignal } from '../../otlp/otlp-encoding';
+import type { OtlpFieldName } from '../../otlp/otlp-fields';
 import type { EnforcedExport, GatewayGrant, RunnerJobEnd, SpanBudget, SpanLimits } from './otlp-types';
 import { OUTCOME_TRACE_STATE, PENDING_SAMPLING_REASON, ResourceSamplingReason } from '../../otlp/sampling-reason';
 import { isReservedAttributeKey } from '../../otlp/control-plane-mark';
@@ -190,6 +191,14 @@ const NAMED_REFUSALS = 5;
 export function deprecatedScopesStandIn(currentScopes: number): boolean {
   return currentScopes === 0;
 }
+
+/**
+ * The Metric of the envelope's allow-list (issue 9 item 1), by field name for both walkers: its members that go on as
+ * they are, beside the data oneof whose points are counted and stamped; and the members of a data message that go on
+ * beside its points, wherever they come. Anything else at those levels is dropped.
+ */
+export const METRIC_PLAIN_FIELDS: readonly OtlpFieldName<'Metric'>[] = ['name', 'description', 'unit', 'metadata'];
+export const METRIC_DATA_PLAIN_FIELDS: readonly OtlpFieldName<'Sum'>[] = ['aggregation_temporality', 'is_monotonic'];
 
 /** A scope whose spans were all dropped, or a resource whose scopes were, describes nothing: dropped with them. */
 export function keepsEnvelope(held: number, kept: number): boolean {

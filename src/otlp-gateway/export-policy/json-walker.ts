@@ -28,14 +28,17 @@ import {
   deprecatedScopesStandIn,
   grantIdentity,
   keepsEnvelope,
+  METRIC_DATA_PLAIN_FIELDS,
+  METRIC_PLAIN_FIELDS,
   resourceKeyDropped,
   resourceKeyRefusesSpans,
 } from './export-policy';
+import { OTLP_ENVELOPES, OtlpEnvelope, OtlpField, STATUS_CODE, jsonName, oneofFields, otlpField } from '../../otlp/otlp-fields';
 import { isReservedAttributeKey } from '../../otlp/control-plane-mark';
 import type { OtlpSignal } from '../../otlp/otlp-encoding';
 import { jsonTextBytes } from '../../otlp/otlp-json-size';
 import { OtlpPayloadError } from '../../otlp/otlp-wire';
-import type { EnforcedExport, GatewayGrant, RunnerJobEnd, SpanBudget, SpanLimits } from './otlp-types';
+import type { EncodingEnforcement, RunnerJobEnd, SpanLimits } from './otlp-types';
 import { jsonSamplingReason } from '../../otlp/sampling-reason';
 import {
   JSON_LOG_RECORD_RULE,
@@ -60,52 +63,40 @@ interface SignalFields {
   items: Spelling;
 }
 
+/** A member's lowerCamelCase name, and its snake_case one where that differs: the Collector reads both. */
+function spelling({ name, jsonName }: OtlpField): Spelling {
+  return [jsonName, name === jsonName ? undefined : name];
+}
+
+function signalFields({ request, containers, container, scopes, deprecatedScopes, scope, items }: OtlpEnvelope): SignalFields {
+  const formerly = deprecatedScopes.formerly!;
+  return {
+    request,
+    resources: spelling(containers),
+    container,
+    scopes: spelling(scopes),
+    deprecatedScopes: [deprecatedScopes.jsonName, deprecatedScopes.name, jsonName(formerly), formerly],
+    scope,
+    items: spelling(items),
+  };
+}
+
 const SIGNAL_FIELDS: Record<OtlpSignal, SignalFields> = {
-  traces: {
-    request: 'ExportTraceServiceRequest',
-    resources: ['resourceSpans', 'resource_spans'],
-    container: 'ResourceSpans',
-    scopes: ['scopeSpans', 'scope_spans'],
-    deprecatedScopes: ['deprecatedScopeSpans', 'deprecated_scope_spans', 'instrumentationLibrarySpans', 'instrumentation_library_spans'],
-    scope: 'ScopeSpans',
-    items: ['spans', undefined],
-  },
-  metrics: {
-    request: 'ExportMetricsServiceRequest',
-    resources: ['resourceMetrics', 'resource_metrics'],
-    container: 'ResourceMetrics',
-    scopes: ['scopeMetrics', 'scope_metrics'],
-    deprecatedScopes: ['deprecatedScopeMetrics', 'deprecated_scope_metrics', 'instrumentationLibraryMetrics', 'instrumentation_library_metrics'],
-    scope: 'ScopeMetrics',
-    items: ['metrics', undefined],
-  },
-  logs: {
-    request: 'ExportLogsServiceRequest',
-    resources: ['resourceLogs', 'resource_logs'],
-    container: 'ResourceLogs',
-    scopes: ['scopeLogs', 'scope_logs'],
-    deprecatedScopes: ['deprecatedScopeLogs', 'deprecated_scope_logs', 'instrumentationLibraryLogs', 'instrumentation_library_logs'],
-    scope: 'ScopeLogs',
-    items: ['logRecords', 'log_records'],
-  },
+  traces: signalFields(OTLP_ENVELOPES.traces),
+  metrics: signalFields(OTLP_ENVELOPES.metrics),
+  logs: signalFields(OTLP_ENVELOPES.logs),
 };
 
-// The scope of a pre-1.0 instrumentation_library_* entry, which older collectors read as the scope.
-const LEGACY_SCOPE_FIELDS = ['instrumentationLibrary', 'instrumentation_library'];
+// The scope of a pre-1.0 instrumentation_library_* entry (instrumentation_library), which older collectors read as the scope.
+const LEGACY_SCOPE = OTLP_ENVELOPES.traces.scopeScope.formerly!;
+const LEGACY_SCOPE_FIELDS = [jsonName(LEGACY_SCOPE), LEGACY_SCOPE];
+// schema_url, of containers and scopes alike.
+const SCHEMA_URL = spelling(OTLP_ENVELOPES.traces.scopeSchemaUrl);
 
-const METRIC_DATA_FIELDS: ReadonlyArray<Spelling> = [
-  ['gauge', undefined],
-  ['sum', undefined],
-  ['histogram', undefined],
-  ['exponentialHistogram', 'exponential_histogram'],
-  ['summary', undefined],
-];
-const METRIC_PLAIN_FIELDS = ['name', 'description', 'unit', 'metadata'];
-const STATUS_CODE_ERROR = 2;
-const METRIC_DATA_PLAIN_FIELDS: ReadonlyArray<Spelling> = [
-  ['aggregationTemporality', 'aggregation_temporality'],
-  ['isMonotonic', 'is_monotonic'],
-];
+const METRIC_DATA_FIELDS: ReadonlyArray<Spelling> = oneofFields('Metric', 'data').map(spelling);
+const METRIC_PLAIN_MEMBERS: ReadonlyArray<Spelling> = METRIC_PLAIN_FIELDS.map((name) => spelling(otlpField('Metric', name)));
+const METRIC_DATA_PLAIN_MEMBERS: ReadonlyArray<Spelling> = METRIC_DATA_PLAIN_FIELDS.map((name) => spelling(otlpField('Sum', name)));
+const DATA_POINTS = spelling(otlpField('Sum', 'data_points'));
 
 interface Enforcement {
   signal: OtlpSignal;
@@ -140,13 +131,7 @@ const jsonGrants = new PerGrant((grant) => {
   };
 });
 
-export function enforceJsonExport(
-  signal: OtlpSignal,
-  body: Buffer,
-  grant: GatewayGrant,
-  spanBudget: number | SpanBudget,
-  spanLimits: SpanLimits,
-): EnforcedExport {
+export const enforceJsonExport: EncodingEnforcement = (signal, body, grant, spanBudget, spanLimits) => {
   const fields = SIGNAL_FIELDS[signal];
   const root = parseJsonObject(body, fields.request);
   const enforcement: Enforcement = {
@@ -168,7 +153,7 @@ export function enforceJsonExport(
   // An export request has one member; any other is dropped with the rest of what the allow-list does not know.
   if (signal === 'traces') return enforcement.policy.result(serializeTraces(kept, enforcement.spanTexts));
   return enforcement.policy.result(serialize({ [fields.resources[0]]: kept }));
-}
+};
 
 /** Rebuilds one Resource{Spans,Metrics,Logs}; `undefined` when the spans filter emptied it. */
 function rewriteContainer(enforcement: Enforcement, container: JsonObject): JsonObject | undefined {
@@ -188,7 +173,7 @@ function rewriteContainer(enforcement: Enforcement, container: JsonObject): Json
   refuseUndecodable(container.resource, JSON_RESOURCE_RULE, `${fields.container}.resource`);
   const rebuilt: JsonObject = { resource: stampResource(container.resource, enforcement.identity, fields.container) };
   rebuilt[fields.scopes[0]] = keptScopes;
-  copyPlainField(container, ['schemaUrl', 'schema_url'], fields.container, rebuilt);
+  copyPlainField(container, SCHEMA_URL, fields.container, rebuilt);
   refuseUnlessString(rebuilt.schemaUrl, `${fields.container}.schemaUrl`);
   return rebuilt;
 }
@@ -222,7 +207,7 @@ function rewriteScope(enforcement: Enforcement, scope: JsonObject): JsonObject |
     enforcement.policy.countItems(items.length);
     rebuilt.logRecords = items;
   }
-  copyPlainField(scope, ['schemaUrl', 'schema_url'], fields.scope, rebuilt);
+  copyPlainField(scope, SCHEMA_URL, fields.scope, rebuilt);
   refuseUnlessString(rebuilt.schemaUrl, `${fields.scope}.schemaUrl`);
   return rebuilt;
 }
@@ -340,7 +325,7 @@ function readJobExecutionEnd(span: JsonObject): RunnerJobEnd | undefined {
   const attributes = Array.isArray(span.attributes) ? (span.attributes as unknown[]) : [];
   const status = attributes.find((attribute) => (attribute as JsonObject | null)?.key === 'ci.job.status') as JsonObject | undefined;
   const statusValue = (status?.value as JsonObject | undefined)?.stringValue;
-  const failed = (span.status as JsonObject | undefined)?.code === STATUS_CODE_ERROR;
+  const failed = (span.status as JsonObject | undefined)?.code === STATUS_CODE.ERROR;
   return {
     parentSpanId: typeof parentSpanId === 'string' ? parentSpanId.toLowerCase() : '',
     endMs: Number(BigInt(String(end)) / 1_000_000n),
@@ -400,7 +385,7 @@ function stampItemAttributes(enforcement: Enforcement, item: JsonObject, where: 
 /** Rebuilds a Metric from the members it may have, counting and stamping its data points. */
 function rewriteMetric(enforcement: Enforcement, metric: JsonObject): JsonObject {
   const rebuilt: JsonObject = {};
-  for (const name of METRIC_PLAIN_FIELDS) copyPlainField(metric, [name, undefined], 'Metric', rebuilt);
+  for (const member of METRIC_PLAIN_MEMBERS) copyPlainField(metric, member, 'Metric', rebuilt);
   let dataFields = 0;
   for (const [camel, snake] of METRIC_DATA_FIELDS) {
     const data = field(metric, camel, snake, 'Metric');
@@ -410,11 +395,11 @@ function rewriteMetric(enforcement: Enforcement, metric: JsonObject): JsonObject
     }
     const where = `Metric.${camel}`;
     const dataObject = asObject(data, where);
-    const points = arrayField(dataObject, ['dataPoints', 'data_points'], where);
+    const points = arrayField(dataObject, DATA_POINTS, where);
     for (const point of points) stampItemAttributes(enforcement, asObject(point, `${where}.dataPoints[]`), `${where}.dataPoints[]`);
     enforcement.policy.countItems(points.length);
     const rebuiltData: JsonObject = { dataPoints: points };
-    for (const spelling of METRIC_DATA_PLAIN_FIELDS) copyPlainField(dataObject, spelling, where, rebuiltData);
+    for (const member of METRIC_DATA_PLAIN_MEMBERS) copyPlainField(dataObject, member, where, rebuiltData);
     rebuilt[camel] = rebuiltData;
   }
   return rebuilt;

@@ -1,4 +1,5 @@
 /** The export policy's shared types, in one place so the enforcement files and the dispatcher import no one another. */
+import type { OtlpSignal } from '../../otlp/otlp-encoding';
 
 /** What the auth decision says the exporting job may write (SPEC §5, §6). */
 export interface GatewayGrant {
@@ -86,5 +87,14 @@ export interface RunnerJobEnd {
   readonly endMs: number;
   readonly status?: string;
 }
+
+/** What each walker does to a body of its encoding; enforceExport (enforce-export.ts) documents it. */
+export type EncodingEnforcement = (
+  signal: OtlpSignal,
+  body: Buffer,
+  grant: GatewayGrant,
+  spanBudget: number | SpanBudget,
+  spanLimits: SpanLimits,
+) => EnforcedExport;
 
 export const NO_SPAN_LIMITS: SpanLimits = { maxBytes: Infinity, maxAttributes: Infinity, maxAttributeValueBytes: Infinity };

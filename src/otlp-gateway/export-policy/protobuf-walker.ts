@@ -17,9 +17,8 @@
  * nested value and rejected through partial success when the Collector could not decode it; a resource, scope or
  * log record it could not decode refuses the export, as broken framing does, since it is no one span's fault.
  *
- * Field numbers are those of opentelemetry-proto v1 (collector/*\/v1/*_service.proto, trace/v1/trace.proto,
- * metrics/v1/metrics.proto, logs/v1/logs.proto, resource/v1/resource.proto, common/v1/common.proto), and
- * field 1000 of Resource{Spans,Metrics,Logs}, which the Collector's pdata decoders still read.
+ * Field numbers come from the OTLP table (otlp-fields.ts): opentelemetry-proto v1's, and field 1000 of
+ * Resource{Spans,Metrics,Logs}, which the Collector's pdata decoders still read.
  */
 import {
   ExportPolicy,
@@ -29,6 +28,8 @@ import {
   JOB_EXECUTION_SPAN,
   PerGrant,
   SpanSeen,
+  METRIC_DATA_PLAIN_FIELDS,
+  METRIC_PLAIN_FIELDS,
   deprecatedScopesStandIn,
   grantIdentity,
   keepsEnvelope,
@@ -37,8 +38,9 @@ import {
 } from './export-policy';
 import { RESERVED_ATTRIBUTE_PREFIXES } from '../../otlp/control-plane-mark';
 import type { OtlpSignal } from '../../otlp/otlp-encoding';
-import type { EnforcedExport, GatewayGrant, RunnerJobEnd, SpanBudget, SpanLimits } from './otlp-types';
+import type { EncodingEnforcement, RunnerJobEnd, SpanLimits } from './otlp-types';
 import { protobufSamplingReason } from '../../otlp/sampling-reason';
+import { ENVELOPE_FIELDS, OTLP_ENVELOPES, STATUS_CODE, fieldNumbers, oneofFields, otlpField } from '../../otlp/otlp-fields';
 import {
   LOG_RECORD_RULE,
   MessageRule,
@@ -66,67 +68,58 @@ import {
   lengthDelimitedHeader,
 } from '../../otlp/otlp-wire';
 
-// Export*ServiceRequest.resource_{spans,metrics,logs}
-const REQUEST_RESOURCES = 1;
-// Resource{Spans,Metrics,Logs}
-const CONTAINER_RESOURCE = 1;
-const CONTAINER_SCOPES = 2;
-const CONTAINER_SCHEMA_URL = 3;
-// deprecated_scope_{spans,metrics,logs} (formerly instrumentation_library_*): pdata reads them, and uses them
-// in place of scope_* when that is empty (MigrateTraces / MigrateMetrics / MigrateLogs).
-const CONTAINER_DEPRECATED_SCOPES = 1000;
-// Scope{Spans,Metrics,Logs}
-const SCOPE_SCOPE = 1;
-const SCOPE_ITEMS = 2;
-const SCOPE_SCHEMA_URL = 3;
-const SPAN_TRACE_ID = 1;
-const SPAN_SPAN_ID = 2;
-const SPAN_PARENT_SPAN_ID = 4;
-const SPAN_NAME = 5;
-const SPAN_END_TIME = 8;
-const SPAN_ATTRIBUTES = 9;
-const SPAN_STATUS = 15;
-const STATUS_CODE = 3;
-const STATUS_CODE_ERROR = 2;
+// Field numbers from the OTLP table, as constants of this module: the walk compares them field by field.
+const {
+  containers: REQUEST_RESOURCES,
+  resource: CONTAINER_RESOURCE,
+  scopes: CONTAINER_SCOPES,
+  containerSchemaUrl: CONTAINER_SCHEMA_URL,
+  // pdata reads them, and uses them in place of scope_* when that is empty (MigrateTraces / MigrateMetrics / MigrateLogs).
+  deprecatedScopes: CONTAINER_DEPRECATED_SCOPES,
+  scopeScope: SCOPE_SCOPE,
+  items: SCOPE_ITEMS,
+  scopeSchemaUrl: SCOPE_SCHEMA_URL,
+} = ENVELOPE_FIELDS;
+const {
+  trace_id: SPAN_TRACE_ID,
+  span_id: SPAN_SPAN_ID,
+  parent_span_id: SPAN_PARENT_SPAN_ID,
+  name: SPAN_NAME,
+  end_time_unix_nano: SPAN_END_TIME,
+  attributes: SPAN_ATTRIBUTES,
+  status: SPAN_STATUS,
+} = fieldNumbers('Span');
+const STATUS_CODE_FIELD = fieldNumbers('Status').code;
 const JOB_EXECUTION = Buffer.from(JOB_EXECUTION_SPAN);
 const JOB_STATUS_KEY = 'ci.job.status';
-// Metric: name, description, unit, metadata go on; the data oneof is enforced; anything else (the removed
-// int_gauge 4, int_sum 6, int_histogram 8 among them) is dropped.
-const METRIC_PLAIN_FIELDS: ReadonlySet<number> = new Set([1, 2, 3, 12]);
-// Metric.data oneof → the attributes field of its data points: gauge and sum hold NumberDataPoint (7),
-// histogram HistogramDataPoint (9), exponential_histogram ExponentialHistogramDataPoint (1), summary
-// SummaryDataPoint (7).
-const DATA_POINT_ATTRIBUTES: ReadonlyMap<number, number> = new Map([
-  [5, 7],
-  [7, 7],
-  [9, 9],
-  [10, 1],
-  [11, 7],
-]);
-const METRIC_DATA_POINTS = 1;
-// Sum/Histogram/ExponentialHistogram aggregation_temporality, Sum is_monotonic.
-const METRIC_DATA_PLAIN_FIELDS: ReadonlySet<number> = new Set([2, 3]);
-const LOG_RECORD_ATTRIBUTES = 6;
-const RESOURCE_ATTRIBUTES = 1;
-const KEY_VALUE_KEY = 1;
-const KEY_VALUE_VALUE = 2;
-const KEY_VALUE_KEY_TAG = (KEY_VALUE_KEY << 3) | WIRE_LENGTH_DELIMITED;
-const KEY_VALUE_VALUE_TAG = (KEY_VALUE_VALUE << 3) | WIRE_LENGTH_DELIMITED;
+// Metric: METRIC_PLAIN_FIELDS go on as they are; the data oneof is enforced; anything else (the removed int_gauge 4,
+// int_sum 6, int_histogram 8 among them) is dropped.
+const METRIC = fieldNumbers('Metric');
+const METRIC_PLAIN: ReadonlySet<number> = new Set(METRIC_PLAIN_FIELDS.map((name) => METRIC[name]));
+// Metric.data oneof → the attributes field of its data points (NumberDataPoint 7, HistogramDataPoint 9,
+// ExponentialHistogramDataPoint 1, SummaryDataPoint 7), all held in data_points.
+const METRIC_DATA_POINTS = fieldNumbers('Sum').data_points;
+const DATA_POINT_ATTRIBUTES: ReadonlyMap<number, number> = new Map(
+  oneofFields('Metric', 'data').map((data) => {
+    const points = otlpField(data.message!, 'data_points');
+    if (points.number !== METRIC_DATA_POINTS) throw new Error(`${data.message}.data_points is not field ${METRIC_DATA_POINTS}`);
+    return [data.number, otlpField(points.message!, 'attributes').number];
+  }),
+);
+const SUM = fieldNumbers('Sum');
+const METRIC_DATA_PLAIN: ReadonlySet<number> = new Set(METRIC_DATA_PLAIN_FIELDS.map((name) => SUM[name]));
+const LOG_RECORD_ATTRIBUTES = fieldNumbers('LogRecord').attributes;
+const RESOURCE_ATTRIBUTES = fieldNumbers('Resource').attributes;
+const { key: KEY_VALUE_KEY, value: KEY_VALUE_VALUE } = fieldNumbers('KeyValue');
+const KEY_VALUE_KEY_TAG = otlpField('KeyValue', 'key').tag;
+const KEY_VALUE_VALUE_TAG = otlpField('KeyValue', 'value').tag;
 const CI_PREFIX = Buffer.from('ci.');
 // Item identity keys are recognised by their "ci." prefix and their length before any key is decoded.
 if (![...ITEM_IDENTITY_KEYS].every((key) => key.startsWith('ci.'))) throw new Error('item identity keys must start with "ci."');
 const ITEM_IDENTITY_KEY_LENGTHS: ReadonlySet<number> = new Set([...ITEM_IDENTITY_KEYS].map((key) => key.length));
 // The control plane's keys (control-plane-mark.ts), compared byte by byte past their common "ci.".
 const RESERVED_KEY_PREFIXES: readonly Buffer[] = RESERVED_ATTRIBUTE_PREFIXES.map((prefix) => Buffer.from(prefix));
-const ANY_VALUE_STRING = 1;
-const ANY_VALUE_INT = 3;
-const ANY_VALUE_BYTES = 7;
-
-const SIGNAL_NAMES: Record<OtlpSignal, { container: string; scope: string; item: string }> = {
-  traces: { container: 'ResourceSpans', scope: 'ScopeSpans', item: 'Span' },
-  metrics: { container: 'ResourceMetrics', scope: 'ScopeMetrics', item: 'Metric' },
-  logs: { container: 'ResourceLogs', scope: 'ScopeLogs', item: 'LogRecord' },
-};
+const { string_value: ANY_VALUE_STRING, int_value: ANY_VALUE_INT, bytes_value: ANY_VALUE_BYTES } = fieldNumbers('AnyValue');
 
 interface Enforcement {
   signal: OtlpSignal;
@@ -167,13 +160,7 @@ const encodedGrants = new PerGrant((grant) => {
   };
 });
 
-export function enforceProtobufExport(
-  signal: OtlpSignal,
-  body: Buffer,
-  grant: GatewayGrant,
-  spanBudget: number | SpanBudget,
-  spanLimits: SpanLimits,
-): EnforcedExport {
+export const enforceProtobufExport: EncodingEnforcement = (signal, body, grant, spanBudget, spanLimits) => {
   const { traceId, identity, itemIdentity, controlPlaneSpanIds } = encodedGrants.of(grant);
   const enforcement: Enforcement = {
     signal,
@@ -195,7 +182,7 @@ export function enforceProtobufExport(
   while (!reader.atEnd()) {
     reader.readTag();
     if (reader.fieldNumber === REQUEST_RESOURCES) {
-      const end = reader.expectLengthDelimited(SIGNAL_NAMES[signal].container);
+      const end = reader.expectLengthDelimited(OTLP_ENVELOPES[signal].container);
       const container = rewriteContainer(enforcement, reader.pos, end);
       if (container !== undefined) out.pushMessage(REQUEST_RESOURCES, container);
       reader.pos = end;
@@ -205,7 +192,7 @@ export function enforceProtobufExport(
     }
   }
   return enforcement.policy.result(out.toBuffer());
-}
+};
 
 /**
  * Rewrites one Resource{Spans,Metrics,Logs}; `undefined` when the spans filter emptied it.
@@ -214,7 +201,7 @@ export function enforceProtobufExport(
  */
 function rewriteContainer(enforcement: Enforcement, start: number, end: number): ChunkList | undefined {
   const { body, signal } = enforcement;
-  const names = SIGNAL_NAMES[signal];
+  const names = OTLP_ENVELOPES[signal];
   const resource = new ChunkList(body);
   const rest = new ChunkList(body);
   let scopesSeen = 0;
@@ -257,7 +244,7 @@ function rewriteContainer(enforcement: Enforcement, start: number, end: number):
       keepScope(rewriteScope(enforcement, reader.pos, scopeEnd), fieldStart, reader.pos, scopeEnd);
       reader.pos = scopeEnd;
     } else if (reader.fieldNumber === CONTAINER_DEPRECATED_SCOPES) {
-      const scopeEnd = reader.expectLengthDelimited(`${names.container} field 1000 (deprecated ${names.scope})`);
+      const scopeEnd = reader.expectLengthDelimited(`${names.container} field ${CONTAINER_DEPRECATED_SCOPES} (deprecated ${names.scope})`);
       deprecatedScopes.push([reader.pos, scopeEnd]);
       reader.pos = scopeEnd;
     } else if (reader.fieldNumber === CONTAINER_SCHEMA_URL) {
@@ -350,7 +337,7 @@ function rewriteScope(enforcement: Enforcement, start: number, end: number): Rew
     const fieldStart = reader.pos;
     reader.readTag();
     if (reader.fieldNumber === SCOPE_ITEMS) {
-      const itemEnd = reader.expectLengthDelimited(SIGNAL_NAMES[signal].item);
+      const itemEnd = reader.expectLengthDelimited(OTLP_ENVELOPES[signal].item);
       let rewrite: Rewrite | 'dropped';
       if (signal === 'traces') {
         rewrite = admitSpan(enforcement, reader.pos, itemEnd);
@@ -375,12 +362,12 @@ function rewriteScope(enforcement: Enforcement, start: number, end: number): Rew
       }
       reader.pos = itemEnd;
     } else if (reader.fieldNumber === SCOPE_SCOPE) {
-      const scopeEnd = reader.expectLengthDelimited(`${SIGNAL_NAMES[signal].scope}.scope`);
-      refuseUndecodable(enforcement, reader.pos, scopeEnd, SCOPE_RULE, `${SIGNAL_NAMES[signal].scope}.scope`);
+      const scopeEnd = reader.expectLengthDelimited(`${OTLP_ENVELOPES[signal].scope}.scope`);
+      refuseUndecodable(enforcement, reader.pos, scopeEnd, SCOPE_RULE, `${OTLP_ENVELOPES[signal].scope}.scope`);
       reader.pos = scopeEnd;
       scope.copy(fieldStart, reader.pos);
     } else if (reader.fieldNumber === SCOPE_SCHEMA_URL) {
-      reader.pos = expectString(enforcement, reader, `${SIGNAL_NAMES[signal].scope}.schema_url`);
+      reader.pos = expectString(enforcement, reader, `${OTLP_ENVELOPES[signal].scope}.schema_url`);
       scope.copy(fieldStart, reader.pos);
     } else {
       // Not in the allow-list: dropped.
@@ -785,7 +772,7 @@ function rewriteMetric(enforcement: Enforcement, start: number, end: number): Re
         changed = true;
       }
       reader.pos = dataEnd;
-    } else if (METRIC_PLAIN_FIELDS.has(field)) {
+    } else if (METRIC_PLAIN.has(field)) {
       reader.skipValue();
       metric.copy(fieldStart, reader.pos);
     } else {
@@ -817,7 +804,7 @@ function rewriteMetricData(enforcement: Enforcement, start: number, end: number,
         changed = true;
       }
       reader.pos = pointEnd;
-    } else if (METRIC_DATA_PLAIN_FIELDS.has(reader.fieldNumber)) {
+    } else if (METRIC_DATA_PLAIN.has(reader.fieldNumber)) {
       reader.skipValue();
       data.copy(fieldStart, reader.pos);
     } else {
@@ -869,7 +856,7 @@ function readJobExecutionEnd(body: Buffer, start: number, end: number): RunnerJo
         const spanStatus = new WireReader(body, span.pos, statusEnd);
         while (!spanStatus.atEnd()) {
           spanStatus.readTag();
-          if (spanStatus.fieldNumber === STATUS_CODE && spanStatus.wireType === WIRE_VARINT) failed = spanStatus.readVarint() === STATUS_CODE_ERROR;
+          if (spanStatus.fieldNumber === STATUS_CODE_FIELD && spanStatus.wireType === WIRE_VARINT) failed = spanStatus.readVarint() === STATUS_CODE.ERROR;
           else spanStatus.skipValue();
         }
         span.pos = statusEnd;

@@ -1,13 +1,15 @@
+import { ParkKeys, ParkManyEntry, ParkReply } from './redis-parking-store.scripts';
+
 /** One entry to park: its keys and arguments as the joined transaction takes them, and its body. */
 export interface JoinedPark {
-  readonly keys: readonly string[];
-  readonly args: readonly string[];
+  readonly keys: ParkKeys;
+  readonly args: ParkManyEntry;
   readonly body: Buffer;
 }
 
 interface Waiting {
   readonly park: JoinedPark;
-  readonly resolve: (reply: string[]) => void;
+  readonly resolve: (reply: ParkReply) => void;
   readonly reject: (error: Error) => void;
 }
 
@@ -31,11 +33,11 @@ export class JoinedParks {
   private turnEndScheduled = false;
 
   constructor(
-    private readonly send: (parks: readonly JoinedPark[]) => Promise<(string[] | Error)[]>,
+    private readonly send: (parks: readonly JoinedPark[]) => Promise<(ParkReply | Error)[]>,
     private readonly limits: { readonly maxEntries: number; readonly maxBytes: number },
   ) {}
 
-  park(park: JoinedPark): Promise<string[]> {
+  park(park: JoinedPark): Promise<ParkReply> {
     return new Promise((resolve, reject) => {
       this.waiting.push({ park, resolve, reject });
       this.waitingBytes += park.body.length;

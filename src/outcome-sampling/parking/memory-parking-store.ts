@@ -1,11 +1,10 @@
 import {
+  EntryToPark,
   FactsUpdate,
+  idToPark,
   OutcomeFacts,
   ParkedEntry,
   ParkedEntryId,
-  parkedDigest,
-  parkedEntryId,
-  ParkedKind,
   ParkingLimits,
   ParkingStore,
   ParkingUsage,
@@ -55,12 +54,12 @@ export class MemoryParkingStore implements ParkingStore {
     this.sweeper = setInterval(() => this.sweep(), sweepIntervalMs).unref();
   }
 
-  async park(traceId: string, entry: { kind: ParkedKind; body: Buffer; spans: number; exempt?: boolean }, limits: ParkingLimits): Promise<ParkOutcome> {
+  async park(traceId: string, entry: EntryToPark, limits: ParkingLimits): Promise<ParkOutcome> {
     const decision = this.live(this.decisions, traceId);
     if (decision !== undefined) return { kind: 'decided', decision };
     const trace = this.trace(traceId);
     const bytes = entry.body.length;
-    const id = parkedEntryId(parkedDigest(entry.body), entry.kind, entry.spans, bytes);
+    const id = idToPark(entry);
     if (trace?.entries.has(id.id) === true) return { kind: 'parked' };
     if (entry.exempt !== true) {
       if ((trace?.spans ?? 0) + entry.spans > limits.maxTraceSpans) return { kind: 'full', limit: 'trace_spans' };

@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import type { OutcomeSamplingReason } from '../../otlp/sampling-reason';
 
 /**
  * The parking store (SPEC §11): a provisional pipeline's spans wait here, in its trace's slot, until GitLab
@@ -6,14 +7,12 @@ import { createHash } from 'node:crypto';
  * facts it reads are kept beside them, so what arrives after it follows it.
  */
 
-/** Why a pipeline's spans reached the collector though the head decision left it out. */
-export type KeepReason = 'failed' | 'slow' | 'queued' | 'no_outcome';
-
 /**
  * The decision on a provisional pipeline: kept for a reason, or dropped because its outcome matched nothing
  * in the policy (`outcome`) or because no outcome came before the time limit (`no_outcome`).
  */
-export type TraceDecision = { readonly keep: true; readonly reason: KeepReason } | { readonly keep: false; readonly reason: 'outcome' | 'no_outcome' };
+export type TraceDecision =
+  { readonly keep: true; readonly reason: OutcomeSamplingReason } | { readonly keep: false; readonly reason: 'outcome' | 'no_outcome' };
 
 /**
  * What one parked entry holds: an enforced OTLP/HTTP traces export as it would be forwarded (`protobuf`,
@@ -35,6 +34,17 @@ export interface ParkedEntryId {
 
 export interface ParkedEntry extends ParkedEntryId {
   readonly body: Buffer;
+}
+
+/**
+ * An entry to park as it comes: its body as it would be forwarded; `exempt` (the control plane's own spans, SPEC §11
+ * "Bounds": never the ones sacrificed) when counted but never refused for a bound.
+ */
+export interface EntryToPark {
+  readonly kind: ParkedKind;
+  readonly body: Buffer;
+  readonly spans: number;
+  readonly exempt?: boolean;
 }
 
 export interface ParkingLimits {
@@ -105,11 +115,10 @@ export interface ParkingUsage {
 export interface ParkingStore {
   /**
    * Parks one entry for `traceId` in one atomic step: refused when the trace is decided already (the decision
-   * is answered) or a budget is full; `exempt` entries (the control plane's own spans, SPEC §11 "Bounds": never
-   * the ones sacrificed) are counted but never refused for a bound. The first entry of a trace puts it in the
-   * time-limit index; the same bytes parked again are kept once.
+   * is answered) or a budget is full. The first entry of a trace puts it in the time-limit index; the same bytes
+   * parked again are kept once.
    */
-  park(traceId: string, entry: { kind: ParkedKind; body: Buffer; spans: number; exempt?: boolean }, limits: ParkingLimits): Promise<ParkOutcome>;
+  park(traceId: string, entry: EntryToPark, limits: ParkingLimits): Promise<ParkOutcome>;
   /** Adds to a trace's facts, kept `ttlMs` at least. */
   noteFacts(traceId: string, facts: FactsUpdate, ttlMs: number): Promise<void>;
   readFacts(traceId: string): Promise<OutcomeFacts>;
@@ -154,7 +163,7 @@ export interface ParkingStore {
  */
 const DIGEST_EDGE_BYTES = 4096;
 
-export function parkedDigest(body: Buffer): string {
+function parkedDigest(body: Buffer): string {
   const hash = createHash('sha1');
   const length = Buffer.alloc(4);
   length.writeUInt32BE(body.length);
@@ -167,6 +176,11 @@ export function parkedDigest(body: Buffer): string {
 /** An entry's id: `<digest>:<kind>:<spans>:<bytes>`, so the entry says what it is without a second record. */
 export function parkedEntryId(digest: string, kind: ParkedKind, spans: number, bytes: number): ParkedEntryId {
   return { id: `${digest}:${kind}:${spans}:${bytes}`, kind, spans, bytes };
+}
+
+/** The id an entry is parked under, so the same bytes of the same kind land on the same entry. */
+export function idToPark(entry: EntryToPark): ParkedEntryId {
+  return parkedEntryId(parkedDigest(entry.body), entry.kind, entry.spans, entry.body.length);
 }
 
 export function parsedEntryId(id: string): ParkedEntryId {

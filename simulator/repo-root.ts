@@ -1,7 +1,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 
-/** The clone's root, found from this file whether it runs from demo/ (tests) or from its build output. */
+/** The clone's root, found from this file whether it runs from simulator/ (tests) or from its build output. */
 export function repoRoot(from = __dirname): string {
   for (let dir = from; ; dir = dirname(dir)) {
     const manifest = join(dir, 'package.json');
