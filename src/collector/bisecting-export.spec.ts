@@ -1,3 +1,4 @@
+import { wholeBody } from '../otlp/otlp-wire';
 import fc from 'fast-check';
 import { exportRequestType } from '../otlp/otlp-proto';
 import { encodeRpcStatus } from '../otlp/otlp-response';
@@ -54,7 +55,7 @@ function collectorOf(decide: (spans: string[]) => ExportResult) {
   const collector: Pick<CollectorClient, 'export'> = {
     async export(_signal, _encoding, body) {
       requests += 1;
-      const spans = spansOf(body);
+      const spans = spansOf(wholeBody(body));
       const result = decide(spans);
       if (result.kind === 'accepted') delivered.push(...spans);
       return result;

@@ -1,3 +1,4 @@
+import { WireBody, wholeBody } from '../otlp/otlp-wire';
 import { exportRequestType } from '../otlp/otlp-proto';
 import { CoalescingCollectorClient, countTraceSpans } from './coalescing-collector-client';
 import { CollectorClient, ExportResult } from './collector-client';
@@ -26,7 +27,10 @@ function spanNames(body: Buffer): string[] {
 /** A collector that holds every request until the test answers it. */
 class HeldCollector implements CollectorClient {
   readonly requests: Array<{ signal: string; encoding: string; body: Buffer; answer: (result: ExportResult) => void }> = [];
-  export(signal: 'traces' | 'metrics' | 'logs', encoding: 'protobuf' | 'json', body: Buffer): Promise<ExportResult> {
+  /** `raw`: keeps the very bytes it was handed, as a socket still writing them does; by default a copy. */
+  constructor(private readonly raw = false) {}
+  export(signal: 'traces' | 'metrics' | 'logs', encoding: 'protobuf' | 'json', given: Buffer | WireBody): Promise<ExportResult> {
+    const body = this.raw ? wholeBody(given) : Buffer.from(wholeBody(given));
     return new Promise((answer) => this.requests.push({ signal, encoding, body, answer }));
   }
   async reachable(): Promise<boolean> {
@@ -82,6 +86,32 @@ describe('CoalescingCollectorClient (issue 29)', () => {
     await expect(Promise.all(joined)).resolves.toEqual([accepted(), accepted(), accepted()]);
     expect(observed.requests).toEqual([1, 3]);
     expect(observed.lingers).toHaveLength(4);
+  });
+
+  it('never writes a request over one the collector has not answered 2xx: its bytes may still be on their way', async () => {
+    const raw = new HeldCollector(true);
+    const reusing = new CoalescingCollectorClient(raw, { lingerMs: 60_000, maxBytes: 64 * 1024 });
+    const names = (i: number) => spanNames(raw.requests[i].body);
+    void reusing.export('traces', 'protobuf', traces('hold', 1));
+    await turn();
+    const first = ['a', 'b'].map((job) => reusing.export('traces', 'protobuf', traces(job, 2)));
+    raw.requests[0].answer(accepted());
+    await turn();
+    // a and b are out; c and d gather meanwhile, and leave in a request of their own once the collector answers.
+    const second = ['c', 'd'].map((job) => reusing.export('traces', 'protobuf', traces(job, 2)));
+    raw.requests[1].answer({ kind: 'retry', happened: 503 });
+    await Promise.all(first);
+    await turn();
+    expect(names(2)).toEqual(['c span 0', 'c span 1', 'd span 0', 'd span 1']);
+    raw.requests[2].answer(accepted());
+    await Promise.all(second);
+    // Answered 2xx: its buffer may carry the next request, as e and f's now do. The 503's buffer is left alone.
+    const third = ['e', 'f'].map((job) => reusing.export('traces', 'protobuf', traces(job, 1)));
+    await turn();
+    expect(names(3)).toEqual(['e span 0', 'f span 0']);
+    expect(names(1)).toEqual(['a span 0', 'a span 1', 'b span 0', 'b span 1']);
+    raw.requests[3].answer(accepted());
+    await Promise.all(third);
   });
 
   it('answers every export of a request the collector asked to retry, or refused for no fault of what it carried, exactly as the collector answered', async () => {

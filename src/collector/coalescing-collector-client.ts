@@ -1,7 +1,7 @@
 import { OtlpEncoding, OtlpSignal } from '../otlp/otlp-encoding';
 import { ENVELOPE_FIELDS } from '../otlp/otlp-fields';
 import { OtlpPartialSuccess } from '../otlp/otlp-response';
-import { WIRE_LENGTH_DELIMITED, WireReader } from '../otlp/otlp-wire';
+import { WIRE_LENGTH_DELIMITED, WireBody, WireReader } from '../otlp/otlp-wire';
 import { CollectorClient, ExportResult } from './collector-client';
 import { exportSplittingRefused } from './split-refused';
 
@@ -28,7 +28,7 @@ export interface CoalescingOptions {
 }
 
 interface Waiting {
-  readonly body: Buffer;
+  readonly body: WireBody;
   readonly joinedAt: number;
   readonly answer: (result: ExportResult) => void;
 }
@@ -62,6 +62,7 @@ interface Batch {
 export class CoalescingCollectorClient implements CollectorClient {
   private open: Batch | undefined;
   private inFlight = 0;
+  private readonly buffers: RequestBuffers;
   private readonly sending = new Set<Promise<void>>();
 
   constructor(
@@ -69,13 +70,16 @@ export class CoalescingCollectorClient implements CollectorClient {
     private readonly options: CoalescingOptions,
     private readonly observer?: CoalescingObserver,
     private readonly log?: CoalescingLog,
-  ) {}
+  ) {
+    this.buffers = new RequestBuffers(options.maxBytes);
+  }
 
-  export(signal: OtlpSignal, encoding: OtlpEncoding, body: Buffer): Promise<ExportResult> {
-    if (signal !== 'traces' || encoding !== 'protobuf' || this.options.lingerMs === 0 || body.length >= this.options.maxBytes) {
-      this.observer?.requestSent(signal, 1, body.length);
-      return this.upstream.export(signal, encoding, body);
+  export(signal: OtlpSignal, encoding: OtlpEncoding, given: Buffer | WireBody): Promise<ExportResult> {
+    if (signal !== 'traces' || encoding !== 'protobuf' || this.options.lingerMs === 0 || given.length >= this.options.maxBytes) {
+      this.observer?.requestSent(signal, 1, given.length);
+      return this.upstream.export(signal, encoding, given);
     }
+    const body = given instanceof WireBody ? given : WireBody.of(given);
     if (this.open !== undefined && this.open.bytes + body.length > this.options.maxBytes) this.flush(this.open);
     return new Promise((answer) => {
       let batch = this.open;
@@ -118,13 +122,19 @@ export class CoalescingCollectorClient implements CollectorClient {
     this.observer?.requestSent('traces', waiting.length, bytes);
     this.inFlight += 1;
     let results: ExportResult[];
+    let joined: Buffer | undefined;
     try {
       const sent = await exportSplittingRefused(
         this.upstream,
         'traces',
         'protobuf',
         waiting.map((one) => one.body),
-        (bodies) => Buffer.concat(bodies, bytes),
+        (bodies) => {
+          joined = this.buffers.take(bytes);
+          let at = 0;
+          for (const body of bodies) at = body.copyInto(joined, at);
+          return joined.subarray(0, at);
+        },
       );
       if (sent.split) {
         this.observer?.splitAfterRefusal('traces', waiting.length);
@@ -136,6 +146,9 @@ export class CoalescingCollectorClient implements CollectorClient {
         results = sent.results;
       } else {
         results = attribute(sent.result, waiting);
+        // Answered 2xx: the collector read the whole request, so nothing still reads its buffer (a socket's write
+        // of it has ended). Any other answer may have come before the write did, and the buffer is left to the GC.
+        if (sent.result.kind === 'accepted' && joined !== undefined) this.buffers.give(joined);
       }
     } catch {
       // CollectorClient.export never rejects; should one, no caller may be told its spans arrived.
@@ -162,7 +175,7 @@ export class CoalescingCollectorClient implements CollectorClient {
 function attribute(result: ExportResult, waiting: readonly Waiting[]): ExportResult[] {
   const rejected = result.kind === 'accepted' ? (result.partialSuccess?.rejectedItems ?? 0) : 0;
   if (result.kind !== 'accepted' || waiting.length === 1 || rejected === 0) return waiting.map(() => result);
-  const spans = waiting.map((one) => countTraceSpans(one.body));
+  const spans = waiting.map((one) => countTraceSpans(one.body.joined()));
   const everySpan = rejected >= spans.reduce((sum, count) => sum + count, 0);
   return spans.map((count) => {
     const partialSuccess: OtlpPartialSuccess | undefined =
@@ -202,4 +215,27 @@ export function countTraceSpans(body: Buffer): number {
     }
   }
   return spans;
+}
+
+/**
+ * The buffers joined requests are written into, used again once the collector has answered one 2xx. A busy gateway
+ * joins about as many bytes a second as runners export; allocated anew, each request's buffer is external memory
+ * that Node 22 and later answer with a full collection of the heap (WireBody). A few are kept, each as large as a
+ * request may be (OTLP_UPSTREAM_BATCH_MAX_BYTES), so any request fits any of them.
+ */
+class RequestBuffers {
+  /** More than the requests usually in flight at once; what a burst needs beyond them is allocated and let go. */
+  private static readonly KEPT = 4;
+  private readonly free: Buffer[] = [];
+
+  constructor(private readonly size: number) {}
+
+  take(bytes: number): Buffer {
+    if (bytes > this.size) return Buffer.allocUnsafeSlow(bytes);
+    return this.free.pop() ?? Buffer.allocUnsafeSlow(this.size);
+  }
+
+  give(buffer: Buffer): void {
+    if (buffer.length === this.size && this.free.length < RequestBuffers.KEPT) this.free.push(buffer);
+  }
 }

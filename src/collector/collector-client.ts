@@ -2,7 +2,7 @@ import { encodingOf, OtlpEncoding, OtlpSignal } from '../otlp/otlp-encoding';
 import { decodeExportResponse, OtlpPartialSuccess } from '../otlp/otlp-response';
 import { parseRetryAfter } from '../otlp/retry-after';
 import { fieldNumbers } from '../otlp/otlp-fields';
-import { WIRE_LENGTH_DELIMITED, WireReader } from '../otlp/otlp-wire';
+import { WIRE_LENGTH_DELIMITED, WireBody, WireReader } from '../otlp/otlp-wire';
 
 /** A non-2xx answer as it came, so the gateway can pass a 4xx on to the client. */
 interface CollectorRefusal {
@@ -56,8 +56,11 @@ export interface ExportOrigin {
 
 /** What the gateway and the pipeline spans send through: the collector at OTLP_UPSTREAM_URL, or the embedded one. */
 export interface CollectorClient {
-  /** Never rejects: a transport failure is a `retry`. */
-  export(signal: OtlpSignal, encoding: OtlpEncoding, body: Buffer, origin?: ExportOrigin): Promise<ExportResult>;
+  /**
+   * Never rejects: a transport failure is a `retry`. The gateway hands its exports over as the pieces it wrote
+   * (WireBody), which the coalescing client joins straight into the request that carries them.
+   */
+  export(signal: OtlpSignal, encoding: OtlpEncoding, body: Buffer | WireBody, origin?: ExportOrigin): Promise<ExportResult>;
   reachable(): Promise<boolean>;
   close(): Promise<void>;
 }

@@ -1,6 +1,7 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import { Dispatcher, errors, Pool } from 'undici';
 import { OTLP_MEDIA_TYPES, OtlpEncoding, OtlpSignal } from '../otlp/otlp-encoding';
+import { WireBody, wholeBody } from '../otlp/otlp-wire';
 import { CollectorClient, exportResult, ExportResult } from './collector-client';
 
 /** Headers given as `name=value,name=value` (the OTEL_EXPORTER_OTLP_HEADERS convention). */
@@ -36,7 +37,7 @@ export class HttpCollectorClient implements CollectorClient {
    * `request()` wraps every one in an async resource and a readable stream (a measurable share of an
    * export's cost in the gateway's profile).
    */
-  export(signal: OtlpSignal, encoding: OtlpEncoding, body: Buffer): Promise<ExportResult> {
+  export(signal: OtlpSignal, encoding: OtlpEncoding, body: Buffer | WireBody): Promise<ExportResult> {
     return new Promise((resolve) => {
       let status = 0;
       let headers: IncomingHttpHeaders = {};
@@ -73,7 +74,7 @@ export class HttpCollectorClient implements CollectorClient {
             path: `${this.basePath}/v1/${signal}`,
             method: 'POST',
             headers: { ...this.extraHeaders, 'content-type': OTLP_MEDIA_TYPES[encoding] },
-            body,
+            body: wholeBody(body),
             headersTimeout: this.timeoutMs,
             bodyTimeout: this.timeoutMs,
           },

@@ -1,5 +1,6 @@
 import { OTLP_SIGNALS, OtlpEncoding, OtlpSignal } from '../otlp/otlp-encoding';
 import { exportRequestLine, ReceiverAnswer, receiverResponse } from '../otlp/otlp-receiver';
+import { WireBody, wholeBody } from '../otlp/otlp-wire';
 import { CollectorClient, ExportOrigin, exportResult, ExportResult } from './collector-client';
 import { signalFile } from './collector-files';
 import { JsonLinesFile } from './json-lines-file';
@@ -24,8 +25,9 @@ export class LocalCollector implements CollectorClient {
   }
 
   /** Decided as an answer of the Collector's receiver would be, from the very bytes it would send. */
-  async export(signal: OtlpSignal, encoding: OtlpEncoding, body: Buffer, origin: ExportOrigin = {}): Promise<ExportResult> {
-    const { status, headers, body: answer } = receiverResponse(signal, encoding, await this.receive(signal, encoding, body, origin));
+  async export(signal: OtlpSignal, encoding: OtlpEncoding, body: Buffer | WireBody, origin: ExportOrigin = {}): Promise<ExportResult> {
+    const received = await this.receive(signal, encoding, wholeBody(body), origin);
+    const { status, headers, body: answer } = receiverResponse(signal, encoding, received);
     return exportResult(signal, encoding, { status, contentType: headers['content-type'], retryAfter: headers['retry-after'], body: answer });
   }
 

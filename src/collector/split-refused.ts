@@ -1,4 +1,5 @@
 import type { OtlpEncoding, OtlpSignal } from '../otlp/otlp-encoding';
+import type { WireBody } from '../otlp/otlp-wire';
 import type { CollectorClient, ExportResult } from './collector-client';
 
 /** What became of parts sent joined: one answer for the joined request, or one per part once it was split. */
@@ -21,12 +22,12 @@ export function refusedWhole(result: ExportResult): result is Extract<ExportResu
  * split per part", for the gateway's coalescing client, whose exporters answer each part themselves. Whoever
  * keeps data until it is delivered (the outbox, parked delivery) uses exportBisecting instead.
  */
-export async function exportSplittingRefused(
+export async function exportSplittingRefused<Part extends Buffer | WireBody>(
   collector: Pick<CollectorClient, 'export'>,
   signal: OtlpSignal,
   encoding: OtlpEncoding,
-  parts: readonly Buffer[],
-  join: (parts: readonly Buffer[]) => Buffer,
+  parts: readonly Part[],
+  join: (parts: readonly Part[]) => Buffer,
 ): Promise<JoinedExportResult> {
   const result = await collector.export(signal, encoding, parts.length === 1 ? parts[0] : join(parts));
   if (parts.length === 1 || !refusedWhole(result)) return { split: false, result };

@@ -3,7 +3,7 @@ import { GatewayConfig } from '../config/sections/gateway';
 import { OUTAGE_RETRY_AFTER_SECONDS, retryAfterForWindow } from '../otlp/retry-after';
 import { encodingOf, OtlpEncoding, OtlpSignal } from '../otlp/otlp-encoding';
 import { encodeExportResponse, mergePartialSuccess, OtlpPartialSuccess } from '../otlp/otlp-response';
-import { OtlpPayloadError } from '../otlp/otlp-wire';
+import { OtlpPayloadError, WireBody } from '../otlp/otlp-wire';
 import { settleProvisionalTraces } from '../otlp/sampling-reason';
 import { RunnerCredential } from '../runner-auth/runner-credential';
 import { AuthOutcome } from '../runner-auth/auth-outcome';
@@ -123,12 +123,12 @@ export class ExportPath {
       enforced.rejectedItems > 0 ? { rejectedItems: enforced.rejectedItems, errorMessage: enforced.errorMessage ?? '' } : undefined;
     if (enforced.nothingToForward) return encodeExportResponse(signal, encoding, ours);
 
-    let outgoing = enforced.body;
+    let outgoing = enforced.wire;
     if (grant.provisional === true && this.deps.outcomeSampling !== undefined) {
       let parked;
       try {
         // Acknowledged only once kept: a store that cannot keep it answers retryable and charges nothing.
-        parked = await orUnavailable(this.deps.outcomeSampling.parkExport(grant.traceId, encoding, outgoing, enforced.forwardedItems));
+        parked = await orUnavailable(this.deps.outcomeSampling.parkExport(grant.traceId, encoding, outgoing.joined(), enforced.forwardedItems));
       } catch (error) {
         receipt?.refund();
         throw error;
@@ -136,7 +136,7 @@ export class ExportPath {
       // Parked, or dropped as the decision (or a full budget falling back to the head decision) says.
       if (parked.kind !== 'forward') return encodeExportResponse(signal, encoding, ours);
       // A late export of a pipeline kept already goes on, saying why.
-      outgoing = settleProvisionalTraces(encoding, outgoing, parked.reason);
+      outgoing = WireBody.of(settleProvisionalTraces(encoding, outgoing.joined(), parked.reason));
     }
 
     let theirs: OtlpPartialSuccess | undefined;
@@ -201,7 +201,7 @@ function reportJobEnds(deps: GatewayDependencies, enforced: EnforcedExport, jobI
 }
 
 /** 2xx only when the collector answered 2xx; its partial success is returned for merging. */
-async function forward(deps: GatewayDependencies, signal: OtlpSignal, encoding: OtlpEncoding, body: Buffer): Promise<OtlpPartialSuccess | undefined> {
+async function forward(deps: GatewayDependencies, signal: OtlpSignal, encoding: OtlpEncoding, body: WireBody): Promise<OtlpPartialSuccess | undefined> {
   const { collector, metrics } = deps;
   const started = performance.now();
   const result = await collector.export(signal, encoding, body);

@@ -1,3 +1,4 @@
+import { wholeBody } from '../otlp/otlp-wire';
 import type { CollectorClient, ExportResult } from '../collector/collector-client';
 import { loadConfig } from '../config/app-config';
 import { MetricsService } from '../observability/metrics.service';
@@ -50,7 +51,7 @@ class World {
     const collector: Pick<CollectorClient, 'export'> = {
       export: async (_signal, encoding, body): Promise<ExportResult> => {
         if (!this.collectorUp) return { kind: 'retry', happened: 'unreachable' } as ExportResult;
-        this.sent.push({ encoding, body });
+        this.sent.push({ encoding, body: wholeBody(body) });
         return { kind: 'accepted', status: 200, partialSuccess: undefined };
       },
     };

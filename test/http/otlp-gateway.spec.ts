@@ -1,3 +1,4 @@
+import { WireBody, wholeBody } from '../../src/otlp/otlp-wire';
 import { JsonTraceSerializer } from '@opentelemetry/otlp-transformer';
 import type { FastifyInstance } from 'fastify';
 import { gzipSync } from 'node:zlib';
@@ -38,9 +39,9 @@ const GOOD = { authorization: 'Bearer glcbt-job-1001', 'runner-token': 'glrt-run
 class FakeCollector {
   readonly received: Buffer[] = [];
   answer: CollectorAnswer | 'unreachable' = { status: 200, contentType: 'application/json', retryAfter: undefined, body: Buffer.from('{}') };
-  async export(signal: OtlpSignal, encoding: OtlpEncoding, body: Buffer): Promise<ExportResult> {
+  async export(signal: OtlpSignal, encoding: OtlpEncoding, body: Buffer | WireBody): Promise<ExportResult> {
     if (this.answer === 'unreachable') return { kind: 'retry', happened: 'unreachable' };
-    this.received.push(body);
+    this.received.push(wholeBody(body));
     return exportResult(signal, encoding, this.answer);
   }
 }

@@ -6,6 +6,7 @@
  */
 import { CI_IDENTITY_ATTRIBUTES, CiIdentityValueType, SAMPLING_REASON_ATTRIBUTE } from '../../otlp/ci-identity';
 import type { OtlpSignal } from '../../otlp/otlp-encoding';
+import { WireBody } from '../../otlp/otlp-wire';
 import type { OtlpFieldName } from '../../otlp/otlp-fields';
 import type { EnforcedExport, GatewayGrant, RunnerJobEnd, SpanBudget, SpanLimits } from './otlp-types';
 import { OUTCOME_TRACE_STATE, PENDING_SAMPLING_REASON, ResourceSamplingReason } from '../../otlp/sampling-reason';
@@ -305,8 +306,19 @@ export class ExportPolicy {
     this.items += items;
   }
 
-  result(body: Buffer): EnforcedExport {
-    if (this.signal !== 'traces') return { body, forwardedItems: this.items, rejectedItems: 0, nothingToForward: this.items === 0 };
+  result(body: Buffer | WireBody): EnforcedExport {
+    const wire = body instanceof WireBody ? body : WireBody.of(body);
+    if (this.signal !== 'traces') {
+      return {
+        wire,
+        get body() {
+          return wire.joined();
+        },
+        forwardedItems: this.items,
+        rejectedItems: 0,
+        nothingToForward: this.items === 0,
+      };
+    }
     const reasons: string[] = [];
     const reason = (count: number, why: string) => {
       if (count > 0) reasons.push(`${count} ${count === 1 ? 'span' : 'spans'} rejected: ${why}`);
@@ -334,7 +346,11 @@ export class ExportPolicy {
     reason(this.overQuota, "this CI job's span quota is exhausted");
     reason(this.overRate, 'this CI job is sending more spans per second than it may');
     return {
-      body,
+      wire,
+      // Joined only when something asks for one Buffer (tests, parking); forwarding takes `wire`.
+      get body() {
+        return wire.joined();
+      },
       forwardedItems: this.kept,
       rejectedItems: this.foreignTrace + this.undecodable + this.controlPlaneSpanId + this.reservedAttribute + this.overLimits + this.overQuota + this.overRate,
       rejections: {

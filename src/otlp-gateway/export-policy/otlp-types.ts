@@ -1,5 +1,6 @@
 /** The export policy's shared types, in one place so the enforcement files and the dispatcher import no one another. */
 import type { OtlpSignal } from '../../otlp/otlp-encoding';
+import type { WireBody } from '../../otlp/otlp-wire';
 
 /** What the auth decision says the exporting job may write (SPEC §5, §6). */
 export interface GatewayGrant {
@@ -55,8 +56,10 @@ export interface SpanRejections {
 }
 
 export interface EnforcedExport {
-  /** The request to forward, in the encoding it arrived in. */
-  body: Buffer;
+  /** The request to forward, in the encoding it arrived in, as the pieces the walker wrote it in (forwarded without a copy of its own). */
+  readonly wire: WireBody;
+  /** The same request as one Buffer, joined on first use. */
+  readonly body: Buffer;
   /** Spans, metric data points or log records left in `body`. */
   forwardedItems: number;
   /**

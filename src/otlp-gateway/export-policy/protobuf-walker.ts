@@ -191,7 +191,7 @@ export const enforceProtobufExport: EncodingEnforcement = (signal, body, grant, 
       reader.skipValue();
     }
   }
-  return enforcement.policy.result(out.toBuffer());
+  return enforcement.policy.result(out.toWireBody());
 };
 
 /**
