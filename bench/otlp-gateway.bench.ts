@@ -50,23 +50,22 @@
  * for its access-log line), redis store, a JWT job token checked against a JWKS file, a grant made through
  * the job_payload endpoint. Only the span quota and rate (SPANS_PER_JOB, SPANS_PER_SECOND_PER_JOB) and the per-runner rate limits
  * (GATEWAY_RUNNER_RATE_LIMIT, and RUNNER_RATE_LIMIT of the auth endpoint nginx asks) are raised, so that
- * one job can be replayed for the whole run.
+ * one job can be replayed for the whole run. That world is lib/gateway-world.ts, shared with runtimes.bench.ts.
  */
 import autocannon from 'autocannon';
 import { BytesSink, guardedRun, startBytesSink, startChildServer } from './lib/child-process';
 import { printTable } from './lib/table';
-import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import { gzipSync } from 'node:zlib';
-import { callerKeyDigest, generateCallerKey } from '../src/internal-api/caller-keys';
-import { jobPayloadRequest, RUNNER_TOKEN } from '../test/fixtures/job-payload';
-import { internalApiHeaders, makeSecretFiles, SecretFiles } from '../test/helpers/internal-api';
+import { generateCallerKey } from '../src/internal-api/caller-keys';
+import { RUNNER_TOKEN } from '../test/fixtures/job-payload';
+import { makeSecretFiles, SecretFiles } from '../test/helpers/internal-api';
 import { ServiceProcess, startService } from '../test/helpers/service';
 import { makeGitLabKeys } from '../test/helpers/job-tokens';
-import { NginxServer, startNginx } from '../test/helpers/nginx';
 import { RedisServer, startRedis } from '../test/helpers/redis';
 import { printCpuProfiles } from './lib/cpu-profile-summary';
 import { median } from './lib/percentiles';
@@ -74,6 +73,7 @@ import { childPids, procCpuMicros, procCpuTimes } from './lib/proc-cpu';
 import { repoRoot } from '../simulator/repo-root';
 import { runBench } from './lib/bench-env';
 import { describeExport, otlpTypes, traceExport } from './otlp-gateway.payload';
+import { AuthNginx, gatewayServiceEnv, nginxErrorKinds, pickUpJob, startAuthNginx } from './lib/gateway-world';
 
 type Target = 'direct' | 'gateway' | 'nginx' | 'proxy' | 'floor' | 'ledger';
 /** How the runner authenticates: tokens in headers, or the per-job capability URL (docs/gateway.md). */
@@ -161,23 +161,6 @@ interface RunStats {
 const failures: string[] = [];
 
 // ---------------------------------------------------------------------------------------------------
-// Processes
-
-/** startNginx keeps its prefix to itself: found by the port its configuration listens on. */
-function nginxPrefix(port: number): string | undefined {
-  for (const entry of readdirSync(tmpdir())) {
-    if (!entry.startsWith('cjt-nginx-')) continue;
-    const conf = join(tmpdir(), entry, 'nginx.conf');
-    try {
-      if (new RegExp(`listen ${port};`).test(readFileSync(conf, 'utf8'))) return join(tmpdir(), entry);
-    } catch {
-      // another run's, going away
-    }
-  }
-  return undefined;
-}
-
-// ---------------------------------------------------------------------------------------------------
 
 async function metricsText(service: ServiceProcess): Promise<string> {
   return (await fetch(`${service.url}/metrics`)).text();
@@ -207,7 +190,7 @@ async function main(): Promise<void> {
   let redis: RedisServer | undefined;
   let sink: BytesSink | undefined;
   let service: ServiceProcess | undefined;
-  let nginx: NginxServer | undefined;
+  let nginx: AuthNginx | undefined;
   let proxy: { origin: string; pid: number; stop(): Promise<void> } | undefined;
   let floor: { origin: string; pid: number; stop(): Promise<void> } | undefined;
   let ledger: { origin: string; pid: number; stop(): Promise<void> } | undefined;
@@ -227,47 +210,15 @@ async function main(): Promise<void> {
     sink = await startBytesSink(join(__dirname, 'otlp-gateway.sink.js'));
     stops.push(() => sink!.stop());
     const logFile = join(work, 'service.log');
-    service = await startService(
-      {
-        ROLE: 'all',
-        LOG_LEVEL: 'info',
-        // What a stock runner is handed (the default, said here since the capability lanes depend on it).
-        RUNNER_ENDPOINT_FORM: 'capability',
-        FLAGS_FILE: join(root, 'config', 'flags.json'),
-        ...(redis === undefined ? {} : { REDIS_URL: redis.url }),
-        OTLP_UPSTREAM_URL: sink.origin,
-        JOB_TOKEN_JWKS_FILE: keys.jwksFile,
-        AUTH_CALLER_KEY_DIGESTS: callerKeyDigest(callerKey),
-        SPANS_PER_JOB: String(2_000_000_000),
-        SPANS_PER_SECOND_PER_JOB: String(2_000_000_000),
-        GATEWAY_RUNNER_RATE_LIMIT: String(1_000_000_000),
-        RUNNER_RATE_LIMIT: String(1_000_000_000),
-        ...options.serviceEnv,
-      },
-      { logFile, nodeArgs: profiled('service'), secrets },
-    );
+    const wiring = { redisUrl: redis?.url, upstream: sink.origin, jwksFile: keys.jwksFile, callerKey };
+    service = await startService({ ...gatewayServiceEnv(wiring), ...options.serviceEnv }, { logFile, nodeArgs: profiled('service'), secrets });
     stops.push(async () => {
       await service!.stop();
       logBytes = existsSync(logFile) ? statSync(logFile).size : 0;
     });
     if (options.targets.includes('nginx')) {
-      nginx = await startNginx(join(root, 'deploy', 'nginx', 'ci-job-telemetry-auth.conf'), {
-        OTLP_UPSTREAM: new URL(sink.origin).host,
-        CONTROL_UPSTREAM: new URL(service.url).host,
-        CALLER_KEY: callerKey,
-      });
-      const prefix = nginxPrefix(nginx.port);
-      // The example leaves client_body_buffer_size at its default (16 KiB on 64-bit), so every export above it
-      // is spooled to client_body_temp_path; startNginx's prefix is mkdtemp's 0700 and a worker started by
-      // root runs as nobody, which then fails every such export (500, turned into 503 by the example). Made
-      // traversable here, as a real nginx's temp path is: the spooling itself is part of what is measured.
-      if (prefix !== undefined) chmodSync(prefix, 0o755);
-      stops.push(async () => {
-        await nginx!.stop();
-        if (prefix === undefined) return;
-        nginxErrors = readFileSync(join(prefix, 'logs', 'error.log'), 'utf8');
-        rmSync(prefix, { recursive: true, force: true });
-      });
+      nginx = await startAuthNginx(service, wiring);
+      stops.push(async () => void (nginxErrors = await nginx!.stop()));
     }
     // The proxy and the floor join exports upstream as the service does (issue 29), with its linger: the bound
     // stays honest. `--service-env OTLP_UPSTREAM_LINGER_MS=0` measures all three sending each export alone.
@@ -276,29 +227,11 @@ async function main(): Promise<void> {
       proxy = await startChildServer(join(__dirname, 'otlp-gateway.proxy.js'), { OTLP_UPSTREAM_URL: sink.origin, ...lingerEnv }, profiled('proxy'));
       stops.push(() => proxy!.stop());
     }
-    const prefix = nginx === undefined ? undefined : nginxPrefix(nginx.port);
-    const nginxMaster = prefix === undefined ? undefined : Number(readFileSync(join(prefix, 'nginx.pid'), 'utf8').trim());
+    const nginxMaster = nginx?.masterPid;
     const redisProcess = redis?.pid;
 
     // The grant, as GitLab's job pickup makes it; the job token as GitLab signs it.
-    const pickupRequest = jobPayloadRequest({ job: { id: JOB_ID } });
-    const pickup = await fetch(`${service.url}/internal/ci/telemetry/job_payload`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', ...(await internalApiHeaders(secrets.internalApiSecret)) },
-      body: JSON.stringify(pickupRequest),
-    });
-    const decorated = (await pickup.json()) as {
-      telemetry?: { reason?: string; trace_id?: string };
-      payload?: { features?: { tracing?: { otel_endpoints?: Array<{ url: string }> } } };
-    };
-    const endpoint = decorated.payload?.features?.tracing?.otel_endpoints?.[0]?.url;
-    if (pickup.status !== 200 || decorated.telemetry?.trace_id === undefined || endpoint === undefined) {
-      throw new Error(`job_payload answered ${pickup.status} ${JSON.stringify(decorated.telemetry)}, endpoint ${endpoint === undefined ? 'none' : 'given'}`);
-    }
-    const traceId = decorated.telemetry.trace_id;
-    // The runner exports to the URL it was handed; here its path, on the gateway's port or nginx's. Never printed.
-    const capabilityPath = new URL(endpoint).pathname;
-    if (!/^\/jobs\/\d+\/[A-Za-z0-9_-]+\/v1\/traces$/.test(capabilityPath)) throw new Error('job_payload handed no capability URL');
+    const { request: pickupRequest, traceId, capabilityPath } = await pickUpJob(service, JOB_ID);
     const { job, runner } = pickupRequest;
     const identity = { jobId: job.id, projectId: job.project_id, pipelineId: job.pipeline_id, runnerId: runner.id, traceId };
     const floorEnv = { OTLP_UPSTREAM_URL: sink.origin, REDIS_URL: redis?.url ?? '', FLOOR_IDENTITY: JSON.stringify(identity), ...lingerEnv };
@@ -483,19 +416,9 @@ async function main(): Promise<void> {
       .join(' ')}`,
   );
 
-  const errorLines = nginxErrors.split('\n').filter((line) => line.length > 0);
-  if (errorLines.length > 0) {
-    // e.g. "a client request body is buffered to a temporary file": a cost of the example configuration.
-    const kinds = new Map<string, number>();
-    for (const line of errorLines) {
-      const kind = line
-        .replace(/^\S+ \S+ \[(\w+)\] \d+#\d+: \*?\d* ?/, '[$1] ')
-        .replace(/, client: .*$/, '')
-        .replace(/\d+/g, 'N');
-      kinds.set(kind, (kinds.get(kind) ?? 0) + 1);
-    }
-    console.log(`nginx error log: ${[...kinds.entries()].map(([kind, count]) => `${count}× ${kind}`).join('; ')}`);
-  }
+  // e.g. "a client request body is buffered to a temporary file": a cost of the example configuration.
+  const errorKinds = nginxErrorKinds(nginxErrors);
+  if (errorKinds !== undefined) console.log(`nginx error log: ${errorKinds}`);
   if (options.cpuProf) printCpuProfiles(join(work, 'profiles'), root);
   else rmSync(work, { recursive: true, force: true });
   rmSync(secrets.dir, { recursive: true, force: true });

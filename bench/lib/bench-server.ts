@@ -179,15 +179,16 @@ const QUIET_WINDOW_MS = 250;
  * Waits until the server has finished what earlier requests left it to do: the outbox delivering their spans, their
  * garbage collected. Routes share one process, so without it a run's tail of work lands in the run after it, which is
  * often another route's: measured that way, the bare route's p99 and CPU took the decorator's. Answers the wait in ms,
- * or undefined when the server was still busy after `maxMs`.
+ * or undefined when the server was still busy after `maxMs`. `server` may be several processes' CPU summed, `share`
+ * then theirs together.
  */
-export async function quiet(server: BenchServer, maxMs = QUIET_MAX_MS): Promise<number | undefined> {
+export async function quiet(server: Pick<BenchServer, 'cpuMicros'>, maxMs = QUIET_MAX_MS, share = QUIET_CPU_SHARE): Promise<number | undefined> {
   const started = performance.now();
   let before = await server.cpuMicros();
   while (performance.now() - started < maxMs) {
     await new Promise((resolve) => setTimeout(resolve, QUIET_WINDOW_MS));
     const now = await server.cpuMicros();
-    if (now - before < QUIET_CPU_SHARE * QUIET_WINDOW_MS * 1000) return performance.now() - started;
+    if (now - before < share * QUIET_WINDOW_MS * 1000) return performance.now() - started;
     before = now;
   }
   return undefined;

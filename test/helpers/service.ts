@@ -82,6 +82,8 @@ export interface ServiceOptions {
   readonly cwd?: string;
   /** Another service's secret files, so both hold the same keys (a replica, a restart); fresh ones otherwise. */
   readonly secrets?: SecretFiles;
+  /** The node binary that runs it (a bench comparing runtimes); this process's own by default. */
+  readonly node?: string;
   /** Node's own arguments, before the script (a bench's `--cpu-prof`). */
   readonly nodeArgs?: readonly string[];
   /**
@@ -115,7 +117,7 @@ export async function startService(env: Record<string, string> = {}, options: Se
   const gatewayPort = await freePort();
   let output = '';
   const log = options.logFile === undefined ? 'pipe' : openSync(options.logFile, 'a');
-  const child: ChildProcess = spawn(process.execPath, [...(options.nodeArgs ?? []), main], {
+  const child: ChildProcess = spawn(options.node ?? process.execPath, [...(options.nodeArgs ?? []), main], {
     cwd: options.cwd ?? root,
     env: {
       PATH: process.env.PATH,
