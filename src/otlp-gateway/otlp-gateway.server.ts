@@ -12,6 +12,7 @@ import { headerCredential, RunnerCredential } from '../runner-auth/runner-creden
 import { GatewayMetrics } from './gateway-metrics';
 import { GatewayError, GatewayFailure, otlpErrorAnswer } from './otlp-errors';
 import { AllowedDecision, ExportPath, GatewayDependencies } from './export-path';
+import { readExportBody } from './export-body';
 
 const inflate = promisify(gunzip);
 
@@ -82,7 +83,7 @@ export function buildGatewayServer(deps: GatewayDependencies): FastifyInstance {
   // Bodies stay bytes: the payload core edits them in place, whatever the media type. Unknown media
   // types are refused by the handler with an OTLP Status instead of Fastify's own 415.
   app.removeAllContentTypeParsers();
-  app.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, body, done) => done(null, body));
+  app.addContentTypeParser('*', readExportBody(config.maxWireBytes));
 
   addRequestHooks(app, logger, { successLogIntervalMs: config.successLogIntervalMs, sampledRoutes: 'all' });
   drainUnreadBodies(app, config.maxWireBytes);

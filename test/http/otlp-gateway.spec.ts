@@ -2,6 +2,7 @@ import { WireBody, wholeBody } from '../../src/otlp/otlp-wire';
 import { JsonTraceSerializer } from '@opentelemetry/otlp-transformer';
 import type { FastifyInstance } from 'fastify';
 import { gzipSync } from 'node:zlib';
+import { Readable } from 'node:stream';
 import pino from 'pino';
 import { MetricsService } from '../../src/observability/metrics.service';
 import { loadConfig } from '../../src/config/app-config';
@@ -172,6 +173,31 @@ describe('OTLP gateway in process (SPEC §6)', () => {
       leaseMs: 60_000,
     });
     expect(left.quotaGranted).toBe(8);
+  });
+
+  it('takes an export arriving in many pieces whole, and refuses one over the wire limit with 413, declared or not', async () => {
+    await start({ env: { GATEWAY_MAX_WIRE_BYTES: '4096' } });
+    const body = Buffer.concat([Buffer.from(' '.repeat(3000)), exportBody(['pieced'])]);
+    const inPieces = (bytes: Buffer, size: number) =>
+      gateway.inject({
+        method: 'POST',
+        url: '/v1/traces',
+        headers: { 'content-type': 'application/json', ...GOOD },
+        payload: Readable.from(Array.from({ length: Math.ceil(bytes.length / size) }, (_, i) => bytes.subarray(i * size, (i + 1) * size))),
+      });
+
+    const pieced = await inPieces(body.subarray(0, body.length - 5), 100);
+    expect(pieced.statusCode).toBe(400); // cut short of valid JSON: the bytes, not a guess, reach the decoder
+    expect((await inPieces(Buffer.concat([Buffer.from(' '.repeat(4096 - body.length)), body]), 97)).statusCode).toBe(200);
+    const forwarded = JSON.parse(collector.received[0].toString()) as { resourceSpans: ResourceSpans[] };
+    expect(forwarded.resourceSpans[0].scopeSpans[0].spans[0].name).toBe('pieced');
+
+    const declared = await post(Buffer.concat([body, Buffer.from(' '.repeat(2000))]));
+    const streamed = await inPieces(Buffer.concat([body, Buffer.from(' '.repeat(2000))]), 512);
+    for (const answer of [declared, streamed]) {
+      expect([answer.statusCode, answer.json()]).toEqual([413, { code: 8, message: 'body over 4096 bytes' }]);
+    }
+    expect(collector.received).toHaveLength(1);
   });
 
   it('inflates gzip exports small and large (inline up to 1 MiB, on the thread pool beyond), and refuses one over the cap with 413', async () => {
