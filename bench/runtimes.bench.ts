@@ -18,7 +18,9 @@
  * (`npm i node@24` or `node@26` in a scratch directory gives the LTS binary: node_modules/.bin/node.) The first binary
  * is the baseline A; each other one, B, is judged against it.
  *
- * Options: --nodes PATH[,PATH...] (node binaries; this bench's own by default, and the same one twice shows the noise)
+ * Options: --nodes PATH[,PATH...] (node binaries; this bench's own by default, and the same one twice shows the noise;
+ *                   PATH=CHECKOUT runs another checkout's build on it, e.g. the revision before a change, labelled
+ *                   `<version>@<folder>`)
  *          --lanes export,nginx,pickup,auth  --rounds 5  --round-seconds 5  --warmup-seconds 2  --connections 16
  *          --cpu-prof (profiles each service, prints its busiest functions and keeps the .cpuprofile files, named after
  *                      the runtime's version)
@@ -36,7 +38,7 @@ import autocannon from 'autocannon';
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import { CALLER_KEY_HEADER, generateCallerKey } from '../src/internal-api/caller-keys';
@@ -95,12 +97,18 @@ const options = {
   cpuProf: args['cpu-prof'],
 };
 for (const lane of options.lanes) if (!LANES.includes(lane)) throw new Error(`unknown lane ${lane}: --lanes takes ${LANES.join(',')}`);
-for (const path of options.nodes) if (!existsSync(path)) throw new Error(`--nodes: no node binary at ${path}`);
+for (const spec of options.nodes) {
+  const [path, root] = spec.split('=');
+  if (!existsSync(path)) throw new Error(`--nodes: no node binary at ${path}`);
+  if (root !== undefined && !existsSync(join(root, 'dist', 'main.js'))) throw new Error(`--nodes: ${root} has no dist/main.js (build it there first)`);
+}
 if (!(options.rounds >= 1)) throw new Error('--rounds takes 1 or more');
 
 /** One node binary under test. */
 interface Runtime {
   readonly path: string;
+  /** The checkout whose dist/main.js it runs (`--nodes PATH=CHECKOUT`: another revision's build); this one by default. */
+  readonly root: string | undefined;
   /** Its version, and its place when the same version is given twice: how the table and the profiles name it. */
   readonly label: string;
 }
@@ -144,12 +152,16 @@ interface RunStats {
 const failures: string[] = [];
 let unquietRuns = 0;
 
-function runtimesOf(paths: readonly string[]): Runtime[] {
-  const versions = paths.map((path) => execFileSync(path, ['--version'], { encoding: 'utf8' }).trim());
-  return paths.map((path, i) => {
+function runtimesOf(specs: readonly string[]): Runtime[] {
+  const given = specs.map((spec) => {
+    const [path, root] = spec.split('=');
+    return { path, root, version: execFileSync(path, ['--version'], { encoding: 'utf8' }).trim() + (root === undefined ? '' : `@${basename(root)}`) };
+  });
+  const versions = given.map(({ version }) => version);
+  return given.map(({ path, root }, i) => {
     const same = versions.filter((version) => version === versions[i]).length;
     const place = versions.slice(0, i).filter((version) => version === versions[i]).length + 1;
-    return { path, label: same > 1 ? `${versions[i]}#${place}` : versions[i] };
+    return { path, root, label: same > 1 ? `${versions[i]}#${place}` : versions[i] };
   });
 }
 
@@ -186,6 +198,7 @@ async function main(): Promise<void> {
       const name = `service-node-${runtime.label.replace('#', '-')}`;
       const service = await startService(gatewayServiceEnv(wiring), {
         node: runtime.path,
+        root: runtime.root,
         logFile: join(work, `${name}.log`),
         nodeArgs: profiled(name),
         secrets,
