@@ -1,5 +1,5 @@
 # The ci-job-telemetry service image (docker-compose.yml builds it; deploy/kubernetes runs it).
-FROM node:20.19-bookworm-slim AS build
+FROM node:26.10-bookworm-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --no-audit --no-fund
@@ -7,7 +7,7 @@ COPY tsconfig.json tsconfig.build.json nest-cli.json ./
 COPY src ./src
 RUN npm run -s build && npm prune --omit=dev
 
-FROM node:20.19-bookworm-slim
+FROM node:26.10-bookworm-slim
 ENV NODE_ENV=production
 WORKDIR /app
 COPY --from=build /app/node_modules ./node_modules
