@@ -7,5 +7,7 @@ bash scripts/install-test-deps.sh
 npm run -s build
 # The OpenTelemetry SDK exporters load node:http with a dynamic import(), which jest's module VM
 # only allows with this flag. Spawned services get their own environment and do not inherit it.
+# npm puts node_modules/.bin first on PATH: the node it names is the pinned LTS (package.json), whatever node runs npm.
+echo "test: jest and the services it starts run on node $(node --version)"
 export NODE_OPTIONS="--experimental-vm-modules${NODE_OPTIONS:+ $NODE_OPTIONS}"
 exec npx jest "$@"
