@@ -71,6 +71,7 @@ describe('gateway credentials (SPEC §6)', () => {
 
   it('does not buffer the bodies of unauthenticated exports', async () => {
     const body = Buffer.alloc(19 * 1024 * 1024, 7);
+    const before = peakRssMiB(service.pid);
     const attempts = Array.from({ length: 20 }, () =>
       fetch(`${service.gatewayUrl}/v1/traces`, { method: 'POST', headers: { 'content-type': 'application/x-protobuf' }, body }).then(
         (response) => response.status,
@@ -79,8 +80,13 @@ describe('gateway credentials (SPEC §6)', () => {
     );
     const statuses = await Promise.all(attempts);
     expect(statuses.every((status) => status === 401 || status === 'reset')).toBe(true);
-    // 20 × 19 MiB would be 380 MiB held at once if bodies were read before the credential check.
-    expect(peakRssMiB(service.pid)).toBeLessThan(250);
+    // 20 × 19 MiB would be 380 MiB held at once if bodies were read before the credential check. Measured as the
+    // growth of the service's peak, not the peak itself: the runtime's own footprint differs by tens of MiB between
+    // Node releases (Node 26's service starts near 170 MiB), and that is not what this asks. Half of 380 MiB: drained
+    // bodies pass through socket buffers on their way out (about 70 MiB of growth on Node 26), never all at once.
+    const grown = peakRssMiB(service.pid) - before;
+    console.info(`peak RSS ${before.toFixed(0)} MiB before, grown by ${grown.toFixed(0)} MiB`);
+    expect(grown).toBeLessThan(190);
   });
 
   it('never echoes or logs a capability, even on a route that does not exist', async () => {
