@@ -274,3 +274,73 @@ export function jobRunRow(overrides: Partial<JobRunRow> = {}): JobRunRow {
     ...overrides,
   };
 }
+
+export interface FleetOptions {
+  readonly seed: number;
+  /** Runners of the tag set, each taking one job at a time. */
+  readonly runners: number;
+  readonly jobs: number;
+  /** Offered load: mean run time × arrival rate ÷ runners. */
+  readonly utilization?: number;
+  readonly medianRunMs?: number;
+  readonly tags?: string;
+  /** GitLab's pickup latency, drawn uniformly in [min, max] ms per job: the least a job waits with a runner free. */
+  readonly pickupLatencyMs?: readonly [min: number, max: number];
+  readonly jobsPerPipeline?: number;
+  readonly firstPipelineId?: number;
+  readonly startAt?: number;
+}
+
+/**
+ * A fleet's recording: jobs arriving at random (a Poisson process) with log-normal run times (σ 0.5), taken first in,
+ * first out by the first of `runners` slots to come free, after the pickup latency. Pending, started and finished
+ * as GitLab records them; each pipeline's first job on its critical path.
+ */
+export function recordedFleet(options: FleetOptions): JobRunRow[] {
+  const random = randomSource(options.seed);
+  const normal = normalSource(random);
+  const medianRunMs = options.medianRunMs ?? 5 * 60_000;
+  const meanRunMs = medianRunMs * Math.exp(0.5 ** 2 / 2);
+  const meanGapMs = meanRunMs / ((options.utilization ?? 0.9) * options.runners);
+  const [latencyMin, latencyMax] = options.pickupLatencyMs ?? [0, 0];
+  const perPipeline = options.jobsPerPipeline ?? 4;
+  const firstPipelineId = options.firstPipelineId ?? 5000;
+  const free = new Array<number>(options.runners).fill(0);
+  const rows: JobRunRow[] = [];
+  let arrival = options.startAt ?? Date.UTC(2026, 10, 2);
+  let pipelineCreatedAt = arrival;
+  for (let i = 0; i < options.jobs; i++) {
+    arrival += Math.round(-Math.log(1 - random()) * meanGapMs);
+    if (i % perPipeline === 0) pipelineCreatedAt = arrival;
+    const runMs = Math.max(1000, Math.round(medianRunMs * Math.exp(0.5 * normal())));
+    const latency = Math.round(latencyMin + random() * (latencyMax - latencyMin));
+    // The earliest-free runner, by a plain scan: the recording is made without the replay's heap.
+    let slot = 0;
+    for (let s = 1; s < free.length; s++) if (free[s] < free[slot]) slot = s;
+    const startedAt = Math.max(arrival + latency, free[slot]);
+    free[slot] = startedAt + runMs;
+    const pipelineId = firstPipelineId + Math.floor(i / perPipeline);
+    rows.push(
+      jobRunRow({
+        pipelineId,
+        rootPipelineId: pipelineId,
+        pipelineCreatedAt,
+        pipelineFinishedAt: startedAt + runMs,
+        jobId: firstPipelineId * 100 + i,
+        name: `job ${i % perPipeline}`,
+        runnerId: slot + 1,
+        runnerTags: options.tags ?? 'docker,arm64',
+        createdAt: arrival,
+        pendingAt: arrival,
+        startedAt,
+        finishedAt: startedAt + runMs,
+        waitMs: arrival - pipelineCreatedAt,
+        queueMs: startedAt - arrival,
+        partsMs: partsOf({ step_script: runMs }),
+        onCriticalPath: i % perPipeline === 0,
+        slackMs: i % perPipeline === 0 ? 0 : null,
+      }),
+    );
+  }
+  return rows;
+}
