@@ -1,5 +1,5 @@
 import { RUNNER_PARTS, WaitingFor } from '../critical-path/critical-path';
-import { weightedPercentile } from '../reads/job-summary';
+import { weightedPercentile } from './percentiles';
 import type { JobRunRow } from './job-run';
 import { groupByPipeline, pathMs, PipelineRuns, seconds, timeMs, weightOf } from './pipeline-runs';
 

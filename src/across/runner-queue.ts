@@ -1,4 +1,4 @@
-import { weightedPercentile } from '../reads/job-summary';
+import { weightedPercentile } from './percentiles';
 import type { JobRunRow } from './job-run';
 import { groupByPipeline, pathMs, seconds, weightOf } from './pipeline-runs';
 

@@ -1,7 +1,8 @@
 import { CONTROL_PLANE_MARK } from '../otlp/control-plane-mark';
 import { ClickHouseClient, ClickHouseLogLevel, createClient } from '@clickhouse/client';
 import type { AttributeValue } from '../otlp/collected-spans';
-import { bySummaryOrder, JobSummary, round } from './job-summary';
+import { round } from '../across/percentiles';
+import { bySummaryOrder, JobSummary } from './job-summary';
 import { ClickHouseReadsOptions, LONGEST_SPAN_MS, ReadsUnavailableError, StoredSpan, TimeWindow, TraceBound, TraceRead, TraceReads } from './trace-reads';
 
 /**

@@ -1,4 +1,5 @@
-import { summarizeJobs, weightedPercentile } from './job-summary';
+import { weightedPercentile } from '../across/percentiles';
+import { summarizeJobs } from './job-summary';
 import type { JobRun } from './job-summary';
 
 const run = (overrides: Partial<JobRun>): JobRun => ({

@@ -1,3 +1,4 @@
+import { round, weightedPercentile } from '../across/percentiles';
 /** A job's run as the CI view has it, for the per-job-name summary (SPEC §12 "a project's jobs over a window"). */
 export interface JobRun {
   readonly jobId: number;
@@ -49,21 +50,6 @@ export interface JobSummary {
     /** Median time such a run held its pipeline up (its pending to its end), seconds; null when never on it. */
     readonly p50_seconds: number | null;
   };
-}
-
-export const round = (value: number, digits = 3): number => Math.round(value * 10 ** digits) / 10 ** digits;
-
-/** The weighted percentile `q` (0..1): the least value whose cumulative weight reaches q of the total. */
-export function weightedPercentile(values: ReadonlyArray<readonly [value: number, weight: number]>, q: number): number | null {
-  const usable = values.filter(([value, weight]) => Number.isFinite(value) && weight > 0).sort((a, b) => a[0] - b[0]);
-  const total = usable.reduce((sum, [, weight]) => sum + weight, 0);
-  if (total === 0) return null;
-  let cumulative = 0;
-  for (const [value, weight] of usable) {
-    cumulative += weight;
-    if (cumulative >= q * total - 1e-9) return value;
-  }
-  return usable[usable.length - 1][0];
 }
 
 const percentiles = (values: ReadonlyArray<readonly [number, number]>): Percentiles => ({
