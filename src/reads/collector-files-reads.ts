@@ -2,7 +2,8 @@ import { trustedSpans } from '../otlp/control-plane-mark';
 import { CollectorFilesIndex, versionOf } from './collector-files-index';
 import { jobRunsOf } from './job-runs';
 import { JobSummary, summarizeJobs } from './job-summary';
-import { byStart, carriesId, countedFor, spanRank } from './trace-selection';
+import { carriesId } from '../otlp/span-identity';
+import { byStart, countedFor, spanRank } from './trace-selection';
 import { findsWithin, overlapsWindow, StoredSpan, TimeWindow, TraceBound, TraceRead, TraceReads } from './trace-reads';
 
 /**
