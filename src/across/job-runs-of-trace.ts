@@ -74,7 +74,8 @@ export function jobRunsOfTrace(trace: readonly StoredSpan[], projectId: number):
 const FINISHED = new Set(['success', 'failed', 'canceled', 'skipped']);
 
 const ms = (nanos: bigint) => Number((nanos + 500_000n) / 1_000_000n);
-const text = (value: unknown) => (typeof value === 'string' ? value : '');
+/** A string attribute; a backend that keeps attributes as text gives a ref or stage such as `2024` back as a number. */
+const text = (value: unknown) => (typeof value === 'string' ? value : typeof value === 'number' && Number.isFinite(value) ? String(value) : '');
 
 function numberOf(value: unknown): number | null {
   if (value === undefined || value === null || value === '') return null;
