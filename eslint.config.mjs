@@ -36,12 +36,12 @@ const STORE = 'store';
  * feature) answer it, pipeline-spans (shared) writes it on the spans it emits at a pipeline's end, the CLI prints
  * it. Neither of those may import the other, so the one implementation lives beneath both, beside trace-context.
  */
-const BASE = ['config', 'observability', 'trace-context', 'critical-path', 'across'];
+const BASE = ['config', 'observability', 'trace-context', 'critical-path'];
 /**
- * across is pure too (job-run rows in, SPEC §13's answers out): it reads the critical path's parts and nothing else of
- * the house; the reads answer it, the CLI prints it.
+ * across is pure too (SPEC §13: the rows of job runs, from a trace through the critical path's walk): the reads (a
+ * feature) keep and answer them, so it sits beneath every feature and shared capability, above critical-path.
  */
-const BASE_USES = { observability: ['config'], across: ['critical-path'] };
+const ACROSS = 'across';
 
 const folders = (names) => names.flatMap((name) => [`../${name}`, `../${name}/*`, `../../${name}/*`]);
 const layer = (folder, forbidden, message) => ({
@@ -80,10 +80,11 @@ export default tseslint.config(
     ),
   ),
   layer(STORE, [...FEATURES, ...SHARED], 'the store imports only config and observability'),
+  layer(ACROSS, [...FEATURES, ...SHARED, STORE], 'across/ is pure: the rows of job runs over critical-path, beneath the reads'),
   ...BASE.map((base) =>
     layer(
       base,
-      [...FEATURES, ...SHARED, STORE, ...BASE.filter((other) => other !== base && !(BASE_USES[base] ?? []).includes(other))],
+      [...FEATURES, ...SHARED, STORE, ACROSS, ...BASE.filter((other) => other !== base && !(base === 'observability' && other === 'config'))],
       'config and observability import nothing above them',
     ),
   ),

@@ -197,7 +197,7 @@ function emptyParts(): Record<RunnerPart, number> {
  * A run split by the runner's stages: each stage clipped to the run and to the stages before it (so an overlap is
  * counted once, for the earlier stage), the rest `other`. Whole milliseconds adding up to `end − from`.
  */
-function runParts(stages: readonly StoredSpan[], from: number, end: number): Record<RunnerPart, number> {
+export function runParts(stages: readonly StoredSpan[], from: number, end: number): Record<RunnerPart, number> {
   const parts = emptyParts();
   let covered = from;
   let counted = 0;
@@ -423,11 +423,56 @@ function assignLocalBlockers(pipelines: ReadonlyMap<number | null, Node[]>): voi
  * Null when the trace holds no job that ended.
  */
 export function criticalPath(spans: readonly StoredSpan[]): CriticalPath | null {
+  return criticalPathWalk(spans).path;
+}
+
+/**
+ * One job of the walk (SPEC §13's rows), on the path or off it: what blocked it and how long it waited, queued and
+ * ran, as whole milliseconds. For a job on the path these are the path's own (clamped where clocks disagree), so the
+ * path's jobs add up to its duration exactly; for a job off it, its own times against the blocker the walk finds for
+ * it (the job of its pipeline that ended last before it became pending, through a bridge for a child's first jobs).
+ */
+export interface WalkedJob {
+  readonly jobId: number;
+  readonly pipelineId: number | null;
+  readonly name: string | null;
+  readonly stage: string | null;
+  /** When it became pending, a runner took it, and it ended (epoch ms, its own times, unclamped). */
+  readonly pendingMs: number;
+  readonly pickedUpMs: number;
+  readonly endMs: number;
+  /** The job whose end let it become pending; null when none did (the wait is then since its pipeline's creation). */
+  readonly blockedBy: number | null;
+  readonly waitingFor: WaitingFor;
+  readonly waitMs: number;
+  readonly queueMs: number;
+  readonly partsMs: Readonly<Record<RunnerPart, number>>;
+  readonly runnerSpans: boolean;
+  /** 1 for the first run of its name in its pipeline, 2 for its first retry, …; and whether a later attempt followed. */
+  readonly attempt: number;
+  readonly superseded: boolean;
+  readonly onPath: boolean;
+  /** How much longer it could have taken without delaying the root pipeline: 0 on the path; null without a path. */
+  readonly slackMs: number | null;
+}
+
+export interface CriticalPathWalk {
+  /** As {@link criticalPath} gives it. */
+  readonly path: CriticalPath | null;
+  /** Every job of the trace the walk knows (bridges are not jobs), in no particular order. */
+  readonly jobs: WalkedJob[];
+}
+
+/**
+ * The walk behind {@link criticalPath}, with every job's blocker, wait, queue and run, not only the path's: the path
+ * is found first and is the same whatever is asked of the other jobs after it.
+ */
+export function criticalPathWalk(spans: readonly StoredSpan[]): CriticalPathWalk {
   const index = new TraceIndex(spans);
   const { pipelines: pipelineSpans, rootPipelineId } = pipelinesOf(spans);
   const root = rootPipelineId === null ? undefined : pipelineSpans.get(rootPipelineId);
   const { nodes, bridges } = nodesOf(index, spans, root?.end ?? null);
-  if (nodes.length === 0) return null;
+  if (nodes.length === 0) return { path: null, jobs: [] };
   numberAttempts(nodes);
 
   const pipelines = new Map<number | null, Node[]>();
@@ -473,7 +518,29 @@ export function criticalPath(spans: readonly StoredSpan[]): CriticalPath | null 
   // last of the pipelines no bridge in the trace started.
   const candidates =
     rootPipelineId !== null ? (pipelines.get(rootPipelineId) ?? []) : nodes.filter((node) => node.pipelineId === null || !bridges.has(node.pipelineId));
-  if (candidates.length === 0) return null;
+  /** Every job off the path (or all of them, without a path): its own times against the blocker the walk finds for it. */
+  const walkedJobs = (onPath: ReadonlyMap<Node, WalkedJob>, withSlack: boolean): WalkedJob[] =>
+    nodes
+      .filter((node) => node.bridgeOf === undefined)
+      .map((node) => {
+        const walked = onPath.get(node);
+        if (walked !== undefined) return walked;
+        const blocker = blockerOf(node);
+        // Without a blocker, since its pipeline was created (the root's, for a pipeline whose span is not there yet).
+        const origin = blocker?.end ?? (node.pipelineId === null ? undefined : pipelineSpans.get(node.pipelineId)?.start) ?? root?.start ?? node.pending;
+        return {
+          ...walkedFacts(node),
+          blockedBy: blocker?.jobId ?? null,
+          waitingFor: waitingForOf(node),
+          waitMs: Math.max(0, node.pending - origin),
+          queueMs: node.pickedUp - node.pending,
+          partsMs: node.parts,
+          onPath: false,
+          slackMs: withSlack ? (node.slackMs ?? null) : null,
+        };
+      });
+
+  if (candidates.length === 0) return { path: null, jobs: walkedJobs(new Map(), false) };
   const last = throughBridges(candidates.reduce((found, node) => (byEnd(node, found) > 0 ? node : found)))!;
   const walk: Node[] = [];
   const onPath = new Set<Node>();
@@ -490,6 +557,7 @@ export function criticalPath(spans: readonly StoredSpan[]): CriticalPath | null 
 
   const totals: Record<keyof PathTotals, number> = { ...emptyTotals() };
   const path: PathElement[] = [];
+  const walkedOnPath = new Map<Node, WalkedJob>();
   let previousEnd = start;
   for (const [i, node] of walk.entries()) {
     const blocker = i === 0 ? null : walk[i - 1];
@@ -500,7 +568,7 @@ export function criticalPath(spans: readonly StoredSpan[]): CriticalPath | null 
     const delay = pending - previousEnd;
     const queue = pickedUp - pending;
     const parts = end - pickedUp === node.end - node.pickedUp ? node.parts : runPartsScaled(node.parts, end - pickedUp);
-    const waitingFor: WaitingFor = node.attempt > 1 || node.toldRetry ? 'retry' : node.waitsFor;
+    const waitingFor = waitingForOf(node);
     totals[WAIT_TOTAL[waitingFor]] += delay;
     totals.queue += queue;
     for (const part of RUNNER_PARTS) totals[part] += parts[part];
@@ -518,6 +586,18 @@ export function criticalPath(spans: readonly StoredSpan[]): CriticalPath | null 
       attempts: node.attempt,
       runner_spans: node.runnerSpans,
     });
+    if (node.bridgeOf === undefined) {
+      walkedOnPath.set(node, {
+        ...walkedFacts(node),
+        blockedBy: blocker?.jobId ?? null,
+        waitingFor,
+        waitMs: delay,
+        queueMs: queue,
+        partsMs: parts,
+        onPath: true,
+        slackMs: 0,
+      });
+    }
     previousEnd = end;
   }
 
@@ -528,15 +608,34 @@ export function criticalPath(spans: readonly StoredSpan[]): CriticalPath | null 
     .sort((a, b) => b.slack_seconds - a.slack_seconds || a.job_id - b.job_id);
 
   return {
-    duration_seconds: seconds(previousEnd - start),
-    totals: Object.fromEntries(Object.entries(totals).map(([key, value]) => [key, seconds(value)])) as PathTotals,
-    path,
-    slack,
+    path: {
+      duration_seconds: seconds(previousEnd - start),
+      totals: Object.fromEntries(Object.entries(totals).map(([key, value]) => [key, seconds(value)])) as PathTotals,
+      path,
+      slack,
+    },
+    jobs: walkedJobs(walkedOnPath, true),
   };
 }
 
+/** What a job waited for before becoming pending: a retry when it is a later attempt or GitLab says so, else its own facts. */
+const waitingForOf = (node: Node): WaitingFor => (node.attempt > 1 || node.toldRetry ? 'retry' : node.waitsFor);
+
+const walkedFacts = (node: Node) => ({
+  jobId: node.jobId,
+  pipelineId: node.pipelineId,
+  name: node.name,
+  stage: node.stage,
+  pendingMs: node.pending,
+  pickedUpMs: node.pickedUp,
+  endMs: node.end,
+  runnerSpans: node.runnerSpans,
+  attempt: node.attempt,
+  superseded: node.superseded,
+});
+
 /** A run's parts when its start had to move later (clocks that disagree): cut from `other` first, then from the start. */
-function runPartsScaled(parts: Readonly<Record<RunnerPart, number>>, runMs: number): Record<RunnerPart, number> {
+export function runPartsScaled(parts: Readonly<Record<RunnerPart, number>>, runMs: number): Record<RunnerPart, number> {
   const scaled = { ...parts };
   let excess = RUNNER_PARTS.reduce((sum, part) => sum + parts[part], 0) - runMs;
   for (const part of ['other', ...RUNNER_PARTS] as RunnerPart[]) {

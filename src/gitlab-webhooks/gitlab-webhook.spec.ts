@@ -1,5 +1,7 @@
 import { gitlabTime, jobHook, pipelineHook, WebhookJob, WebhookPipeline } from '../../simulator/gitlab-webhooks';
-import { pipelineSpanVersion } from '../pipeline-spans/pipeline-span-model';
+import { jobSpan, pipelineSpanVersion } from '../pipeline-spans/pipeline-span-model';
+import { collectedSpans } from '../otlp/collected-spans';
+import type { TracedJob } from '../traced-work/traced-work';
 import { parseGitlabTime, parseJobHook, parsePipelineHook, WebhookPayloadError } from './gitlab-webhook';
 
 const RECEIVED = Date.UTC(2026, 10, 25, 12, 0, 0);
@@ -129,6 +131,41 @@ describe('GitLab webhook payloads, as GitLab sends them (SPEC §10)', () => {
     expect(running).toEqual({ kind: 'job', jobId: 378, status: 'running' });
   });
 
+  it("reads the runner's tags from a Job Hook and a Pipeline Hook's builds: sorted, once each, bad ones left out, never a refusal", () => {
+    const [, failed] = pipeline.jobs;
+    const tagged = (tags: readonly unknown[]) => ({ ...failed, runner: { ...failed.runner!, tags } });
+    expect(parseJobHook(jobHook(pipeline, tagged(['linux', 'docker', 'arm64', 'docker'])), RECEIVED).job).toMatchObject({
+      runnerId: 380987,
+      runnerTags: ['arm64', 'docker', 'linux'],
+    });
+    // Not strings, empty, or longer than 100 characters: left out; the rest kept.
+    const odd = parseJobHook(jobHook(pipeline, tagged([42, null, '', '  ', 'x'.repeat(101), { name: 'gpu' }, 'x'.repeat(100), ' gpu '])), RECEIVED);
+    expect(odd.job?.runnerTags).toEqual(['gpu', 'x'.repeat(100)]);
+    // At most 50, the first 50 of the sorted set, whatever order GitLab sent them in.
+    const many = Array.from({ length: 80 }, (_, i) => `tag-${String(i).padStart(2, '0')}`);
+    const bounded = parseJobHook(jobHook(pipeline, tagged([...many].reverse())), RECEIVED).job?.runnerTags;
+    expect(bounded).toEqual(many.slice(0, 50));
+    // An untagged runner says so ([]); a payload without tags (an older GitLab) says nothing.
+    expect(parseJobHook(jobHook(pipeline, tagged([])), RECEIVED).job?.runnerTags).toEqual([]);
+    const withoutTags = jobHook(pipeline, failed);
+    delete (withoutTags.runner as Record<string, unknown>).tags;
+    expect(parseJobHook(withoutTags, RECEIVED).job?.runnerTags).toBeUndefined();
+    expect(
+      parseJobHook({ ...jobHook(pipeline, failed), runner: { ...(withoutTags.runner as object), tags: 'docker' } }, RECEIVED).job?.runnerTags,
+    ).toBeUndefined();
+    const fromBuilds = parsePipelineHook(pipelineHook({ ...pipeline, jobs: [pipeline.jobs[0], tagged(['b', 'a'])] }), RECEIVED);
+    expect(fromBuilds.finishedJobs.find((job) => job.jobId === 378)?.runnerTags).toEqual(['a', 'b']);
+  });
+
+  it("reads whether a job was allowed to fail, from a Job Hook and a Pipeline Hook's builds", () => {
+    const [, failed] = pipeline.jobs;
+    expect(parseJobHook({ ...jobHook(pipeline, failed), build_allow_failure: true }, RECEIVED).job?.allowFailure).toBe(true);
+    expect(parseJobHook(jobHook(pipeline, failed), RECEIVED).job?.allowFailure).toBe(false);
+    const body = pipelineHook(pipeline);
+    (body.builds as Array<Record<string, unknown>>)[1].allow_failure = true;
+    expect(parsePipelineHook(body, RECEIVED).finishedJobs.find((job) => job.jobId === 378)?.allowFailure).toBe(true);
+  });
+
   it('ends a canceled job without a finish time at its start plus its duration', () => {
     const body = { ...jobHook(pipeline, pipeline.jobs[1]), build_status: 'canceled', build_finished_at: null, build_duration: 2.5 };
     expect(parseJobHook(body, RECEIVED).job?.finishedAt).toBe(Date.UTC(2016, 7, 12, 15, 26, 14, 500));
@@ -167,5 +204,60 @@ describe("a Pipeline Hook's end", () => {
     expect(first.finishedAt).toBe(at(403));
     expect(pipelineSpanVersion(redelivered)).toBe(pipelineSpanVersion(first));
     expect(gitlabTime(new Date(first.finishedAt))).toBe('2026-11-25 10:06:43 UTC');
+  });
+});
+
+describe("a job's span: the runner that ran it and the Job Hook's other facts (SPEC §13)", () => {
+  const T0 = Date.parse('2026-11-25T10:00:00Z');
+  const at = (seconds: number) => T0 + seconds * 1000;
+  const hooked: WebhookPipeline = { id: 501, projectId: 7, status: 'running', createdAt: new Date(at(0)), jobs: [] };
+  const ran = {
+    id: 9001,
+    name: 'build',
+    stage: 'build',
+    status: 'success',
+    createdAt: new Date(at(-5)),
+    startedAt: new Date(at(130)),
+    finishedAt: new Date(at(160)),
+    runner: { id: 380987, runnerType: 'instance_type', description: 'arm runner', tags: ['linux', 'arm64', 'docker', 'arm64'] },
+  };
+  const traced: TracedJob = {
+    pipelineId: 501,
+    rootPipelineId: 501,
+    projectId: 7,
+    traceId: 'a'.repeat(32),
+    jobId: 9001,
+    runnerId: 17,
+    runnerType: 'project_type',
+    pickedUpAt: at(130.2),
+  };
+  /** A Job Hook as GitLab sends it, through the parser and the span model, as the collector stores the span. */
+  const storedJobSpan = (body: Record<string, unknown>) => {
+    const end = parseJobHook(body, at(200)).job!;
+    const span = jobSpan('gitlab-ci', { traceId: traced.traceId, spanId: 'c'.repeat(16) }, traced, end);
+    return { sent: span.resourceSpans.scopeSpans[0].spans[0].attributes, stored: collectedSpans({ resourceSpans: [span.resourceSpans] })[0].attributes };
+  };
+
+  it('names the runner GitLab says ran the job (cicd.worker.id, a string) and its tags, sorted, as a string array', () => {
+    const { sent, stored } = storedJobSpan(jobHook(hooked, ran));
+    expect(sent).toContainEqual({ key: 'cicd.worker.id', value: { stringValue: '380987' } });
+    expect(sent).toContainEqual({
+      key: 'ci.runner.tags',
+      value: { arrayValue: { values: [{ stringValue: 'arm64' }, { stringValue: 'docker' }, { stringValue: 'linux' }] } },
+    });
+    // Stored as the Collector's ClickHouse exporter stores an array: the JSON text of its values.
+    expect(stored).toMatchObject({ 'cicd.worker.id': '380987', 'ci.runner.id': 380987, 'ci.runner.tags': '["arm64","docker","linux"]' });
+  });
+
+  it('writes an untagged runner as no tags, and nothing where GitLab did not say', () => {
+    expect(storedJobSpan(jobHook(hooked, { ...ran, runner: { ...ran.runner, tags: [] } })).stored['ci.runner.tags']).toBe('[]');
+    const older = jobHook(hooked, ran);
+    delete (older.runner as Record<string, unknown>).tags;
+    expect(storedJobSpan(older).stored['ci.runner.tags']).toBeUndefined();
+  });
+
+  it('says when GitLab created the job and whether it was allowed to fail', () => {
+    const { stored } = storedJobSpan({ ...jobHook(hooked, ran), build_allow_failure: true });
+    expect(stored).toMatchObject({ 'ci.job.created_at': new Date(at(-5)).toISOString(), 'ci.job.allow_failure': true });
   });
 });

@@ -66,14 +66,36 @@ function endOf(finishedAt: number | undefined, startedAt: number | undefined, du
   return fallback;
 }
 
-function runnerOf(runner: unknown): Pick<JobEnd, 'runnerId' | 'runnerType' | 'runnerDescription'> {
+/** GitLab's runner tags a job span keeps at most, and their longest: a runner's own list is short, a payload's may not be. */
+export const MAX_RUNNER_TAGS = 50;
+export const MAX_RUNNER_TAG_LENGTH = 100;
+
+/**
+ * The runner's tags (`runner.tags`, GitLab 13.8 and later: the names CI_RUNNER_TAGS lists), sorted and once each, so
+ * that one set of tags is one value whatever order GitLab sent it in. A tag that is no string, empty, or longer than
+ * MAX_RUNNER_TAG_LENGTH is left out, and past MAX_RUNNER_TAGS the rest: a hook is never refused for its tags.
+ * Undefined when GitLab did not say (an older GitLab); [] for an untagged runner.
+ */
+function runnerTagsOf(tags: unknown): string[] | undefined {
+  if (!Array.isArray(tags)) return undefined;
+  const kept = new Set<string>();
+  for (const tag of tags) {
+    if (typeof tag === 'string' && tag.trim() !== '' && tag.length <= MAX_RUNNER_TAG_LENGTH) kept.add(tag.trim());
+  }
+  return [...kept].sort().slice(0, MAX_RUNNER_TAGS);
+}
+
+function runnerOf(runner: unknown): Pick<JobEnd, 'runnerId' | 'runnerType' | 'runnerDescription' | 'runnerTags'> {
   if (!isObject(runner)) return {};
   return {
     runnerId: optionalId(runner.id, 'runner.id'),
     runnerType: text(runner.runner_type),
     runnerDescription: text(runner.description),
+    runnerTags: runnerTagsOf(runner.tags),
   };
 }
+
+const flag = (value: unknown) => (typeof value === 'boolean' ? value : undefined);
 
 /** One entry of a Pipeline Hook's `builds`, when it has finished. */
 function finishedBuild(build: unknown, pipelineId: number, projectUrl: string | undefined, receivedAt: number): FinishedJob | undefined {
@@ -94,6 +116,7 @@ function finishedBuild(build: unknown, pipelineId: number, projectUrl: string | 
     jobUrl: projectUrl === undefined ? undefined : `${projectUrl}/-/jobs/${jobId}`,
     manual: manualOf(build),
     when: text(build.when),
+    allowFailure: flag(build.allow_failure),
     ...runnerOf(build.runner),
   };
 }
@@ -196,6 +219,7 @@ export function parseJobHook(body: unknown, receivedAt: number): JobEvent {
       // GitLab's pending → started, to the microsecond; a job that never started has its queue time so far in it.
       queuedDuration: startedAt === undefined ? undefined : seconds(body.build_queued_duration),
       retriesCount,
+      allowFailure: flag(body.build_allow_failure),
       name: text(body.build_name),
       stage: text(body.build_stage),
       jobUrl: projectUrl === undefined ? undefined : `${projectUrl}/-/jobs/${jobId}`,

@@ -29,14 +29,33 @@ export interface CollectedSpan {
 
 type Decoded = Record<string, unknown>;
 
-/** Arrays and maps are kept as their JSON text: no reader of this project looks inside them. */
+/**
+ * Arrays and maps are kept as the JSON text of their plain values (`["docker","linux"]`), the text the Collector's
+ * ClickHouse exporter stores for them (pdata's `Value.AsString`), so a reader of either backend parses one form (a
+ * runner's tags, `ci.runner.tags`).
+ */
 function attributeValue(value: Decoded | undefined): AttributeValue {
   if (value === undefined || value === null) return '';
   if (value.stringValue !== undefined) return value.stringValue as string;
   if (value.intValue !== undefined) return Number(value.intValue);
   if (value.boolValue !== undefined) return value.boolValue as boolean;
   if (value.doubleValue !== undefined) return value.doubleValue as number;
-  return JSON.stringify(value);
+  return JSON.stringify(plainValue(value));
+}
+
+/** An OTLP/JSON AnyValue as a plain JSON value, arrays and maps all the way down (pdata's `AsRaw`). */
+function plainValue(value: Decoded | undefined): unknown {
+  if (value === undefined || value === null) return null;
+  if (value.stringValue !== undefined) return value.stringValue;
+  if (value.intValue !== undefined) return Number(value.intValue);
+  if (value.boolValue !== undefined) return value.boolValue;
+  if (value.doubleValue !== undefined) return value.doubleValue;
+  if (value.bytesValue !== undefined) return value.bytesValue;
+  const array = value.arrayValue as Decoded | undefined;
+  if (array !== undefined) return list(array.values).map((item) => plainValue(item));
+  const kvlist = value.kvlistValue as Decoded | undefined;
+  if (kvlist !== undefined) return Object.fromEntries(list(kvlist.values).map((entry) => [text(entry.key), plainValue(entry.value as Decoded | undefined)]));
+  return null;
 }
 
 function attributeMap(list: unknown): Record<string, AttributeValue> {

@@ -23,7 +23,8 @@ const SCOPE = { name: 'ci-job-telemetry/pipeline-spans' };
 const { INTERNAL: KIND_INTERNAL, SERVER: KIND_SERVER } = SPAN_KIND;
 const STATUS_ERROR = STATUS_CODE.ERROR;
 
-export type AttributeValue = string | number | boolean;
+/** An attribute's value; a list of strings is OTLP's `arrayValue` (a runner's tags). */
+export type AttributeValue = string | number | boolean | readonly string[];
 
 /** One span ready for the outbox: its id and the OTLP/JSON `ResourceSpans` carrying it alone. */
 export interface ControlPlaneSpan {
@@ -57,9 +58,11 @@ export interface OtlpResourceSpans {
   readonly scopeSpans: Array<{ readonly scope: { readonly name: string }; readonly spans: OtlpSpan[] }>;
 }
 
+type OtlpScalar = { stringValue: string } | { intValue: string } | { boolValue: boolean } | { doubleValue: number };
+
 interface OtlpKeyValue {
   readonly key: string;
-  readonly value: { stringValue: string } | { intValue: string } | { boolValue: boolean } | { doubleValue: number };
+  readonly value: OtlpScalar | { arrayValue: { values: Array<{ stringValue: string }> } };
 }
 
 interface OtlpSpan {
@@ -100,6 +103,13 @@ export interface JobEnd extends Outcome {
   readonly runnerDescription?: string;
   readonly runnerType?: string;
   readonly runnerId?: number;
+  /**
+   * The runner's tags (Job Hook `runner.tags`), sorted, once each, bounded (gitlab-webhook.ts): written as
+   * `ci.runner.tags`, a string array, so queue waits can be read by tag set (SPEC §13). [] for an untagged runner.
+   */
+  readonly runnerTags?: readonly string[];
+  /** GitLab's `allow_failure` of the job (`build_allow_failure`, `builds[].allow_failure`): `ci.job.allow_failure`. */
+  readonly allowFailure?: boolean;
   readonly jobUrl?: string;
   /**
    * Whether a person starts the job (`when: manual`), as a Pipeline Hook's `builds` say (its `when`, else its
@@ -117,7 +127,10 @@ export interface JobEnd extends Outcome {
    * `build_queued_duration` or a Pipeline Hook's `builds[].queued_duration` say.
    */
   readonly queuedDuration?: number;
-  /** GitLab's `created_at` of the job (the Job Hook's `build_created_at`): when the job was created, not pending. */
+  /**
+   * GitLab's `created_at` of the job (the Job Hook's `build_created_at`): when the job was created, not pending. Written
+   * as `ci.job.created_at` (ISO 8601), so a row of a job run (SPEC §13) has it.
+   */
   readonly createdAt?: number;
   /** GitLab's `retries_count` (the Job Hook's): above 0, the job is a retry of an earlier one. */
   readonly retriesCount?: number;
@@ -151,7 +164,8 @@ export interface PipelineEnd extends Outcome {
 function value(raw: AttributeValue): OtlpKeyValue['value'] {
   if (typeof raw === 'string') return { stringValue: raw };
   if (typeof raw === 'boolean') return { boolValue: raw };
-  return Number.isSafeInteger(raw) ? { intValue: String(raw) } : { doubleValue: raw };
+  if (typeof raw === 'number') return Number.isSafeInteger(raw) ? { intValue: String(raw) } : { doubleValue: raw };
+  return { arrayValue: { values: raw.map((item) => ({ stringValue: item })) } };
 }
 
 /**
@@ -400,7 +414,11 @@ export function jobSpan(serviceName: string, place: SpanPlace, job: TracedJob, e
       'cicd.pipeline.task.run.result': cicdResult(end.status),
       'cicd.pipeline.task.run.url.full': end.jobUrl,
       'cicd.worker.name': end.runnerDescription,
+      // `cicd.worker.id` (the runner's id, a string as the CI/CD conventions type it) is among the identity above.
+      'ci.runner.tags': end.runnerTags === undefined ? undefined : [...end.runnerTags].sort(),
       'ci.job.status': end.status,
+      'ci.job.allow_failure': end.allowFailure,
+      'ci.job.created_at': end.createdAt === undefined ? undefined : new Date(end.createdAt).toISOString(),
       'ci.job.stage': end.stage,
       'ci.job.failure_reason': end.failureReason,
       'ci.runner.type': end.runnerType ?? job.runnerType,

@@ -1,5 +1,7 @@
 import { CONTROL_PLANE_MARK } from '../otlp/control-plane-mark';
 import { ClickHouseClient, ClickHouseLogLevel, createClient } from '@clickhouse/client';
+import type { JobRunRow } from '../across/job-run';
+import { jobRunsOfTrace } from '../across/job-runs-of-trace';
 import type { AttributeValue } from '../otlp/collected-spans';
 import { round } from '../across/percentiles';
 import { bySummaryOrder, JobSummary } from './job-summary';
@@ -34,7 +36,7 @@ export interface ClickHouseTraceReadsOptions extends ClickHouseReadsOptions {
 }
 
 export interface QueryStatistics {
-  /** Which query: `locate pipeline`, `locate job`, `trace spans`, `project jobs`. */
+  /** Which query: `locate pipeline`, `locate job`, `trace spans`, `project jobs`, `job run rows`. */
   readonly query: string;
   readonly readRows: number;
   readonly readBytes: number;
@@ -190,6 +192,58 @@ SELECT
 FROM runs
 GROUP BY name`;
 
+/**
+ * SPEC §13: the rows of job runs of a project's pipelines created in the window, from `ci_job_runs` (one row per job
+ * run, which a materialized view fills from the Collector's writes: deploy/clickhouse/init/01-ci-job-telemetry.sql).
+ * The pipelines whose rows began within the window (the minmax index on first_start_ms), and with each the rest of its
+ * root's pipelines (a child created after the window, the root created before it), since a job's wait and the path
+ * are its root's; then their rows by primary key, each row's parts merged (-Merge, GROUP BY). The service computes
+ * each job run from them as from a whole trace (`rowsOfPipelines`), and keeps those of pipelines created in the
+ * window: a row of a pipeline created before the window whose job started in it is read and left out.
+ */
+const JOB_RUN_ROWS = `
+WITH
+    in_window AS (
+        SELECT DISTINCT pipeline_id
+        FROM ci_job_runs
+        WHERE project_id = {project:UInt64} AND first_start_ms BETWEEN {from_ms:Int64} AND {to_ms:Int64}
+    ),
+    roots AS (
+        SELECT DISTINCT if(root_pipeline_id = 0, pipeline_id, root_pipeline_id) AS root
+        FROM ci_job_runs
+        WHERE project_id = {project:UInt64} AND job_id = 0 AND pipeline_id IN in_window
+    ),
+    family AS (
+        SELECT DISTINCT pipeline_id
+        FROM ci_job_runs
+        WHERE project_id = {project:UInt64} AND job_id = 0
+          AND pipeline_id >= (SELECT min(root) FROM roots)
+          AND first_start_ms <= {to_ms:Int64} + {longest_ms:Int64}
+          AND (pipeline_id IN roots OR root_pipeline_id IN roots)
+    )
+SELECT
+    pipeline_id,
+    job_id,
+    argMaxMerge(gitlab) AS gitlab,
+    argMaxMerge(queue) AS queue,
+    argMaxMerge(runner) AS runner,
+    groupArrayArray(stages) AS stages
+FROM ci_job_runs
+WHERE project_id = {project:UInt64} AND (pipeline_id IN in_window OR pipeline_id IN family)
+GROUP BY pipeline_id, job_id`;
+
+type Int64Text = number | string;
+
+/** One job's (or pipeline's) row of ci_job_runs, merged: its spans, each '' in its span id when none arrived. */
+interface JobRunTableRow {
+  pipeline_id: number | string;
+  job_id: number | string;
+  gitlab: [string, string, string, Int64Text, Int64Text, string, Record<string, string>];
+  queue: [string, string, Int64Text, Int64Text, Record<string, string>];
+  runner: [string, string, Int64Text, Int64Text, Record<string, string>];
+  stages: Array<[string, string, string, Int64Text, Int64Text]>;
+}
+
 interface SpanRow {
   others: number | string;
   TraceId: string;
@@ -274,6 +328,83 @@ function storedSpan(row: SpanRow): StoredSpan {
   };
 }
 
+/**
+ * The spans of ci_job_runs' rows as the critical path's walk reads them (each span once, its latest version): GitLab's
+ * with the control plane's mark (the view copies no other), the runner's with the identity the gateway stamps.
+ */
+function spansOfRows(projectId: number, rows: readonly JobRunTableRow[]): StoredSpan[] {
+  const spans: StoredSpan[] = [];
+  const stageIds = new Set<string>();
+  const span = (
+    name: string,
+    spanId: string,
+    parentSpanId: string,
+    start: Int64Text,
+    end: Int64Text,
+    resource: Record<string, AttributeValue>,
+    extra: Partial<StoredSpan> = {},
+  ) =>
+    spans.push({
+      traceId: '',
+      spanId,
+      parentSpanId,
+      name,
+      startNanos: BigInt(start),
+      endNanos: BigInt(end),
+      statusCode: 0,
+      statusMessage: '',
+      kind: 0,
+      traceState: '',
+      scopeName: '',
+      attributes: {},
+      resource,
+      ...extra,
+    });
+  for (const row of rows) {
+    const identity: Record<string, AttributeValue> = {
+      'ci.project.id': projectId,
+      'ci.pipeline.id': Number(row.pipeline_id),
+      ...(Number(row.job_id) > 0 ? { 'ci.job.id': Number(row.job_id) } : {}),
+    };
+    const gitlab = { ...identity, [CONTROL_PLANE_MARK.key]: CONTROL_PLANE_MARK.value };
+    const runner = { 'service.name': 'runner', ...identity };
+    const [name, spanId, parent, start, end, traceState, attributesOfSpan] = row.gitlab;
+    if (spanId !== '') span(name, spanId, parent, start, end, gitlab, { traceState, attributes: attributes(attributesOfSpan) });
+    const [queueId, queueParent, queueStart, queueEnd, queueAttributes] = row.queue;
+    if (queueId !== '') span('queue_wait', queueId, queueParent, queueStart, queueEnd, gitlab, { attributes: attributes(queueAttributes) });
+    const [runnerId, runnerParent, runnerStart, runnerEnd, runnerAttributes] = row.runner;
+    if (runnerId !== '') span('job_execution', runnerId, runnerParent, runnerStart, runnerEnd, runner, { attributes: attributes(runnerAttributes) });
+    // A stage sent twice (a runner's retried export) is one span.
+    for (const [stageId, stageParent, stageName, stageStart, stageEnd] of row.stages) {
+      if (stageIds.has(stageId)) continue;
+      stageIds.add(stageId);
+      span(stageName, stageId, stageParent, stageStart, stageEnd, runner);
+    }
+  }
+  return spans;
+}
+
+/**
+ * The rows of job runs of ci_job_runs' rows, by root pipeline: each root's pipelines are one trace to the critical
+ * path's walk, as the embedded backend reads them whole.
+ */
+function rowsOfPipelines(projectId: number, rows: readonly JobRunTableRow[]): JobRunRow[] {
+  const rootOf = new Map<string, string>();
+  for (const row of rows) {
+    if (Number(row.job_id) !== 0) continue;
+    const root = row.gitlab[6]['ci.root_pipeline.id'];
+    rootOf.set(String(row.pipeline_id), root !== undefined && root !== '' ? root : String(row.pipeline_id));
+  }
+  const byRoot = new Map<string, JobRunTableRow[]>();
+  for (const row of rows) {
+    const root = rootOf.get(String(row.pipeline_id)) ?? String(row.pipeline_id);
+    const group = byRoot.get(root);
+    if (group === undefined) byRoot.set(root, [row]);
+    else group.push(row);
+  }
+  return [...byRoot.values()].flatMap((group) => jobRunsOfTrace(spansOfRows(projectId, group), projectId));
+}
+
 function jobSummary(row: JobNameRow): JobSummary {
   return {
     name: row.name,
@@ -331,6 +462,15 @@ export class ClickHouseTraceReads implements TraceReads {
     const params = { project: projectId, ...windowParams(window), ref: ref ?? '' };
     const rows = await this.rows<JobNameRow>('project jobs', PROJECT_JOBS, params, deadline, signal);
     return rows.map(jobSummary).sort(bySummaryOrder);
+  }
+
+  async jobRunRows(projectId: number, window: TimeWindow, filter: { readonly ref?: string }, signal?: AbortSignal): Promise<JobRunRow[]> {
+    const deadline = Date.now() + this.timeoutMs;
+    const params = { project: projectId, ...windowParams(window), longest_ms: LONGEST_SPAN_MS };
+    const rows = await this.rows<JobRunTableRow>('job run rows', JOB_RUN_ROWS, params, deadline, signal);
+    return rowsOfPipelines(projectId, rows).filter(
+      (row) => row.pipelineCreatedAt >= window.fromMs && row.pipelineCreatedAt <= window.toMs && (filter.ref === undefined || row.ref === filter.ref),
+    );
   }
 
   async close(): Promise<void> {

@@ -3,7 +3,8 @@ import { closeSync, fstatSync, openSync, readSync, Stats, statSync } from 'node:
 import { previousFile, signalFile } from '../collector/collector-files';
 import { collectedSpans } from '../otlp/collected-spans';
 import type { OtlpJsonRequest } from '../otlp/otlp-receiver';
-import { identityOf, RUNNER_SPAN } from './trace-selection';
+import { identityOf } from '../otlp/span-identity';
+import { RUNNER_SPAN } from './trace-selection';
 import type { StoredSpan } from './trace-reads';
 
 /** Where one export line is: which file (by identity, not name: files rotate), at which byte, how long. */

@@ -1,8 +1,11 @@
+import type { JobRunRow } from '../across/job-run';
+import { jobRunsOfTrace } from '../across/job-runs-of-trace';
 import { trustedSpans } from '../otlp/control-plane-mark';
 import { CollectorFilesIndex, versionOf } from './collector-files-index';
 import { jobRunsOf } from './job-runs';
 import { JobSummary, summarizeJobs } from './job-summary';
-import { byStart, carriesId, countedFor, spanRank } from './trace-selection';
+import { carriesId } from '../otlp/span-identity';
+import { byStart, countedFor, spanRank } from './trace-selection';
 import { findsWithin, overlapsWindow, StoredSpan, TimeWindow, TraceBound, TraceRead, TraceReads } from './trace-reads';
 
 /**
@@ -43,6 +46,25 @@ export class CollectorFilesTraceReads implements TraceReads {
       runs.push(...jobRunsOf(spans, projectId, window, ref));
     }
     return summarizeJobs(runs);
+  }
+
+  /**
+   * SPEC §13, from whole traces as projectJobs reads them: each trace of the project whose spans may reach into the
+   * window (a pipeline's span starts at its creation, within its trace's first and last span) gives its rows, and
+   * those of pipelines created within the window are kept.
+   */
+  async jobRunRows(projectId: number, window: TimeWindow, filter: { readonly ref?: string }): Promise<JobRunRow[]> {
+    this.index.refresh();
+    const rows: JobRunRow[] = [];
+    for (const traceId of this.index.tracesOf('ci.project.id', projectId).sort()) {
+      if (!this.index.mayOverlap(traceId, window.fromMs, window.toMs)) continue;
+      for (const row of jobRunsOfTrace(trustedSpans(this.index.spansOf(traceId)), projectId)) {
+        if (row.pipelineCreatedAt < window.fromMs || row.pipelineCreatedAt > window.toMs) continue;
+        if (filter.ref !== undefined && row.ref !== filter.ref) continue;
+        rows.push(row);
+      }
+    }
+    return rows;
   }
 
   /**

@@ -1,4 +1,5 @@
 import { SAMPLING_REASON_ATTRIBUTE } from '../otlp/ci-identity';
+import { adjustedCountOf } from '../otlp/span-identity';
 import type { StoredSpan } from './trace-reads';
 
 /**
@@ -36,29 +37,6 @@ const FINISHED = new Set(['success', 'failed', 'canceled', 'skipped']);
 const NEVER_RAN = new Set(['canceled', 'skipped']);
 /** Spans the control plane emits, which carry the pipeline's tracestate (a runner's carry none: it is never told). */
 const CONTROL_PLANE = new Set(['pipeline', 'bridge', 'job', 'queue_wait']);
-
-const RANDOMNESS_SPACE = 2 ** 56;
-
-/**
- * The adjusted count of OpenTelemetry's consistent probability sampling: `th:T` of the tracestate's `ot` entry (a W3C
- * list of `key=value` by commas; in `ot`, `;`-separated `key:value`), T up to 14 hex digits with trailing zeros
- * dropped. Kept with probability (2^56 − T) / 2^56, so it stands for 2^56 / (2^56 − T). No threshold, th:0 or one
- * that does not parse: 1.
- */
-export function adjustedCountOf(traceState: string): number {
-  const ot = traceState
-    .split(',')
-    .map((member) => member.trim())
-    .find((member) => member.startsWith('ot='));
-  const threshold = ot
-    ?.slice(3)
-    .split(';')
-    .find((entry) => entry.startsWith('th:'))
-    ?.slice(3);
-  if (threshold === undefined || !/^[0-9a-f]{1,14}$/.test(threshold)) return 1;
-  const value = Number(BigInt(`0x${threshold.padEnd(14, '0')}`));
-  return value === 0 ? 1 : RANDOMNESS_SPACE / (RANDOMNESS_SPACE - value);
-}
 
 /** The pipeline span at the top of `spans`: the one whose parent is not among them (the root, or a child read alone). */
 export function topPipelineSpan(spans: readonly StoredSpan[], ids: ReadonlySet<string> = new Set(spans.map((span) => span.spanId))): StoredSpan | undefined {

@@ -1,6 +1,5 @@
-import { adjustedCountOf } from './completeness';
 import { criticalPath } from '../critical-path/critical-path';
-import { carriesId, identityOf } from './trace-selection';
+import { adjustedCountOf, carriesId, identityOf } from '../otlp/span-identity';
 import type { JobRun } from './job-summary';
 import type { StoredSpan, TimeWindow } from './trace-reads';
 

@@ -2,7 +2,8 @@ import { trustedSpans } from '../otlp/control-plane-mark';
 import { Completeness, completenessOf } from './completeness';
 import { CriticalPath, criticalPath, emptyTotals } from '../critical-path/critical-path';
 import type { JobSummary } from './job-summary';
-import { capped, jobSubtree, ofProject, RUNNER_SPAN, spanRank, tracesData } from './trace-selection';
+import { ofProject } from '../otlp/span-identity';
+import { capped, jobSubtree, RUNNER_SPAN, spanRank, tracesData } from './trace-selection';
 import type { StoredSpan, TimeWindow, TraceRead, TraceReads } from './trace-reads';
 
 /**

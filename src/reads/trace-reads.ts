@@ -1,3 +1,4 @@
+import type { JobRunRow } from '../across/job-run';
 import type { CollectedSpan } from '../otlp/collected-spans';
 import type { JobSummary } from './job-summary';
 
@@ -102,6 +103,14 @@ export interface TraceReads {
    * whenever the pipeline started within LONGEST_SPAN_MS before the window); jobs GitLab never named are left out.
    */
   projectJobs(projectId: number, window: TimeWindow, ref?: string, signal?: AbortSignal): Promise<JobSummary[]>;
+  /**
+   * SPEC §13: the rows of job runs (src/across/job-run.ts) of the project's pipelines created within `window` (a
+   * pipeline's span starts when GitLab created it), optionally only those on one ref (`vcs.ref.head.name`): every
+   * attempt of every job GitLab named, child pipelines' included, in no particular order. What every read across
+   * pipelines reads, never all spans; each row as `jobRunsOfTrace` (src/across/job-runs-of-trace.ts) makes it from
+   * the pipeline's whole trace.
+   */
+  jobRunRows(projectId: number, window: TimeWindow, filter: { readonly ref?: string }, signal?: AbortSignal): Promise<JobRunRow[]>;
   /**
    * Called once in the thread that will serve reads, before its first: the embedded backend indexes the collector's
    * files there (up to twice LOCAL_COLLECTOR_MAX_BYTES), so a thread that replaces one abandoned at a deadline is not

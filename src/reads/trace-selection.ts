@@ -1,51 +1,11 @@
 import type { AttributeValue } from '../otlp/collected-spans';
+import { carriesId, identityOf } from '../otlp/span-identity';
 import type { StoredSpan } from './trace-reads';
 
 /**
- * What a read returns of a trace (SPEC §12), pure: a project's spans only, a job's subtree, and the spans as
- * OTLP/JSON `TracesData`.
+ * What a read returns of a trace (SPEC §12), pure: a job's subtree, and the spans as OTLP/JSON `TracesData` (a
+ * project's spans only: `ofProject`, src/otlp/span-identity.ts).
  */
-
-/** A span's identity attribute: on the span as the runner and the control plane write it, else its resource (the gateway's stamp). */
-export function identityOf(span: StoredSpan, key: string): AttributeValue | undefined {
-  return span.attributes[key] ?? span.resource[key];
-}
-
-/** Whether `span` says it belongs to project, pipeline or job `id` (ids are strings on some spans, integers on others). */
-export function carriesId(span: StoredSpan, key: 'ci.project.id' | 'ci.pipeline.id' | 'ci.job.id', id: number): boolean {
-  const value = identityOf(span, key);
-  return value !== undefined && String(value) === String(id);
-}
-
-/**
- * A project's spans of a trace: never another project's (a multi-project pipeline's downstream spans are its own).
- * A span that names no project (a hosted runner's stages and what its jobs export, sent straight to the collector
- * and never stamped by the gateway) belongs to the project of its nearest ancestor that names one (its
- * `job_execution`, its job span), by the parent chain within the trace; with no such ancestor, to none.
- */
-export function ofProject(spans: readonly StoredSpan[], projectId: number): StoredSpan[] {
-  const byId = new Map(spans.map((span) => [span.spanId, span]));
-  const owner = new Map<string, string | undefined>();
-  const ownerOf = (span: StoredSpan): string | undefined => {
-    const chain: StoredSpan[] = [];
-    let found: string | undefined;
-    for (let at: StoredSpan | undefined = span; at !== undefined && !chain.includes(at); at = byId.get(at.parentSpanId)) {
-      if (owner.has(at.spanId)) {
-        found = owner.get(at.spanId);
-        break;
-      }
-      const own = identityOf(at, 'ci.project.id');
-      if (own !== undefined && own !== '') {
-        found = String(own);
-        break;
-      }
-      chain.push(at);
-    }
-    for (const link of chain) owner.set(link.spanId, found);
-    return found;
-  };
-  return spans.filter((span) => ownerOf(span) === String(projectId));
-}
 
 /** The control plane's spans (SPEC §10): what GitLab said of the pipeline and its jobs. */
 export const CONTROL_PLANE_SPANS: ReadonlySet<string> = new Set(['pipeline', 'bridge', 'job', 'queue_wait']);

@@ -4,6 +4,7 @@ import { createServer, Server, Socket } from 'node:net';
 import { join } from 'node:path';
 import { ClickHouseTraceReads, QueryStatistics } from '../../src/reads/clickhouse-trace-reads';
 import { criticalPath } from '../../src/critical-path/critical-path';
+import { jobRunsOfTrace } from '../../src/across/job-runs-of-trace';
 import { ReadsUnavailableError, StoredSpan, TimeWindow, TraceRead } from '../../src/reads/trace-reads';
 import { ClickHouseOverHttp, startClickHouse } from '../helpers/clickhouse';
 import { dateTime64, insertOtelTraces, otelSpanRow, OtelTracesRow, otelTracesRowsOfResourceSpans } from '../helpers/clickhouse-exporter';
@@ -14,6 +15,7 @@ import { PipelineTrace } from '../helpers/pipeline-trace';
 import { withCriticalPathAttributes } from '../helpers/critical-path-attributes';
 import { describeReadsEndpoints } from '../helpers/reads-cases';
 import { describeTraceReadsConformance } from '../suites/trace-reads.suite';
+import { describeJobRunRowsConformance } from '../suites/job-run-rows.suite';
 import { freePort } from '../helpers/ports';
 import type { ServiceProcess } from '../helpers/service';
 import { startWorld, World } from '../helpers/world';
@@ -46,6 +48,8 @@ const clickHouseBackend = (password: string) => async () => {
 describeReadsEndpoints('ClickHouse (the official client over HTTP, on the embedded engine)', clickHouseBackend('reads'));
 
 describeTraceReadsConformance('ClickHouse (the official client over HTTP, on the embedded engine)', clickHouseBackend('conformance'));
+
+describeJobRunRowsConformance('ClickHouse (ci_job_runs, filled by its materialized view, on the embedded engine)', clickHouseBackend('job runs'));
 
 /**
  * The ClickHouse backend of the read port (SPEC §12) through the official client over real HTTP, against
@@ -226,6 +230,25 @@ describe('ClickHouseTraceReads on a real ClickHouse engine over HTTP', () => {
     await expect(reads.projectJobs(7, today, 'master')).resolves.toHaveLength(2);
     await expect(reads.projectJobs(7, today, 'main')).resolves.toEqual([]);
     await expect(reads.projectJobs(42, today)).resolves.toEqual([expect.objectContaining({ name: 'compile', runs: 1 })]);
+  });
+
+  it("gives the rows of job runs of the pipelines the service ran, as their whole traces make them, with GitLab's runner and its tags", async () => {
+    const rows = await reads.jobRunRows(7, today, {});
+    const trace = (await spansOf(reads.pipelineTrace(7, 700, today, ALL)))!;
+    const byJob = (a: { jobId: number }, b: { jobId: number }) => a.jobId - b.jobId;
+    expect(rows.sort(byJob)).toEqual(jobRunsOfTrace(trace, 7).sort(byJob));
+    // The Job Hook's runner (its id, type and tags, as the simulator's hooks send them), the Pipeline Hook's commit.
+    expect(rows.find((row) => row.jobId === 7001)).toMatchObject({
+      pipelineId: 700,
+      runnerId: 21,
+      runnerType: 'instance_type',
+      runnerTags: 'docker,linux',
+      sha: 'bcbb5ec396a2c0f828686f14fac9b80b780504f2',
+      ref: 'master',
+      runnerSpans: true,
+    });
+    expect(rows.find((row) => row.jobId === 7002)).toMatchObject({ status: 'failed', runnerId: 22, runnerType: 'group_type' });
+    expect((await reads.jobRunRows(42, today, {})).map((row) => [row.pipelineId, row.jobId])).toEqual([[800, 8001]]);
   });
 
   it('gives the critical path computed from the spans the collector was given: a child pipeline, a manual job, a retry', async () => {

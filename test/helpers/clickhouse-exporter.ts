@@ -9,7 +9,7 @@ import { exportRequestType } from '../../src/otlp/otlp-proto';
  *  - ids are lowercase hex, an all-zero parent is '';
  *  - SpanKind and StatusCode are the pdata enum names (`Internal`, `Ok`, `Error`, `Unset`);
  *  - ServiceName is the resource's `service.name`; attribute values are stored as text (an int as
- *    its decimal digits, a bool as true/false, arrays and maps as JSON).
+ *    its decimal digits, a bool as true/false, arrays and maps as the JSON of their plain values, `["docker","linux"]`).
  * The Collector's OTLP/HTTP receiver takes protobuf (what runners send) and JSON (what the service sends
  * its own control-plane spans as); both decode to the same pdata, hence to the same rows.
  */
@@ -54,7 +54,22 @@ function asText(value: Decoded | undefined): string {
   // OTLP/JSON writes bytes as base64 already; protobufjs hands them over as bytes.
   if (value.bytesValue !== undefined)
     return typeof value.bytesValue === 'string' ? value.bytesValue : Buffer.from(value.bytesValue as Uint8Array).toString('base64');
-  return JSON.stringify(value.arrayValue ?? value.kvlistValue ?? null);
+  return JSON.stringify(asRaw(value));
+}
+
+/** pdata's `AsRaw`: arrays and maps as plain JSON values, which `AsString` marshals (`["docker","linux"]`). */
+function asRaw(value: Decoded | undefined): unknown {
+  if (value === undefined || value === null) return null;
+  if (value.stringValue !== undefined) return value.stringValue;
+  if (value.intValue !== undefined) return Number(value.intValue);
+  if (value.boolValue !== undefined) return value.boolValue;
+  if (value.doubleValue !== undefined) return value.doubleValue;
+  if (value.bytesValue !== undefined) return asText(value);
+  const array = value.arrayValue as Decoded | undefined;
+  if (array !== undefined) return ((array.values ?? []) as Decoded[]).map(asRaw);
+  const kvlist = value.kvlistValue as Decoded | undefined;
+  if (kvlist !== undefined) return Object.fromEntries(((kvlist.values ?? []) as Decoded[]).map((entry) => [entry.key, asRaw(entry.value as Decoded)]));
+  return null;
 }
 
 function textMap(list: unknown): Record<string, string> {

@@ -45,8 +45,23 @@ export interface JobFacts {
    * its `build_queued_duration`.
    */
   readonly withoutQueuedAtAtPickup?: boolean;
+  /** The runner GitLab's Job Hook names (`runner.id`, `runner_type`, `runner.tags`); runner 17, a project runner, by default. */
+  readonly runner?: { readonly id: number; readonly type?: string; readonly tags?: readonly string[] };
+  /** GitLab's `allow_failure` and `created_at` (seconds, like the other times) of the job, as its Job Hook says them. */
+  readonly allowFailure?: boolean;
+  readonly createdAt?: number;
   /** Spans a program in the job exported under the job span (TRACEPARENT), with their attributes. */
   readonly programSpans?: ReadonlyArray<{ readonly name: string; readonly attributes: Record<string, string | number | boolean> }>;
+}
+
+/** What a Pipeline Hook says of a pipeline's end (times in seconds after the root's creation). */
+export interface PipelineFacts {
+  readonly status: string;
+  readonly finishedAt: number;
+  readonly createdAt?: number;
+  readonly ref?: string;
+  readonly sha?: string;
+  readonly source?: string;
 }
 
 const nanos = (epochMs: number) => `${BigInt(Math.round(epochMs)) * 1_000_000n}`;
@@ -95,8 +110,8 @@ export class PipelineTrace {
     const tracedJob = {
       ...this.traced(pipelineId),
       jobId: facts.jobId,
-      runnerId: 17,
-      runnerType: 'project_type',
+      runnerId: facts.runner?.id ?? 17,
+      runnerType: facts.runner?.type ?? 'project_type',
       ...(facts.withoutQueuedAtAtPickup === true ? {} : { queuedAt: this.at(facts.queuedAt) }),
       pickedUpAt: this.at(facts.pickedUpAt),
     };
@@ -125,6 +140,9 @@ export class PipelineTrace {
           ...(facts.waitedForResource === undefined ? {} : { waitedForResource: facts.waitedForResource }),
           ...(facts.retriesCount === undefined ? {} : { retriesCount: facts.retriesCount }),
           ...(facts.status === 'failed' ? { failureReason: 'script_failure' } : {}),
+          ...(facts.runner?.tags === undefined ? {} : { runnerTags: facts.runner.tags }),
+          ...(facts.allowFailure === undefined ? {} : { allowFailure: facts.allowFailure }),
+          ...(facts.createdAt === undefined ? {} : { createdAt: this.at(facts.createdAt) }),
         },
       );
       this.push(facts.manual === true ? withAttribute(job.resourceSpans, 'ci.job.manual', true) : job.resourceSpans);
@@ -136,13 +154,13 @@ export class PipelineTrace {
   }
 
   /** A pipeline's span as its terminal Pipeline Hook makes it; a child's hangs on its bridge. */
-  pipeline(pipelineId: number, end: { status: string; finishedAt: number; createdAt?: number; ref?: string }, bridgeJobId?: number): this {
+  pipeline(pipelineId: number, end: PipelineFacts, bridgeJobId?: number): this {
     this.push(this.pipelineSpan(pipelineId, end, bridgeJobId).resourceSpans);
     return this;
   }
 
   /** A pipeline's span as the control plane draws it (`end.status` running: a reopened pipeline's, see reopenedPipelineEnd). */
-  pipelineSpan(pipelineId: number, end: { status: string; finishedAt: number; createdAt?: number; ref?: string }, bridgeJobId?: number) {
+  pipelineSpan(pipelineId: number, end: PipelineFacts, bridgeJobId?: number) {
     const place = {
       traceId: this.traceId,
       spanId: this.pipelineSpanId(pipelineId),
@@ -151,7 +169,14 @@ export class PipelineTrace {
         ? {}
         : { parentSpanId: bridgeJobId === undefined ? this.pipelineSpanId(this.rootPipelineId) : this.jobSpanId(bridgeJobId) }),
     };
-    const facts = { status: end.status, createdAt: this.at(end.createdAt ?? 0), finishedAt: this.at(end.finishedAt), ref: end.ref ?? 'main' };
+    const facts = {
+      status: end.status,
+      createdAt: this.at(end.createdAt ?? 0),
+      finishedAt: this.at(end.finishedAt),
+      ref: end.ref ?? 'main',
+      ...(end.sha === undefined ? {} : { sha: end.sha }),
+      ...(end.source === undefined ? {} : { source: end.source }),
+    };
     return pipelineSpan(SERVICE, place, this.traced(pipelineId), facts);
   }
 
@@ -218,14 +243,14 @@ export class PipelineTrace {
         { key: 'ci.project.id', value: { intValue: String(this.projectId) } },
         { key: 'ci.pipeline.id', value: { stringValue: String(pipelineId) } },
         { key: 'ci.pipeline.source', value: { stringValue: 'push' } },
-        { key: 'ci.runner.id', value: { intValue: '17' } },
+        { key: 'ci.runner.id', value: { intValue: String(facts.runner?.id ?? 17) } },
         { key: 'ci.runner.executor', value: { stringValue: 'docker' } },
         { key: 'ci.job.status', value: { stringValue: facts.status ?? 'success' } },
       ],
       ...(facts.status === 'failed' ? { status: { code: 2, message: 'job failed' } } : {}),
     };
     this.push({
-      resource: { attributes: this.stampedResource('runner', facts.jobId, pipelineId) },
+      resource: { attributes: this.stampedResource('runner', facts.jobId, pipelineId, facts.runner?.id) },
       scopeSpans: [{ scope: { name: 'gitlab-ci-runner' }, spans: [execution, ...stageSpans] as never[] }],
     });
   }
@@ -246,19 +271,19 @@ export class PipelineTrace {
       })),
     }));
     this.push({
-      resource: { attributes: this.stampedResource('rspec', facts.jobId, pipelineId) },
+      resource: { attributes: this.stampedResource('rspec', facts.jobId, pipelineId, facts.runner?.id) },
       scopeSpans: [{ scope: { name: 'ci-job' }, spans: spans as never[] }],
     });
   }
 
   /** The identity the gateway stamps on a resource (SPEC §6). */
-  private stampedResource(serviceName: string, jobId: number, pipelineId: number) {
+  private stampedResource(serviceName: string, jobId: number, pipelineId: number, runnerId = 17) {
     return [
       { key: 'service.name', value: { stringValue: serviceName } },
       { key: 'ci.job.id', value: { intValue: String(jobId) } },
       { key: 'ci.project.id', value: { intValue: String(this.projectId) } },
       { key: 'ci.pipeline.id', value: { intValue: String(pipelineId) } },
-      { key: 'ci.runner.id', value: { intValue: '17' } },
+      { key: 'ci.runner.id', value: { intValue: String(runnerId) } },
       { key: 'ci.sampling.reason', value: { stringValue: 'head' } },
     ] as OtlpResourceSpans['resource']['attributes'];
   }

@@ -13,6 +13,7 @@ import { startInProcess } from '../helpers/service';
 import { PipelineTrace } from '../helpers/pipeline-trace';
 import { trustedSpans } from '../../src/otlp/control-plane-mark';
 import { describeTraceReadsConformance } from '../suites/trace-reads.suite';
+import { describeJobRunRowsConformance } from '../suites/job-run-rows.suite';
 import { largePipeline } from '../suites/large-pipeline';
 import { jobPayloadRequest } from '../fixtures/job-payload';
 
@@ -39,6 +40,11 @@ describeTraceReadsConformance('the embedded collector files', async () => {
   return { load: async (exports) => files.reads(exports) };
 });
 
+describeJobRunRowsConformance('the embedded collector files', async () => {
+  const files = filesBackend();
+  return { load: async (exports) => files.reads(exports) };
+});
+
 const URLS = [
   '/internal/ci/telemetry/projects/7/pipelines/500/trace',
   '/internal/ci/telemetry/projects/7/pipelines/500/critical_path',
@@ -56,6 +62,7 @@ describe('what a read checks first (SPEC §3, §12)', () => {
     pipelineTrace: (...args) => (asked.push('pipeline'), files.pipelineTrace(...args)),
     jobTrace: (...args) => (asked.push('job'), files.jobTrace(...args)),
     projectJobs: (...args) => (asked.push('jobs'), files.projectJobs(...args)),
+    jobRunRows: (...args) => (asked.push('job runs'), files.jobRunRows(...args)),
   };
 
   beforeAll(async () => {
@@ -154,8 +161,9 @@ describe('a backend that fails or does not answer (SPEC §12)', () => {
     pipelineTrace: () => Promise.reject(new ReadsUnavailableError('connect ECONNREFUSED', 7)),
     jobTrace: () => Promise.reject(new Error('socket hang up')),
     projectJobs: () => Promise.reject(new ReadsUnavailableError('timeout', 7)),
+    jobRunRows: () => Promise.reject(new ReadsUnavailableError('timeout', 7)),
   };
-  const hung: TraceReads = { pipelineTrace: never, jobTrace: never, projectJobs: never };
+  const hung: TraceReads = { pipelineTrace: never, jobTrace: never, projectJobs: never, jobRunRows: never };
 
   it.each([
     ['down', down],

@@ -252,3 +252,89 @@ SELECT
 -- Under another name, so that the result's span_version (an aggregate) does not shadow the column.
 FROM (SELECT *, span_version AS version FROM otel.ci_job_telemetry_traces)
 GROUP BY trace_id, span_id, project_id, pipeline_id, job_id, service_name, span_name;
+
+-- Issue 58 (SPEC §13, across pipelines): one row per job run, what every read across pipelines (compare,
+-- regressions, waste, runner queues) reads instead of all spans. A job's facts arrive in several spans written
+-- at different times (the control plane's job span at the job's end and again with the critical path at the
+-- root's end, its queue wait at the pickup, the runner's job_execution and its build stages when the runner
+-- exports), so the row is an aggregate each of them fills with its part, merged by ClickHouse and, whatever has
+-- not been merged yet, at read time (GROUP BY with the -Merge combinators).
+--
+-- Ordered by (project_id, pipeline_id, job_id): every span of a job names all three, and GitLab allocates
+-- pipeline ids in the order it creates pipelines, so within a project the rows are in the order of their
+-- pipelines' creation; a read finds the pipelines created in its window by first_start_ms (its minmax index
+-- skips every granule of other weeks) and reads their rows by primary key. job_id 0 is the pipeline's own row
+-- (its span), a trigger job's row holds its bridge span: with them the rows hold every span the critical
+-- path's walk reads (src/critical-path), and the service computes each row from them as from a whole trace
+-- (src/reads/clickhouse-trace-reads.ts, src/across/job-runs-of-trace.ts), one way on both backends.
+--
+-- A span that names no job or project (a hosted runner's stages, exported straight to the Collector, never
+-- stamped by the gateway) cannot be placed in a row: such a job's run is `other` here (docs/reads.md).
+CREATE TABLE IF NOT EXISTS otel.ci_job_runs
+(
+    project_id      UInt64,
+    pipeline_id     UInt64,
+    job_id          UInt64,
+    -- The day of the spans that filled this part of the row: what partitions and expires it. Rows of one job
+    -- written on two days are two parts of it, merged when read.
+    day             Date,
+    -- The earliest start of those spans, epoch ms: a pipeline row's is the pipeline's creation.
+    first_start_ms  SimpleAggregateFunction(min, Int64),
+    -- The pipeline's ci.root_pipeline.id (pipeline rows only; 0 elsewhere): a read takes a root's child pipelines with it.
+    root_pipeline_id SimpleAggregateFunction(max, UInt64),
+    -- GitLab's account, the control plane's pipeline, bridge or job span in its latest version (its
+    -- ci.pipeline.span.version): name, span id, parent span id, start and end (ns), tracestate, attributes.
+    gitlab          AggregateFunction(argMax, Tuple(String, String, String, Int64, Int64, String, Map(String, String)), UInt64),
+    -- The job's queue wait (the control plane's, at its pickup) that ended last: span id, parent, start, end, attributes.
+    queue           AggregateFunction(argMax, Tuple(String, String, Int64, Int64, Map(String, String)), Int64),
+    -- The runner's job_execution that ended last (a runner that exported twice): span id, parent, start, end, attributes.
+    runner          AggregateFunction(argMax, Tuple(String, String, Int64, Int64, Map(String, String)), Int64),
+    -- The runner's other spans, its build stages: span id, parent (their job_execution), name, start, end.
+    stages          SimpleAggregateFunction(groupArrayArray, Array(Tuple(String, String, String, Int64, Int64))),
+    INDEX idx_first_start first_start_ms TYPE minmax GRANULARITY 1
+)
+ENGINE = AggregatingMergeTree
+PARTITION BY toYYYYMM(day)
+ORDER BY (project_id, pipeline_id, job_id)
+TTL day + INTERVAL 90 DAY
+SETTINGS ttl_only_drop_parts = 1;
+
+-- Dropped and created again, as the CI view above, so that running this file again replaces the definition.
+-- Identity as the CI view reads it (the resource's first, the gateway's stamp); GitLab's account only from
+-- the control plane (its mark), as everywhere readers trust it.
+DROP VIEW IF EXISTS otel.ci_job_runs_mv;
+CREATE MATERIALIZED VIEW otel.ci_job_runs_mv TO otel.ci_job_runs AS
+SELECT
+    toUInt64OrZero(if(ResourceAttributes['ci.project.id'] != '', ResourceAttributes['ci.project.id'], SpanAttributes['ci.project.id'])) AS project_id,
+    toUInt64OrZero(if(ResourceAttributes['ci.pipeline.id'] != '', ResourceAttributes['ci.pipeline.id'], SpanAttributes['ci.pipeline.id'])) AS pipeline_id,
+    toUInt64OrZero(if(ResourceAttributes['ci.job.id'] != '', ResourceAttributes['ci.job.id'], SpanAttributes['ci.job.id'])) AS job_id,
+    toDate(Timestamp) AS day,
+    min(intDiv(toUnixTimestamp64Nano(Timestamp), 1000000)) AS first_start_ms,
+    maxIf(toUInt64OrZero(SpanAttributes['ci.root_pipeline.id']), SpanName = 'pipeline') AS root_pipeline_id,
+    argMaxStateIf(
+        (toString(SpanName), SpanId, ParentSpanId, toUnixTimestamp64Nano(Timestamp), toUnixTimestamp64Nano(Timestamp) + toInt64(Duration),
+         TraceState, CAST(SpanAttributes, 'Map(String, String)')),
+        toUInt64OrZero(SpanAttributes['ci.pipeline.span.version']),
+        SpanName IN ('pipeline', 'bridge', 'job')) AS gitlab,
+    argMaxStateIf(
+        (SpanId, ParentSpanId, toUnixTimestamp64Nano(Timestamp), toUnixTimestamp64Nano(Timestamp) + toInt64(Duration), CAST(SpanAttributes, 'Map(String, String)')),
+        toUnixTimestamp64Nano(Timestamp) + toInt64(Duration),
+        SpanName = 'queue_wait') AS queue,
+    argMaxStateIf(
+        (SpanId, ParentSpanId, toUnixTimestamp64Nano(Timestamp), toUnixTimestamp64Nano(Timestamp) + toInt64(Duration), CAST(SpanAttributes, 'Map(String, String)')),
+        toUnixTimestamp64Nano(Timestamp) + toInt64(Duration),
+        SpanName = 'job_execution') AS runner,
+    groupArrayIf(
+        (SpanId, ParentSpanId, toString(SpanName), toUnixTimestamp64Nano(Timestamp), toUnixTimestamp64Nano(Timestamp) + toInt64(Duration)),
+        SpanName NOT IN ('pipeline', 'bridge', 'job', 'queue_wait', 'job_execution')) AS stages
+FROM otel.otel_traces
+WHERE TraceId != ''
+  AND (
+        -- GitLab's account of a pipeline, a trigger job, a job and its queue wait: the control plane's.
+        (SpanName IN ('pipeline', 'bridge', 'job', 'queue_wait') AND ResourceAttributes['ci.telemetry.emitter'] = 'control_plane')
+        -- The runner's: its job_execution and the build stages under it (its resource's service.name is `runner`).
+        OR SpanName = 'job_execution'
+        OR (ServiceName = 'runner' AND SpanName NOT IN ('pipeline', 'bridge', 'job', 'queue_wait'))
+      )
+GROUP BY project_id, pipeline_id, job_id, day
+HAVING project_id > 0 AND pipeline_id > 0;
