@@ -2,6 +2,14 @@ import { trustedSpans } from '../otlp/control-plane-mark';
 import { Completeness, completenessOf } from './completeness';
 import { CriticalPath, criticalPath, emptyTotals } from '../critical-path/critical-path';
 import type { JobSummary } from './job-summary';
+import { jobRunsOfTrace } from '../across/job-runs-of-trace';
+import type { JobRunRow } from '../across/job-run';
+import { chooseBaseline, comparePipelines } from '../across/compare';
+import { groupByPipeline } from '../across/pipeline-runs';
+import { findRegressions } from '../across/regressions';
+import { runnerQueue, whatIf } from '../across/runner-queue';
+import { wasteLedger } from '../across/waste';
+import type { Prices } from '../across/prices';
 import { ofProject } from '../otlp/span-identity';
 import { capped, jobSubtree, RUNNER_SPAN, spanRank, tracesData } from './trace-selection';
 import type { StoredSpan, TimeWindow, TraceRead, TraceReads } from './trace-reads';
@@ -19,10 +27,28 @@ export type ReadTask =
   | { readonly read: 'pipeline_trace'; readonly projectId: number; readonly pipelineId: number; readonly window: TimeWindow; readonly maxSpans: number }
   | { readonly read: 'job_trace'; readonly projectId: number; readonly jobId: number; readonly window: TimeWindow; readonly maxSpans: number }
   | { readonly read: 'critical_path'; readonly projectId: number; readonly pipelineId: number; readonly window: TimeWindow }
-  | { readonly read: 'jobs'; readonly projectId: number; readonly window: TimeWindow; readonly ref: string | null };
+  | { readonly read: 'jobs'; readonly projectId: number; readonly window: TimeWindow; readonly ref: string | null }
+  // SPEC §13: questions across pipelines, answered from the job-run rows (src/across/).
+  | {
+      readonly read: 'compare';
+      readonly projectId: number;
+      readonly pipelineId: number;
+      readonly baselineId: number | null;
+      readonly window: TimeWindow;
+      /** How far before the target its default baseline's candidates are looked for. */
+      readonly lookbackMs: number;
+    }
+  | { readonly read: 'regressions'; readonly projectId: number; readonly window: TimeWindow; readonly ref: string | null }
+  | { readonly read: 'waste'; readonly projectId: number; readonly window: TimeWindow; readonly prices: Prices | null }
+  | { readonly read: 'runner_queue'; readonly projectId: number; readonly window: TimeWindow }
+  | { readonly read: 'what_if'; readonly projectId: number; readonly window: TimeWindow; readonly tags: string; readonly runners: number };
 
 /** What a read comes to: the encoded answer, or that the project has no such pipeline or job (404). */
-export type ReadOutcome = { readonly kind: 'answer'; readonly body: Uint8Array } | { readonly kind: 'not_found'; readonly what: 'pipeline' | 'job' };
+export type ReadOutcome =
+  | { readonly kind: 'answer'; readonly body: Uint8Array }
+  | { readonly kind: 'not_found'; readonly what: 'pipeline' | 'job' | 'baseline pipeline' }
+  /** The question cannot be answered from what is recorded (no baseline to compare with): 422 with the reason. */
+  | { readonly kind: 'unanswerable'; readonly reason: string };
 
 export interface TraceAnswer {
   readonly trace: { resourceSpans: unknown[] };
@@ -42,7 +68,7 @@ export interface JobsAnswer {
 
 // Its own ArrayBuffer (never a slice of Buffer's shared pool), so the worker can hand it over instead of copying it.
 const encoded = (answer: unknown): ReadOutcome => ({ kind: 'answer', body: new TextEncoder().encode(JSON.stringify(answer)) });
-const NOT_FOUND = (what: 'pipeline' | 'job'): ReadOutcome => ({ kind: 'not_found', what });
+const NOT_FOUND = (what: 'pipeline' | 'job' | 'baseline pipeline'): ReadOutcome => ({ kind: 'not_found', what });
 
 export async function answerRead(backend: TraceReads, task: ReadTask, signal?: AbortSignal): Promise<ReadOutcome> {
   switch (task.read) {
@@ -83,6 +109,24 @@ export async function answerRead(backend: TraceReads, task: ReadTask, signal?: A
       const answer: JobsAnswer = { from: new Date(task.window.fromMs).toISOString(), to: new Date(task.window.toMs).toISOString(), ref: task.ref, jobs };
       return encoded(answer);
     }
+    case 'compare':
+      return compareRead(backend, task, signal);
+    case 'regressions': {
+      const rows = await backend.jobRunRows(task.projectId, task.window, task.ref === null ? {} : { ref: task.ref }, signal);
+      return encoded({ ...windowOf(task.window), ref: task.ref, ...findRegressions(rows) });
+    }
+    case 'waste': {
+      const rows = await backend.jobRunRows(task.projectId, task.window, {}, signal);
+      return encoded({ ...windowOf(task.window), ...wasteLedger(rows, task.prices ?? undefined) });
+    }
+    case 'runner_queue': {
+      const rows = await backend.jobRunRows(task.projectId, task.window, {}, signal);
+      return encoded(runnerQueue(rows, { from: task.window.fromMs, to: task.window.toMs }));
+    }
+    case 'what_if': {
+      const rows = await backend.jobRunRows(task.projectId, task.window, {}, signal);
+      return encoded({ ...windowOf(task.window), ...whatIf(rows, { tags: task.tags, runners: task.runners }) });
+    }
     default: {
       const unknown: never = task;
       throw new Error(`no such read: ${JSON.stringify(unknown)}`);
@@ -117,4 +161,45 @@ function traceAnswer(spans: readonly StoredSpan[], completeness: Completeness, t
     trace: tracesData(answered),
     completeness: { ...completeness, spans: answered.length, total_spans: total, truncated: answered.length < total },
   };
+}
+
+const windowOf = (window: TimeWindow) => ({ from: new Date(window.fromMs).toISOString(), to: new Date(window.toMs).toISOString() });
+
+/** One pipeline's job-run rows, from its own trace (child pipelines with it), or null when the project has no such pipeline. */
+async function pipelineRows(backend: TraceReads, projectId: number, pipelineId: number, window: TimeWindow, signal?: AbortSignal): Promise<JobRunRow[] | null> {
+  const spans = ownSpans(await backend.pipelineTrace(projectId, pipelineId, window, { limit: 0, signal }), projectId);
+  if (spans.length === 0) return null;
+  // A trace read by a child's id holds its root: what is compared is the root pipeline the child belongs to.
+  return jobRunsOfTrace(spans, projectId);
+}
+
+/**
+ * SPEC §13 "Compare": the pipeline against the baseline asked for, or by default against the median of the last 20
+ * ended pipelines of its ref and source before it (src/across/compare.ts), found among the rows of the lookback
+ * before its creation.
+ */
+async function compareRead(backend: TraceReads, task: Extract<ReadTask, { read: 'compare' }>, signal?: AbortSignal): Promise<ReadOutcome> {
+  const target = await pipelineRows(backend, task.projectId, task.pipelineId, task.window, signal);
+  if (target === null || target.length === 0) return NOT_FOUND('pipeline');
+  const [targetRuns] = groupByPipeline(target);
+  if (task.baselineId !== null) {
+    const window = { fromMs: task.window.fromMs - task.lookbackMs, toMs: task.window.toMs };
+    const baseline = await pipelineRows(backend, task.projectId, task.baselineId, window, signal);
+    if (baseline === null || baseline.length === 0) return NOT_FOUND('baseline pipeline');
+    const [baselineRuns] = groupByPipeline(baseline);
+    if (baselineRuns.pipelineId === targetRuns.pipelineId) return { kind: 'unanswerable', reason: 'the baseline is the pipeline itself (or its root)' };
+    return encoded(comparePipelines(targetRuns.rows, baselineRuns.rows, `pipeline ${baselineRuns.pipelineId}, as asked`));
+  }
+  const candidatesWindow = { fromMs: targetRuns.createdAt - task.lookbackMs, toMs: targetRuns.createdAt };
+  const candidates = groupByPipeline(await backend.jobRunRows(task.projectId, candidatesWindow, targetRuns.ref === '' ? {} : { ref: targetRuns.ref }, signal));
+  const choice = chooseBaseline(candidates, targetRuns);
+  if (choice === null) {
+    return {
+      kind: 'unanswerable',
+      reason: `no ended pipeline of the same ref and source before pipeline ${targetRuns.pipelineId} to compare with; name one as baseline`,
+    };
+  }
+  const baselineRuns = candidates.find((pipeline) => pipeline.pipelineId === choice.pipelineId)!;
+  const comparison = comparePipelines(targetRuns.rows, baselineRuns.rows, choice.description);
+  return encoded({ ...comparison, baseline: { ...comparison.baseline, among: choice.among } });
 }

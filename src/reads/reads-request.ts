@@ -12,7 +12,7 @@ export interface FieldProblem {
 }
 
 export const MAX_WINDOW_DAYS = 31;
-const DAY_MS = 86_400_000;
+export const DAY_MS = 86_400_000;
 /**
  * GitLab's times of a pipeline are its own clock's; runners' and the control plane's spans may sit a little
  * outside them. A window GitLab passes is widened by this on each side before a backend reads it.
@@ -79,8 +79,33 @@ export function parseRef(value: unknown, problems: FieldProblem[]): string | und
 }
 
 /** A query parameter given twice is refused rather than one of them picked. */
-function single(value: unknown, field: string, problems: FieldProblem[]): unknown {
+export function single(value: unknown, field: string, problems: FieldProblem[]): unknown {
   if (!Array.isArray(value)) return value;
   problems.push({ field, problems: [`${field} must be given once`] });
   return undefined;
+}
+
+/** The most runners a what-if may add or take away: beyond it the replay says nothing a fleet would see. */
+export const MAX_RUNNERS_ADDED = 1000;
+const MAX_TAGS_LENGTH = 1024;
+
+/**
+ * A runner tag set as GitLab lists it (`docker, arm64`), in the rows' form: each tag trimmed, sorted, joined by ','. ''
+ * is the untagged runners.
+ */
+export function parseTags(value: unknown, problems: FieldProblem[]): string {
+  if (typeof value !== 'string' || value.length > MAX_TAGS_LENGTH) {
+    problems.push({ field: 'tags', problems: [`tags must be the runners' tags joined by commas (docker,arm64), at most ${MAX_TAGS_LENGTH} characters`] });
+    return '';
+  }
+  return [
+    ...new Set(
+      value
+        .split(',')
+        .map((tag) => tag.trim())
+        .filter((tag) => tag !== ''),
+    ),
+  ]
+    .sort()
+    .join(',');
 }

@@ -15,6 +15,7 @@ import { PipelineTrace } from '../helpers/pipeline-trace';
 import { withCriticalPathAttributes } from '../helpers/critical-path-attributes';
 import { describeReadsEndpoints } from '../helpers/reads-cases';
 import { describeTraceReadsConformance } from '../suites/trace-reads.suite';
+import { describeAcrossEndpoints } from '../suites/across-endpoints.suite';
 import { describeJobRunRowsConformance } from '../suites/job-run-rows.suite';
 import { freePort } from '../helpers/ports';
 import type { ServiceProcess } from '../helpers/service';
@@ -50,6 +51,8 @@ describeReadsEndpoints('ClickHouse (the official client over HTTP, on the embedd
 describeTraceReadsConformance('ClickHouse (the official client over HTTP, on the embedded engine)', clickHouseBackend('conformance'));
 
 describeJobRunRowsConformance('ClickHouse (ci_job_runs, filled by its materialized view, on the embedded engine)', clickHouseBackend('job runs'));
+
+describeAcrossEndpoints('ClickHouse (ci_job_runs, on the embedded engine)', clickHouseBackend('across'));
 
 /**
  * The ClickHouse backend of the read port (SPEC §12) through the official client over real HTTP, against

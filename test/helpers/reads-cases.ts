@@ -32,6 +32,8 @@ export interface ReadsBackend {
 export interface ReadsApp {
   readonly secret: Buffer;
   get(url: string, headers?: Record<string, string>): Promise<ReadAnswer>;
+  /** A read whose arguments are a JSON body (the what-if). */
+  post(url: string, body: unknown, headers?: Record<string, string>): Promise<ReadAnswer>;
   close(): Promise<void>;
 }
 
@@ -50,6 +52,11 @@ const TEMPLATES: Array<[RegExp, string]> = [
   ],
   [/^\/internal\/ci\/telemetry\/projects\/[^/]+\/jobs\/[^/]+\/trace$/, '/internal/ci/telemetry/projects/{project_id}/jobs/{job_id}/trace'],
   [/^\/internal\/ci\/telemetry\/projects\/[^/]+\/jobs$/, '/internal/ci/telemetry/projects/{project_id}/jobs'],
+  [/^\/internal\/ci\/telemetry\/projects\/[^/]+\/pipelines\/[^/]+\/compare$/, '/internal/ci/telemetry/projects/{project_id}/pipelines/{pipeline_id}/compare'],
+  [/^\/internal\/ci\/telemetry\/projects\/[^/]+\/regressions$/, '/internal/ci/telemetry/projects/{project_id}/regressions'],
+  [/^\/internal\/ci\/telemetry\/projects\/[^/]+\/waste$/, '/internal/ci/telemetry/projects/{project_id}/waste'],
+  [/^\/internal\/ci\/telemetry\/projects\/[^/]+\/runners\/queue$/, '/internal/ci/telemetry/projects/{project_id}/runners/queue'],
+  [/^\/internal\/ci\/telemetry\/projects\/[^/]+\/runners\/what_if$/, '/internal/ci/telemetry/projects/{project_id}/runners/what_if'],
 ];
 
 /** The internal API's read routes alone, over `reads`, as the service wires them (JWT guard, error filter). */
@@ -69,17 +76,25 @@ export async function startReadsApp(reads: TraceReads, env: Record<string, strin
   app.useGlobalFilters(new AllExceptionsFilter());
   await app.init();
   await app.getHttpAdapter().getInstance().ready();
+  const ask = async (method: 'GET' | 'POST', url: string, payload: unknown, headers?: Record<string, string>): Promise<ReadAnswer> => {
+    const asked = headers ?? (await internalApiHeaders(secrets.internalApiSecret));
+    const response = await app.inject({
+      method,
+      url,
+      headers: payload === undefined ? asked : { 'content-type': 'application/json', ...asked },
+      ...(payload === undefined ? {} : { payload: JSON.stringify(payload) }),
+    });
+    const path = url.split('?')[0];
+    const template = TEMPLATES.find(([pattern]) => pattern.test(path))?.[1];
+    if (template === undefined) throw new Error(`no read route for ${path}`);
+    const body = response.json();
+    expectMatchesOpenApi(template, method, response.statusCode, response.headers['content-type'] as string, body);
+    return { status: response.statusCode, headers: response.headers, body };
+  };
   return {
     secret: secrets.internalApiSecret,
-    get: async (url, headers) => {
-      const response = await app.inject({ method: 'GET', url, headers: headers ?? (await internalApiHeaders(secrets.internalApiSecret)) });
-      const path = url.split('?')[0];
-      const template = TEMPLATES.find(([pattern]) => pattern.test(path))?.[1];
-      if (template === undefined) throw new Error(`no read route for ${path}`);
-      const body = response.json();
-      expectMatchesOpenApi(template, 'GET', response.statusCode, response.headers['content-type'] as string, body);
-      return { status: response.statusCode, headers: response.headers, body };
-    },
+    get: (url, headers) => ask('GET', url, undefined, headers),
+    post: (url, body, headers) => ask('POST', url, body, headers),
     close: () => app.close(),
   };
 }

@@ -14,6 +14,7 @@ import { PipelineTrace } from '../helpers/pipeline-trace';
 import { trustedSpans } from '../../src/otlp/control-plane-mark';
 import { describeTraceReadsConformance } from '../suites/trace-reads.suite';
 import { describeJobRunRowsConformance } from '../suites/job-run-rows.suite';
+import { describeAcrossEndpoints } from '../suites/across-endpoints.suite';
 import { largePipeline } from '../suites/large-pipeline';
 import { jobPayloadRequest } from '../fixtures/job-payload';
 
@@ -45,11 +46,20 @@ describeJobRunRowsConformance('the embedded collector files', async () => {
   return { load: async (exports) => files.reads(exports) };
 });
 
+describeAcrossEndpoints('the embedded collector files', async () => {
+  const files = filesBackend();
+  return { load: async (exports) => files.reads(exports) };
+});
+
 const URLS = [
   '/internal/ci/telemetry/projects/7/pipelines/500/trace',
   '/internal/ci/telemetry/projects/7/pipelines/500/critical_path',
   '/internal/ci/telemetry/projects/7/jobs/1/trace',
   '/internal/ci/telemetry/projects/7/jobs',
+  '/internal/ci/telemetry/projects/7/pipelines/500/compare',
+  '/internal/ci/telemetry/projects/7/regressions',
+  '/internal/ci/telemetry/projects/7/waste',
+  '/internal/ci/telemetry/projects/7/runners/queue',
 ];
 
 describe('what a read checks first (SPEC §3, §12)', () => {

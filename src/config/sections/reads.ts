@@ -22,5 +22,12 @@ export class ReadsConfig {
    * The most spans one trace read answers (SPEC §12 "a read is bounded"): about 300 bytes of OTLP/JSON a span, so
    * the default answer stays within a few MiB. Past it, `completeness` says `truncated` and how many there were.
    */
+  /**
+   * A JSON file of prices per runner minute, by runner type or tag set (`{"per_minute": {"runner_type":
+   * {"instance_type": 0.008}, "tags": {"arm64,docker": 0.012}}}`): the waste read then prices what it counts (SPEC
+   * §13). Unset: no cost. Read once at start; a bad file stops the service.
+   */
+  @Variable('RUNNER_PRICES_FILE') @OptionalText() readonly runnerPricesFile?: string;
+
   @Variable('READS_MAX_SPANS') @Integer({ min: 100, max: 1_000_000 }) readonly maxSpans: number = 10_000;
 }
