@@ -3,6 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { OtlpResourceSpans } from '../../src/pipeline-spans/pipeline-span-model';
 import type { TraceReads } from '../../src/reads/trace-reads';
+import { collectedSpans } from '../../src/otlp/collected-spans';
+import { carriesId } from '../../src/otlp/span-identity';
 import { PipelineTrace, Stages } from '../helpers/pipeline-trace';
 import { ReadsApp, ReadsBackend, startReadsApp } from '../helpers/reads-cases';
 
@@ -224,6 +226,30 @@ export function describeAcrossEndpoints(backendName: string, makeBackend: () => 
       } finally {
         await priced.close();
       }
+    });
+
+    it('totals the ledger as a brute-force sum over the raw spans does, to 0.1 %', async () => {
+      // From the spans as the collector got them, with none of src/across: a job run's runner time is its queue
+      // wait's end (the pickup) to its job span's end; an attempt is superseded when a later one of its name exists.
+      const spans = world.exports.flatMap((resourceSpans) => collectedSpans({ resourceSpans: [resourceSpans] }));
+      const ours = spans.filter((span) => carriesId(span, 'ci.project.id', ACROSS_PROJECT));
+      const pickups = new Map(ours.filter((span) => span.name === 'queue_wait').map((span) => [span.parentSpanId, span.endNanos]));
+      const jobs = ours.filter((span) => span.name === 'job');
+      const runSeconds = (job: (typeof jobs)[number]) => Number(job.endNanos - pickups.get(job.spanId)!) / 1e9;
+      const superseded = (job: (typeof jobs)[number]) =>
+        jobs.some(
+          (other) =>
+            other.traceId === job.traceId &&
+            other.attributes['cicd.pipeline.task.name'] === job.attributes['cicd.pipeline.task.name'] &&
+            other.startNanos > job.startNanos,
+        );
+      const runner = jobs.reduce((total, job) => total + runSeconds(job), 0);
+      const retry = jobs.filter(superseded).reduce((total, job) => total + runSeconds(job), 0);
+
+      const answer = await app.get(url(`/waste?${window}`));
+      expect(jobs.length).toBe(4 * PIPELINES + 1);
+      expect(Math.abs(answer.body.totals.runner_seconds.total - runner) / runner).toBeLessThan(0.001);
+      expect(Math.abs(answer.body.totals.retry_seconds.total - retry) / retry).toBeLessThan(0.001);
     });
 
     it('answers queue waits per runner tag set, and what two more runners would change', async () => {
