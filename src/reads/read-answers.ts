@@ -4,8 +4,8 @@ import { CriticalPath, criticalPath, emptyTotals } from '../critical-path/critic
 import type { JobSummary } from './job-summary';
 import { jobRunsOfTrace } from '../across/job-runs-of-trace';
 import type { JobRunRow } from '../across/job-run';
-import { chooseBaseline, comparePipelines } from '../across/compare';
-import { groupByPipeline } from '../across/pipeline-runs';
+import { BASELINE_CANDIDATES, BaselineChoice, chooseBaseline, comparePipelines } from '../across/compare';
+import { groupByPipeline, PipelineRuns } from '../across/pipeline-runs';
 import { findRegressions } from '../across/regressions';
 import { runnerQueue, whatIf } from '../across/runner-queue';
 import { wasteLedger } from '../across/waste';
@@ -163,6 +163,8 @@ function traceAnswer(spans: readonly StoredSpan[], completeness: Completeness, t
   };
 }
 
+const DAY_MS = 86_400_000;
+
 const windowOf = (window: TimeWindow) => ({ from: new Date(window.fromMs).toISOString(), to: new Date(window.toMs).toISOString() });
 
 /** One pipeline's job-run rows, from its own trace (child pipelines with it), or null when the project has no such pipeline. */
@@ -190,9 +192,16 @@ async function compareRead(backend: TraceReads, task: Extract<ReadTask, { read: 
     if (baselineRuns.pipelineId === targetRuns.pipelineId) return { kind: 'unanswerable', reason: 'the baseline is the pipeline itself (or its root)' };
     return encoded(comparePipelines(targetRuns.rows, baselineRuns.rows, `pipeline ${baselineRuns.pipelineId}, as asked`));
   }
-  const candidatesWindow = { fromMs: targetRuns.createdAt - task.lookbackMs, toMs: targetRuns.createdAt };
-  const candidates = groupByPipeline(await backend.jobRunRows(task.projectId, candidatesWindow, targetRuns.ref === '' ? {} : { ref: targetRuns.ref }, signal));
-  const choice = chooseBaseline(candidates, targetRuns);
+  // The last 20 ended pipelines before it are usually within hours: looked for over a day first, then a week, then
+  // the whole lookback, so a busy project's compare reads about a day of its rows, not a month of them.
+  let candidates: PipelineRuns[] = [];
+  let choice: BaselineChoice | null = null;
+  for (const since of [DAY_MS, 7 * DAY_MS, task.lookbackMs].map((span) => Math.min(span, task.lookbackMs))) {
+    const window = { fromMs: targetRuns.createdAt - since, toMs: targetRuns.createdAt };
+    candidates = groupByPipeline(await backend.jobRunRows(task.projectId, window, targetRuns.ref === '' ? {} : { ref: targetRuns.ref }, signal));
+    choice = chooseBaseline(candidates, targetRuns);
+    if ((choice !== null && choice.among >= BASELINE_CANDIDATES) || since >= task.lookbackMs) break;
+  }
   if (choice === null) {
     return {
       kind: 'unanswerable',
