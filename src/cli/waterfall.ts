@@ -142,7 +142,7 @@ export function criticalPathMarks(spans: readonly CollectedSpan[], path: Critica
 }
 
 /** How each part of the path's time reads in a sentence. */
-const PART_WORDS: Readonly<Record<keyof PathTotals, string>> = {
+export const PART_WORDS: Readonly<Record<keyof PathTotals, string>> = {
   delay: 'waiting for GitLab to start jobs',
   manual_wait: 'waiting for manual jobs to be played',
   retry_wait: 'waiting for jobs to be retried',

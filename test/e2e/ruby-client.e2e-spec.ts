@@ -9,6 +9,7 @@ import { writeFlagsFile } from '../helpers/flags-file';
 import { freePort } from '../helpers/ports';
 import { readsWorld, writeCollectorFiles } from '../helpers/reads-cases';
 import { ServiceProcess, startService } from '../helpers/service';
+import { acrossWorld } from '../suites/across-endpoints.suite';
 
 /*
  * The Ruby client (clients/ruby, issue 30) against the real service. Each test runs one group of its minitest
@@ -152,16 +153,18 @@ describe('the Ruby client (clients/ruby)', () => {
   );
 });
 
-describe("the Ruby client's reads (SPEC §12)", () => {
+describe("the Ruby client's reads (SPEC §12, §13)", () => {
   let service: ServiceProcess;
   let misbehaving: MisbehavingServer;
   let env: Record<string, string>;
 
   beforeAll(async () => {
-    // The read API's own world (test/helpers/reads-cases.ts), in the embedded collector's files the service reads.
+    // The read API's own world (test/helpers/reads-cases.ts) and the reads across pipelines' (projects 71 and 72),
+    // in the embedded collector's files the service reads.
     const dataDir = mkdtempSync(join(tmpdir(), 'cjt-ruby-reads-'));
     const world = readsWorld();
-    writeCollectorFiles(dataDir, world.exports);
+    const across = acrossWorld();
+    writeCollectorFiles(dataDir, [...world.exports, ...across.exports]);
     service = await startService({ DATA_DIR: dataDir });
     misbehaving = await startMisbehavingServer(service.url);
     env = {
@@ -170,6 +173,8 @@ describe("the Ruby client's reads (SPEC §12)", () => {
       CJT_MISBEHAVING_URL: misbehaving.url,
       CJT_DOWN_URL: `http://127.0.0.1:${await freePort()}`,
       CJT_PIPELINE_CREATED_AT: new Date(world.pipeline.createdAt).toISOString(),
+      CJT_ACROSS_FROM: across.from,
+      CJT_ACROSS_TO: across.to,
     };
   }, 60_000);
 
@@ -182,6 +187,14 @@ describe("the Ruby client's reads (SPEC §12)", () => {
     "reads a pipeline's trace, a job's, the critical path and the jobs summary; a failed read returns nothing with its reason, in time",
     async () => {
       await expectAllPass(['test/service/reads_test.rb'], env);
+    },
+    GROUP_TIMEOUT_MS,
+  );
+
+  it(
+    'compares a pipeline, finds the regression, the waste, the queue and a what-if across pipelines; 404 across projects, 422 with nothing to compare, a failed read in time',
+    async () => {
+      await expectAllPass(['test/service/across_test.rb'], env);
     },
     GROUP_TIMEOUT_MS,
   );

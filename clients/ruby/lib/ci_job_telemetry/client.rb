@@ -16,10 +16,12 @@ module CiJobTelemetry
   # - status: the HTTP status when there was one.
   # - error: what went wrong, in words that never hold the token, the secret or the payload.
   # - breaker: the breaker's state after the call.
-  # - operation: :decorate, or the read it was (:pipeline_trace, :job_trace, :critical_path, :jobs_summary), whose
-  #   outcomes are :read, :not_found (no such pipeline or job of that project, or not in the window), :bad_request
-  #   (an id or a time the service refused), :skipped, or a failure: :unavailable (503: the service's store could not
-  #   answer in time), :timeout, :unreachable, :unauthorized, :http_error, :invalid_answer, :error.
+  # - operation: :decorate, or the read it was (:pipeline_trace, :job_trace, :critical_path, :jobs_summary, and across
+  #   pipelines :compare_pipeline, :regressions, :waste, :runner_queue, :runner_what_if), whose outcomes are :read,
+  #   :not_found (no such pipeline or job of that project, or not in the window), :bad_request (an id, a time or a
+  #   field the service refused), :unanswerable (422: what is recorded cannot answer it, e.g. nothing to compare a
+  #   pipeline with), :skipped, or a failure: :unavailable (503: the service's store could not answer in time),
+  #   :timeout, :unreachable, :unauthorized, :http_error, :invalid_answer, :error.
   Call = Struct.new(:outcome, :duration, :reason, :status, :error, :breaker, :operation, keyword_init: true)
 
   # What a read returned: `data` (the service's JSON answer, string keys) when `outcome` is :read, else nil, with
@@ -34,7 +36,8 @@ module CiJobTelemetry
   # the request's own payload whenever anything goes wrong; it never raises, and every wait it makes ends by its
   # deadline. Safe to share between threads: build one per process and keep it.
   #
-  # It also reads traces (SPEC §12): #pipeline_trace, #job_trace, #critical_path and #jobs_summary return a Read,
+  # It also reads traces (SPEC §12): #pipeline_trace, #job_trace, #critical_path and #jobs_summary, and across
+  # pipelines (SPEC §13) #compare_pipeline, #regressions, #waste, #runner_queue and #runner_what_if return a Read,
   # never raise, and end by their own deadline, behind a breaker of their own: a store that cannot answer reads must
   # not stop pickups from being decorated.
   class Client
@@ -151,6 +154,38 @@ module CiJobTelemetry
       read(:jobs_summary, [project_id, "jobs"], from: from, to: to, ref: ref)
     end
 
+    # Why the pipeline's critical path took longer or shorter than a baseline's: the delta split by part (adding up
+    # to it), per job its change, jobs added and gone. `baseline`: a pipeline id of the project; by default the
+    # service picks the median of its ref's last 20 ended pipelines before it, and says which. :unanswerable when
+    # there is none to compare with (name one).
+    def compare_pipeline(project_id:, pipeline_id:, baseline: nil, from: nil, to: nil)
+      read(:compare_pipeline, [project_id, "pipelines", pipeline_id, "compare"], baseline: baseline, from: from, to: to)
+    end
+
+    # Where the project's durations stepped up or down over a window (optionally on one ref): per job, stage and
+    # runner stage, and of the critical path, the pipeline and commit the change began at.
+    def regressions(project_id:, from: nil, to: nil, ref: nil)
+      read(:regressions, [project_id, "regressions"], from: from, to: to, ref: ref)
+    end
+
+    # What wasted runner time over a window, per job name: superseded retries, flaky runs, caches, queue waits; on
+    # the critical path or off it, priced when the service is told runner prices.
+    def waste(project_id:, from: nil, to: nil)
+      read(:waste, [project_id, "waste"], from: from, to: to)
+    end
+
+    # Queue wait p50/p95 per runner tag set over a window, by hour or by day, with the most jobs waiting at once.
+    def runner_queue(project_id:, from: nil, to: nil)
+      read(:runner_queue, [project_id, "runners/queue"], from: from, to: to)
+    end
+
+    # What `runners` more (or, negative, fewer) runners of the tag set `tags` (an Array of tags, or them joined by
+    # commas) would have changed over the window: queue waits and the affected pipelines' critical paths. A
+    # question that changes nothing, sent as a POST only because its arguments are a body.
+    def runner_what_if(project_id:, tags:, runners:, from: nil, to: nil)
+      read(:runner_what_if, [project_id, "runners/what_if"], {}, what_if_body(tags, runners, from, to))
+    end
+
     # Closes the idle connections (at shutdown; calls after it open new ones).
     def close
       @pool.close
@@ -232,20 +267,22 @@ module CiJobTelemetry
       [status, text.force_encoding(Encoding::UTF_8), retry_after]
     end
 
-    # One read: a Read, whatever happens. Only the service's failures count against the reads' breaker: a 404 or
-    # a 400 is an answer.
-    def read(operation, segments, query)
+    # One read: a Read, whatever happens. Only the service's failures count against the reads' breaker: a 404, a 400
+    # or a 422 is an answer. `body`, a Proc making the fields (refusing bad ones with an ArgumentError, as a bad id
+    # is), makes it a POST of them as JSON; otherwise it is a GET.
+    def read(operation, segments, query, body = nil)
       started = monotonic
       call = Call.new(outcome: :error, operation: operation)
       read = Read.new
       path = read_path(segments, query)
+      sent = body && json_body(body.call)
       unless @read_breaker.allow?
         call.outcome = :skipped
         return finish_read(call, read, started)
       end
 
       begin
-        status, text, retry_after = get(path, token.current, started + @read_deadline)
+        status, text, retry_after = ask(path, sent, token.current, started + @read_deadline)
         call.status = status
         case status
         when 200
@@ -253,6 +290,7 @@ module CiJobTelemetry
           call.outcome = :read
         when 404 then call.outcome = :not_found
         when 400 then call.outcome = :bad_request
+        when 422 then call.outcome = :unanswerable
         when 503
           call.outcome = :unavailable
           read.retry_after = Integer(retry_after, exception: false)
@@ -267,14 +305,35 @@ module CiJobTelemetry
       end
       finish_read(call, read, started)
     rescue ArgumentError => e
-      # An id that is not a positive integer, a time that is not one: nothing is asked.
+      # An id that is not a positive integer, a time that is not one, a body that is not one: nothing is asked.
       fail_with(call, :bad_request, e.message)
       finish_read(call, read, started)
     end
 
-    def get(path, token, deadline)
-      request = Net::HTTP::Get.new(path, HEADERS.merge(InternalApiToken::HEADER_NAME => token))
+    # A GET, or with a body a POST, on the same pool as the decorator's calls.
+    def ask(path, body, token, deadline)
+      headers = HEADERS.merge(InternalApiToken::HEADER_NAME => token)
+      request = body.nil? ? Net::HTTP::Get.new(path, headers) : Net::HTTP::Post.new(path, headers)
+      request.body = body unless body.nil?
       pooled(request, deadline, @max_read_bytes, 64 * 1024)
+    end
+
+    # The what-if's body, checked here as ids and times are: the tags as GitLab keeps them (an Array) or as text.
+    def what_if_body(tags, runners, from, to)
+      lambda do
+        text = tags.is_a?(Array) && tags.all?(String) ? tags.join(",") : tags
+        raise ArgumentError, "tags must be the runners' tags, an Array of them or them joined by commas" unless text.is_a?(String)
+        raise ArgumentError, "runners must be a whole number of runners to add" unless runners.is_a?(Integer)
+
+        { "tags" => text, "runners" => runners, "from" => from && iso8601(from), "to" => to && iso8601(to) }.compact
+      end
+    end
+
+    # A body that cannot be JSON (text that is not UTF-8) is the caller's mistake: refused, its text not quoted.
+    def json_body(fields)
+      JSON.generate(fields)
+    rescue JSON::GeneratorError, EncodingError
+      raise ArgumentError, "the body cannot be sent as JSON: its text must be UTF-8"
     end
 
     # /internal/ci/telemetry/projects/7/pipelines/500/trace?from=…&to=…: ids as positive integers, times in ISO 8601.
@@ -282,14 +341,25 @@ module CiJobTelemetry
       path = segments.each_with_index.map do |segment, index|
         next segment if index.odd?
 
-        id = segment.is_a?(Integer) || segment.is_a?(String) ? Integer(segment, exception: false) : nil
-        name = index.zero? ? "project_id" : "#{segments[index - 1].chomp('s')}_id"
-        raise ArgumentError, "#{name} must be a positive integer" unless id&.positive?
-
-        id.to_s
+        positive_id(segment, index.zero? ? "project_id" : "#{segments[index - 1].chomp('s')}_id")
       end
-      parameters = query.compact.map { |name, value| [name.to_s, name == :ref ? value.to_s : iso8601(value)] }
+      parameters = query.compact.map { |name, value| [name.to_s, query_value(name, value)] }
       "#{@reads_path}/#{path.join('/')}#{parameters.empty? ? '' : "?#{URI.encode_www_form(parameters)}"}"
+    end
+
+    def positive_id(value, name)
+      id = value.is_a?(Integer) || value.is_a?(String) ? Integer(value, exception: false) : nil
+      raise ArgumentError, "#{name} must be a positive integer" unless id&.positive?
+
+      id.to_s
+    end
+
+    def query_value(name, value)
+      case name
+      when :ref then value.to_s
+      when :baseline then positive_id(value, "baseline")
+      else iso8601(value)
+      end
     end
 
     def iso8601(time)
