@@ -26,7 +26,6 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
-import { CONTROL_PLANE_MARK } from '../src/otlp/control-plane-mark';
 import { ClickHouseTraceReads, QueryStatistics } from '../src/reads/clickhouse-trace-reads';
 import { criticalPath } from '../src/critical-path/critical-path';
 import type { TimeWindow, TraceRead } from '../src/reads/trace-reads';
@@ -35,6 +34,7 @@ import { insertOtelTraces, otelTracesRowsOfResourceSpans } from '../test/helpers
 import { PipelineTrace } from '../test/helpers/pipeline-trace';
 import { repoRoot } from '../simulator/repo-root';
 import { runBench } from './lib/bench-env';
+import { DAY_MS, GENERATE_MONTH_SQL, JOBS_PER_PIPELINE, monthOf, pipelineWindow, SPANS_PER_PIPELINE } from './lib/month-of-spans';
 import { percentile } from './lib/percentiles';
 import { printTable } from './lib/table';
 import { readsAgainstPickups } from './trace-reads.pickups';
@@ -53,101 +53,8 @@ const { values: args } = parseArgs({
   },
 });
 
-const SPANS_PER_PIPELINE = 401;
 /** The lookups measure the backend's reads whole: no cap (the read API's is READS_MAX_SPANS). */
 const ALL = { limit: 1_000_000 };
-const JOBS_PER_PIPELINE = 40;
-const DAY_MS = 86_400_000;
-const PIPELINE_MS = 1_700_000;
-
-/**
- * otel_traces rows for pipeline p = n / 401 and its span k = n % 401: k = 0 the pipeline, then per job j (0..39)
- * ten spans s: job, queue_wait, job_execution, seven stages. Ids and times derive from (p, k), so parents match.
- */
-const GENERATE = (spans: number, projects: number, baseMs: number, spacingMs: number) => `
-INSERT INTO otel.otel_traces
-    (Timestamp, TraceId, SpanId, ParentSpanId, TraceState, SpanName, SpanKind, ServiceName, ResourceAttributes, ScopeName,
-     SpanAttributes, Duration, StatusCode, StatusMessage)
-SELECT
-    fromUnixTimestamp64Milli(toInt64(start_ms)) AS Timestamp,
-    lower(hex(MD5(toString(p)))) AS TraceId,
-    lower(hex(substring(MD5(concat(toString(p), ':', toString(k))), 1, 8))) AS SpanId,
-    multiIf(k = 0, '',
-            s = 0, lower(hex(substring(MD5(concat(toString(p), ':0')), 1, 8))),
-            s IN (1, 2), lower(hex(substring(MD5(concat(toString(p), ':', toString(1 + j * 10))), 1, 8))),
-            lower(hex(substring(MD5(concat(toString(p), ':', toString(3 + j * 10))), 1, 8)))) AS ParentSpanId,
-    if(k = 0, 'ot=th:0', '') AS TraceState,
-    if(k = 0, 'pipeline', ['job', 'queue_wait', 'job_execution', 'prepare_executor', 'get_sources', 'restore_cache',
-                           'step_script', 'after_script', 'archive_cache', 'upload_artifacts'][s + 1]) AS SpanName,
-    if(k = 0, 'Server', 'Internal') AS SpanKind,
-    service AS ServiceName,
-    mapFilter((key, value) -> value != '', map(
-        'service.name', service,
-        'ci.project.id', toString(project_id),
-        'ci.pipeline.id', toString(pipeline_id),
-        'ci.job.id', if(k = 0, '', toString(job_id)),
-        'ci.runner.id', if(s >= 2, toString(1 + h % 20), ''),
-        -- The control plane's spans (pipeline, job, queue_wait) carry its mark, as pipeline-span-model.ts writes them.
-        '${CONTROL_PLANE_MARK.key}', if(k = 0 OR s < 2, '${CONTROL_PLANE_MARK.value}', ''),
-        'ci.sampling.reason', 'head')) AS ResourceAttributes,
-    if(s >= 2, 'gitlab-ci-runner', 'ci-job-telemetry/pipeline-spans') AS ScopeName,
-    mapFilter((key, value) -> value != '', multiIf(
-        k = 0, map(
-            'ci.pipeline.status', 'success',
-            'vcs.ref.head.name', if(p % 4 = 0, 'feature', 'main'),
-            'ci.pipeline.span.version', '1',
-            'ci.pipeline.critical_path.delay_seconds', '4',
-            'ci.pipeline.critical_path.queue_seconds', toString(20 + p % 60),
-            'ci.pipeline.critical_path.step_script_seconds', toString(600 + p % 300)),
-        s = 0, map(
-            'cicd.pipeline.task.name', concat('job-', toString(j)),
-            'ci.job.stage', concat('stage-', toString(stage_index)),
-            'ci.job.status', status,
-            'ci.job.queued_duration_seconds', toString(queue_ms / 1000),
-            'ci.pipeline.span.version', '1',
-            'ci.job.critical_path', if(j % 10 = 0, 'true', 'false'),
-            'ci.job.critical_path_seconds', if(j % 10 = 0, toString((finished_ms - queued_ms) / 1000), ''),
-            'ci.job.slack_seconds', if(j % 10 = 0, '0', toString(h % 120))),
-        s = 1, map('ci.job.queued_duration_seconds', toString(queue_ms / 1000), 'ci.runner.type', 'instance_type'),
-        s = 2, map('ci.job.id', toString(job_id), 'ci.project.id', toString(project_id), 'ci.pipeline.id', toString(pipeline_id),
-                   'ci.job.status', status),
-        map('', ''))) AS SpanAttributes,
-    toUInt64(end_ms - start_ms) * 1000000 AS Duration,
-    if(s IN (0, 2) AND status = 'failed', 'Error', 'Unset') AS StatusCode,
-    if(s IN (0, 2) AND status = 'failed', 'script_failure', '') AS StatusMessage
-FROM
-(
-    SELECT
-        number AS n,
-        intDiv(n, ${SPANS_PER_PIPELINE}) AS p,
-        n % ${SPANS_PER_PIPELINE} AS k,
-        if(k = 0, 0, intDiv(k - 1, 10)) AS j,
-        if(k = 0, -1, (toInt64(k) - 1) % 10) AS s,
-        100000 + p AS pipeline_id,
-        1 + p % ${projects} AS project_id,
-        1000000 + p * ${JOBS_PER_PIPELINE} + j AS job_id,
-        if(s >= 2, 'runner', 'gitlab-ci') AS service,
-        cityHash64(p, j) AS h,
-        if(h % 20 = 0, 'failed', 'success') AS status,
-        intDiv(j, 10) AS stage_index,
-        toInt64(${baseMs}) + toInt64(p) * ${spacingMs} AS created_ms,
-        created_ms + stage_index * 400000 + (j % 10) * 1000 + 2000 AS queued_ms,
-        toInt64(5000 + h % 30000) AS queue_ms,
-        queued_ms + queue_ms AS picked_ms,
-        [toInt64(3000 + h % 2000), 2000, 4000, toInt64(60000 + h % 240000), 1000, 2000, 1000] AS stage_ms,
-        picked_ms + arraySum(stage_ms) AS finished_ms,
-        multiIf(k = 0, created_ms, s IN (0, 1), queued_ms, s = 2, picked_ms,
-                picked_ms + arraySum(arraySlice(stage_ms, 1, s - 3))) AS start_ms,
-        multiIf(k = 0, created_ms + ${PIPELINE_MS}, s = 1, picked_ms, s IN (0, 2), finished_ms,
-                start_ms + stage_ms[s - 2]) AS end_ms
-    FROM numbers(${spans})
-)`;
-
-/** The generated pipeline p's own times, as GitLab passes them. */
-const pipelineWindow = (p: number, baseMs: number, spacingMs: number): TimeWindow => {
-  const created = baseMs + p * spacingMs;
-  return { fromMs: created, toMs: created + PIPELINE_MS };
-};
 
 async function main(): Promise<void> {
   const root = repoRoot();
@@ -168,19 +75,16 @@ async function lookups(root: string): Promise<void> {
   const smoke = args.smoke;
   const spans = Number(args.spans ?? (smoke ? 100 * SPANS_PER_PIPELINE : 10_000_000));
   const lookups = Number(args.lookups ?? (smoke ? 5 : 200));
-  const pipelines = Math.floor(spans / SPANS_PER_PIPELINE);
   // 50 projects: 500 pipelines each over the month at 10 million spans; a few for the smoke run's 100 pipelines.
   const PROJECTS = smoke ? 4 : 50;
   const now = Date.now();
-  // 30 days, ending two hours ago (otel_traces keeps 30 days).
-  const baseMs = now - 30 * DAY_MS + 3_600_000;
-  const spacingMs = Math.floor((30 * DAY_MS - 3 * 3_600_000) / pipelines);
+  const { pipelines, baseMs, spacingMs } = monthOf(spans, now);
 
   const clickhouse = await startClickHouse({ http: { password: 'bench' } });
   try {
     await clickhouse.query(readFileSync(join(root, 'deploy', 'clickhouse', 'init', '01-ci-job-telemetry.sql'), 'utf8'));
     let started = performance.now();
-    await clickhouse.query(GENERATE(pipelines * SPANS_PER_PIPELINE, PROJECTS, baseMs, spacingMs));
+    await clickhouse.query(GENERATE_MONTH_SQL(pipelines * SPANS_PER_PIPELINE, PROJECTS, baseMs, spacingMs));
     const generateSeconds = (performance.now() - started) / 1000;
 
     // The critical path's pipeline: 200 jobs of seven build stages each, in 20 stages of 10, each stage's jobs

@@ -30,6 +30,7 @@ benches=(
   "ruby-client|||--rounds 1 --seconds 0.5 --warmup-seconds 0.2 --rate 100"
   "outcome-sampling|service||--smoke"
   "trace-reads|service||--smoke"
+  "across|service||--smoke"
   "runtimes|service||--rounds 1 --round-seconds 1 --warmup-seconds 0"
 )
 # Run by name only: job-payload-revisions builds two revisions of its own (--before, --after); otlp-json-join is one
