@@ -203,10 +203,23 @@ GROUP BY name`;
  */
 const JOB_RUN_ROWS = `
 WITH
-    in_window AS (
+    began AS (
         SELECT DISTINCT pipeline_id
         FROM ci_job_runs
         WHERE project_id = {project:UInt64} AND first_start_ms BETWEEN {from_ms:Int64} AND {to_ms:Int64}
+    ),
+    -- A ref asked for is matched here, on the pipelines' own rows (their span's vcs.ref.head.name), so a compare's
+    -- baseline candidates read their ref's rows only, not every branch's of the window.
+    in_window AS (
+        SELECT pipeline_id
+        FROM began
+        WHERE {ref:String} = '' OR pipeline_id IN (
+            SELECT pipeline_id
+            FROM ci_job_runs
+            WHERE project_id = {project:UInt64} AND job_id = 0 AND pipeline_id IN began
+            GROUP BY pipeline_id
+            HAVING tupleElement(argMaxMerge(gitlab), 7)['vcs.ref.head.name'] = {ref:String}
+        )
     ),
     roots AS (
         SELECT DISTINCT if(root_pipeline_id = 0, pipeline_id, root_pipeline_id) AS root
@@ -466,7 +479,7 @@ export class ClickHouseTraceReads implements TraceReads {
 
   async jobRunRows(projectId: number, window: TimeWindow, filter: { readonly ref?: string }, signal?: AbortSignal): Promise<JobRunRow[]> {
     const deadline = Date.now() + this.timeoutMs;
-    const params = { project: projectId, ...windowParams(window), longest_ms: LONGEST_SPAN_MS };
+    const params = { project: projectId, ...windowParams(window), longest_ms: LONGEST_SPAN_MS, ref: filter.ref ?? '' };
     const rows = await this.rows<JobRunTableRow>('job run rows', JOB_RUN_ROWS, params, deadline, signal);
     return rowsOfPipelines(projectId, rows).filter(
       (row) => row.pipelineCreatedAt >= window.fromMs && row.pipelineCreatedAt <= window.toMs && (filter.ref === undefined || row.ref === filter.ref),
