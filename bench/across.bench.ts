@@ -22,7 +22,8 @@
  * A read that does not answer 200 (a 503 past READS_TIMEOUT_MS, set to its most, 60 s) is a failure: the bench exits
  * non-zero, and stops asking that read after three.
  *
- *   npm run bench -- across                     # 10 M spans, 5,000 pipelines, 40 reads of each kind (10 on files)
+ *   npm run bench -- across                     # 10 M spans, 5,000 pipelines, 40 reads of each kind; files: the
+ *                                               # latest 400 (what the default files hold), 10 reads of each kind
  *   npm run bench -- across --spans 2000000 --pipelines 1000 --lookups 10 --files-pipelines 500
  *   npm run bench -- across --smoke             # small, in seconds: that it runs (a 100-pipeline month, 40 raised
  *                                               # pipelines, 2 reads of each kind, a what-if of 5,000 jobs)
@@ -83,7 +84,8 @@ const SPANS = count(args.spans, 10_000_000, 100 * SPANS_PER_PIPELINE);
 const MONTH_PROJECTS = smoke ? 4 : 50;
 const PIPELINES = count(args.pipelines, 5_000, 40);
 const LOOKUPS = Math.max(1, count(args.lookups, 40, 2));
-const FILES_PIPELINES = Math.min(PIPELINES, count(args['files-pipelines'], 5_000, 40));
+// 400 pipelines of this shape (about 330 KiB each) are what the embedded collector's default two 64 MiB files hold.
+const FILES_PIPELINES = Math.min(PIPELINES, count(args['files-pipelines'], 400, 40));
 const FILES_LOOKUPS = Math.max(1, count(args['files-lookups'], 10, 2));
 const WHAT_IF_JOBS = count(args['what-if-jobs'], 50_000, 5_000);
 const REPLAYS = Math.max(1, count(args.replays, 5, 1));
