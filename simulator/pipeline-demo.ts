@@ -11,6 +11,11 @@ import { ReceivedSpan, startLocalCollector } from './local-collector';
 import { repoRoot } from './repo-root';
 import { BUILD_STAGES, BuildStage, exportJobAsRunner, RunnerJob, TracingFeature } from './stock-runner';
 import { formatDuration, formatSeconds, latestVersions, renderWaterfall } from '../src/cli/waterfall';
+import type { Regressions } from '../src/across/regressions';
+import type { RunnerQueue, WhatIf } from '../src/across/runner-queue';
+import type { WasteLedger } from '../src/across/waste';
+import { Comparison, comparisonLines, queueLines, regressionLines, shortSha, wasteLines, whatIfLines } from './across-answers';
+import { pipelineSeries, SeriesPipeline } from './pipeline-series';
 
 const ROOT = repoRoot();
 const PROJECT_ID = 7;
@@ -103,20 +108,24 @@ interface PickedUp {
   readonly provisional: boolean;
 }
 
-/** What GitLab's job-request API does when a runner picks a job up: the job, queued at `queuedAt`, through the decorator. */
+/**
+ * What GitLab's job-request API does when a runner picks a job up: the job, queued at `queuedAt`, through the decorator.
+ * Without `queuedAt` the service stamps no queue wait at the pickup: GitLab's hooks say when the job became pending.
+ */
 async function pickUp(
   internalUrl: string,
   internalApiSecret: Buffer,
   jobId: number,
   name: string,
-  queuedAt: Date,
+  queuedAt: Date | undefined,
   pipelineId = PIPELINE_ID,
+  runner: typeof RUNNER = RUNNER,
 ): Promise<PickedUp> {
   const response = await fetch(`${internalUrl}/internal/ci/telemetry/job_payload`, {
     method: 'POST',
     headers: { 'content-type': 'application/json', 'gitlab-ci-telemetry-api-request': await signInternalApiToken(internalApiSecret, 'gitlab') },
     body: JSON.stringify({
-      runner: RUNNER,
+      runner,
       job: {
         id: jobId,
         project_id: PROJECT_ID,
@@ -124,7 +133,7 @@ async function pickUp(
         root_pipeline_id: pipelineId,
         timeout: 3600,
         token: `glcbt-demo-${jobId}`,
-        queued_at: queuedAt.toISOString(),
+        ...(queuedAt === undefined ? {} : { queued_at: queuedAt.toISOString() }),
       },
       payload: {
         id: jobId,
@@ -276,6 +285,20 @@ async function samples(internalUrl: string, name: string): Promise<Map<string, n
     if (sample?.[1] === name) found.set(sample[2] ?? '', Number(sample[3]));
   }
   return found;
+}
+
+/** The operator's edit of the flag file, live: in force once the service has read it. */
+async function replaceFlagFile(demo: Demo & { flagsFile: string }, flags: string): Promise<void> {
+  // Written whole and renamed over the old one, as an editor saves: the service never reads half a file.
+  const writtenAt = Date.now();
+  writeFileSync(`${demo.flagsFile}.new`, flags);
+  renameSync(`${demo.flagsFile}.new`, demo.flagsFile);
+  // In force once the service has read it: its flag definitions are younger than the file.
+  await until('the service to read the new flag file', async () => {
+    const asked = Date.now();
+    const age = (await samples(demo.internalUrl, 'ci_job_telemetry_flag_definitions_age_seconds')).get('');
+    return age !== undefined && age * 1000 < asked - writtenAt ? true : undefined;
+  });
 }
 
 const SAMPLED_PERCENT = 10;
@@ -459,16 +482,7 @@ async function outcomeKeeping(demo: Demo & { flagsFile: string }): Promise<void>
   say();
   say(`Then the operator samples ${SAMPLED_PERCENT} % of pipelines and turns outcome keeping on, in the flag file, with no restart:`);
   say(`ci_job_telemetry_sampling at ${SAMPLED_PERCENT} %, ci_job_telemetry_outcome_sampling on with the policy ${JSON.stringify(OUTCOME_POLICY)}`);
-  // Written whole and renamed over the old one, as an editor saves: the service never reads half a file.
-  const writtenAt = Date.now();
-  writeFileSync(`${demo.flagsFile}.new`, flagsWithOutcomeKeeping(readFileSync(join(ROOT, 'config', 'flags.json'), 'utf8')));
-  renameSync(`${demo.flagsFile}.new`, demo.flagsFile);
-  // In force once the service has read it: its flag definitions are younger than the file.
-  await until('the service to read the new flag file', async () => {
-    const asked = Date.now();
-    const age = (await samples(demo.internalUrl, 'ci_job_telemetry_flag_definitions_age_seconds')).get('');
-    return age !== undefined && age * 1000 < asked - writtenAt ? true : undefined;
-  });
+  await replaceFlagFile(demo, flagsWithOutcomeKeeping(readFileSync(join(ROOT, 'config', 'flags.json'), 'utf8')));
   say('Two pipelines that head sampling leaves out: one fails, one passes.');
   say();
 
@@ -601,6 +615,167 @@ async function showCriticalPath(internalUrl: string, internalApiSecret: Buffer, 
   for (const line of stdout.trimEnd().split('\n')) if (/critical path/.test(line)) say(line);
 }
 
+/**
+ * The slowdown (SPEC §13): a series of pipelines on one branch, each a push of its own commit, as GitLab scheduled them
+ * on the project's one `docker,arm64` runner (simulator/pipeline-series.ts); from one commit on, test restores its
+ * cache a minute longer. Times are simulated over the last hours, as the runners' spans above are: GitLab's hooks say
+ * every time, so the pickups stamp none (no `queued_at`).
+ */
+const SERIES = {
+  count: 30,
+  firstPipelineId: 900,
+  everyMs: 10 * 60_000,
+  slowFrom: 20,
+  slowJob: 'test',
+  slowdownSeconds: 60,
+  flakyAt: 7,
+  seed: 58,
+} as const;
+const SERIES_REF = 'main';
+const SERIES_RUNNER = { id: 18, runner_type: 'project_type', token: 'glrt-demo-arm64-runner-token', features: { tracing: true } };
+const SERIES_RUNNER_TAGS = ['docker', 'arm64'];
+/** The tag set as the reads name it: the runner's tags, sorted, joined by ','. */
+const SERIES_TAG_SET = [...SERIES_RUNNER_TAGS].sort().join(',');
+/** What the operator's RUNNER_PRICES_FILE says a minute of that runner costs. */
+const SERIES_PRICES = { per_minute: { tags: { [SERIES_TAG_SET]: 0.008 } } };
+
+/** One pipeline of the series, as GitLab and the runner make it: pickups through the decorator, the runner's exports, then GitLab's hooks. */
+async function deliverSeriesPipeline(demo: Demo, pipeline: SeriesPipeline): Promise<string> {
+  const picked = await Promise.all(
+    pipeline.jobs.map((job) => pickUp(demo.internalUrl, demo.internalApiSecret, job.id, job.name, undefined, pipeline.id, SERIES_RUNNER)),
+  );
+  await Promise.all(
+    pipeline.jobs.map((job, i) =>
+      exportJobAsRunner(picked[i].tracing, {
+        jobId: job.id,
+        projectId: PROJECT_ID,
+        runnerId: SERIES_RUNNER.id,
+        pipelineId: picked[i].variable('CI_PIPELINE_ID'),
+        pipelineSource: picked[i].variable('CI_PIPELINE_SOURCE'),
+        executor: 'docker',
+        status: job.status,
+        startedAt: job.runnerStartedAt,
+        stageSeconds: job.stageSeconds,
+      }),
+    ),
+  );
+  const runner = { id: SERIES_RUNNER.id, runnerType: SERIES_RUNNER.runner_type, description: 'demo arm64 runner', tags: SERIES_RUNNER_TAGS };
+  const jobs: WebhookJob[] = pipeline.jobs.map((job) => ({
+    id: job.id,
+    name: job.name,
+    stage: job.stage,
+    status: job.status,
+    createdAt: job.createdAt,
+    startedAt: job.startedAt,
+    finishedAt: job.finishedAt,
+    queuedSeconds: (job.startedAt.getTime() - job.pendingAt.getTime()) / 1000,
+    retriesCount: job.retriesCount,
+    runner,
+    ...(job.status === 'failed' ? { failureReason: 'script_failure' } : {}),
+  }));
+  const facts: WebhookPipeline = {
+    id: pipeline.id,
+    projectId: PROJECT_ID,
+    status: 'success',
+    createdAt: pipeline.createdAt,
+    finishedAt: pipeline.finishedAt,
+    jobs,
+    ref: SERIES_REF,
+    sha: pipeline.sha,
+  };
+  const deliver = async (event: 'Job Hook' | 'Pipeline Hook', body: Record<string, unknown>) => {
+    const answer = await deliverWebhook(demo.internalUrl, event, body, { token: WEBHOOK_SECRET });
+    if (answer.status !== 200) throw new Error(`${event} of pipeline ${pipeline.id}: the service answered ${answer.status} ${JSON.stringify(answer.body)}`);
+  };
+  for (const job of [...jobs].sort((a, b) => a.finishedAt!.getTime() - b.finishedAt!.getTime()))
+    await deliver('Job Hook', jobHook({ ...facts, status: 'running', finishedAt: undefined }, job));
+  // The Pipeline Hook lists a job's latest attempt, as GitLab's does.
+  const latest = jobs.filter((job) => !jobs.some((other) => other.name === job.name && other.id > job.id));
+  await deliver('Pipeline Hook', pipelineHook({ ...facts, jobs: latest }));
+  return picked[0].tracing.trace_id;
+}
+
+/** GitLab asking the service, as for a user: the internal API's JWT, the project in the path. */
+async function askService<T>(demo: Demo, route: string, body?: unknown): Promise<T> {
+  const response = await fetch(`${demo.internalUrl}${route}`, {
+    method: body === undefined ? 'GET' : 'POST',
+    headers: {
+      'gitlab-ci-telemetry-api-request': await signInternalApiToken(demo.internalApiSecret, 'gitlab'),
+      ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+    },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+  });
+  if (response.status !== 200) throw new Error(`${body === undefined ? 'GET' : 'POST'} ${route}: ${response.status} ${await response.text()}`);
+  return (await response.json()) as T;
+}
+
+async function slowdownStory(demo: Demo & { flagsFile: string }): Promise<void> {
+  const series = pipelineSeries({ ...SERIES, endBefore: new Date() });
+  const first = series[0];
+  const planted = series[SERIES.slowFrom];
+  const flaky = series[SERIES.flakyAt];
+  const last = series[series.length - 1];
+  const hours = (SERIES.count * SERIES.everyMs) / 3_600_000;
+  say();
+  say(
+    `Then a slowdown: ${SERIES.count} pipelines of ${SERIES_REF} (${first.id} to ${last.id}), one every ${SERIES.everyMs / 60_000} minutes over the last ${hours} hours, each a push of its own commit ` +
+      `(times simulated, as the runners' spans above): build, then lint and test, on the project's one ${SERIES_TAG_SET} runner, which runs one job at a time.`,
+  );
+  say(
+    `From pipeline ${planted.id} (commit ${shortSha(planted.sha)}) on, ${SERIES.slowJob}'s restore_cache takes ${SERIES.slowdownSeconds} s longer; ` +
+      `pipeline ${flaky.id}'s build fails once and is retried (retry: 1). The runner costs ${SERIES_PRICES.per_minute.tags[SERIES_TAG_SET]} a minute (RUNNER_PRICES_FILE).`,
+  );
+  say("The operator first puts head sampling back to 100 % and outcome keeping off (the repository's flag file): every pipeline is traced.");
+  await replaceFlagFile(demo, readFileSync(join(ROOT, 'config', 'flags.json'), 'utf8'));
+
+  const traces = new Set<string>();
+  for (const pipeline of series) traces.add(await deliverSeriesPipeline(demo, pipeline));
+  // Per job, the runner's job_execution and its stages and the job span twice (at its end, and with the path at the
+  // pipeline's); and the pipeline's span.
+  const jobs = series.reduce((sum, pipeline) => sum + pipeline.jobs.length, 0);
+  const expected = series.length + jobs * (1 + BUILD_STAGES.length + 2);
+  const arrived = () => demo.collector.spans.filter((span) => traces.has(span.traceId)).length;
+  await until(`${expected} spans of the series at the collector`, () => (arrived() >= expected ? true : undefined), 30_000);
+  say(
+    `${series.length} pipelines, ${jobs} jobs: picked up through the decorator, exported by the runner, closed by GitLab's hooks; ` +
+      `${arrived()} spans at the collector.`,
+  );
+
+  // The window GitLab names: the series, from its first pipeline's creation to its last one's end (the stories above
+  // ran on another branch, since).
+  const window = { from: first.createdAt.toISOString(), to: last.finishedAt.toISOString() };
+  const inWindow = `from=${window.from}&to=${window.to}`;
+  const projectRoute = `/internal/ci/telemetry/projects/${PROJECT_ID}`;
+  say();
+  say('GitLab asks the service across pipelines (SPEC §13), as for a user: the internal API and its JWT.');
+
+  const compareRoute = `${projectRoute}/pipelines/${last.id}/compare`;
+  say();
+  say(`Why was pipeline ${last.id} slower? GET ${compareRoute} answers:`);
+  for (const line of comparisonLines(await askService<Comparison>(demo, compareRoute))) say(line);
+
+  const regressionsRoute = `${projectRoute}/regressions?${inWindow}&ref=${SERIES_REF}`;
+  say();
+  say(`Since when? GET ${regressionsRoute} answers:`);
+  for (const line of regressionLines(await askService<Regressions>(demo, regressionsRoute))) say(line);
+
+  const wasteRoute = `${projectRoute}/waste?${inWindow}`;
+  say();
+  say(`What wastes runner time? GET ${wasteRoute} answers:`);
+  for (const line of wasteLines(await askService<WasteLedger>(demo, wasteRoute))) say(line);
+
+  const queueRoute = `${projectRoute}/runners/queue?${inWindow}`;
+  say();
+  say(`Are we short of runners? GET ${queueRoute} answers:`);
+  for (const line of queueLines(await askService<RunnerQueue>(demo, queueRoute))) say(line);
+
+  const whatIfRoute = `${projectRoute}/runners/what_if`;
+  const question = { tags: SERIES_TAG_SET, runners: 1, ...window };
+  say();
+  say(`And with one more? POST ${whatIfRoute} ${JSON.stringify(question)} answers:`);
+  for (const line of whatIfLines(await askService<WhatIf>(demo, whatIfRoute, question))) say(line);
+}
+
 async function main(): Promise<void> {
   const entry = join(ROOT, 'dist', 'main.js');
   if (!existsSync(entry)) throw new Error('dist/main.js is missing: run `npm run demo`, which builds it first');
@@ -614,6 +789,9 @@ async function main(): Promise<void> {
   // The demo's own flag file, the repository's example to begin with: its last story edits it, as an operator would.
   const flagsFile = join(workDir, 'flags.json');
   writeFileSync(flagsFile, readFileSync(join(ROOT, 'config', 'flags.json')));
+  // What a runner minute costs, so that the waste read prices what it finds (SPEC §13).
+  const pricesFile = join(workDir, 'runner-prices.json');
+  writeFileSync(pricesFile, JSON.stringify(SERIES_PRICES));
   // What reaches the collector is also kept where the service's read API and `npm run -s trace` look (SPEC §12).
   const dataDir = join(workDir, '.data');
   const collector = await startLocalCollector({ directory: localCollectorDirectory(dataDir) });
@@ -631,6 +809,7 @@ async function main(): Promise<void> {
       OTLP_UPSTREAM_URL: collector.url,
       GITLAB_WEBHOOK_SECRET_FILE: webhookSecretFile,
       FLAGS_FILE: flagsFile,
+      RUNNER_PRICES_FILE: pricesFile,
       DATA_DIR: dataDir,
       LOG_LEVEL: 'warn',
       // A drop waits this long for a child pipeline that fails after its root (5 minutes by default); the demo's
@@ -751,6 +930,7 @@ async function main(): Promise<void> {
 
     await retriedPipeline({ internalUrl, internalApiSecret, collector, deliver });
     await outcomeKeeping({ internalUrl, internalApiSecret, collector, deliver, flagsFile });
+    await slowdownStory({ internalUrl, internalApiSecret, collector, deliver, flagsFile });
   } finally {
     if (service.exitCode === null) service.kill('SIGTERM');
     await new Promise((resolve) => (service.exitCode !== null ? resolve(undefined) : service.once('exit', resolve)));

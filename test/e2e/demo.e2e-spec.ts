@@ -7,6 +7,8 @@ const ROOT = join(__dirname, '..', '..');
 const RETRY_STORY = "Then a flaky test: pipeline 501's test job fails, is retried, and passes.";
 /** Where its third part, outcome-based sampling (SPEC §11), begins. */
 const OUTCOME_STORY = 'Then the operator samples 10 % of pipelines and turns outcome keeping on, in the flag file, with no restart:';
+/** Where its fourth, a slowdown found across pipelines (SPEC §13), begins. */
+const SLOWDOWN_STORY = 'Then a slowdown: ';
 const run = promisify(execFile);
 
 /**
@@ -32,9 +34,10 @@ describe('npm run demo (README "See a pipeline become a trace")', () => {
     ({ stdout } = await run(process.execPath, [join(ROOT, 'build', 'simulator', 'simulator', 'pipeline-demo.js')], {
       cwd: ROOT,
       env: { PATH: process.env.PATH },
-      timeout: 60_000,
+      // About 30 s alone; the slowdown's 30 pipelines are most of it.
+      timeout: 150_000,
     }));
-  }, 120_000);
+  }, 200_000);
 
   it('picks the three jobs up into one trace, each after its queue wait, and closes them with GitLab webhooks', () => {
     const header = /pipeline 500 of project 7: trace ([0-9a-f]{32}), 3 jobs, 31 spans, 2m 13\.0s/.exec(stdout);
@@ -198,7 +201,7 @@ describe('npm run demo (README "See a pipeline become a trace")', () => {
   });
 
   it('at 10 % head sampling with outcome keeping on: prints whole the failed pipeline head sampling left out, says why, and the passing one dropped, absent from the collector', () => {
-    const story = stdout.split(OUTCOME_STORY)[1];
+    const story = stdout.split(OUTCOME_STORY)[1].split(SLOWDOWN_STORY)[0];
     expect(story).toContain(
       'ci_job_telemetry_sampling at 10 %, ci_job_telemetry_outcome_sampling on with the policy {"keep":{"statuses":["failed"],"slower_than_seconds":1800,"queued_longer_than_seconds":600},"when_no_outcome":"keep"}',
     );
@@ -259,4 +262,85 @@ describe('npm run demo (README "See a pipeline become a trace")', () => {
     expect(story.split('\n').filter((line) => line.includes(passed.trace))).toHaveLength(3);
     expect(story).toContain('The service counted both (ci_job_telemetry_outcome_decisions_total): dropped, reason outcome: 1; kept, reason failed: 1');
   });
+
+  it('then finds a slowdown across pipelines: the delta by part, the pipeline and commit it began with, the waste, the queue and one more runner', () => {
+    const story = stdout.split(SLOWDOWN_STORY)[1];
+    const [, count, firstPipeline, planted, commit, slowJob] =
+      /^(\d+) pipelines of main \((\d+) to \d+\)[^\n]*\nFrom pipeline (\d+) \(commit ([0-9a-f]{8})\) on, (\w+)'s restore_cache takes 60 s longer/.exec(story)!;
+    expect(story).toMatch(new RegExp(`${count} pipelines, \\d+ jobs: picked up through the decorator, exported by the runner, closed by GitLab's hooks`));
+
+    // Compare: the last pipeline against its default baseline, an earlier pipeline of the same branch before the
+    // slowdown; the minute lands on the slow job's restore_cache, and the parts add up to the change.
+    const [, last] = /Why was pipeline (\d+) slower\?/.exec(story)!;
+    expect(Number(last)).toBe(Number(firstPipeline) + Number(count) - 1);
+    const compare = section(story, `Why was pipeline ${last} slower?`);
+    const [, baseline] = new RegExp(`pipeline ${last} against pipeline (\\d+): the median critical path`).exec(compare)!;
+    expect(Number(baseline)).toBeLessThan(Number(planted));
+    const [, delta, parts] = new RegExp(
+      `critical path ${DURATION} → ${DURATION}, ([+−]${DURATION}): (.*) \\(the parts add up to the change, to the millisecond\\)`,
+    ).exec(compare)!;
+    const byPart = Object.fromEntries(
+      [...parts.matchAll(new RegExp(`(\\w+) ([+−]${DURATION})`, 'g'))].map(([, part, seconds]) => [part, signedSeconds(seconds)]),
+    );
+    expect(byPart.restore_cache).toBeGreaterThanOrEqual(59);
+    expect(byPart.restore_cache).toBeLessThanOrEqual(61);
+    expect(Math.abs(signedSeconds(delta) - byPart.restore_cache)).toBeLessThan(10);
+    const [, jobDelta] = new RegExp(`by job: ${slowJob} \\(test\\) ([+−]${DURATION}), on the path in both`).exec(compare)!;
+    expect(signedSeconds(jobDelta)).toBeGreaterThanOrEqual(59);
+
+    // Regressions: the step found at the pipeline and commit it was planted in, for that job and stage (and the
+    // critical path as a whole), and nothing else in a series otherwise of noise.
+    const regressions = section(story, 'Since when?');
+    const points = [
+      ...regressions.matchAll(new RegExp(`^ {2}(.+?): (${DURATION}) → (${DURATION}) from pipeline (\\d+), commit ([0-9a-f]{8}) on main`, 'gm')),
+    ].map(([, series, before, after, pipeline, sha]) => ({ series, step: unsigned(after) - unsigned(before), pipeline, sha }));
+    expect(points.map((point) => point.series).sort()).toEqual([`${slowJob} (test) restore_cache`, 'the critical path']);
+    for (const point of points) {
+      expect([point.pipeline, point.sha]).toEqual([planted, commit]);
+      expect(point.step).toBeGreaterThan(55);
+      expect(point.step).toBeLessThan(65);
+    }
+
+    // Waste: per job, the flaky build's retried attempt on the path, and what the runner minutes cost.
+    const waste = section(story, 'What wastes runner time?');
+    expect(waste).toMatch(/^ {2}build: \d+ runs, [^;]+; retried attempts \S+ \(all on the path\); flaky on 1 commit/m);
+    for (const job of ['build', 'lint', 'test'])
+      expect(waste).toMatch(new RegExp(`^  ${job}: \\d+ runs, .*queue on arm64,docker .*; cost \\d+\\.\\d\\d$`, 'm'));
+
+    // The queue of the one runner's tag set: every job of the series (one build ran twice), hour by hour.
+    const queue = section(story, 'Are we short of runners?');
+    const [, jobs] = /^ {2}arm64,docker: (\d+) jobs of (\d+) pipelines, queue wait p50 /m.exec(queue)!;
+    expect(Number(jobs)).toBe(3 * Number(count) + 1);
+    expect(queue).toMatch(/^ {4}\d\d:00 UTC {2}\d+ jobs, p50 /m);
+
+    // What-if: the one runner the simulation had is what the service learned; a second one takes the wait away.
+    const whatIf = section(story, 'And with one more?');
+    expect(whatIf).toMatch(/learned from the recording: 1 runner of arm64,docker \(the replay is off by/);
+    const [, recorded, withTwo] = new RegExp(
+      `recorded ${DURATION} / (${DURATION}), replayed ${DURATION} / ${DURATION}, with 2 runners ${DURATION} / (${DURATION})`,
+    ).exec(whatIf)!;
+    expect(unsigned(withTwo)).toBeLessThan(unsigned(recorded) / 2);
+    const [, before, after] = new RegExp(`critical paths p50 / p95: (${DURATION}) / ${DURATION} → (${DURATION}) / `).exec(whatIf)!;
+    expect(unsigned(after)).toBeLessThan(unsigned(before));
+  });
 });
+
+/** A duration as the demo prints it: `1m 07.1s`, `59.4s`, `800ms`. */
+const DURATION = '(?:\\d+m )?[\\d.]+m?s';
+
+/** The lines of `story` from the one that starts with `heading` to the next blank line. */
+function section(story: string, heading: string): string {
+  const start = story.indexOf(heading);
+  expect(start).toBeGreaterThanOrEqual(0);
+  const end = story.indexOf('\n\n', start);
+  return story.slice(start, end < 0 ? undefined : end);
+}
+
+/** `1m 07.1s`, `59.4s`, `800ms` in seconds. */
+function unsigned(text: string): number {
+  const [, minutes, seconds, millis] = /^(?:(\d+)m )?(?:([\d.]+)s|(\d+)ms)$/.exec(text.trim())!;
+  return Number(minutes ?? 0) * 60 + (millis === undefined ? Number(seconds) : Number(millis) / 1000);
+}
+
+/** `+1m 00.3s`, `−800ms` in seconds. */
+const signedSeconds = (text: string) => (text.trim().startsWith('−') ? -1 : 1) * unsigned(text.trim().slice(1));

@@ -3,7 +3,12 @@ import { join } from 'node:path';
 import { BUILD_STAGES, BuildStage } from '../../simulator/stock-runner';
 import { pickUpPipelineJob } from '../helpers/ci-pipeline';
 import { ClickHouse, startClickHouse } from '../helpers/clickhouse';
-import { criticalPath, RUNNER_PARTS } from '../../src/critical-path/critical-path';
+import { criticalPath, RUNNER_PARTS, RunnerPart } from '../../src/critical-path/critical-path';
+import type { JobRunRow } from '../../src/across/job-run';
+import { jobRunsOfTrace } from '../../src/across/job-runs-of-trace';
+import { weightedPercentile } from '../../src/across/percentiles';
+import { wasteLedger } from '../../src/across/waste';
+import { tracestateFor } from '../../src/trace-context/trace-context';
 import { dateTime64, insertOtelTraces, otelSpanRow, OtelTracesRow, otelTracesRowsOfResourceSpans } from '../helpers/clickhouse-exporter';
 import { withCriticalPathAttributes } from '../helpers/critical-path-attributes';
 import { PipelinesRun, runPipelines, stageSeconds } from '../helpers/clickhouse-pipelines';
@@ -11,7 +16,8 @@ import { sampledPipelineRows, tenPercentSample } from '../helpers/clickhouse-sam
 import type { WebhookSecret } from '../helpers/gitlab-webhooks';
 import { expandGrafanaQuery, GrafanaQueryContext } from '../helpers/grafana-query';
 import type { OtlpSink } from '../helpers/otlp-sink';
-import { PipelineTrace } from '../helpers/pipeline-trace';
+import { PipelineTrace, Stages } from '../helpers/pipeline-trace';
+import { randomSource } from '../helpers/seeded-random';
 import type { ServiceProcess } from '../helpers/service';
 import { startWorld, World } from '../helpers/world';
 
@@ -123,7 +129,7 @@ const CONTEXT: GrafanaQueryContext = {
   from: new Date('2026-11-21T09:00:00Z'),
   to: new Date('2026-11-21T12:00:00Z'),
   intervalSeconds: 3600,
-  variables: { project: ['7', '42'], trace_id: [TRACE_A] },
+  variables: { project: ['7', '42'], trace_id: [TRACE_A], job: ['test'] },
 };
 
 describe('Grafana dashboard queries on a real ClickHouse engine (deploy/grafana)', () => {
@@ -339,7 +345,7 @@ describe("Queue wait and pipeline duration panels on the control plane's spans (
       from: new Date(created - 3_600_000),
       to: new Date(created + 3_600_000),
       intervalSeconds: 3600,
-      variables: { project: ['7', '42', '99'], trace_id: [traceOf(800)] },
+      variables: { project: ['7', '42', '99'], trace_id: [traceOf(800)], job: ['rspec'] },
     };
   }, 120_000);
   afterAll(() => world?.stop());
@@ -454,6 +460,27 @@ describe("Queue wait and pipeline duration panels on the control plane's spans (
     ]);
     const children = rows.filter((row) => row.parentSpanID === rspec.spanID).map((row) => row.operationName);
     expect(children.sort()).toEqual(['job 8002', 'queue_wait']);
+  });
+
+  it("the panels across pipelines (issue 58) read the same jobs from ci_job_runs: each job's wait by the tag set of its runner, and its waste", async () => {
+    // One bucket, whatever the hour: GitLab's hooks tag every runner linux, docker; waits of 5 to 90 s, p50 30 s, p95 90 s.
+    const month = { ...context, intervalSeconds: 30 * 86_400 };
+    const queue = await clickhouse.query(expandGrafanaQuery(panel('Queue wait p50/p95 by runner tag set over time').targets[0].rawSql!, month));
+    expect(queue).toEqual([{ time: expect.any(String), tag_set: 'docker,linux', p50_seconds: waited(8001), p95_seconds: waited(7003) }]);
+
+    const waste = await runPanel('Waste by job');
+    expect(waste).toHaveLength(run.jobs.length);
+    for (const job of run.jobs) {
+      expect(waste).toContainEqual(
+        expect.objectContaining({
+          project: job.pipeline.projectId,
+          job: job.planned.name,
+          runs: 1,
+          retried_seconds: 0,
+          queue_seconds: waited(job.planned.jobId),
+        }),
+      );
+    }
   });
 
   it('leaves the runner-only panels as they were: no control-plane span among stages or job statuses', async () => {
@@ -671,5 +698,238 @@ describe('the critical path panels, on what the control plane writes at a pipeli
       { project: 7, job: 'build', runs: 2, percent_on_path: 100, p50_seconds_on_path: 70 },
       { project: 7, job: 'lint', runs: 2, percent_on_path: 0, p50_seconds_on_path: null },
     ]);
+  });
+});
+
+describe('the panels across pipelines, on otel.ci_job_runs (issue 58, SPEC §13): regressions, waste by job, queue wait by tag set', () => {
+  // Seeded (randomSource): the same pipelines on every run.
+  const SEED = 5801;
+  const HOUR = 3_600_000;
+  const FIRST_CREATED = Date.parse('2026-11-26T00:00:00Z');
+  const PIPELINES = 24;
+  /** From this pipeline on, test restores its cache a minute longer. */
+  const SLOWER_FROM = 14;
+  /** This pipeline's test fails once and is retried. */
+  const FLAKY_AT = 5;
+  /** This pipeline's lint finds no cache: a restore of a fraction of the usual. */
+  const CACHE_MISS_AT = 9;
+  const BUCKET_SECONDS = 6 * 3600;
+  const context: GrafanaQueryContext = {
+    from: new Date(FIRST_CREATED - HOUR),
+    to: new Date(FIRST_CREATED + (PIPELINES + 1) * HOUR),
+    intervalSeconds: BUCKET_SECONDS,
+    variables: { project: ['7'], trace_id: [], job: ['test'] },
+  };
+  const linuxDocker = { id: 31, type: 'instance_type', tags: ['linux', 'docker'] };
+  const arm64Docker = { id: 33, type: 'project_type', tags: ['docker', 'arm64'] };
+  const total = (stages: Stages) => stages.reduce((sum, [, seconds]) => sum + seconds, 0);
+
+  /**
+   * A project's pipelines, one an hour: build, then test and lint side by side, test on the path. Times in tenths of a
+   * second, so that every figure the panels round to a tenth is exact. Every third pipeline was head-sampled at 50 %
+   * and stands for two (SPEC §11).
+   */
+  function project(projectId: number, seed: number, extraTestSeconds: number): PipelineTrace[] {
+    const random = randomSource(seed);
+    const noisy = (seconds: number) => Math.round(seconds * (8.5 + 3 * random()));
+    const tenths = (value: number) => value / 10;
+    return Array.from({ length: PIPELINES }, (_, index) => {
+      const pipelineId = projectId * 1000 + index;
+      const job = (k: number) => pipelineId * 10 + k;
+      const trace = new PipelineTrace(projectId, pipelineId, FIRST_CREATED + index * HOUR, index % 3 === 0 ? tracestateFor(50) : undefined);
+      const buildStages: Stages = [
+        ['prepare_executor', 3],
+        ['get_sources', tenths(noisy(5))],
+        ['restore_cache', tenths(noisy(8))],
+        ['step_script', tenths(noisy(40))],
+        ['archive_cache', tenths(noisy(4))],
+        ['upload_artifacts', 2],
+      ];
+      const buildPicked = tenths(10 + noisy(1));
+      const buildEnd = buildPicked + total(buildStages) + 1;
+      trace.job({
+        jobId: job(1),
+        name: 'build',
+        stage: 'build',
+        queuedAt: 1,
+        pickedUpAt: buildPicked,
+        finishedAt: buildEnd,
+        stages: buildStages,
+        runner: linuxDocker,
+      });
+      let testQueued = buildEnd + 1;
+      if (index === FLAKY_AT) {
+        const failedStages: Stages = [
+          ['prepare_executor', 3],
+          ['restore_cache', 10],
+          ['step_script', 30],
+        ];
+        const picked = testQueued + tenths(noisy(2));
+        const failedEnd = picked + total(failedStages) + 1;
+        trace.job({
+          jobId: job(4),
+          name: 'test',
+          stage: 'test',
+          status: 'failed',
+          queuedAt: testQueued,
+          pickedUpAt: picked,
+          finishedAt: failedEnd,
+          stages: failedStages,
+          runner: linuxDocker,
+        });
+        testQueued = failedEnd + 1;
+      }
+      const testStages: Stages = [
+        ['prepare_executor', 3],
+        ['restore_cache', tenths(noisy(10)) + (index >= SLOWER_FROM ? extraTestSeconds : 0)],
+        ['step_script', tenths(noisy(100))],
+        ['archive_cache', tenths(noisy(3))],
+      ];
+      const testPicked = testQueued + tenths(noisy(2));
+      const testEnd = testPicked + total(testStages) + 1;
+      trace.job({
+        jobId: job(index === FLAKY_AT ? 5 : 2),
+        name: 'test',
+        stage: 'test',
+        queuedAt: testQueued,
+        pickedUpAt: testPicked,
+        finishedAt: testEnd,
+        stages: testStages,
+        runner: linuxDocker,
+        ...(index === FLAKY_AT ? { retriesCount: 1 } : {}),
+      });
+      // Few arm64 runners: lint waits longer for one.
+      const lintStages: Stages = [
+        ['restore_cache', index === CACHE_MISS_AT ? 0.2 : tenths(noisy(4))],
+        ['step_script', tenths(noisy(20))],
+      ];
+      const lintPicked = buildEnd + 1 + tenths(noisy(30));
+      const lintEnd = lintPicked + total(lintStages) + 1;
+      trace.job({
+        jobId: job(3),
+        name: 'lint',
+        stage: 'test',
+        queuedAt: buildEnd + 1,
+        pickedUpAt: lintPicked,
+        finishedAt: lintEnd,
+        stages: lintStages,
+        runner: arm64Docker,
+      });
+      const sha = `${projectId.toString(16).padStart(8, '0')}${index.toString(16).padStart(32, '0')}`;
+      trace.pipeline(pipelineId, { status: 'success', finishedAt: Math.max(testEnd, lintEnd) + 1, ref: 'main', sha, source: 'push' });
+      return trace;
+    });
+  }
+
+  const traces = project(7, SEED, 60);
+  // Another project, far slower: none of it may show under project 7.
+  const other = project(8, SEED + 1, 600);
+  /** The rows the reads across pipelines compute from the same traces (src/across/job-runs-of-trace.ts). */
+  const rows: JobRunRow[] = traces.flatMap((trace) => jobRunsOfTrace(trace.spans(), 7));
+  const weightOf = (row: JobRunRow) => Math.round(row.adjustedCount * 1000);
+  const tenth = (seconds: number) => Math.round(seconds * 10) / 10;
+  /** ClickHouse's quantileExactWeighted with the panels' integer weights: the least value whose cumulative weight reaches q. */
+  const quantile = (values: Array<readonly [number, number]>, q: number) => tenth(weightedPercentile(values, q)! / 1000);
+  const bucketOf = (epochMs: number) => dateTime(Math.floor(epochMs / (BUCKET_SECONDS * 1000)) * BUCKET_SECONDS * 1000);
+
+  let clickhouse: ClickHouse;
+  const runPanel = (title: string, variables: Record<string, string[]> = {}) =>
+    clickhouse.query(expandGrafanaQuery(panel(title).targets[0].rawSql!, { ...context, variables: { ...context.variables, ...variables } }));
+
+  beforeAll(async () => {
+    clickhouse = await startClickHouse();
+    await clickhouse.query(SCHEMA);
+    const exports = [...traces, ...other].flatMap((trace) => trace.resourceSpans());
+    await insertOtelTraces(clickhouse, otelTracesRowsOfResourceSpans(withCriticalPathAttributes(exports)));
+  }, 60_000);
+  afterAll(async () => {
+    await clickhouse?.stop();
+  });
+
+  it("offers the project's job names, the one that takes the most time first", async () => {
+    const variable = dashboard.templating.list.find((candidate) => candidate.name === 'job')!;
+    const busiest = [...new Set(rows.map((row) => row.name))].map((name) => ({
+      name,
+      seconds: rows.filter((row) => row.name === name).reduce((sum, row) => sum + row.finishedAt! - row.pendingAt, 0),
+    }));
+    const options = await clickhouse.query(expandGrafanaQuery(variable.query, context));
+    expect(options.map((option) => option.job)).toEqual(busiest.sort((a, b) => b.seconds - a.seconds).map((job) => job.name));
+  });
+
+  it("Regressions: the job's runner stages per time bucket, the median of its pipelines, and the step where restore_cache became a minute longer", async () => {
+    const rowsOf = await runPanel('Regressions: runner stages of $job over time');
+    const expected = new Map<string, Array<readonly [number, number]>>();
+    for (const row of rows) {
+      if (row.name !== 'test' || row.status !== 'success' || row.retried || !row.runnerSpans) continue;
+      for (const part of ['prepare_executor', 'restore_cache', 'step_script', 'archive_cache'] as RunnerPart[]) {
+        const key = `${bucketOf(row.pipelineCreatedAt)}\u0000${part}`;
+        expected.set(key, [...(expected.get(key) ?? []), [row.partsMs[part], weightOf(row)]]);
+      }
+    }
+    expect(rowsOf).toEqual(
+      [...expected]
+        .map(([key, values]) => ({ time: key.split('\u0000')[0], part: key.split('\u0000')[1], median_seconds: quantile(values, 0.5) }))
+        .sort((a, b) => a.time.localeCompare(b.time) || a.part.localeCompare(b.part)),
+    );
+    // What a person sees: restore_cache a minute longer in the buckets whose pipelines all came after the step.
+    const createdIn = (time: string) =>
+      Array.from({ length: PIPELINES }, (_, index) => index).filter((index) => bucketOf(FIRST_CREATED + index * HOUR) === time);
+    const restore = rowsOf.filter((row) => row.part === 'restore_cache');
+    const before = restore.filter((row) => createdIn(row.time as string).every((index) => index < SLOWER_FROM));
+    const after = restore.filter((row) => createdIn(row.time as string).every((index) => index >= SLOWER_FROM));
+    expect(before.length * after.length).toBeGreaterThan(0);
+    for (const row of before) expect(row.median_seconds).toBeLessThan(15);
+    for (const row of after) expect(row.median_seconds).toBeGreaterThan(65);
+
+    const lint = await runPanel('Regressions: runner stages of $job over time', { job: ['lint'] });
+    expect(new Set(lint.map((row) => row.part))).toEqual(new Set(['restore_cache', 'step_script']));
+  });
+
+  it('Waste by job: what the API answers, per job, the most waste first; nothing of another project', async () => {
+    const ledger = wasteLedger(rows);
+    expect(await runPanel('Waste by job')).toEqual(
+      ledger.jobs.map((job) => ({
+        project: 7,
+        job: job.name,
+        runs: job.runs,
+        runner_seconds: tenth(job.runner_seconds.total),
+        on_critical_path_seconds: tenth(job.runner_seconds.on_critical_path),
+        retried_seconds: tenth(job.retry_seconds.total),
+        flaky_commits: job.flaky.commits,
+        flaky_failed_seconds: tenth(job.flaky.runner_seconds.total),
+        cache_seconds: tenth(job.cache_seconds.total),
+        cache_misses_inferred: job.cache_misses,
+        queue_seconds: tenth(job.queue_seconds.reduce((sum, queue) => sum + queue.seconds.total, 0)),
+      })),
+    );
+    // The flaky test's failed attempt is the retry and the flaky time; lint's one restore of nothing is its miss.
+    const [test, lint] = ['test', 'lint'].map((name) => ledger.jobs.find((job) => job.name === name)!);
+    expect(test.retry_seconds.total).toBeGreaterThan(40);
+    expect(test.flaky.commits).toBe(FLAKY_AT % 3 === 0 ? 2 : 1);
+    expect(lint.cache_misses).toBe(CACHE_MISS_AT % 3 === 0 ? 2 : 1);
+  });
+
+  it('Queue wait by runner tag set: p50 and p95 per tag set and time bucket, the arm64 jobs waiting longest', async () => {
+    const expected = new Map<string, Array<readonly [number, number]>>();
+    for (const row of rows) {
+      const key = `${bucketOf(row.pendingAt)}\u0000${row.runnerTags === '' ? '(untagged)' : row.runnerTags}`;
+      expected.set(key, [...(expected.get(key) ?? []), [row.queueMs, weightOf(row)]]);
+    }
+    const panelRows = await runPanel('Queue wait p50/p95 by runner tag set over time');
+    expect(panelRows).toEqual(
+      [...expected]
+        .map(([key, values]) => ({
+          time: key.split('\u0000')[0],
+          tag_set: key.split('\u0000')[1],
+          p50_seconds: quantile(values, 0.5),
+          p95_seconds: quantile(values, 0.95),
+        }))
+        .sort((a, b) => a.time.localeCompare(b.time) || a.tag_set.localeCompare(b.tag_set)),
+    );
+    expect(new Set(panelRows.map((row) => row.tag_set))).toEqual(new Set(['arm64,docker', 'docker,linux']));
+    for (const time of new Set(panelRows.map((row) => row.time))) {
+      const [arm64, linux] = ['arm64,docker', 'docker,linux'].map((tags) => panelRows.find((row) => row.time === time && row.tag_set === tags)!);
+      expect(arm64.p50_seconds as number).toBeGreaterThan(linux.p50_seconds as number);
+    }
   });
 });
