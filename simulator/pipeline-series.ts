@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { BUILD_STAGES, BuildStage } from './stock-runner';
+import { randomSource } from './seeded-random';
 
 /**
  * A series of pipelines on one ref, as GitLab would have scheduled them on one runner, for the reads across pipelines
@@ -91,25 +92,13 @@ const SECOND = 1000;
 /** Each stage varies by this share of its time (one standard deviation), at least a tenth of a second. */
 const SPREAD = 0.06;
 
-/** mulberry32: a small seeded generator, so the demo's series is the same on every run. */
-function generator(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 /** The planted commit and the others: 40 hex digits, stable for a pipeline id. */
 export const commitOf = (pipelineId: number) => createHash('sha1').update(`demo commit of pipeline ${pipelineId}`).digest('hex');
 
 const nextSecond = (ms: number) => Math.ceil(ms / SECOND) * SECOND;
 
 export function pipelineSeries(options: SeriesOptions): SeriesPipeline[] {
-  const random = generator(options.seed);
+  const random = randomSource(options.seed);
   const normal = () => Math.sqrt(-2 * Math.log(1 - random())) * Math.cos(2 * Math.PI * random());
   const vary = (seconds: number) => (seconds === 0 ? 0 : Math.max(0.1, Math.round(seconds * (1 + SPREAD * normal()) * 10) / 10));
   // A runner polls: it takes a job two to four seconds after both are ready.

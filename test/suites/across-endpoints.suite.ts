@@ -6,6 +6,7 @@ import type { TraceReads } from '../../src/reads/trace-reads';
 import { collectedSpans } from '../../src/otlp/collected-spans';
 import { carriesId } from '../../src/otlp/span-identity';
 import { PipelineTrace, Stages } from '../helpers/pipeline-trace';
+import { randomSource } from '../helpers/seeded-random';
 import { ReadsApp, ReadsBackend, startReadsApp } from '../helpers/reads-cases';
 
 /**
@@ -24,22 +25,10 @@ const SLOWER_FROM = 15;
 const base = (projectId: number) => projectId * 1000;
 const shaOf = (projectId: number, index: number) => `${projectId.toString(16).padStart(8, '0')}${index.toString(16).padStart(32, '0')}`;
 
-/** A small seeded generator (mulberry32), so every backend is given the same pipelines. */
-function seeded(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 const sum = (stages: Stages) => stages.reduce((total, [, seconds]) => total + seconds, 0);
 
 function project(projectId: number, firstCreated: number, slowerFrom: number, extraSeconds: number): PipelineTrace[] {
-  const random = seeded(projectId);
+  const random = randomSource(projectId);
   const noisy = (seconds: number) => Math.round(seconds * (0.9 + 0.2 * random()));
   const traces: PipelineTrace[] = [];
   for (let index = 0; index < PIPELINES; index += 1) {
