@@ -63,7 +63,8 @@ export function jobRunsOfTrace(trace: readonly StoredSpan[], projectId: number):
       pipelineStatus: status,
       ...jobFacts(job, span),
       onCriticalPath: pathKnown ? job.onPath : null,
-      slackMs: pathKnown ? job.slackMs : null,
+      // An attempt a later one replaced, off the path, cannot take longer now: no slack (as the written path says).
+      slackMs: pathKnown && (job.onPath || !job.superseded) ? job.slackMs : null,
       adjustedCount: adjustedCountOf((pipeline ?? span).traceState),
     });
   }

@@ -44,7 +44,7 @@ export type RunnerPart = (typeof RUNNER_PARTS)[number];
  * (`…_on_failure`), `download_artifacts` with the other transfers, a user script (`step_script`, `build_script`,
  * `step_run` of steps) with the script. What is not named here is `other`.
  */
-const STAGE_PARTS: Readonly<Record<string, RunnerPart>> = {
+export const STAGE_PARTS: Readonly<Record<string, RunnerPart>> = {
   prepare_executor: 'prepare_executor',
   prepare_script: 'prepare_executor',
   pull_image: 'pull_image',

@@ -58,6 +58,9 @@ describe('the readers\' filter of the control plane\'s spans (SPEC §12 "Trust")
       'ci.job.critical_path_seconds',
       'ci.job.slack_seconds',
       'ci.pipeline.critical_path.run_seconds',
+      'ci.job.critical_path.wait_seconds',
+      'ci.job.attempt',
+      'ci.job.retried',
     ]) {
       expect([key, isReservedAttributeKey(key)]).toEqual([key, true]);
     }

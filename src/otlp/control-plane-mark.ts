@@ -35,6 +35,9 @@ export const RESERVED_ATTRIBUTE_PREFIXES: readonly string[] = [
   'ci.job.critical_path',
   'ci.job.slack_seconds',
   'ci.pipeline.critical_path.',
+  // The walk's figures on each job span (SPEC §13): `ci.job.critical_path.*` above, and which attempt it is.
+  'ci.job.attempt',
+  'ci.job.retried',
 ];
 
 /** Every reserved key starts with this: a walker decodes no key that does not. */

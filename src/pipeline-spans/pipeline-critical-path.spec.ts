@@ -1,10 +1,13 @@
 import { loadConfig } from '../config/app-config';
 import { pipelineSpansServiceOn } from '../../test/helpers/pipeline-spans-service';
+import { runMs } from '../across/job-run';
+import { jobRunsOfTrace } from '../across/job-runs-of-trace';
 import { criticalPath } from '../critical-path/critical-path';
 import { CollectedSpan, collectedSpans } from '../otlp/collected-spans';
 import { MemoryTracedWorkStore } from '../traced-work/memory-traced-work-store';
 import { TracedJob } from '../traced-work/traced-work';
 import { MemoryOutboxStore } from '../outbox/memory-outbox-store';
+import { JOB_FIGURES } from './pipeline-critical-path';
 import { FinishedJob, PipelineEvent } from './pipeline-events';
 import { PipelineSpansService } from './pipeline-spans.service';
 import { SPAN_VERSION_ATTRIBUTE } from './pipeline-span-model';
@@ -18,6 +21,7 @@ import { SPAN_VERSION_ATTRIBUTE } from './pipeline-span-model';
 const T0 = Date.parse('2026-11-25T10:00:00Z');
 const at = (seconds: number) => T0 + seconds * 1000;
 const ROOT = 500;
+const PROJECT = 7;
 const TRACE = 'c'.repeat(32);
 
 interface PlannedJob {
@@ -127,7 +131,53 @@ function pathAttributes(latest: readonly CollectedSpan[]): Record<string, Record
   return Object.fromEntries(
     jobs.map((span) => [
       `${String(span.attributes['cicd.pipeline.task.name'])}#${String(span.attributes['ci.job.id'])}`,
-      Object.fromEntries(Object.entries(span.attributes).filter(([key]) => key.startsWith('ci.job.critical_path') || key === 'ci.job.slack_seconds')),
+      Object.fromEntries(Object.entries(span.attributes).filter(([key]) => PATH_KEYS.includes(key))),
+    ]),
+  );
+}
+const PATH_KEYS = ['ci.job.critical_path', 'ci.job.critical_path_seconds', 'ci.job.slack_seconds'];
+
+/** By job name: the walk's figures the latest job span carries (SPEC §13), as a row of the reads would hold them. */
+function writtenFigures(latest: readonly CollectedSpan[]): Record<string, unknown> {
+  const seconds = (value: unknown) => (typeof value === 'number' ? Math.round(value * 1000) : null);
+  return Object.fromEntries(
+    latest
+      .filter((span) => span.name === 'job')
+      .map((span) => {
+        const told = span.attributes;
+        const onPath = told['ci.job.critical_path'] === true;
+        return [
+          `${String(told['cicd.pipeline.task.name'])}#${String(told['ci.job.id'])}`,
+          {
+            waitMs: seconds(told[JOB_FIGURES.wait]),
+            waitingFor: told[JOB_FIGURES.waitingFor],
+            queueMs: seconds(told[JOB_FIGURES.queue]),
+            runMs: seconds(told[JOB_FIGURES.run]),
+            attempt: told[JOB_FIGURES.attempt],
+            retried: told[JOB_FIGURES.retried],
+            onCriticalPath: onPath,
+            slackMs: onPath ? 0 : seconds(told['ci.job.slack_seconds']),
+          },
+        ];
+      }),
+  );
+}
+
+/** The same, as the reads compute each job's row from the whole trace (src/across/job-runs-of-trace.ts). */
+function rowFigures(latest: readonly CollectedSpan[]): Record<string, unknown> {
+  return Object.fromEntries(
+    jobRunsOfTrace(latest, PROJECT).map((row) => [
+      `${row.name}#${row.jobId}`,
+      {
+        waitMs: row.waitMs,
+        waitingFor: row.waitingFor,
+        queueMs: row.queueMs,
+        runMs: runMs(row),
+        attempt: row.attempt,
+        retried: row.retried,
+        onCriticalPath: row.onCriticalPath,
+        slackMs: row.slackMs,
+      },
     ]),
   );
 }
@@ -227,6 +277,19 @@ describe('the critical path the control plane writes at the root pipeline end (S
       'test#5003': { 'ci.job.critical_path': true, 'ci.job.critical_path_seconds': 109 },
     });
     expect(rootParts(second.latest)).toMatchObject({ retry_wait: 601, queue: 11 });
+    // Each job span carries the walk's figures, the same as the reads' rows of the trace (SPEC §13).
+    expect(writtenFigures(second.latest)['test#5003']).toEqual({
+      waitMs: 601_000,
+      waitingFor: 'retry',
+      queueMs: 9_000,
+      runMs: 100_000,
+      attempt: 2,
+      retried: false,
+      onCriticalPath: true,
+      slackMs: 0,
+    });
+    expect(writtenFigures(second.latest)['test#5002']).toMatchObject({ attempt: 1, retried: true, onCriticalPath: true });
+    expect(writtenFigures(second.latest)).toEqual(rowFigures(second.latest));
     // Each span once per version, never an older one after a newer: versions only grow.
     const sent = [...first.sent, ...second.sent];
     const copies = new Map<string, number[]>();
@@ -259,5 +322,8 @@ describe('the critical path the control plane writes at the root pipeline end (S
       [6001, 600],
       [5003, ROOT],
     ]);
+    // The child's job waited for the bridge's blocker (build), through the child pipeline's creation: as the reads say.
+    expect(writtenFigures(latest)['child-test#6001']).toMatchObject({ waitMs: 3_000, queueMs: 2_000, runMs: 85_000 });
+    expect(writtenFigures(latest)).toEqual(rowFigures(latest));
   });
 });

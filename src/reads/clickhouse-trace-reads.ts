@@ -1,9 +1,10 @@
 import { CONTROL_PLANE_MARK } from '../otlp/control-plane-mark';
-import { ClickHouseClient, ClickHouseLogLevel, createClient } from '@clickhouse/client';
+import { ClickHouseClient, ClickHouseLogLevel, ClickHouseSettings, createClient } from '@clickhouse/client';
 import type { JobRunRow } from '../across/job-run';
 import { jobRunsOfTrace } from '../across/job-runs-of-trace';
 import type { AttributeValue } from '../otlp/collected-spans';
 import { round } from '../across/percentiles';
+import { inWindow, JOB_RUN_FACTS, JOB_RUN_FACTS_PARAMS, JobRunFactsRow, jobRunsOfFacts, PIPELINE_RUN_FACTS } from './clickhouse-job-runs';
 import { bySummaryOrder, JobSummary } from './job-summary';
 import { ClickHouseReadsOptions, LONGEST_SPAN_MS, ReadsUnavailableError, StoredSpan, TimeWindow, TraceBound, TraceRead, TraceReads } from './trace-reads';
 
@@ -193,47 +194,11 @@ FROM runs
 GROUP BY name`;
 
 /**
- * SPEC §13: the rows of job runs of a project's pipelines created in the window, from `ci_job_runs` (one row per job
- * run, which a materialized view fills from the Collector's writes: deploy/clickhouse/init/01-ci-job-telemetry.sql).
- * The pipelines whose rows began within the window (the minmax index on first_start_ms), and with each the rest of its
- * root's pipelines (a child created after the window, the root created before it), since a job's wait and the path
- * are its root's; then their rows by primary key, each row's parts merged (-Merge, GROUP BY). The service computes
- * each job run from them as from a whole trace (`rowsOfPipelines`), and keeps those of pipelines created in the
- * window: a row of a pipeline created before the window whose job started in it is read and left out.
+ * SPEC §13: the spans of ci_job_runs' rows of the pipelines named (every pipeline of a root's family), each row's
+ * parts merged (-Merge, GROUP BY), for the pipelines whose figures the control plane has not written
+ * (src/reads/clickhouse-job-runs.ts): the service walks them as whole traces (`rowsOfPipelines`).
  */
-const JOB_RUN_ROWS = `
-WITH
-    began AS (
-        SELECT DISTINCT pipeline_id
-        FROM ci_job_runs
-        WHERE project_id = {project:UInt64} AND first_start_ms BETWEEN {from_ms:Int64} AND {to_ms:Int64}
-    ),
-    -- A ref asked for is matched here, on the pipelines' own rows (their span's vcs.ref.head.name), so a compare's
-    -- baseline candidates read their ref's rows only, not every branch's of the window.
-    in_window AS (
-        SELECT pipeline_id
-        FROM began
-        WHERE {ref:String} = '' OR pipeline_id IN (
-            SELECT pipeline_id
-            FROM ci_job_runs
-            WHERE project_id = {project:UInt64} AND job_id = 0 AND pipeline_id IN began
-            GROUP BY pipeline_id
-            HAVING tupleElement(argMaxMerge(gitlab), 7)['vcs.ref.head.name'] = {ref:String}
-        )
-    ),
-    roots AS (
-        SELECT DISTINCT if(root_pipeline_id = 0, pipeline_id, root_pipeline_id) AS root
-        FROM ci_job_runs
-        WHERE project_id = {project:UInt64} AND job_id = 0 AND pipeline_id IN in_window
-    ),
-    family AS (
-        SELECT DISTINCT pipeline_id
-        FROM ci_job_runs
-        WHERE project_id = {project:UInt64} AND job_id = 0
-          AND pipeline_id >= (SELECT min(root) FROM roots)
-          AND first_start_ms <= {to_ms:Int64} + {longest_ms:Int64}
-          AND (pipeline_id IN roots OR root_pipeline_id IN roots)
-    )
+const JOB_RUN_SPANS = `
 SELECT
     pipeline_id,
     job_id,
@@ -242,7 +207,7 @@ SELECT
     argMaxMerge(runner) AS runner,
     groupArrayArray(stages) AS stages
 FROM ci_job_runs
-WHERE project_id = {project:UInt64} AND (pipeline_id IN in_window OR pipeline_id IN family)
+WHERE project_id = {project:UInt64} AND pipeline_id IN {pipelines:Array(UInt64)}
 GROUP BY pipeline_id, job_id`;
 
 type Int64Text = number | string;
@@ -478,12 +443,30 @@ export class ClickHouseTraceReads implements TraceReads {
   }
 
   async jobRunRows(projectId: number, window: TimeWindow, filter: { readonly ref?: string }, signal?: AbortSignal): Promise<JobRunRow[]> {
-    const deadline = Date.now() + this.timeoutMs;
     const params = { project: projectId, ...windowParams(window), longest_ms: LONGEST_SPAN_MS, ref: filter.ref ?? '' };
-    const rows = await this.rows<JobRunTableRow>('job run rows', JOB_RUN_ROWS, params, deadline, signal);
-    return rowsOfPipelines(projectId, rows).filter(
-      (row) => row.pipelineCreatedAt >= window.fromMs && row.pipelineCreatedAt <= window.toMs && (filter.ref === undefined || row.ref === filter.ref),
-    );
+    return inWindow(await this.jobRuns(JOB_RUN_FACTS, params, signal), window, filter.ref);
+  }
+
+  async pipelineRunRows(projectId: number, pipelineId: number, window: TimeWindow, signal?: AbortSignal): Promise<JobRunRow[] | null> {
+    const params = { project: projectId, pipeline: pipelineId, ...windowParams(window), longest_ms: LONGEST_SPAN_MS };
+    const rows = await this.jobRuns(PIPELINE_RUN_FACTS, params, signal);
+    return rows.length === 0 ? null : rows;
+  }
+
+  /** The job runs of the pipelines a query selects: from their written figures, else (`walked`) from their spans. */
+  private async jobRuns(query: string, params: Record<string, unknown>, signal?: AbortSignal): Promise<JobRunRow[]> {
+    const deadline = Date.now() + this.timeoutMs;
+    const projectId = Number(params.project);
+    const facts = await this.rows<JobRunFactsRow>('job run rows', query, { ...params, ...JOB_RUN_FACTS_PARAMS }, deadline, signal, {
+      format: 'JSONCompactEachRow',
+      clickhouse_settings: { output_format_json_quote_64bit_integers: 0 },
+    });
+    const { rows, walked } = jobRunsOfFacts(projectId, facts);
+    if (walked.length > 0) {
+      const spans = await this.rows<JobRunTableRow>('job run spans', JOB_RUN_SPANS, { project: projectId, pipelines: walked }, deadline, signal);
+      rows.push(...rowsOfPipelines(projectId, spans));
+    }
+    return rows;
   }
 
   async close(): Promise<void> {
@@ -522,7 +505,15 @@ export class ClickHouseTraceReads implements TraceReads {
   }
 
   /** One query's rows, given up (the HTTP request aborted, so the server cancels the query) at the deadline or on `signal`. */
-  private async rows<Row>(query: string, sql: string, params: Record<string, unknown>, deadline: number, signal?: AbortSignal): Promise<Row[]> {
+  private async rows<Row>(
+    query: string,
+    sql: string,
+    params: Record<string, unknown>,
+    deadline: number,
+    signal?: AbortSignal,
+    // A month of job runs is read as arrays, its 64-bit integers as numbers (each below 2^53): a fifth of the bytes.
+    compact?: { format: 'JSONCompactEachRow'; clickhouse_settings: ClickHouseSettings },
+  ): Promise<Row[]> {
     const remaining = deadline - Date.now();
     if (remaining <= 0) throw new ReadsUnavailableError(`ClickHouse: ${query}: no time left of ${this.timeoutMs} ms`);
     if (signal?.aborted === true) throw new ReadsUnavailableError(`ClickHouse: ${query}: the read was given up`);
@@ -531,7 +522,8 @@ export class ClickHouseTraceReads implements TraceReads {
       const result = await this.client.query({
         query: sql,
         query_params: params,
-        format: 'JSONEachRow',
+        format: compact?.format ?? 'JSONEachRow',
+        ...(compact === undefined ? {} : { clickhouse_settings: compact.clickhouse_settings }),
         abort_signal: signal === undefined ? timeout : AbortSignal.any([timeout, signal]),
       });
       const rows = await result.json<Row>();

@@ -67,6 +67,13 @@ export class CollectorFilesTraceReads implements TraceReads {
     return rows;
   }
 
+  /** SPEC §13: the pipeline's whole trace (its root's, child pipelines included), as jobRunsOfTrace makes its rows. */
+  async pipelineRunRows(projectId: number, pipelineId: number, window: TimeWindow): Promise<JobRunRow[] | null> {
+    const read = await this.pipelineTrace(projectId, pipelineId, window, { limit: 0 });
+    const rows = read === null ? [] : jobRunsOfTrace(read.spans, projectId);
+    return rows.length === 0 ? null : rows;
+  }
+
   /**
    * The first trace (by id) holding a span within `window` that `identifies`, bounded as the port says: every
    * structural span within the window (latest version), and of the rest counted for the read the first `limit` by

@@ -2,8 +2,6 @@ import { trustedSpans } from '../otlp/control-plane-mark';
 import { Completeness, completenessOf } from './completeness';
 import { CriticalPath, criticalPath, emptyTotals } from '../critical-path/critical-path';
 import type { JobSummary } from './job-summary';
-import { jobRunsOfTrace } from '../across/job-runs-of-trace';
-import type { JobRunRow } from '../across/job-run';
 import { BASELINE_CANDIDATES, BaselineChoice, chooseBaseline, comparePipelines } from '../across/compare';
 import { groupByPipeline, PipelineRuns } from '../across/pipeline-runs';
 import { findRegressions } from '../across/regressions';
@@ -167,26 +165,19 @@ const DAY_MS = 86_400_000;
 
 const windowOf = (window: TimeWindow) => ({ from: new Date(window.fromMs).toISOString(), to: new Date(window.toMs).toISOString() });
 
-/** One pipeline's job-run rows, from its own trace (child pipelines with it), or null when the project has no such pipeline. */
-async function pipelineRows(backend: TraceReads, projectId: number, pipelineId: number, window: TimeWindow, signal?: AbortSignal): Promise<JobRunRow[] | null> {
-  const spans = ownSpans(await backend.pipelineTrace(projectId, pipelineId, window, { limit: 0, signal }), projectId);
-  if (spans.length === 0) return null;
-  // A trace read by a child's id holds its root: what is compared is the root pipeline the child belongs to.
-  return jobRunsOfTrace(spans, projectId);
-}
-
 /**
  * SPEC §13 "Compare": the pipeline against the baseline asked for, or by default against the median of the last 20
  * ended pipelines of its ref and source before it (src/across/compare.ts), found among the rows of the lookback
  * before its creation.
  */
 async function compareRead(backend: TraceReads, task: Extract<ReadTask, { read: 'compare' }>, signal?: AbortSignal): Promise<ReadOutcome> {
-  const target = await pipelineRows(backend, task.projectId, task.pipelineId, task.window, signal);
+  // A child's id gives its root's rows: what is compared is the root pipeline the child belongs to.
+  const target = await backend.pipelineRunRows(task.projectId, task.pipelineId, task.window, signal);
   if (target === null || target.length === 0) return NOT_FOUND('pipeline');
   const [targetRuns] = groupByPipeline(target);
   if (task.baselineId !== null) {
     const window = { fromMs: task.window.fromMs - task.lookbackMs, toMs: task.window.toMs };
-    const baseline = await pipelineRows(backend, task.projectId, task.baselineId, window, signal);
+    const baseline = await backend.pipelineRunRows(task.projectId, task.baselineId, window, signal);
     if (baseline === null || baseline.length === 0) return NOT_FOUND('baseline pipeline');
     const [baselineRuns] = groupByPipeline(baseline);
     if (baselineRuns.pipelineId === targetRuns.pipelineId) return { kind: 'unanswerable', reason: 'the baseline is the pipeline itself (or its root)' };

@@ -112,6 +112,12 @@ export interface TraceReads {
    */
   jobRunRows(projectId: number, window: TimeWindow, filter: { readonly ref?: string }, signal?: AbortSignal): Promise<JobRunRow[]>;
   /**
+   * SPEC §13: the rows of job runs of one pipeline of the project, found within `window` as `pipelineTrace` finds it,
+   * with the rest of its root's (its root and the root's child pipelines: a compare's pipeline is its root); null when
+   * the project has no such pipeline there.
+   */
+  pipelineRunRows(projectId: number, pipelineId: number, window: TimeWindow, signal?: AbortSignal): Promise<JobRunRow[] | null>;
+  /**
    * Called once in the thread that will serve reads, before its first: the embedded backend indexes the collector's
    * files there (up to twice LOCAL_COLLECTOR_MAX_BYTES), so a thread that replaces one abandoned at a deadline is not
    * itself abandoned while it catches up.

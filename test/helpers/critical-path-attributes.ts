@@ -7,7 +7,9 @@ import type { ControlPlaneSpan, OtlpResourceSpans } from '../../src/pipeline-spa
  * without the service (test/helpers/pipeline-trace.ts): the same function the service calls
  * (src/pipeline-spans/pipeline-critical-path.ts), over the control plane's spans of each trace (never the runner's,
  * which the control plane does not see), each job span and the root pipeline span again as a newer version:
- *  - a job span: `ci.job.critical_path`, and `ci.job.critical_path_seconds` on the path or `ci.job.slack_seconds` off it;
+ *  - a job span: `ci.job.critical_path`, and `ci.job.critical_path_seconds` on the path or `ci.job.slack_seconds` off it,
+ *    and the walk's figures (`ci.job.critical_path.wait_seconds`, `…waiting_for`, `…queue_seconds`, `…run_seconds`,
+ *    `ci.job.attempt`, `ci.job.retried`);
  *  - the root pipeline span: `ci.pipeline.critical_path.<part>_seconds` (delay, manual_wait, retry_wait, queue, run).
  * A trace whose root pipeline span has not arrived (the pipeline still running) gets nothing. Pipelines run through the
  * service (test/helpers/clickhouse-pipelines.ts) need none of this: the service writes it.
@@ -40,7 +42,14 @@ export function withCriticalPathAttributes(exports: readonly OtlpResourceSpans[]
       const original = trace[i].resourceSpans.scopeSpans[0];
       const values = Object.entries({ ...extra, 'ci.pipeline.span.version': version }).map(([key, value]) => ({
         key,
-        value: typeof value === 'boolean' ? { boolValue: value } : Number.isSafeInteger(value) ? { intValue: String(value) } : { doubleValue: value as number },
+        value:
+          typeof value === 'boolean'
+            ? { boolValue: value }
+            : typeof value === 'string'
+              ? { stringValue: value }
+              : Number.isSafeInteger(value)
+                ? { intValue: String(value) }
+                : { doubleValue: value as number },
       }));
       const kept = original.spans[0].attributes.filter((attribute) => attribute.key !== 'ci.pipeline.span.version');
       added.push({ ...trace[i].resourceSpans, scopeSpans: [{ ...original, spans: [{ ...original.spans[0], attributes: [...kept, ...values] }] }] });

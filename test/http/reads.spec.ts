@@ -73,6 +73,7 @@ describe('what a read checks first (SPEC §3, §12)', () => {
     jobTrace: (...args) => (asked.push('job'), files.jobTrace(...args)),
     projectJobs: (...args) => (asked.push('jobs'), files.projectJobs(...args)),
     jobRunRows: (...args) => (asked.push('job runs'), files.jobRunRows(...args)),
+    pipelineRunRows: (...args) => (asked.push('pipeline runs'), files.pipelineRunRows(...args)),
   };
 
   beforeAll(async () => {
@@ -172,8 +173,9 @@ describe('a backend that fails or does not answer (SPEC §12)', () => {
     jobTrace: () => Promise.reject(new Error('socket hang up')),
     projectJobs: () => Promise.reject(new ReadsUnavailableError('timeout', 7)),
     jobRunRows: () => Promise.reject(new ReadsUnavailableError('timeout', 7)),
+    pipelineRunRows: () => Promise.reject(new ReadsUnavailableError('timeout', 7)),
   };
-  const hung: TraceReads = { pipelineTrace: never, jobTrace: never, projectJobs: never, jobRunRows: never };
+  const hung: TraceReads = { pipelineTrace: never, jobTrace: never, projectJobs: never, jobRunRows: never, pipelineRunRows: never };
 
   it.each([
     ['down', down],

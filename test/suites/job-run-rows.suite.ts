@@ -2,6 +2,7 @@ import type { JobRunRow } from '../../src/across/job-run';
 import { jobRunsOfTrace } from '../../src/across/job-runs-of-trace';
 import type { OtlpResourceSpans } from '../../src/pipeline-spans/pipeline-span-model';
 import type { TimeWindow, TraceReads } from '../../src/reads/trace-reads';
+import { withCriticalPathAttributes } from '../helpers/critical-path-attributes';
 import { PipelineTrace } from '../helpers/pipeline-trace';
 import type { ReadsBackend } from '../helpers/reads-cases';
 
@@ -90,7 +91,12 @@ export function jobRunRowsWorld(now = Date.now()): JobRunRowsWorld {
     .job({ jobId: 67001, name: 'build', queuedAt: 0, pickedUpAt: 1, finishedAt: 30 })
     .pipeline(6700, { status: 'success', finishedAt: 31, ref: 'main' });
   const traces = [retried, parent, manual, before, running, other, later];
-  return { exports: traces.flatMap((trace) => trace.resourceSpans()), traces, window };
+  // The control plane writes the walk's figures on each job span at the root's end (withCriticalPathAttributes, as the
+  // service does): ClickHouse reads those rows from its compact columns. Not for the manual pipeline (as if it ended
+  // before the service wrote them) nor the running one: those are read as whole traces there.
+  const unwritten = new Set([manual, running]);
+  const exports = traces.flatMap((trace) => (unwritten.has(trace) ? trace.resourceSpans() : withCriticalPathAttributes(trace.resourceSpans())));
+  return { exports, traces, window };
 }
 
 const byRun = (a: JobRunRow, b: JobRunRow) => a.pipelineId - b.pipelineId || a.jobId - b.jobId;
@@ -129,6 +135,20 @@ export function describeJobRunRowsConformance(backendName: string, makeBackend: 
       expect(rows.find((row) => row.jobId === 61001)).toMatchObject({ runnerId: 5, runnerType: 'group_type', runnerTags: 'docker,linux' });
       expect(rows.find((row) => row.jobId === 61002)?.partsMs.restore_cache).toBe(7000);
       expect(rows.find((row) => row.jobId === 65001)).toMatchObject({ pipelineFinishedAt: null, onCriticalPath: null });
+    });
+
+    it("gives one pipeline's rows with its root's, by the root's id or a child's, written or not; none of another project's", async () => {
+      const [retried, parent, manual] = world.traces;
+      const rowsOf = (trace: PipelineTrace) => jobRunsOfTrace(trace.spans(), PROJECT).sort(byRun);
+      const family = rowsOf(parent);
+      expect([...new Set(family.map((row) => row.pipelineId))]).toEqual([6200, 6201]);
+      expect((await reads.pipelineRunRows(PROJECT, 6200, world.window))?.sort(byRun)).toEqual(family);
+      expect((await reads.pipelineRunRows(PROJECT, 6201, world.window))?.sort(byRun)).toEqual(family);
+      expect((await reads.pipelineRunRows(PROJECT, 6100, world.window))?.sort(byRun)).toEqual(rowsOf(retried));
+      expect((await reads.pipelineRunRows(PROJECT, 6300, world.window))?.sort(byRun)).toEqual(rowsOf(manual));
+      expect(await reads.pipelineRunRows(PROJECT, 6600, world.window)).toBeNull();
+      expect(await reads.pipelineRunRows(OTHER, 6100, world.window)).toBeNull();
+      expect(await reads.pipelineRunRows(PROJECT, 6100, { fromMs: world.window.toMs + 2 * HOUR, toMs: world.window.toMs + 3 * HOUR })).toBeNull();
     });
 
     it('keeps the rows of one ref', async () => {

@@ -265,8 +265,11 @@ GROUP BY trace_id, span_id, project_id, pipeline_id, job_id, service_name, span_
 -- pipelines' creation; a read finds the pipelines created in its window by first_start_ms (its minmax index
 -- skips every granule of other weeks) and reads their rows by primary key. job_id 0 is the pipeline's own row
 -- (its span), a trigger job's row holds its bridge span: with them the rows hold every span the critical
--- path's walk reads (src/critical-path), and the service computes each row from them as from a whole trace
--- (src/reads/clickhouse-trace-reads.ts, src/across/job-runs-of-trace.ts), one way on both backends.
+-- path's walk reads (src/critical-path). A read across a month reads the compact columns (job_facts and the
+-- rest below): the walk's figures the control plane wrote on each job span at its root's end, the runner's
+-- stages by part, so no trace is walked again (src/reads/clickhouse-job-runs.ts). Only the pipelines whose
+-- figures were not written (still running, a hook after the root's end) are read as spans and walked, as a
+-- whole trace is (src/across/job-runs-of-trace.ts): one result on both backends.
 --
 -- A span that names no job or project (a hosted runner's stages, exported straight to the Collector, never
 -- stamped by the gateway) cannot be placed in a row: such a job's run is `other` here (docs/reads.md).
@@ -291,6 +294,27 @@ CREATE TABLE IF NOT EXISTS otel.ci_job_runs
     runner          AggregateFunction(argMax, Tuple(String, String, Int64, Int64, Map(String, String)), Int64),
     -- The runner's other spans, its build stages: span id, parent (their job_execution), name, start, end.
     stages          SimpleAggregateFunction(groupArrayArray, Array(Tuple(String, String, String, Int64, Int64))),
+    -- The same facts again, compact: what a read across a month reads (numbers and short texts, never the spans'
+    -- attribute maps above, which only the rows of a pipeline whose figures were not written are read for). Plain
+    -- tuples merged by max() with the version first, so the latest version wins as argMax would, and a read takes
+    -- them as they are stored (FINAL), with no aggregate state to decode.
+    -- A job's, from its span: its version, name, stage, status, failure reason, allow_failure, runner id, runner
+    -- type, runner tags (JSON text), created_at, start and end (ns), GitLab's queued duration (s), then the walk's
+    -- figures the control plane writes at the root's end (docs/reads.md "Attributes"; '' where not written): wait
+    -- (s), waiting for, queue (s), run (s), attempt, retried, on the path, slack (s).
+    job_facts       SimpleAggregateFunction(max, Tuple(UInt64, String, String, String, String, String, String, String, String,
+                        String, Int64, Int64, String, String, String, String, String, String, String, String, String)),
+    -- A pipeline's, from its span: its version, ref, sha, source, status, start and end (ns), parent span id ('' for
+    -- a root pipeline), tracestate.
+    pipeline_facts  SimpleAggregateFunction(max, Tuple(UInt64, String, String, String, String, Int64, Int64, String, String)),
+    -- The queue wait that ended last: its end (ns); and the runner's job_execution that ended last: its end (ns),
+    -- span id, start (ns), the pipeline source it read (CI_PIPELINE_SOURCE).
+    queue_end       SimpleAggregateFunction(max, Int64),
+    execution       SimpleAggregateFunction(max, Tuple(Int64, String, Int64, String)),
+    -- The runner's build stages again, compact: span id and parent span id hashed (cityHash64), the part of the run
+    -- the stage counts for (1-based in src/critical-path's RUNNER_PARTS: 1 prepare_executor … 9 other; the stage
+    -- names below are its STAGE_PARTS, and a test holds them equal), start and end in ms.
+    stage_parts     SimpleAggregateFunction(groupArrayArray, Array(Tuple(UInt64, UInt64, UInt8, Int64, Int64))),
     INDEX idx_first_start first_start_ms TYPE minmax GRANULARITY 1
 )
 ENGINE = AggregatingMergeTree
@@ -326,7 +350,41 @@ SELECT
         SpanName = 'job_execution') AS runner,
     groupArrayIf(
         (SpanId, ParentSpanId, toString(SpanName), toUnixTimestamp64Nano(Timestamp), toUnixTimestamp64Nano(Timestamp) + toInt64(Duration)),
-        SpanName NOT IN ('pipeline', 'bridge', 'job', 'queue_wait', 'job_execution')) AS stages
+        SpanName NOT IN ('pipeline', 'bridge', 'job', 'queue_wait', 'job_execution')) AS stages,
+    maxIf(
+        (toUInt64OrZero(SpanAttributes['ci.pipeline.span.version']),
+         SpanAttributes['cicd.pipeline.task.name'], SpanAttributes['ci.job.stage'], SpanAttributes['ci.job.status'],
+         SpanAttributes['ci.job.failure_reason'], SpanAttributes['ci.job.allow_failure'],
+         if(SpanAttributes['cicd.worker.id'] != '', SpanAttributes['cicd.worker.id'],
+            if(ResourceAttributes['ci.runner.id'] != '', ResourceAttributes['ci.runner.id'], SpanAttributes['ci.runner.id'])),
+         SpanAttributes['ci.runner.type'], SpanAttributes['ci.runner.tags'], SpanAttributes['ci.job.created_at'],
+         toUnixTimestamp64Nano(Timestamp), toUnixTimestamp64Nano(Timestamp) + toInt64(Duration),
+         SpanAttributes['ci.job.queued_duration_seconds'],
+         SpanAttributes['ci.job.critical_path.wait_seconds'], SpanAttributes['ci.job.critical_path.waiting_for'],
+         SpanAttributes['ci.job.critical_path.queue_seconds'], SpanAttributes['ci.job.critical_path.run_seconds'],
+         SpanAttributes['ci.job.attempt'], SpanAttributes['ci.job.retried'],
+         SpanAttributes['ci.job.critical_path'], SpanAttributes['ci.job.slack_seconds']),
+        SpanName = 'job') AS job_facts,
+    maxIf(
+        (toUInt64OrZero(SpanAttributes['ci.pipeline.span.version']),
+         SpanAttributes['vcs.ref.head.name'], SpanAttributes['vcs.ref.head.revision'], SpanAttributes['ci.pipeline.source'],
+         SpanAttributes['ci.pipeline.status'], toUnixTimestamp64Nano(Timestamp), toUnixTimestamp64Nano(Timestamp) + toInt64(Duration),
+         ParentSpanId, TraceState),
+        SpanName = 'pipeline') AS pipeline_facts,
+    maxIf(toUnixTimestamp64Nano(Timestamp) + toInt64(Duration), SpanName = 'queue_wait') AS queue_end,
+    maxIf(
+        (toUnixTimestamp64Nano(Timestamp) + toInt64(Duration), SpanId, toUnixTimestamp64Nano(Timestamp), SpanAttributes['ci.pipeline.source']),
+        SpanName = 'job_execution') AS execution,
+    groupArrayIf(
+        (cityHash64(SpanId), cityHash64(ParentSpanId),
+         toUInt8(transform(toString(SpanName),
+             ['prepare_executor', 'prepare_script', 'pull_image', 'get_sources', 'clear_worktree', 'restore_cache',
+              'download_artifacts', 'step_script', 'build_script', 'step_run', 'after_script', 'archive_cache',
+              'archive_cache_on_failure', 'upload_artifacts', 'upload_artifacts_on_success', 'upload_artifacts_on_failure'],
+             [1, 1, 2, 3, 3, 4, 4, 5, 5, 5, 6, 7, 7, 8, 8, 8], 9)),
+         intDiv(toUnixTimestamp64Nano(Timestamp) + 500000, 1000000),
+         intDiv(toUnixTimestamp64Nano(Timestamp) + toInt64(Duration) + 500000, 1000000)),
+        SpanName NOT IN ('pipeline', 'bridge', 'job', 'queue_wait', 'job_execution')) AS stage_parts
 FROM otel.otel_traces
 WHERE TraceId != ''
   AND (

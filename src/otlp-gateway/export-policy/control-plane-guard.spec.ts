@@ -90,6 +90,9 @@ const RESERVED_KEYS = [
   'ci.job.critical_path_seconds',
   'ci.job.slack_seconds',
   'ci.pipeline.critical_path.queue_seconds',
+  'ci.job.critical_path.wait_seconds',
+  'ci.job.attempt',
+  'ci.job.retried',
 ];
 
 describe.each(['protobuf', 'json'] as const)('a job writing the control plane’s spans (%s)', (encoding) => {
