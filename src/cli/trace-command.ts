@@ -1,6 +1,6 @@
 import { localCollectorDirectory, readSignalLines, signalFile } from '../collector/collector-files';
 import { AppConfig, ConfigError, loadConfig } from '../config/app-config';
-import { loadSecrets } from '../config/secrets';
+import { loadClickHousePassword } from '../config/secrets';
 import { decodeExportRequest } from '../otlp/otlp-receiver';
 import { carriesId, identityOf } from '../otlp/span-identity';
 import { completenessOf } from '../reads/completeness';
@@ -152,7 +152,15 @@ async function compareOnClickHouse(asked: Extract<TraceArgs, { kind: 'compare' }
     output.err(`on ClickHouse (CLICKHOUSE_URL), name the pipeline's project with --project\n${USAGE}\n`);
     return 64;
   }
-  const reads = traceReadsOf(backendSpecFor(config.reads, config.process, loadSecrets(config)));
+  let password;
+  try {
+    password = loadClickHousePassword(config);
+  } catch (error) {
+    if (!(error instanceof ConfigError)) throw error;
+    for (const problem of error.problems) output.err(`invalid configuration: ${problem}\n`);
+    return 78;
+  }
+  const reads = traceReadsOf(backendSpecFor(config.reads, config.process, password));
   const where = `ClickHouse at ${config.reads.clickhouseUrl}`;
   try {
     const now = Date.now();
