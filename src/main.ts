@@ -3,6 +3,7 @@ import type { FastifyInstance } from 'fastify';
 import { createInternalApp } from './app.factory';
 import { AppConfig, ConfigError, loadConfig } from './config/app-config';
 import { loadSecrets, Secrets } from './config/secrets';
+import { pricesFileProblem } from './across/prices';
 import { createLogger } from './observability/logger';
 import { ReadinessChecks } from './observability/readiness-checks';
 import { startSelfTracing } from './observability/self-tracing';
@@ -34,6 +35,9 @@ function configuration(): { config: AppConfig; secrets: Secrets } {
     const webhookSecretFile = config.webhooks.secretFile;
     const webhookProblem = control && webhookSecretFile !== undefined ? webhookSecretsProblem(webhookSecretFile) : undefined;
     if (webhookProblem !== undefined) throw new ConfigError([webhookProblem]);
+    const pricesFile = config.reads.runnerPricesFile;
+    const pricesProblem = control && pricesFile !== undefined ? pricesFileProblem(pricesFile) : undefined;
+    if (pricesProblem !== undefined) throw new ConfigError([pricesProblem]);
     return { config, secrets };
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error;

@@ -19,6 +19,19 @@ export function loadPrices(file: string): Prices {
   return parsePrices(parsed, `RUNNER_PRICES_FILE ${file}`);
 }
 
+/**
+ * Start-up check: a configured RUNNER_PRICES_FILE that cannot be read, or that names a price it cannot use, stops the
+ * start (exit 78, one line) rather than leaving every waste read without its cost. Undefined when the file is good.
+ */
+export function pricesFileProblem(file: string): string | undefined {
+  try {
+    loadPrices(file);
+    return undefined;
+  } catch (error) {
+    return (error as Error).message;
+  }
+}
+
 export function parsePrices(value: unknown, where = 'prices'): Prices {
   const perMinute = isObject(value) ? value.per_minute : undefined;
   if (!isObject(value) || !isObject(perMinute) || Object.keys(value).some((key) => key !== 'per_minute')) {

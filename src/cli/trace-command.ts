@@ -1,11 +1,15 @@
 import { localCollectorDirectory, readSignalLines, signalFile } from '../collector/collector-files';
-import { ConfigError, loadConfig } from '../config/app-config';
+import { AppConfig, ConfigError, loadConfig } from '../config/app-config';
+import { loadClickHousePassword } from '../config/secrets';
 import { decodeExportRequest } from '../otlp/otlp-receiver';
 import { carriesId, identityOf } from '../otlp/span-identity';
 import { completenessOf } from '../reads/completeness';
 import { CollectorFilesTraceReads } from '../reads/collector-files-reads';
 import { answerRead } from '../reads/read-answers';
 import { DAY_MS } from '../reads/reads-request';
+import { traceReadsOf } from '../reads/reads-backend';
+import { backendSpecFor } from '../reads/reads.module';
+import { ReadsUnavailableError, TimeWindow, TraceReads } from '../reads/trace-reads';
 import { criticalPath } from '../critical-path/critical-path';
 import type { PipelineComparison } from '../across/compare';
 import { renderComparison } from './comparison';
@@ -79,6 +83,7 @@ export async function traceCommand(args: readonly string[], env: NodeJS.ProcessE
     for (const problem of error.problems) output.err(`invalid configuration: ${problem}\n`);
     return 78;
   }
+  if (asked.kind === 'compare' && config.reads.clickhouseUrl !== undefined) return compareOnClickHouse(asked, config, output);
   const directory = localCollectorDirectory(config.process.dataDir);
   const path = signalFile(directory, 'traces');
   const spans = readSignalLines(directory, 'traces').flatMap((line) => collectedSpans(decodeExportRequest('traces', 'json', Buffer.from(line))));
@@ -132,9 +137,63 @@ export async function traceCommand(args: readonly string[], env: NodeJS.ProcessE
     toMs: msOf(spans.reduce((max, span) => (span.endNanos > max ? span.endNanos : max), spans[0].endNanos)),
   };
   // The compare read itself (SPEC §13), as the endpoint answers it, over the same files: one way of computing it.
-  const outcome = await answerRead(new CollectorFilesTraceReads(directory), {
+  return printCompared(new CollectorFilesTraceReads(directory), { ...asked, projectId }, window, config, path, { traceId, spans: latest }, output);
+}
+
+type CompareAsked = Extract<TraceArgs, { kind: 'compare' }> & { readonly projectId: number };
+
+/**
+ * `--compare` where the service reads ClickHouse (CLICKHOUSE_URL): the pipeline's trace and the compare read from
+ * there, as the endpoint reads them, over the lookback before now. ClickHouse is not searched for the project a
+ * pipeline belongs to: it is named with --project.
+ */
+async function compareOnClickHouse(asked: Extract<TraceArgs, { kind: 'compare' }>, config: AppConfig, output: TraceOutput): Promise<number> {
+  if (asked.projectId === null) {
+    output.err(`on ClickHouse (CLICKHOUSE_URL), name the pipeline's project with --project\n${USAGE}\n`);
+    return 64;
+  }
+  let password;
+  try {
+    password = loadClickHousePassword(config);
+  } catch (error) {
+    if (!(error instanceof ConfigError)) throw error;
+    for (const problem of error.problems) output.err(`invalid configuration: ${problem}\n`);
+    return 78;
+  }
+  const reads = traceReadsOf(backendSpecFor(config.reads, config.process, password));
+  const where = `ClickHouse at ${config.reads.clickhouseUrl}`;
+  try {
+    const now = Date.now();
+    const window = { fromMs: now - config.reads.lookbackDays * DAY_MS, toMs: now };
+    const trace = await reads.pipelineTrace(asked.projectId, asked.pipelineId, window, { limit: config.reads.maxSpans });
+    if (trace === null || trace.spans.length === 0) {
+      output.err(`no pipeline ${asked.pipelineId} of project ${asked.projectId} in ${where} within READS_LOOKBACK_DAYS (${config.reads.lookbackDays})\n`);
+      return 1;
+    }
+    const shown = { traceId: trace.spans[0].traceId, spans: latestVersions(trace.spans) };
+    return await printCompared(reads, { ...asked, projectId: asked.projectId }, window, config, where, shown, output);
+  } catch (error) {
+    if (!(error instanceof ReadsUnavailableError)) throw error;
+    output.err(`${where} did not answer: ${error.message}\n`);
+    return 69;
+  } finally {
+    await reads.close?.();
+  }
+}
+
+/** The compare read over `reads`, then the pipeline's waterfall and why it took longer or shorter than its baseline. */
+async function printCompared(
+  reads: TraceReads,
+  asked: CompareAsked,
+  window: TimeWindow,
+  config: AppConfig,
+  where: string,
+  shown: { readonly traceId: string; readonly spans: readonly CollectedSpan[] },
+  output: TraceOutput,
+): Promise<number> {
+  const outcome = await answerRead(reads, {
     read: 'compare',
-    projectId,
+    projectId: asked.projectId,
     pipelineId: asked.pipelineId,
     baselineId: asked.baselineId,
     window,
@@ -142,14 +201,14 @@ export async function traceCommand(args: readonly string[], env: NodeJS.ProcessE
   });
   if (outcome.kind === 'not_found') {
     const which = outcome.what === 'baseline pipeline' ? `baseline pipeline ${asked.baselineId}` : `pipeline ${asked.pipelineId}`;
-    output.err(`no ${which} of project ${projectId} in ${path} within READS_LOOKBACK_DAYS (${config.reads.lookbackDays}) before it\n`);
+    output.err(`no ${which} of project ${asked.projectId} in ${where} within READS_LOOKBACK_DAYS (${config.reads.lookbackDays}) before it\n`);
     return 1;
   }
   if (outcome.kind === 'unanswerable') {
     output.err(`pipeline ${asked.pipelineId} cannot be compared: ${outcome.reason} (--baseline <pipeline id>)\n`);
     return 1;
   }
-  showTrace(traceId, latest, path, output);
+  showTrace(shown.traceId, shown.spans, where, output);
   output.out('\n');
   for (const line of renderComparison(JSON.parse(new TextDecoder().decode(outcome.body)) as PipelineComparison)) output.out(`${line}\n`);
   return 0;

@@ -111,6 +111,14 @@ function readSecret(variable: string, path: string | undefined, generatedPath: s
   return secret;
 }
 
+/** CLICKHOUSE_PASSWORD_FILE alone, for a command that reads ClickHouse and needs no other secret (`npm run -s trace`). */
+export function loadClickHousePassword(config: AppConfig): string | undefined {
+  const problems: string[] = [];
+  const password = readTextFile('CLICKHOUSE_PASSWORD_FILE', config.reads.clickhousePasswordFile, problems);
+  if (problems.length > 0) throw new ConfigError(problems);
+  return password;
+}
+
 export function loadSecrets(config: AppConfig, generatedDir = '.secrets'): Secrets {
   const problems: string[] = [];
   const internalApiSecret = readSecret('INTERNAL_API_SECRET_FILE', config.internalApi.secretFile, `${generatedDir}/internal_api_secret`, problems);

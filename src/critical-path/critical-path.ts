@@ -526,8 +526,10 @@ export function criticalPathWalk(spans: readonly StoredSpan[]): CriticalPathWalk
         const walked = onPath.get(node);
         if (walked !== undefined) return walked;
         const blocker = blockerOf(node);
-        // Without a blocker, since its pipeline was created (the root's, for a pipeline whose span is not there yet).
-        const origin = blocker?.end ?? (node.pipelineId === null ? undefined : pipelineSpans.get(node.pipelineId)?.start) ?? root?.start ?? node.pending;
+        // Without a blocker, since its pipeline was created: a child's, whose span may not be there yet (the control
+        // plane writes the path at the root's end with its bridge, not its span), when its trigger job was.
+        const created = node.pipelineId === null ? undefined : (pipelineSpans.get(node.pipelineId)?.start ?? bridges.get(node.pipelineId)?.pending);
+        const origin = blocker?.end ?? created ?? root?.start ?? node.pending;
         return {
           ...walkedFacts(node),
           blockedBy: blocker?.jobId ?? null,

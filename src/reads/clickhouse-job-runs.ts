@@ -239,7 +239,10 @@ export function jobRunsOfFacts(projectId: number, facts: readonly JobRunFactsRow
       rootPipeline !== undefined &&
       rootPipeline[3][PipelineText.ParentSpanId] === '' &&
       FINISHED.has(rootPipeline[3][PipelineText.Status]) &&
-      family.every((row) => row[1] === 0 || (written(row) && (row[4][JobNumber.HasSpan] !== 1 || pipelines.has(row[0]))));
+      family.every((row) => row[1] === 0 || (written(row) && (row[4][JobNumber.HasSpan] !== 1 || pipelines.has(row[0])))) &&
+      // A child pipeline that ended after its root (a trigger job without strategy: depend) was not whole when the
+      // control plane wrote the root's figures: the family is walked as the trace is now.
+      family.every((row) => row[1] !== 0 || row[0] === root || !pipelines.has(row[0]) || endedBy(pipelines.get(row[0])!, rootPipeline));
     if (!ready) {
       walked.push(...new Set(family.map((row) => row[0])));
       continue;
@@ -249,6 +252,11 @@ export function jobRunsOfFacts(projectId: number, facts: readonly JobRunFactsRow
     }
   }
   return { rows, walked };
+}
+
+/** Whether a pipeline had ended by the time its root did. */
+function endedBy([, , , pipeline, times]: JobRunFactsRow, [, , , , rootTimes]: JobRunFactsRow): boolean {
+  return FINISHED.has(pipeline[PipelineText.Status]) && times[PipelineNumber.End] <= rootTimes[PipelineNumber.End];
 }
 
 function numberOf(text: string): number | null {

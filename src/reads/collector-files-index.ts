@@ -98,6 +98,23 @@ export class CollectorFilesIndex {
     return this.traces.get(traceId)?.runners ?? new Set();
   }
 
+  /**
+   * What the trace's lines are now: the same text while no line was added to it or rotated away, so what was computed
+   * from its spans can be kept until then. Null for a trace the files no longer hold.
+   */
+  revisionOf(traceId: string): string | null {
+    const entry = this.traces.get(traceId);
+    if (entry === undefined) return null;
+    const last = entry.lines[entry.lines.length - 1];
+    const first = entry.lines[0];
+    return `${entry.lines.length} ${first.file}@${first.offset} ${last.file}@${last.offset}`;
+  }
+
+  /** How many traces the files hold. */
+  get size(): number {
+    return this.traces.size;
+  }
+
   /** The trace's spans, each once in its latest version (SPEC §10), decoded from its lines now. */
   spansOf(traceId: string): StoredSpan[] {
     const latest = new Map<string, StoredSpan>();

@@ -17,6 +17,8 @@ import { findsWithin, overlapsWindow, StoredSpan, TimeWindow, TraceBound, TraceR
  */
 export class CollectorFilesTraceReads implements TraceReads {
   private readonly index: CollectorFilesIndex;
+  /** By trace id: its job-run rows per project, as of the revision of its lines they were computed at. */
+  private readonly rows = new Map<string, { readonly revision: string | null; readonly byProject: Map<number, JobRunRow[]> }>();
 
   constructor(directory: string) {
     this.index = new CollectorFilesIndex(directory);
@@ -58,11 +60,34 @@ export class CollectorFilesTraceReads implements TraceReads {
     const rows: JobRunRow[] = [];
     for (const traceId of this.index.tracesOf('ci.project.id', projectId).sort()) {
       if (!this.index.mayOverlap(traceId, window.fromMs, window.toMs)) continue;
-      for (const row of jobRunsOfTrace(trustedSpans(this.index.spansOf(traceId)), projectId)) {
+      for (const row of this.keptRows(traceId, projectId)) {
         if (row.pipelineCreatedAt < window.fromMs || row.pipelineCreatedAt > window.toMs) continue;
         if (filter.ref !== undefined && row.ref !== filter.ref) continue;
         rows.push(row);
       }
+    }
+    return rows;
+  }
+
+  /**
+   * A trace's rows of one project, computed from its spans once and kept while its lines stay as they were (SPEC §13's
+   * rows beside the collector's files): a read across a month decodes and walks only the traces that changed since
+   * the last. Kept for the traces the files hold, at most, and dropped with them.
+   */
+  private keptRows(traceId: string, projectId: number): readonly JobRunRow[] {
+    const revision = this.index.revisionOf(traceId);
+    let kept = this.rows.get(traceId);
+    if (kept === undefined || kept.revision !== revision) {
+      kept = { revision, byProject: new Map() };
+      this.rows.set(traceId, kept);
+    }
+    let rows = kept.byProject.get(projectId);
+    if (rows === undefined) {
+      rows = jobRunsOfTrace(trustedSpans(this.index.spansOf(traceId)), projectId);
+      kept.byProject.set(projectId, rows);
+    }
+    if (this.rows.size > 2 * this.index.size + 100) {
+      for (const id of this.rows.keys()) if (this.index.revisionOf(id) === null) this.rows.delete(id);
     }
     return rows;
   }

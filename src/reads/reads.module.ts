@@ -15,9 +15,9 @@ import { ReadsService } from './reads.service';
 import type { TraceReads } from './trace-reads';
 
 /** The backend configuration names: ClickHouse with CLICKHOUSE_URL, else the embedded collector's files under DATA_DIR. */
-export function backendSpecFor(config: ReadsConfig, processConfig: ProcessConfig, secrets: Secrets): BackendSpec {
+export function backendSpecFor(config: ReadsConfig, processConfig: ProcessConfig, clickhousePassword: string | undefined): BackendSpec {
   if (config.clickhouseUrl !== undefined) {
-    return { kind: 'clickhouse', options: { url: config.clickhouseUrl, password: secrets.clickhousePassword ?? '', timeoutMs: config.timeoutMs } };
+    return { kind: 'clickhouse', options: { url: config.clickhouseUrl, password: clickhousePassword ?? '', timeoutMs: config.timeoutMs } };
   }
   return { kind: 'files', directory: localCollectorDirectory(processConfig.dataDir) };
 }
@@ -40,7 +40,7 @@ export class ReadsModule {
       provide: READS_RUNNER,
       inject: [ReadsConfig, ProcessConfig, SECRETS, MetricsService],
       useFactory: (config: ReadsConfig, processConfig: ProcessConfig, secrets: Secrets, metrics: MetricsService) =>
-        readsPool(backendSpecFor(config, processConfig, secrets), config, metrics),
+        readsPool(backendSpecFor(config, processConfig, secrets.clickhousePassword), config, metrics),
     });
   }
 

@@ -2,6 +2,8 @@ import { SignJWT } from 'jose';
 import { execFile } from 'node:child_process';
 import { createSecretKey, randomBytes } from 'node:crypto';
 import { createServer, Server } from 'node:net';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { jobPayloadRequest } from '../fixtures/job-payload';
 import { internalApiHeaders, ISSUER, makeSecretFiles } from '../helpers/internal-api';
@@ -115,6 +117,14 @@ describe('first contact (issue 20)', () => {
       expect(stderr.trim().split('\n')).toEqual([
         'invalid configuration: REDIS_URL: must be a redis:// or rediss:// (TLS) URL, e.g. redis://localhost:6379 (got "http://:***@redis:6379")',
       ]);
+      expect(code).toBe(78);
+    });
+
+    it('a RUNNER_PRICES_FILE with a price it cannot use names it, rather than pricing the waste at nothing', async () => {
+      const file = join(mkdtempSync(join(tmpdir(), 'cjt-prices-')), 'prices.json');
+      writeFileSync(file, JSON.stringify({ per_minute: { runner_type: { instance_type: 'cheap' } } }));
+      const { code, stderr } = await runServiceToExit({ ...quietEnv(), RUNNER_PRICES_FILE: file });
+      expect(stderr.trim().split('\n')).toEqual([expect.stringMatching(new RegExp(`^invalid configuration: RUNNER_PRICES_FILE ${file}: .*instance_type`))]);
       expect(code).toBe(78);
     });
   });

@@ -1,5 +1,6 @@
 import { CONTROL_PLANE_MARK } from '../../src/otlp/control-plane-mark';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { createServer, Server, Socket } from 'node:net';
 import { join } from 'node:path';
 import { ClickHouseTraceReads, QueryStatistics } from '../../src/reads/clickhouse-trace-reads';
@@ -13,9 +14,10 @@ import type { WebhookSecret } from '../helpers/gitlab-webhooks';
 import type { OtlpSink } from '../helpers/otlp-sink';
 import { PipelineTrace } from '../helpers/pipeline-trace';
 import { withCriticalPathAttributes } from '../helpers/critical-path-attributes';
-import { describeReadsEndpoints } from '../helpers/reads-cases';
+import { describeReadsEndpoints, writeCollectorFiles } from '../helpers/reads-cases';
+import { traceCommand } from '../../src/cli/trace-command';
 import { describeTraceReadsConformance } from '../suites/trace-reads.suite';
-import { describeAcrossEndpoints } from '../suites/across-endpoints.suite';
+import { ACROSS_PROJECT, acrossWorld, describeAcrossEndpoints } from '../suites/across-endpoints.suite';
 import { describeJobRunRowsConformance } from '../suites/job-run-rows.suite';
 import { freePort } from '../helpers/ports';
 import type { ServiceProcess } from '../helpers/service';
@@ -58,6 +60,56 @@ describeTraceReadsConformance('ClickHouse (the official client over HTTP, on the
 describeJobRunRowsConformance('ClickHouse (ci_job_runs, filled by its materialized view, on the embedded engine)', clickHouseBackend('job runs', false));
 
 describeAcrossEndpoints('ClickHouse (ci_job_runs, on the embedded engine)', clickHouseBackend('across'));
+
+describe('`npm run -s trace -- --compare` where the service reads ClickHouse (SPEC §13)', () => {
+  let clickhouse: ClickHouseOverHttp;
+  const work = mkdtempSync(join(tmpdir(), 'cjt-trace-compare-clickhouse-'));
+  const filesDir = join(work, 'files');
+  const world = acrossWorld();
+  const slower = ACROSS_PROJECT * 1000 + 20;
+  let env: Record<string, string>;
+
+  const trace = async (asked: Record<string, string>, ...args: string[]) => {
+    let out = '';
+    let err = '';
+    const status = await traceCommand(args, asked, { out: (text) => (out += text), err: (text) => (err += text) });
+    return { status, out, err };
+  };
+  /** What follows the waterfall: the baseline, the delta by part, the jobs. */
+  const comparison = (out: string) => out.slice(out.indexOf('\n\n') + 2);
+
+  beforeAll(async () => {
+    clickhouse = await startClickHouse({ http: { password: 'trace command' } });
+    await clickhouse.query(SCHEMA);
+    const exports = withCriticalPathAttributes(world.exports);
+    await insertOtelTraces(clickhouse, otelTracesRowsOfResourceSpans(exports));
+    writeCollectorFiles(filesDir, exports);
+    const passwordFile = join(work, 'clickhouse-password');
+    writeFileSync(passwordFile, clickhouse.password, { mode: 0o600 });
+    env = { DATA_DIR: join(work, 'data'), CLICKHOUSE_URL: clickhouse.url, CLICKHOUSE_PASSWORD_FILE: passwordFile };
+  }, 90_000);
+  afterAll(async () => {
+    await clickhouse?.stop();
+  });
+
+  it('prints the same comparison as from the embedded files, read from ClickHouse: the 60 s on test restoring its cache', async () => {
+    const onClickHouse = await trace(env, '--compare', String(slower), '--project', String(ACROSS_PROJECT));
+    const onFiles = await trace({ DATA_DIR: filesDir }, '--compare', String(slower));
+    expect([onClickHouse.status, onClickHouse.err]).toEqual([0, '']);
+    expect(onClickHouse.out).toContain(`ClickHouse at ${clickhouse.url}`);
+    expect(comparison(onClickHouse.out)).toMatch(/\+1m 00s {2}restoring caches/);
+    expect(comparison(onClickHouse.out)).toEqual(comparison(onFiles.out));
+  });
+
+  it('asks for the project, and says when ClickHouse holds no such pipeline', async () => {
+    const unnamed = await trace(env, '--compare', String(slower));
+    expect(unnamed.status).toBe(64);
+    expect(unnamed.err).toContain('--project');
+    const missing = await trace(env, '--compare', String(slower), '--project', '999');
+    expect(missing.status).toBe(1);
+    expect(missing.err).toContain(`no pipeline ${slower} of project 999`);
+  });
+});
 
 /**
  * The ClickHouse backend of the read port (SPEC §12) through the official client over real HTTP, against

@@ -1,8 +1,10 @@
 import fc from 'fast-check';
 import { criticalPath, CriticalPath, PATH_TOTALS, RUNNER_PARTS } from '../../src/critical-path/critical-path';
-import { WRITTEN_PATH_PARTS, writtenCriticalPath } from '../../src/pipeline-spans/pipeline-critical-path';
+import { runMs } from '../../src/across/job-run';
+import { jobRunsOfTrace } from '../../src/across/job-runs-of-trace';
+import { JOB_FIGURES, WRITTEN_PATH_PARTS, writtenCriticalPath } from '../../src/pipeline-spans/pipeline-critical-path';
 import { lastNodeOf, ModelNode, ModelRun, SchedulerWorld, schedulerWorld, simulate } from './gitlab-scheduler';
-import { traceOf } from './scheduler-spans';
+import { PROJECT, traceOf } from './scheduler-spans';
 
 /**
  * The critical path (SPEC §12) against a model of GitLab's scheduler (issue 56): generated pipelines with stages,
@@ -165,6 +167,7 @@ class Truth {
 }
 
 const millis = (seconds: number) => Math.round(seconds * 1000);
+const PATH_KEYS = ['ci.job.critical_path', 'ci.job.critical_path_seconds', 'ci.job.slack_seconds'];
 
 function check(world: SchedulerWorld): { compared: number } {
   const run = simulate(world);
@@ -230,8 +233,12 @@ function check(world: SchedulerWorld): { compared: number } {
     queue: millis(path.totals.queue),
     run: RUNNER_PARTS.reduce((total, part) => total + millis(path.totals[part]), 0),
   });
+  const pathOf = (jobId: number) => {
+    const attributes = written!.jobs.get(jobId) ?? {};
+    return Object.fromEntries(Object.entries(attributes).filter(([key]) => PATH_KEYS.includes(key)));
+  };
   for (const element of path.path) {
-    expect({ job: element.job_id, ...written!.jobs.get(element.job_id) }).toEqual({
+    expect({ job: element.job_id, ...pathOf(element.job_id) }).toEqual({
       job: element.job_id,
       'ci.job.critical_path': true,
       'ci.job.critical_path_seconds': element.duration_seconds,
@@ -242,10 +249,36 @@ function check(world: SchedulerWorld): { compared: number } {
     const pipeline = run.pipelines.find((found) => found.pipelineId === node.pipelineId)!;
     // A child that did not hold the root up was not whole when the path was written: its slack is its own.
     if (pipeline.parent !== undefined && !truth.holds(pipeline.parent.bridge)) continue;
-    expect({ job: entry.job_id, ...written!.jobs.get(entry.job_id) }).toEqual({
+    expect({ job: entry.job_id, ...pathOf(entry.job_id) }).toEqual({
       job: entry.job_id,
       'ci.job.critical_path': false,
       'ci.job.slack_seconds': entry.slack_seconds,
+    });
+  }
+
+  // Each job's figures written at the root's end (SPEC §13) are its row's as the reads compute it from the whole
+  // trace: what ClickHouse's ci_job_runs keeps is what the embedded files give.
+  for (const row of jobRunsOfTrace(trace.spans, PROJECT)) {
+    const node = byId.get(row.jobId)!;
+    const pipeline = run.pipelines.find((found) => found.pipelineId === node.pipelineId)!;
+    if (pipeline.parent !== undefined && !truth.holds(pipeline.parent.bridge)) continue;
+    const told = written!.jobs.get(row.jobId)!;
+    expect({
+      job: row.jobId,
+      wait: millis(Number(told[JOB_FIGURES.wait])),
+      waitingFor: told[JOB_FIGURES.waitingFor],
+      queue: millis(Number(told[JOB_FIGURES.queue])),
+      run: millis(Number(told[JOB_FIGURES.run])),
+      attempt: told[JOB_FIGURES.attempt],
+      retried: told[JOB_FIGURES.retried],
+    }).toEqual({
+      job: row.jobId,
+      wait: row.waitMs,
+      waitingFor: row.waitingFor,
+      queue: row.queueMs,
+      run: runMs(row),
+      attempt: row.attempt,
+      retried: row.retried,
     });
   }
   return { compared };

@@ -15,7 +15,7 @@ import type { ModelNode, ModelPipeline, ModelRun } from './gitlab-scheduler';
 
 const SERVICE = 'gitlab-ci';
 const KEY = Buffer.alloc(32, 11);
-const PROJECT = 42;
+export const PROJECT = 42;
 
 export interface ModelTrace {
   /** Every span, as a read returns them. */
