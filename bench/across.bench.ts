@@ -29,7 +29,8 @@
  *                                               # pipelines, 2 reads of each kind, a what-if of 5,000 jobs)
  *
  * Options: --spans N (the month's spans), --pipelines N (the raised project's), --lookups N (reads of each kind on
- * ClickHouse), --files-pipelines N (0: no files part), --files-lookups N, --what-if-jobs N, --replays N.
+ * ClickHouse), --files-pipelines N (0: no files part), --files-lookups N, --what-if-jobs N, --replays N, --before CHECKOUT
+ * (another checkout, built, whose service then reads the same ClickHouse: the side-by-side baseline), --before-lookups N.
  */
 import { appendFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -70,6 +71,8 @@ const { values: args } = parseArgs({
     'files-lookups': { type: 'string' },
     'what-if-jobs': { type: 'string' },
     replays: { type: 'string' },
+    before: { type: 'string' },
+    'before-lookups': { type: 'string' },
   },
 });
 
@@ -89,6 +92,9 @@ const FILES_PIPELINES = Math.min(PIPELINES, count(args['files-pipelines'], 400, 
 const FILES_LOOKUPS = Math.max(1, count(args['files-lookups'], 10, 2));
 const WHAT_IF_JOBS = count(args['what-if-jobs'], 50_000, 5_000);
 const REPLAYS = Math.max(1, count(args.replays, 5, 1));
+/** Another checkout, built (`npm run build` there), whose service reads the same ClickHouse after this one: the baseline. */
+const BEFORE = args.before;
+const BEFORE_LOOKUPS = Math.max(1, count(args['before-lookups'], 3, 1));
 
 const RAISED_PROJECT = 1000;
 /** READS_TIMEOUT_MS at its most: a slow read is measured, not cut at the default 4 s. */
@@ -441,6 +447,30 @@ async function onClickHouse(
     console.log(
       "rows read: what ClickHouse's X-ClickHouse-Summary counted for the read's queries; compare targets are main-branch pipelines spread over the month, each read with the default 31-day lookback",
     );
+    if (BEFORE !== undefined) {
+      await service.stop();
+      service = await startService(
+        {
+          DATA_DIR: mkdtempSync(join(work, 'ch-data-before-')),
+          LOG_LEVEL: 'warn',
+          CLICKHOUSE_URL: proxy.url,
+          CLICKHOUSE_PASSWORD_FILE: passwordFile,
+          READS_TIMEOUT_MS: String(READS_TIMEOUT_MS),
+        },
+        { root: BEFORE, logFile: join(work, 'clickhouse-service-before.log') },
+      );
+      const before = await measureReads(service, readKinds(window, PIPELINES, compareTargets(0, BEFORE_LOOKUPS)), BEFORE_LOOKUPS, proxy);
+      console.log();
+      console.log(`side by side on the same ClickHouse: this checkout, then ${BEFORE} (${BEFORE_LOOKUPS} reads of each kind), p50 ms`);
+      printTable([
+        ['read', 'before p50', 'now p50', 'now / before', 'before rows read (median)', 'now rows read (median)'],
+        ...measured.map((now, i) => {
+          const was = before.measured[i];
+          const [p50Was, p50Now] = [percentile(was.latencies, 50), percentile(now.latencies, 50)];
+          return [now.kind.name, ms(p50Was), ms(p50Now), (p50Now / p50Was).toFixed(3), thousands(median(was.rowsRead)), thousands(median(now.rowsRead))];
+        }),
+      ]);
+    }
   } finally {
     await service?.stop();
     await proxy?.close();
