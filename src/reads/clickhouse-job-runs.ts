@@ -114,7 +114,7 @@ SELECT
     if(job_id = 0,
        [intDiv(pipeline.6 + 500000, 1000000), intDiv(pipeline.7 + 500000, 1000000)],
        arrayConcat(
-           [toInt64(job.11 != 0), toInt64(job.6 = 'true'), pending_ms, picked_up_ms, end_ms,
+           [toInt64(job.11 != 0), toInt64(job.6 = 'true'), pending_ms, picked_up_ms - pending_ms, end_ms - picked_up_ms,
             ${millis('job.14')}, ${millis('job.16')}, ${millis('job.17')}, toInt64OrDefault(job.18, toInt64(-1)),
             ${flag('job.19')}, ${flag('job.20')}, ${millis('job.21')}, toInt64(execution.2 != '')],
            -- runParts: each stage clipped to the run and to the stages before it, by part (the rest is other, after).
@@ -162,8 +162,9 @@ const enum JobNumber {
   HasSpan,
   AllowFailure,
   Pending,
-  PickedUp,
-  End,
+  /** Pending → picked up, and picked up → the end, ms: deltas, a few digits each instead of thirteen. */
+  Queued,
+  Ran,
   Wait,
   Queue,
   Run,
@@ -233,6 +234,13 @@ export function jobRunsOfFacts(projectId: number, facts: readonly JobRunFactsRow
   }
   const rows: JobRunRow[] = [];
   const walked: number[] = [];
+  // A fleet's few tag sets, parsed once a read rather than once a row.
+  const tagSets = new Map<string, string>();
+  const tagsOf = (text: string) => {
+    let tags = tagSets.get(text);
+    if (tags === undefined) tagSets.set(text, (tags = runnerTagsOf(text)));
+    return tags;
+  };
   for (const [root, family] of families) {
     const rootPipeline = pipelines.get(root);
     const ready =
@@ -248,7 +256,7 @@ export function jobRunsOfFacts(projectId: number, facts: readonly JobRunFactsRow
       continue;
     }
     for (const row of family) {
-      if (row[1] !== 0 && row[4][JobNumber.HasSpan] === 1) rows.push(jobRunOf(projectId, root, pipelines.get(row[0])!, row));
+      if (row[1] !== 0 && row[4][JobNumber.HasSpan] === 1) rows.push(jobRunOf(projectId, root, pipelines.get(row[0])!, row, tagsOf));
     }
   }
   return { rows, walked };
@@ -265,12 +273,18 @@ function numberOf(text: string): number | null {
   return Number.isSafeInteger(number) ? number : null;
 }
 
-function jobRunOf(projectId: number, rootPipelineId: number, [, , , pipeline, times]: JobRunFactsRow, row: JobRunFactsRow): JobRunRow {
+function jobRunOf(
+  projectId: number,
+  rootPipelineId: number,
+  [, , , pipeline, times]: JobRunFactsRow,
+  row: JobRunFactsRow,
+  tagsOf: (text: string) => string,
+): JobRunRow {
   const [pipelineId, jobId, , texts, numbers] = row;
   const status = pipeline[PipelineText.Status];
   const pendingAt = numbers[JobNumber.Pending];
-  const startedAt = numbers[JobNumber.PickedUp];
-  const finishedAt = numbers[JobNumber.End];
+  const startedAt = pendingAt + numbers[JobNumber.Queued];
+  const finishedAt = startedAt + numbers[JobNumber.Ran];
   const onPath = numbers[JobNumber.OnPath] === 1;
   const retried = numbers[JobNumber.Retried] === 1;
   const created = Date.parse(texts[JobText.CreatedAt]);
@@ -296,7 +310,7 @@ function jobRunOf(projectId: number, rootPipelineId: number, [, , , pipeline, ti
     allowFailure: numbers[JobNumber.AllowFailure] === 1,
     runnerId: numberOf(texts[JobText.RunnerId]),
     runnerType: texts[JobText.RunnerType],
-    runnerTags: runnerTagsOf(texts[JobText.RunnerTags]),
+    runnerTags: tagsOf(texts[JobText.RunnerTags]),
     createdAt: Number.isFinite(created) ? Math.min(created, pendingAt) : pendingAt,
     pendingAt,
     startedAt,
