@@ -94,7 +94,9 @@ function serveHttp(session, { expectedPassword, serially }) {
     const queryId = url.searchParams.get('query_id') || randomUUID();
     const answer = (status, headers, payload) => {
       const gzip = url.searchParams.get('enable_http_compression') === '1' && /\bgzip\b/.test(request.headers['accept-encoding'] ?? '');
-      const bytes = gzip ? gzipSync(payload) : payload;
+      // At the level a ClickHouse server compresses at (http_zlib_compression_level, 3 unless asked), not zlib's 6.
+      const level = Math.min(9, Math.max(1, Number(url.searchParams.get('http_zlib_compression_level') ?? 3) || 3));
+      const bytes = gzip ? gzipSync(payload, { level }) : payload;
       response.writeHead(status, {
         'X-ClickHouse-Query-Id': queryId,
         'X-ClickHouse-Timezone': 'UTC',
