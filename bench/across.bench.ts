@@ -422,16 +422,19 @@ async function onClickHouse(
     proxy = await startSummaryProxy(clickhouse.url);
     const passwordFile = join(work, 'clickhouse-password');
     writeFileSync(passwordFile, clickhouse.password, { mode: 0o600 });
-    service = await startService(
-      {
-        DATA_DIR: mkdtempSync(join(work, 'ch-data-')),
-        LOG_LEVEL: 'warn',
-        CLICKHOUSE_URL: proxy.url,
-        CLICKHOUSE_PASSWORD_FILE: passwordFile,
-        READS_TIMEOUT_MS: String(READS_TIMEOUT_MS),
-      },
-      { root, logFile: join(work, 'clickhouse-service.log') },
-    );
+    /** The built service of `checkout` reading this ClickHouse through the pass-through. */
+    const serviceOf = (checkout: string, name: string) =>
+      startService(
+        {
+          DATA_DIR: mkdtempSync(join(work, `ch-data-${name}-`)),
+          LOG_LEVEL: 'warn',
+          CLICKHOUSE_URL: proxy!.url,
+          CLICKHOUSE_PASSWORD_FILE: passwordFile,
+          READS_TIMEOUT_MS: String(READS_TIMEOUT_MS),
+        },
+        { root: checkout, logFile: join(work, `clickhouse-service-${name}.log`) },
+      );
+    service = await serviceOf(root, 'now');
     const kinds = readKinds(window, PIPELINES, compareTargets(0, LOOKUPS));
     const { measured, firstMs } = await measureReads(service, kinds, LOOKUPS, proxy);
     console.log(`the built service on ClickHouse, ${LOOKUPS} reads of each kind, one at a time (the first read, to start its reads thread: ${ms(firstMs)} ms)`);
@@ -449,16 +452,7 @@ async function onClickHouse(
     );
     if (BEFORE !== undefined) {
       await service.stop();
-      service = await startService(
-        {
-          DATA_DIR: mkdtempSync(join(work, 'ch-data-before-')),
-          LOG_LEVEL: 'warn',
-          CLICKHOUSE_URL: proxy.url,
-          CLICKHOUSE_PASSWORD_FILE: passwordFile,
-          READS_TIMEOUT_MS: String(READS_TIMEOUT_MS),
-        },
-        { root: BEFORE, logFile: join(work, 'clickhouse-service-before.log') },
-      );
+      service = await serviceOf(BEFORE, 'before');
       const before = await measureReads(service, readKinds(window, PIPELINES, compareTargets(0, BEFORE_LOOKUPS)), BEFORE_LOOKUPS, proxy);
       console.log();
       console.log(`side by side on the same ClickHouse: this checkout, then ${BEFORE} (${BEFORE_LOOKUPS} reads of each kind), p50 ms`);

@@ -75,14 +75,8 @@ export async function traceCommand(args: readonly string[], env: NodeJS.ProcessE
     output.err(`${asked}\n${USAGE}\n`);
     return 64;
   }
-  let config;
-  try {
-    config = loadConfig(env);
-  } catch (error) {
-    if (!(error instanceof ConfigError)) throw error;
-    for (const problem of error.problems) output.err(`invalid configuration: ${problem}\n`);
-    return 78;
-  }
+  const config = configured(() => loadConfig(env), output);
+  if (config === CONFIG_REFUSED) return 78;
   if (asked.kind === 'compare' && config.reads.clickhouseUrl !== undefined) return compareOnClickHouse(asked, config, output);
   const directory = localCollectorDirectory(config.process.dataDir);
   const path = signalFile(directory, 'traces');
@@ -140,6 +134,19 @@ export async function traceCommand(args: readonly string[], env: NodeJS.ProcessE
   return printCompared(new CollectorFilesTraceReads(directory), { ...asked, projectId }, window, config, path, { traceId, spans: latest }, output);
 }
 
+const CONFIG_REFUSED = Symbol('configuration refused');
+
+/** What `load` reads from the configuration, or, when it is invalid, each problem on standard error (exit 78). */
+function configured<T>(load: () => T, output: TraceOutput): T | typeof CONFIG_REFUSED {
+  try {
+    return load();
+  } catch (error) {
+    if (!(error instanceof ConfigError)) throw error;
+    for (const problem of error.problems) output.err(`invalid configuration: ${problem}\n`);
+    return CONFIG_REFUSED;
+  }
+}
+
 type CompareAsked = Extract<TraceArgs, { kind: 'compare' }> & { readonly projectId: number };
 
 /**
@@ -152,14 +159,8 @@ async function compareOnClickHouse(asked: Extract<TraceArgs, { kind: 'compare' }
     output.err(`on ClickHouse (CLICKHOUSE_URL), name the pipeline's project with --project\n${USAGE}\n`);
     return 64;
   }
-  let password;
-  try {
-    password = loadClickHousePassword(config);
-  } catch (error) {
-    if (!(error instanceof ConfigError)) throw error;
-    for (const problem of error.problems) output.err(`invalid configuration: ${problem}\n`);
-    return 78;
-  }
+  const password = configured(() => loadClickHousePassword(config), output);
+  if (password === CONFIG_REFUSED) return 78;
   const reads = traceReadsOf(backendSpecFor(config.reads, config.process, password));
   const where = `ClickHouse at ${config.reads.clickhouseUrl}`;
   try {
