@@ -1,6 +1,6 @@
 import { RUNNER_PARTS, RunnerPart } from '../critical-path/critical-path';
-import { weightedPercentile } from './percentiles';
-import type { JobRunRow } from './job-run';
+import { ascendingOrder, weightedQuantile } from './percentiles';
+import { partsInto, type JobRunRow } from './job-run';
 import { groupByPipeline, pathMs, PipelineRuns, seconds, weightOf } from './pipeline-runs';
 
 /**
@@ -121,23 +121,10 @@ export function splitPValue(b: number, n: number, minSegment: number): number {
 }
 
 /** The split of `values` with the largest standardized rank statistic; null when there is no split or no variance. */
-export function bestSplit(values: readonly number[], minSegment = MIN_SEGMENT): Split | null {
+export function bestSplit(values: ArrayLike<number>, minSegment = MIN_SEGMENT): Split | null {
   const n = values.length;
   if (n < 2 * minSegment) return null;
-  // Sorted as one typed array of value·2^21 + index (whole ms below 2^32, fewer than 2^21 values; a comparator sort
-  // is ten times slower, and a project's window has a few thousand series).
-  const keyed = new Float64Array(n);
-  const exact = n < 2 ** 21 && values.every((value) => Number.isInteger(value) && value >= 0 && value < 2 ** 32);
-  let order: ArrayLike<number>;
-  if (exact) {
-    for (let i = 0; i < n; i++) keyed[i] = values[i] * 2 ** 21 + i;
-    keyed.sort();
-    const indexes = new Int32Array(n);
-    for (let i = 0; i < n; i++) indexes[i] = keyed[i] % 2 ** 21;
-    order = indexes;
-  } else {
-    order = values.map((_, i) => i).sort((a, b) => values[a] - values[b]);
-  }
+  const order = ascendingOrder(values);
   const ranks = new Float64Array(n);
   let ties = 0;
   for (let i = 0; i < n;) {
@@ -168,14 +155,27 @@ interface Series {
   readonly stage: string | null;
   readonly part: SeriesPart;
   readonly pipelines: PipelineRuns[];
+  /** One value per pipeline and its weight, side by side (a month is thousands of series of thousands of values). */
+  readonly values: Float64Array;
+  readonly weights: Float64Array;
+}
+
+interface SeriesBuilder {
+  readonly job: string | null;
+  readonly stage: string | null;
+  readonly part: SeriesPart;
+  readonly pipelines: PipelineRuns[];
   readonly values: number[];
 }
 
 const FAILED = new Set(['failed', 'canceled', 'skipped']);
 
 function seriesOf(pipelines: readonly PipelineRuns[]): Series[] {
-  const path: Series = { job: null, stage: null, part: 'critical_path', pipelines: [], values: [] };
-  const byJob = new Map<string, Series[]>();
+  const path: SeriesBuilder = { job: null, stage: null, part: 'critical_path', pipelines: [], values: [] };
+  // By stage, then name (no key made per row); each job's series once per part, and the pipeline last added to them.
+  const byStage = new Map<string, Map<string, { series: SeriesBuilder[]; last: PipelineRuns | null }>>();
+  const all: SeriesBuilder[][] = [];
+  const parts = new Float64Array(RUNNER_PARTS.length);
   for (const pipeline of pipelines) {
     const time = pathMs(pipeline);
     if (pipeline.finishedAt !== null && !FAILED.has(pipeline.status) && time !== null) {
@@ -183,27 +183,52 @@ function seriesOf(pipelines: readonly PipelineRuns[]): Series[] {
       path.values.push(time);
     }
     // A job's value in a pipeline: its stages summed over its runs that count (a name run in a child too is one job).
-    const values = new Map<string, { row: JobRunRow; parts: Record<RunnerPart, number> }>();
     for (const row of pipeline.rows) {
       if (row.status !== 'success' || row.retried || !row.runnerSpans) continue;
-      const key = `${row.stage}\u0000${row.name}`;
-      const found = values.get(key);
-      if (found === undefined) values.set(key, { row, parts: { ...row.partsMs } });
-      else for (const part of RUNNER_PARTS) found.parts[part] += row.partsMs[part];
-    }
-    for (const [key, { row, parts }] of values) {
-      let series = byJob.get(key);
-      if (series === undefined) {
-        series = RUNNER_PARTS.map((part) => ({ job: row.name, stage: row.stage, part, pipelines: [], values: [] }));
-        byJob.set(key, series);
+      let names = byStage.get(row.stage);
+      if (names === undefined) byStage.set(row.stage, (names = new Map()));
+      let job = names.get(row.name);
+      if (job === undefined) {
+        job = { series: RUNNER_PARTS.map((part) => ({ job: row.name, stage: row.stage, part, pipelines: [], values: [] })), last: null };
+        names.set(row.name, job);
+        all.push(job.series);
       }
-      for (const [i, part] of RUNNER_PARTS.entries()) {
-        series[i].pipelines.push(pipeline);
-        series[i].values.push(parts[part]);
+      const first = job.last !== pipeline;
+      job.last = pipeline;
+      partsInto(row, parts);
+      for (let i = 0; i < RUNNER_PARTS.length; i++) {
+        const series = job.series[i];
+        const value = parts[i];
+        if (first) {
+          series.pipelines.push(pipeline);
+          series.values.push(value);
+        } else {
+          series.values[series.values.length - 1] += value;
+        }
       }
     }
   }
-  return [path, ...[...byJob.values()].flat()];
+  return [path, ...all.flat()].map((series) => {
+    // Filled by loops: Float64Array.from with a mapping function walks an iterator, several times slower.
+    const values = new Float64Array(series.values.length);
+    const weights = new Float64Array(series.values.length);
+    for (let i = 0; i < values.length; i++) {
+      values[i] = series.values[i];
+      weights[i] = weightOf(series.pipelines[i]);
+    }
+    return { ...series, values, weights };
+  });
+}
+
+/** The largest value less the smallest, of values[from, to). */
+function spread(values: Float64Array, from: number, to: number): number {
+  let least = Infinity;
+  let most = -Infinity;
+  for (let i = from; i < to; i++) {
+    if (values[i] < least) least = values[i];
+    if (values[i] > most) most = values[i];
+  }
+  return most - least;
 }
 
 const partOrder = (part: SeriesPart) => (part === 'critical_path' ? -1 : RUNNER_PARTS.indexOf(part));
@@ -224,11 +249,7 @@ export function findRegressions(rows: readonly JobRunRow[], options: RegressionO
   const tested = varying.filter((series) => series.values.length >= 2 * minSegment);
   const family = Math.max(1, tested.length);
 
-  const median = (series: Series, from: number, to: number) =>
-    weightedPercentile(
-      series.values.slice(from, to).map((value, i) => [value, weightOf(series.pipelines[from + i])] as const),
-      0.5,
-    )!;
+  const median = (series: Series, from: number, to: number) => weightedQuantile(series.values.subarray(from, to), series.weights.subarray(from, to), 0.5)!;
   const bigEnough = (before: number, after: number) => Math.abs(after - before) >= Math.max(minEffectMs, minEffectShare * before);
 
   const changePoints: ChangePoint[] = [];
@@ -237,7 +258,10 @@ export function findRegressions(rows: readonly JobRunRow[], options: RegressionO
     const segments: Array<[number, number]> = [[0, series.values.length]];
     while (segments.length > 0) {
       const [from, to] = segments.pop()!;
-      const split = bestSplit(series.values.slice(from, to), minSegment);
+      // Medians lie within the values: a stretch that never moves by the effect's minimum holds no change that
+      // matters, and is not ranked (most of a month's series, a stage of a second or two).
+      if (spread(series.values, from, to) < minEffectMs) continue;
+      const split = bestSplit(series.values.subarray(from, to), minSegment);
       if (split === null || split.p * family > falseAlarmRate) continue;
       const at = from + split.at;
       if (!bigEnough(median(series, from, at), median(series, at, to))) continue;
@@ -250,7 +274,7 @@ export function findRegressions(rows: readonly JobRunRow[], options: RegressionO
     for (const [i, split] of splits.entries()) {
       const from = i === 0 ? 0 : splits[i - 1].at;
       const to = i === splits.length - 1 ? series.values.length : splits[i + 1].at;
-      const placed = bestSplit(series.values.slice(from, to), minSegment);
+      const placed = bestSplit(series.values.subarray(from, to), minSegment);
       if (placed !== null) split.at = from + placed.at;
     }
     for (const [i, { at, p }] of splits.entries()) {

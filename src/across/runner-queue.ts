@@ -1,4 +1,4 @@
-import { weightedPercentile } from './percentiles';
+import { weightedQuantile } from './percentiles';
 import type { JobRunRow } from './job-run';
 import { groupByPipeline, pathMs, seconds, weightOf } from './pipeline-runs';
 
@@ -60,8 +60,8 @@ export interface RunnerQueue {
 
 const round2 = (value: number) => Math.round(value * 100) / 100;
 
-function quantiles(values: ReadonlyArray<readonly [number, number]>): Quantiles {
-  return { p50: seconds(weightedPercentile(values, 0.5) ?? 0), p95: seconds(weightedPercentile(values, 0.95) ?? 0) };
+function quantiles(values: ArrayLike<number>, weights: ArrayLike<number>): Quantiles {
+  return { p50: seconds(weightedQuantile(values, weights, 0.5) ?? 0), p95: seconds(weightedQuantile(values, weights, 0.95) ?? 0) };
 }
 
 /** Rows a runner took, by the tag set of that runner. */
@@ -81,21 +81,31 @@ function takenByTags(rows: readonly JobRunRow[]): Map<string, JobRunRow[]> {
  * holding across a bucket's start counts in that bucket too.
  */
 function maxWaitingByBucket(rows: readonly JobRunRow[], bucketOf: (time: number) => number): Map<number, number> {
-  const events: Array<readonly [time: number, change: number]> = [];
+  // The events side by side (a month's tag set is tens of thousands): each wait's start (+weight) and end (−weight).
+  const times = new Float64Array(rows.length * 2);
+  const changes = new Float64Array(rows.length * 2);
+  let count = 0;
   for (const row of rows) {
     if (row.startedAt! <= row.pendingAt) continue;
-    events.push([row.pendingAt, weightOf(row)], [row.startedAt!, -weightOf(row)]);
+    const weight = weightOf(row);
+    times[count] = row.pendingAt;
+    changes[count++] = weight;
+    times[count] = row.startedAt!;
+    changes[count++] = -weight;
   }
   // At one instant, a job leaving the queue before another joins: one runner taking a job as another comes is no overlap.
-  events.sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+  const order = new Int32Array(count);
+  for (let i = 0; i < count; i++) order[i] = i;
+  order.sort((a, b) => times[a] - times[b] || changes[a] - changes[b]);
   const most = new Map<number, number>();
-  const raise = (bucket: number, count: number) => most.set(bucket, Math.max(most.get(bucket) ?? 0, count));
+  const raise = (bucket: number, waiting: number) => most.set(bucket, Math.max(most.get(bucket) ?? 0, waiting));
   let waiting = 0;
-  for (let i = 0; i < events.length; i++) {
-    waiting += events[i][1];
-    const next = events[i + 1]?.[0];
-    if (next === events[i][0]) continue;
-    const bucket = bucketOf(events[i][0]);
+  for (let i = 0; i < count; i++) {
+    const time = times[order[i]];
+    waiting += changes[order[i]];
+    const next = i + 1 < count ? times[order[i + 1]] : undefined;
+    if (next === time) continue;
+    const bucket = bucketOf(time);
     raise(bucket, waiting);
     if (next !== undefined && waiting > 1e-9) for (let later = bucket + 1; later <= bucketOf(next - 1); later++) raise(later, waiting);
   }
@@ -121,7 +131,10 @@ export function runnerQueue(rows: readonly JobRunRow[], window: Window): RunnerQ
     const summary = (list: readonly JobRunRow[]) => ({
       jobs: round2(list.reduce((sum, row) => sum + weightOf(row), 0)),
       pipelines: new Set(list.map((row) => row.rootPipelineId)).size,
-      queue_seconds: quantiles(list.map((row) => [row.queueMs, weightOf(row)] as const)),
+      queue_seconds: quantiles(
+        list.map((row) => row.queueMs),
+        list.map((row) => weightOf(row)),
+      ),
     });
     const buckets = [...new Set([...byBucket.keys(), ...most.keys()])]
       .sort((a, b) => a - b)
@@ -346,7 +359,8 @@ export function whatIf(rows: readonly JobRunRow[], request: WhatIfRequest): What
   const latency = Math.round(concurrency.pickup_latency_seconds * 1000);
   const before = replayFifo(jobs, concurrency.runners, latency);
   const after = replayFifo(jobs, Math.max(1, concurrency.runners + request.runners), latency);
-  const weighted = (waits: ArrayLike<number>) => quantiles(replayed.map((row, i) => [waits[i], weightOf(row)] as const));
+  const weights = replayed.map((row) => weightOf(row));
+  const weighted = (waits: ArrayLike<number>) => quantiles(waits, weights);
 
   const changeByPipeline = new Map<number, number>();
   replayed.forEach((row, i) => {
@@ -376,8 +390,14 @@ export function whatIf(rows: readonly JobRunRow[], request: WhatIfRequest): What
       after: weighted(after),
     },
     critical_path_seconds: {
-      before: quantiles(paths.map((entry) => [entry.path, weightOf(entry.pipeline)] as const)),
-      after: quantiles(paths.map((entry) => [entry.path + entry.change, weightOf(entry.pipeline)] as const)),
+      before: quantiles(
+        paths.map((entry) => entry.path),
+        paths.map((entry) => weightOf(entry.pipeline)),
+      ),
+      after: quantiles(
+        paths.map((entry) => entry.path + entry.change),
+        paths.map((entry) => weightOf(entry.pipeline)),
+      ),
     },
     affected_pipelines: changed.length,
     changed_pipelines: changed.slice(0, WHAT_IF_PIPELINES).map((entry) => ({

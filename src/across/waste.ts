@@ -1,4 +1,5 @@
 import { JobRunRow, runMs } from './job-run';
+import { weightedQuantile } from './percentiles';
 import { seconds, weightOf } from './pipeline-runs';
 
 /**
@@ -153,14 +154,14 @@ function pricePerMs(row: JobRunRow, prices: Prices | undefined): number | null {
 
 /** The lower weighted median of the job's restores that took any time, for inferring hits and misses. */
 function medianRestore(rows: readonly JobRunRow[]): number {
-  const restores = rows.filter((row) => row.partsMs.restore_cache > 0).sort((a, b) => a.partsMs.restore_cache - b.partsMs.restore_cache);
-  const total = restores.reduce((sum, row) => sum + weightOf(row), 0);
-  let cumulative = 0;
-  for (const row of restores) {
-    cumulative += weightOf(row);
-    if (cumulative >= total / 2) return row.partsMs.restore_cache;
+  const restores: number[] = [];
+  const weights: number[] = [];
+  for (const row of rows) {
+    if (row.partsMs.restore_cache <= 0) continue;
+    restores.push(row.partsMs.restore_cache);
+    weights.push(weightOf(row));
   }
-  return 0;
+  return weightedQuantile(restores, weights, 0.5, 0) ?? 0;
 }
 
 interface JobLedger {
