@@ -1,5 +1,5 @@
-import { RUNNER_PARTS, runPartsScaled, type RunnerPart, type WaitingFor } from '../critical-path/critical-path';
-import type { JobRunRow } from '../across/job-run';
+import { RUNNER_PARTS, runPartsScaled, stagedParts, type RunnerPart, type WaitingFor } from '../critical-path/critical-path';
+import { partsFrom, type JobRunRow } from '../across/job-run';
 import { runnerTagsOf } from '../across/job-runs-of-trace';
 import { adjustedCountOf } from '../otlp/span-identity';
 import type { TimeWindow } from './trace-reads';
@@ -99,9 +99,10 @@ ${selection}
                 if(queued_said IS NOT NULL AND isFinite(queued_seconds), pending_ms + toInt64(floor(queued_seconds * 1000 + 0.5)),
                 if(queue_end_ns > 0, intDiv(queue_end_ns + 500000, 1000000),
                 if(execution.2 != '', intDiv(execution.3 + 500000, 1000000), pending_ms))))) AS picked_up_ms,
-            -- The stages of the job_execution kept, each once (a retried export), in the order they started.
-            arraySort(stage -> stage.4,
-                      arrayFilter(stage -> execution.2 != '' AND stage.2 = cityHash64(execution.2), arrayDistinct(all_stages))) AS stages_ms
+            -- The stages of the job_execution kept, each once (a retried export: sorted whole, a copy is next to its
+            -- original), in the order they started.
+            arrayFilter(stage -> execution.2 != '' AND stage.2 = cityHash64(execution.2),
+                        arrayCompact(arraySort(stage -> (stage.4, stage.5, stage.3, stage.1, stage.2), all_stages))) AS stages_ms
         FROM merged
     )
 SELECT
@@ -117,13 +118,11 @@ SELECT
            [toInt64(job.11 != 0), toInt64(job.6 = 'true'), pending_ms, picked_up_ms - pending_ms, end_ms - picked_up_ms,
             ${millis('job.14')}, ${millis('job.16')}, ${millis('job.17')}, toInt64OrDefault(job.18, toInt64(-1)),
             ${flag('job.19')}, ${flag('job.20')}, ${millis('job.21')}, toInt64(execution.2 != '')],
-           -- runParts: each stage clipped to the run and to the stages before it, by part (the rest is other, after).
-           tupleElement(arrayFold((acc, stage) -> if(least(stage.5, end_ms) > greatest(stage.4, acc.1),
-                                                    (least(stage.5, end_ms),
-                                                     arrayMap((value, i) -> if(i = stage.3, value + least(stage.5, end_ms) - greatest(stage.4, acc.1), value),
-                                                              acc.2, arrayEnumerate(acc.2))),
-                                                    acc),
-                                  stages_ms, (picked_up_ms, arrayWithConstant({part_count:UInt8}, toInt64(0)))), 2))) AS numbers
+           -- The stages, as runParts splits the run by them (src/critical-path's stagedParts): each its part's index,
+           -- its start since the previous one's end (the first's: since the pickup) and its length, ms: mostly a digit
+           -- or two, where times since the pickup would be six.
+           arrayFlatten(arrayMap((stage, previous_end) -> [toInt64(stage.3) - 1, stage.4 - previous_end, stage.5 - stage.4],
+                                 stages_ms, arraySlice(arrayPushFront(arrayMap(stage -> stage.5, stages_ms), picked_up_ms), 1, length(stages_ms)))))) AS numbers
 FROM timed`;
 }
 
@@ -136,9 +135,6 @@ function millis(text: string): string {
 function flag(text: string): string {
   return `multiIf(${text} = 'true', toInt64(1), ${text} = 'false', toInt64(0), toInt64(-1))`;
 }
-
-/** The number of parts a run is split into (src/critical-path's RUNNER_PARTS, `other` last). */
-export const JOB_RUN_FACTS_PARAMS = { part_count: RUNNER_PARTS.length };
 
 /**
  * One row of JOB_RUN_FACTS (JSONCompactEachRow, 64-bit integers as numbers: every one is below 2^53): a job's
@@ -173,8 +169,11 @@ const enum JobNumber {
   OnPath,
   Slack,
   RunnerSpans,
-  /** RUNNER_PARTS' milliseconds from here on, `other` without the rest of the run. */
-  Parts,
+  /**
+   * The runner's stages from here on, three numbers each: the part's index in RUNNER_PARTS, its start since the
+   * previous stage's end (the first's since the pickup) and its length, ms.
+   */
+  Stages,
 }
 const enum PipelineText {
   Ref,
@@ -241,6 +240,14 @@ export function jobRunsOfFacts(projectId: number, facts: readonly JobRunFactsRow
     if (tags === undefined) tagSets.set(text, (tags = runnerTagsOf(text)));
     return tags;
   };
+  const scratch = { parts: new Float64Array(RUNNER_PARTS.length), stages: [] };
+  // And a trace's few tracestates.
+  const counts = new Map<string, number>();
+  const countOf = (traceState: string) => {
+    let count = counts.get(traceState);
+    if (count === undefined) counts.set(traceState, (count = adjustedCountOf(traceState)));
+    return count;
+  };
   for (const [root, family] of families) {
     const rootPipeline = pipelines.get(root);
     const ready =
@@ -256,7 +263,7 @@ export function jobRunsOfFacts(projectId: number, facts: readonly JobRunFactsRow
       continue;
     }
     for (const row of family) {
-      if (row[1] !== 0 && row[4][JobNumber.HasSpan] === 1) rows.push(jobRunOf(projectId, root, pipelines.get(row[0])!, row, tagsOf));
+      if (row[1] !== 0 && row[4][JobNumber.HasSpan] === 1) rows.push(jobRunOf(projectId, root, pipelines.get(row[0])!, row, { tagsOf, countOf, scratch }));
     }
   }
   return { rows, walked };
@@ -273,12 +280,19 @@ function numberOf(text: string): number | null {
   return Number.isSafeInteger(number) ? number : null;
 }
 
+/** What a read's rows share while made: its tag sets and tracestates parsed once, and room to split a run in. */
+interface RowMaking {
+  readonly tagsOf: (text: string) => string;
+  readonly countOf: (traceState: string) => number;
+  readonly scratch: { readonly parts: Float64Array; readonly stages: number[] };
+}
+
 function jobRunOf(
   projectId: number,
   rootPipelineId: number,
   [, , , pipeline, times]: JobRunFactsRow,
   row: JobRunFactsRow,
-  tagsOf: (text: string) => string,
+  { tagsOf, countOf, scratch }: RowMaking,
 ): JobRunRow {
   const [pipelineId, jobId, , texts, numbers] = row;
   const status = pipeline[PipelineText.Status];
@@ -318,26 +332,31 @@ function jobRunOf(
     waitMs: numbers[JobNumber.Wait],
     waitingFor: texts[JobText.WaitingFor] as WaitingFor,
     queueMs: numbers[JobNumber.Queue],
-    partsMs: partsOf(numbers, finishedAt - startedAt, numbers[JobNumber.Run]),
+    partsMs: partsOf(numbers, finishedAt - startedAt, numbers[JobNumber.Run], scratch),
     runnerSpans: numbers[JobNumber.RunnerSpans] === 1,
     // As src/across/job-runs-of-trace.ts: GitLab Runner's spans say nothing of the cache.
     cacheResult: null,
     onCriticalPath: onPath,
     slackMs: onPath ? 0 : retried || numbers[JobNumber.Slack] < 0 ? null : numbers[JobNumber.Slack],
-    adjustedCount: adjustedCountOf(pipeline[PipelineText.TraceState]),
+    adjustedCount: countOf(pipeline[PipelineText.TraceState]),
   };
 }
 
-/** The stages' milliseconds by part, the rest of the run `other`; scaled to the run the path clamped it to, as the walk does. */
-function partsOf(numbers: readonly number[], ownRunMs: number, writtenRunMs: number): Record<RunnerPart, number> {
-  const parts = {} as Record<RunnerPart, number>;
-  let counted = 0;
-  for (const [i, part] of RUNNER_PARTS.entries()) {
-    parts[part] = numbers[JobNumber.Parts + i] ?? 0;
-    counted += parts[part];
+/** The run by the runner's stages, the rest `other`; scaled to the run the path clamped it to, as the walk does. */
+function partsOf(numbers: readonly number[], ownRunMs: number, writtenRunMs: number, { parts, stages }: RowMaking['scratch']): Record<RunnerPart, number> {
+  // Each stage's start and end since the pickup.
+  let count = 0;
+  let end = 0;
+  for (let i = JobNumber.Stages; i + 2 < numbers.length; i += 3) {
+    const start = end + numbers[i + 1];
+    end = start + numbers[i + 2];
+    stages[3 * count] = numbers[i];
+    stages[3 * count + 1] = start;
+    stages[3 * count + 2] = end;
+    count++;
   }
-  parts.other += Math.max(0, ownRunMs - counted);
-  return writtenRunMs === ownRunMs ? parts : runPartsScaled(parts, writtenRunMs);
+  const split = partsFrom(stagedParts(stages, 0, count, 0, ownRunMs, parts.fill(0)));
+  return writtenRunMs === ownRunMs ? split : runPartsScaled(split, writtenRunMs);
 }
 
 /** Of the rows, those of pipelines created in the window and, when asked, on the ref: what a read keeps. */

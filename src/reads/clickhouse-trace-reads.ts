@@ -4,7 +4,7 @@ import type { JobRunRow } from '../across/job-run';
 import { jobRunsOfTrace } from '../across/job-runs-of-trace';
 import type { AttributeValue } from '../otlp/collected-spans';
 import { round } from '../across/percentiles';
-import { inWindow, JOB_RUN_FACTS, JOB_RUN_FACTS_PARAMS, JobRunFactsRow, jobRunsOfFacts, PIPELINE_RUN_FACTS } from './clickhouse-job-runs';
+import { inWindow, JOB_RUN_FACTS, JobRunFactsRow, jobRunsOfFacts, PIPELINE_RUN_FACTS } from './clickhouse-job-runs';
 import { bySummaryOrder, JobSummary } from './job-summary';
 import { ClickHouseReadsOptions, LONGEST_SPAN_MS, ReadsUnavailableError, StoredSpan, TimeWindow, TraceBound, TraceRead, TraceReads } from './trace-reads';
 
@@ -457,7 +457,7 @@ export class ClickHouseTraceReads implements TraceReads {
   private async jobRuns(query: string, params: Record<string, unknown>, signal?: AbortSignal): Promise<JobRunRow[]> {
     const deadline = Date.now() + this.timeoutMs;
     const projectId = Number(params.project);
-    const facts = await this.rows<JobRunFactsRow>('job run rows', query, { ...params, ...JOB_RUN_FACTS_PARAMS }, deadline, signal, {
+    const facts = await this.rows<JobRunFactsRow>('job run rows', query, params, deadline, signal, {
       format: 'JSONCompactEachRow',
       clickhouse_settings: { output_format_json_quote_64bit_integers: 0 },
     });
