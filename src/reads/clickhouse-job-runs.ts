@@ -8,9 +8,10 @@ import type { TimeWindow } from './trace-reads';
  * SPEC §13 on ClickHouse: the rows of job runs from ci_job_runs' compact columns (deploy/clickhouse/init), what a read
  * across a month reads. The walk's figures (wait, queue, run, attempt, on the path, slack) are the ones the control
  * plane wrote on each job span at its root pipeline's end (src/pipeline-spans/pipeline-critical-path.ts), computed by
- * the same walk the reads run; the split of the run by the runner's stages, which the control plane never sees, is
- * computed here in SQL from the stages' times, as `runParts` does (src/critical-path). So a month is read as numbers
- * and short texts, one row per job run, with no trace walked again.
+ * the same walk the reads run. The split of the run by the runner's stages, which the control plane never sees, is
+ * made here from the stages the query hands over (each once, in start order, as three small numbers) by the walk's
+ * own rule (`stagedParts`, src/critical-path). So a month is read as numbers and short texts, one row per job run,
+ * with no trace walked again.
  *
  * A pipeline whose figures were not all written (its root still running or reopened by a retry, a job whose hook came
  * after the root's end, a job GitLab never named) is read the other way, its spans walked as a whole trace: `walked`
