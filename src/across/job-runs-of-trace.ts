@@ -1,3 +1,4 @@
+import { FINISHED_STATUSES } from '../otlp/ci-identity';
 import { criticalPathWalk, WalkedJob } from '../critical-path/critical-path';
 import type { CollectedSpan as StoredSpan } from '../otlp/collected-spans';
 import { keptVersionOf, trustedSpans } from '../otlp/control-plane-mark';
@@ -25,7 +26,7 @@ export function jobRunsOfTrace(trace: readonly StoredSpan[], projectId: number):
 
   const pipelines = latestPipelineSpans(spans);
   const root = [...pipelines.values()].find((span) => span.parentSpanId === '');
-  const rootEnded = root !== undefined && FINISHED.has(text(root.attributes['ci.pipeline.status']));
+  const rootEnded = root !== undefined && FINISHED_STATUSES.has(text(root.attributes['ci.pipeline.status']));
   const pathKnown = rootEnded && walk.path !== null;
   const jobSpans = new Map<number, StoredSpan>();
   const executions = new Map<string, StoredSpan>();
@@ -59,7 +60,7 @@ export function jobRunsOfTrace(trace: readonly StoredSpan[], projectId: number):
       // GitLab's, on the pipeline span; else as the runner read it from the job's CI_PIPELINE_SOURCE.
       source: text(pipeline?.attributes['ci.pipeline.source']) || text(executions.get(span.spanId)?.attributes['ci.pipeline.source']),
       pipelineCreatedAt: pipeline === undefined ? firstPending.get(job.pipelineId)! : ms(pipeline.startNanos),
-      pipelineFinishedAt: pipeline !== undefined && FINISHED.has(status) ? ms(pipeline.endNanos) : null,
+      pipelineFinishedAt: pipeline !== undefined && FINISHED_STATUSES.has(status) ? ms(pipeline.endNanos) : null,
       pipelineStatus: status,
       ...jobFacts(job, span),
       onCriticalPath: pathKnown ? job.onPath : null,
@@ -70,9 +71,6 @@ export function jobRunsOfTrace(trace: readonly StoredSpan[], projectId: number):
   }
   return rows.sort((a, b) => a.pipelineCreatedAt - b.pipelineCreatedAt || a.pipelineId - b.pipelineId || a.pendingAt - b.pendingAt || a.jobId - b.jobId);
 }
-
-/** GitLab's statuses after which a pipeline (or, for now, its reopened span) has finished. */
-const FINISHED = new Set(['success', 'failed', 'canceled', 'skipped']);
 
 const ms = (nanos: bigint) => Number((nanos + 500_000n) / 1_000_000n);
 /** A string attribute; a backend that keeps attributes as text gives a ref or stage such as `2024` back as a number. */

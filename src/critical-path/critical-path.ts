@@ -1,3 +1,4 @@
+import { FINISHED_STATUSES } from '../otlp/ci-identity';
 import type { CollectedSpan as StoredSpan } from '../otlp/collected-spans';
 
 /**
@@ -310,8 +311,6 @@ interface PipelineFacts {
   readonly end: number | null;
 }
 
-const TERMINAL = new Set(['success', 'failed', 'canceled', 'skipped']);
-
 function pipelinesOf(spans: readonly StoredSpan[]): { pipelines: Map<number, PipelineFacts>; rootPipelineId: number | null } {
   const pipelines = new Map<number, PipelineFacts>();
   let rootPipelineId: number | null = null;
@@ -320,7 +319,7 @@ function pipelinesOf(spans: readonly StoredSpan[]): { pipelines: Map<number, Pip
     const pipelineId = numberAttribute(span, 'ci.pipeline.id');
     if (pipelineId === null) continue;
     const status = span.attributes['ci.pipeline.status'] ?? span.attributes['ci.pipeline.worst_job_status'];
-    pipelines.set(pipelineId, { start: ms(span.startNanos), end: TERMINAL.has(String(status)) ? ms(span.endNanos) : null });
+    pipelines.set(pipelineId, { start: ms(span.startNanos), end: FINISHED_STATUSES.has(String(status)) ? ms(span.endNanos) : null });
     if (span.parentSpanId === '') rootPipelineId = pipelineId;
   }
   return { pipelines, rootPipelineId };

@@ -1,3 +1,4 @@
+import { FINISHED_STATUSES } from '../otlp/ci-identity';
 import type { FinishedJob, JobEvent, PipelineEvent } from '../pipeline-spans/pipeline-events';
 import type { JobEnd, PipelineEnd } from '../pipeline-spans/pipeline-span-model';
 
@@ -8,12 +9,6 @@ import type { JobEnd, PipelineEnd } from '../pipeline-spans/pipeline-span-model'
  * child pipelines, and `object_attributes.root_pipeline_id` from newer GitLab versions.
  */
 
-/**
- * Statuses after which a job does not change again (a retry is a new job, with the same name and a
- * `retries_count`), and after which a pipeline has finished, for now: a retried or played job sends it
- * back to `running`, then to one of these again with a new `finished_at` (SPEC §10, the final story).
- */
-const FINISHED = new Set(['success', 'failed', 'canceled', 'skipped']);
 /** Statuses of a job that GitLab will still run: a pipeline hook naming one of them has the pipeline running. */
 const ACTIVE = new Set(['created', 'waiting_for_resource', 'preparing', 'pending', 'running', 'scheduled']);
 /** A job whose `resource_group` another job holds: GitLab makes it pending when the resource is free. */
@@ -99,7 +94,7 @@ const flag = (value: unknown) => (typeof value === 'boolean' ? value : undefined
 
 /** One entry of a Pipeline Hook's `builds`, when it has finished. */
 function finishedBuild(build: unknown, pipelineId: number, projectUrl: string | undefined, receivedAt: number): FinishedJob | undefined {
-  if (!isObject(build) || typeof build.status !== 'string' || !FINISHED.has(build.status)) return undefined;
+  if (!isObject(build) || typeof build.status !== 'string' || !FINISHED_STATUSES.has(build.status)) return undefined;
   const jobId = id(build.id, 'builds[].id');
   const startedAt = parseGitlabTime(build.started_at, 'builds[].started_at');
   return {
@@ -159,7 +154,7 @@ export function parsePipelineHook(body: unknown, receivedAt: number): PipelineEv
   const activeJobIds = active.map((build) => id(build.id, 'builds[].id'));
   const waitingForResourceJobIds = active.filter((build) => build.status === WAITING_FOR_RESOURCE).map((build) => id(build.id, 'builds[].id'));
   let end: PipelineEnd | undefined;
-  if (FINISHED.has(status)) {
+  if (FINISHED_STATUSES.has(status)) {
     const createdAt = parseGitlabTime(attributes.created_at, 'object_attributes.created_at') ?? receivedAt;
     const finishedAt = endOf(parseGitlabTime(attributes.finished_at, 'object_attributes.finished_at'), createdAt, undefined, receivedAt);
     end = {
@@ -198,7 +193,7 @@ export function parseJobHook(body: unknown, receivedAt: number): JobEvent {
   if (!isObject(body)) throw new WebhookPayloadError('a Job Hook is a JSON object');
   const jobId = id(body.build_id, 'build_id');
   const status = text(body.build_status) ?? '';
-  if (!FINISHED.has(status)) return { kind: 'job', jobId, status };
+  if (!FINISHED_STATUSES.has(status)) return { kind: 'job', jobId, status };
   const project = isObject(body.project) ? body.project : {};
   const projectUrl = text(project.web_url);
   const startedAt = parseGitlabTime(body.build_started_at, 'build_started_at');

@@ -64,3 +64,11 @@ export const SAMPLING_REASON_ATTRIBUTE = 'ci.sampling.reason';
 
 export const SAMPLING_REASONS = ['head', 'failed', 'slow', 'queued', 'no_outcome'] as const;
 export type SamplingReason = (typeof SAMPLING_REASONS)[number];
+
+/**
+ * GitLab's statuses after which a job does not change again (a retry is a new job) and a pipeline has finished, for
+ * now: a retried or played job sends its pipeline back to `running`, then to one of these again with a new
+ * `finished_at` (SPEC §10, the final story). As the Job and Pipeline Hooks say them, and the spans' `ci.job.status`
+ * and `ci.pipeline.status` after them.
+ */
+export const FINISHED_STATUSES: ReadonlySet<string> = new Set(['success', 'failed', 'canceled', 'skipped']);

@@ -1,3 +1,4 @@
+import { FINISHED_STATUSES } from '../otlp/ci-identity';
 import { RUNNER_PARTS, runPartsScaled, stagedParts, type RunnerPart, type WaitingFor } from '../critical-path/critical-path';
 import { partsFrom, type JobRunRow } from '../across/job-run';
 import { runnerTagsOf } from '../across/job-runs-of-trace';
@@ -189,7 +190,6 @@ const enum PipelineNumber {
   End,
 }
 
-const FINISHED = new Set(['success', 'failed', 'canceled', 'skipped']);
 const WAITING_FOR = new Set<string>(['gitlab', 'manual', 'retry', 'delayed', 'resource']);
 
 /** Whether a job row holds the figures the control plane writes, or is no job of the walk (a bridge, a queue wait alone). */
@@ -254,7 +254,7 @@ export function jobRunsOfFacts(projectId: number, facts: readonly JobRunFactsRow
     const ready =
       rootPipeline !== undefined &&
       rootPipeline[3][PipelineText.ParentSpanId] === '' &&
-      FINISHED.has(rootPipeline[3][PipelineText.Status]) &&
+      FINISHED_STATUSES.has(rootPipeline[3][PipelineText.Status]) &&
       family.every((row) => row[1] === 0 || (written(row) && (row[4][JobNumber.HasSpan] !== 1 || pipelines.has(row[0])))) &&
       // A child pipeline that ended after its root (a trigger job without strategy: depend) was not whole when the
       // control plane wrote the root's figures: the family is walked as the trace is now.
@@ -272,7 +272,7 @@ export function jobRunsOfFacts(projectId: number, facts: readonly JobRunFactsRow
 
 /** Whether a pipeline had ended by the time its root did. */
 function endedBy([, , , pipeline, times]: JobRunFactsRow, [, , , , rootTimes]: JobRunFactsRow): boolean {
-  return FINISHED.has(pipeline[PipelineText.Status]) && times[PipelineNumber.End] <= rootTimes[PipelineNumber.End];
+  return FINISHED_STATUSES.has(pipeline[PipelineText.Status]) && times[PipelineNumber.End] <= rootTimes[PipelineNumber.End];
 }
 
 function numberOf(text: string): number | null {
@@ -313,7 +313,7 @@ function jobRunOf(
     sha: pipeline[PipelineText.Sha],
     source: source !== '' ? source : texts[JobText.RunnerSource],
     pipelineCreatedAt: times[PipelineNumber.Start],
-    pipelineFinishedAt: FINISHED.has(status) ? times[PipelineNumber.End] : null,
+    pipelineFinishedAt: FINISHED_STATUSES.has(status) ? times[PipelineNumber.End] : null,
     pipelineStatus: status,
     jobId,
     name: texts[JobText.Name],

@@ -1,4 +1,4 @@
-import { SAMPLING_REASON_ATTRIBUTE } from '../otlp/ci-identity';
+import { SAMPLING_REASON_ATTRIBUTE, FINISHED_STATUSES } from '../otlp/ci-identity';
 import { adjustedCountOf } from '../otlp/span-identity';
 import type { StoredSpan } from './trace-reads';
 
@@ -31,8 +31,6 @@ export interface Completeness {
   readonly adjusted_count: number;
 }
 
-/** GitLab's statuses after which a pipeline has finished (for now: a retry or a played job reopens it). */
-const FINISHED = new Set(['success', 'failed', 'canceled', 'skipped']);
 /** A job that never ran has no runner spans to miss. */
 const NEVER_RAN = new Set(['canceled', 'skipped']);
 /** Spans the control plane emits, which carry the pipeline's tracestate (a runner's carry none: it is never told). */
@@ -95,7 +93,7 @@ function everyPipelineEnded(spans: readonly StoredSpan[]): boolean {
       pipelines += 1;
       const pipelineId = String(span.attributes['ci.pipeline.id'] ?? span.resource['ci.pipeline.id'] ?? '');
       named.add(pipelineId);
-      if (FINISHED.has(String(span.attributes['ci.pipeline.status'] ?? ''))) ended.add(pipelineId);
+      if (FINISHED_STATUSES.has(String(span.attributes['ci.pipeline.status'] ?? ''))) ended.add(pipelineId);
     } else if (span.name === 'bridge') {
       // A multi-project downstream pipeline is its own project's trace, never this one's (SPEC §12 "Trust"): its
       // bridge, this project's own job, has ended when its span says so, and names no pipeline this trace must hold.
