@@ -1,10 +1,19 @@
+import { FINISHED_STATUSES } from '../otlp/ci-identity';
 import { CONTROL_PLANE_MARK } from '../otlp/control-plane-mark';
 import { ClickHouseClient, ClickHouseLogLevel, ClickHouseSettings, createClient } from '@clickhouse/client';
 import type { JobRunRow } from '../across/job-run';
 import { jobRunsOfTrace } from '../across/job-runs-of-trace';
 import type { AttributeValue } from '../otlp/collected-spans';
 import { round } from '../across/percentiles';
-import { inWindow, JOB_RUN_FACTS, JobRunFactsRow, jobRunsOfFacts, PIPELINE_RUN_FACTS } from './clickhouse-job-runs';
+import {
+  inWindow,
+  JOB_RUN_FACTS,
+  JobRunFactsRow,
+  jobRunsOfFacts,
+  LATEST_ENDED_PIPELINES,
+  PIPELINE_RUN_FACTS,
+  PIPELINES_RUN_FACTS,
+} from './clickhouse-job-runs';
 import { bySummaryOrder, JobSummary } from './job-summary';
 import { ClickHouseReadsOptions, LONGEST_SPAN_MS, ReadsUnavailableError, StoredSpan, TimeWindow, TraceBound, TraceRead, TraceReads } from './trace-reads';
 
@@ -451,6 +460,25 @@ export class ClickHouseTraceReads implements TraceReads {
     const params = { project: projectId, pipeline: pipelineId, ...windowParams(window), longest_ms: LONGEST_SPAN_MS };
     const rows = await this.jobRuns(PIPELINE_RUN_FACTS, params, signal);
     return rows.length === 0 ? null : rows;
+  }
+
+  async latestEndedRunRows(
+    projectId: number,
+    latest: { readonly ref: string; readonly source: string; readonly except: number; readonly count: number },
+    window: TimeWindow,
+    signal?: AbortSignal,
+  ): Promise<{ rows: JobRunRow[]; complete: boolean }> {
+    const params = { project: projectId, ...windowParams(window), longest_ms: LONGEST_SPAN_MS };
+    const found = await this.rows<{ pipeline_id: string }>(
+      'latest ended pipelines',
+      LATEST_ENDED_PIPELINES,
+      { ...params, ref: latest.ref, source: latest.source, except: latest.except, count: latest.count, finished: [...FINISHED_STATUSES] },
+      Date.now() + this.timeoutMs,
+      signal,
+    );
+    const pipelines = found.map((row) => Number(row.pipeline_id));
+    const rows = pipelines.length === 0 ? [] : await this.jobRuns(PIPELINES_RUN_FACTS, { ...params, pipelines }, signal);
+    return { rows, complete: pipelines.length < latest.count };
   }
 
   /** The job runs of the pipelines a query selects: from their written figures, else (`walked`) from their spans. */

@@ -183,11 +183,23 @@ async function compareRead(backend: TraceReads, task: Extract<ReadTask, { read: 
     if (baselineRuns.pipelineId === targetRuns.pipelineId) return { kind: 'unanswerable', reason: 'the baseline is the pipeline itself (or its root)' };
     return encoded(comparePipelines(targetRuns.rows, baselineRuns.rows, `pipeline ${baselineRuns.pipelineId}, as asked`));
   }
-  // The last 20 ended pipelines before it are usually within hours: looked for over a day first, then a week, then
-  // the whole lookback, so a busy project's compare reads about a day of its rows, not a month of them.
   let candidates: PipelineRuns[] = [];
   let choice: BaselineChoice | null = null;
-  for (const since of [DAY_MS, 7 * DAY_MS, task.lookbackMs].map((span) => Math.min(span, task.lookbackMs))) {
+  let decided = false;
+  // A backend that can list the latest ended pipelines of the ref reads only theirs (twice as many as a baseline is
+  // chosen among: a listed one may turn out of another source, or without a path yet).
+  if (backend.latestEndedRunRows !== undefined) {
+    const window = { fromMs: targetRuns.createdAt - task.lookbackMs, toMs: targetRuns.createdAt };
+    const latest = { ref: targetRuns.ref, source: targetRuns.source, except: targetRuns.pipelineId, count: 2 * BASELINE_CANDIDATES };
+    const found = await backend.latestEndedRunRows(task.projectId, latest, window, signal);
+    candidates = groupByPipeline(found.rows);
+    choice = chooseBaseline(candidates, targetRuns);
+    // All there were, or enough of them: the window's read would choose the same.
+    decided = found.complete || (choice !== null && choice.among >= BASELINE_CANDIDATES);
+  }
+  // Otherwise the last 20 ended pipelines before it, usually within hours: looked for over a day first, then a week,
+  // then the whole lookback, so a busy project's compare reads about a day of its rows, not a month of them.
+  for (const since of decided ? [] : [DAY_MS, 7 * DAY_MS, task.lookbackMs].map((span) => Math.min(span, task.lookbackMs))) {
     const window = { fromMs: targetRuns.createdAt - since, toMs: targetRuns.createdAt };
     candidates = groupByPipeline(await backend.jobRunRows(task.projectId, window, targetRuns.ref === '' ? {} : { ref: targetRuns.ref }, signal));
     choice = chooseBaseline(candidates, targetRuns);

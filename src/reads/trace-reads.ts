@@ -118,6 +118,19 @@ export interface TraceReads {
    */
   pipelineRunRows(projectId: number, pipelineId: number, window: TimeWindow, signal?: AbortSignal): Promise<JobRunRow[] | null>;
   /**
+   * SPEC §13 "Compare": the rows of the latest `count` root pipelines of the project on `ref` created within `window`
+   * (the end excluded) that ended, whose source is `source` or not said, `except` left out: where a compare's
+   * default baseline is chosen from, without reading every pipeline of the lookback. `complete` when fewer than
+   * `count` matched (then they are all there are). Absent on a backend whose window reads cost little (the embedded
+   * files): the caller reads the window instead.
+   */
+  latestEndedRunRows?(
+    projectId: number,
+    latest: { readonly ref: string; readonly source: string; readonly except: number; readonly count: number },
+    window: TimeWindow,
+    signal?: AbortSignal,
+  ): Promise<{ rows: JobRunRow[]; complete: boolean }>;
+  /**
    * Called once in the thread that will serve reads, before its first: the embedded backend indexes the collector's
    * files there (up to twice LOCAL_COLLECTOR_MAX_BYTES), so a thread that replaces one abandoned at a deadline is not
    * itself abandoned while it catches up.
