@@ -78,6 +78,13 @@ export class MemoryTracedWorkStore implements TracedWorkStore {
     return { before: kept, highest: Math.max(kept, version) };
   }
 
+  async highestPipelineSpanVersions(pipelineIds: readonly number[]): Promise<number[]> {
+    return pipelineIds.map((pipelineId) => {
+      const entry = this.pipelineSpanVersions.get(pipelineId);
+      return entry === undefined || entry.expiresAt <= this.now() ? 0 : entry.value;
+    });
+  }
+
   async recordRunnerJobEnd(pipelineId: number, end: RunnerJobEnd, ttlMs: number): Promise<RunnerJobEnd[]> {
     const now = this.now();
     const kept = this.runnerJobEnds.get(pipelineId);

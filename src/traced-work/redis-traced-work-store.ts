@@ -58,6 +58,12 @@ export class RedisTracedWorkStore implements TracedWorkStore {
     return { before: Number(before), highest: Number(highest) };
   }
 
+  async highestPipelineSpanVersions(pipelineIds: readonly number[]): Promise<number[]> {
+    // One GET each, together: the keys are in as many slots as pipelines (a Cluster takes no multi-slot MGET).
+    const kept = await this.store.guard(() => Promise.all(pipelineIds.map((pipelineId) => this.store.client.get(PIPELINE_SPAN_VERSION_KEY(pipelineId)))));
+    return kept.map((version) => (version === null ? 0 : Number(version)));
+  }
+
   async recordRunnerJobEnd(pipelineId: number, end: RunnerJobEnd, ttlMs: number): Promise<RunnerJobEnd[]> {
     const ends = await this.store.guard(() =>
       this.scripts.recordRunnerJobEnd([RUNNER_JOB_ENDS_KEY(pipelineId)], [end.jobId, JSON.stringify(end), ttlArgument(ttlMs)]),

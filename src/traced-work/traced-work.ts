@@ -121,6 +121,8 @@ export interface PipelineStoryStore {
    * (0: none): below `version`, this call is the one, on any replica, that told of it first.
    */
   raisePipelineSpanVersion(pipelineId: number, version: number, ttlMs: number): Promise<RaisedVersion>;
+  /** The highest version of each pipeline's span told so far (0: none, or forgotten), in the order asked. */
+  highestPipelineSpanVersions(pipelineIds: readonly number[]): Promise<number[]>;
   /** Without webhooks: adds one traced job's end to its pipeline's, and answers them all (each job once). */
   recordRunnerJobEnd(pipelineId: number, end: RunnerJobEnd, ttlMs: number): Promise<RunnerJobEnd[]>;
   /**

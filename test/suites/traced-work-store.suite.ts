@@ -103,6 +103,7 @@ export function behavesAsATracedWorkStore(world: StoreWorld) {
       // The same version again (a redelivered hook) raises nothing: only the first call told of it.
       expect(await tracedWork.raisePipelineSpanVersion(501, newer, 60_000)).toEqual({ before: newer, highest: newer });
       expect(await tracedWork.raisePipelineSpanVersion(502, older, 60_000)).toEqual({ before: 0, highest: older });
+      expect(await tracedWork.highestPipelineSpanVersions([502, 503, 501])).toEqual([older, 0, newer]);
     });
 
     it("keeps each job's runner end once per pipeline and answers them all", async () => {
