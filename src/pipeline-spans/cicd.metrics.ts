@@ -78,8 +78,8 @@ export class CicdMetrics {
     readonly runErrors: OtelCounter;
     readonly systemErrors: OtelCounter;
   };
-  /** The series of `active` set at the last count, set to 0 when their runs are gone. */
-  private activeShown = new Set<string>();
+  /** The names `active` has counted runs of: each shown, 0 once its runs are gone, to every reader. */
+  private readonly activeNames = new Set<string>();
 
   constructor(
     config: PipelineSpansConfig,
@@ -193,21 +193,14 @@ export class CicdMetrics {
     } catch {
       return undefined;
     }
+    const counts = this.active.counted(ids, versions);
+    for (const name of counts.keys()) this.activeNames.add(name);
+    // A name whose runs have all ended shows 0 rather than its last count (bounded: names are capped).
     const counted: Array<[Record<string, string>, number]> = [];
-    const shown = new Set<string>();
-    for (const [name, byState] of this.active.counted(ids, versions)) {
-      for (const state of STATES) {
-        shown.add(`${name}\0${state}`);
-        counted.push([{ cicd_pipeline_name: name, cicd_pipeline_run_state: state }, byState[state]]);
-      }
+    for (const name of this.activeNames) {
+      const byState = counts.get(name);
+      for (const state of STATES) counted.push([{ cicd_pipeline_name: name, cicd_pipeline_run_state: state }, byState?.[state] ?? 0]);
     }
-    // A name whose runs have all ended shows 0 rather than its last count.
-    for (const key of this.activeShown) {
-      if (shown.has(key)) continue;
-      const [name, state] = key.split('\0');
-      counted.push([{ cicd_pipeline_name: name, cicd_pipeline_run_state: state }, 0]);
-    }
-    this.activeShown = shown;
     return counted;
   }
 }
