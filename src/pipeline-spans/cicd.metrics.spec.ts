@@ -1,3 +1,4 @@
+import fc from 'fast-check';
 import type { Registry } from 'prom-client';
 import { loadConfig } from '../config/app-config';
 import { pipelineSpansServiceOn } from '../../test/helpers/pipeline-spans-service';
@@ -247,5 +248,115 @@ describe('CI/CD metrics from the control plane (SPEC §14)', () => {
     await traced(500);
     expect(await counted(metrics.registry, 'cicd_system_errors_total', { cicd_system_component: 'pipeline_spans', error_type: 'store_failure' })).toBe(1);
     expect(await counted(metrics.registry, 'cicd_pipeline_run_errors_total')).toBe(0);
+  });
+});
+
+/**
+ * The orders GitLab may deliver a pipeline's hooks in, generated (STYLE "Tests"): each hook once or twice, in any
+ * order, to either of two replicas sharing one store. Whatever the order, each run's time by state is recorded once
+ * across the replicas, no run stays active once all its hooks are in, and active runs never sum below 0 or above the
+ * runs there are. PROPERTY_RUNS and PROPERTY_SEED as the property suites take them (seed 20261207 by default).
+ */
+describe('CI/CD metrics under generated hook orders (SPEC §14)', () => {
+  const RUNS = Number(process.env.PROPERTY_RUNS ?? 60);
+  const SEED = process.env.PROPERTY_SEED !== undefined ? Number(process.env.PROPERTY_SEED) : 20261207;
+
+  /** A pipeline's hooks in the order GitLab made them: pending, running, its end, and maybe a retry and a second end. */
+  function story(pipelineId: number, firstFails: boolean, retried: boolean, secondFails: boolean): PipelineEvent[] {
+    const first = job(
+      pipelineId * 10,
+      pipelineId,
+      { pendingAt: 5, startedAt: 8, finishedAt: 40 },
+      firstFails ? { status: 'failed', failureReason: 'script_failure' } : {},
+    );
+    const hooks = [
+      hook(pipelineId, 'pending', { active: [first.jobId] }),
+      hook(pipelineId, 'running', { active: [first.jobId] }),
+      hook(pipelineId, first.status, { finished: [first] }),
+    ];
+    if (!retried) return hooks;
+    const retry = job(
+      pipelineId * 10 + 1,
+      pipelineId,
+      { pendingAt: 50, startedAt: 52, finishedAt: 80 },
+      secondFails ? { status: 'failed', failureReason: 'script_failure' } : {},
+    );
+    return [...hooks, hook(pipelineId, 'running', { finished: [first], active: [retry.jobId] }), hook(pipelineId, retry.status, { finished: [first, retry] })];
+  }
+
+  const stories = fc.array(fc.record({ firstFails: fc.boolean(), retried: fc.boolean(), secondFails: fc.boolean() }), { minLength: 1, maxLength: 3 });
+  const deliveries = (hooks: number) =>
+    fc
+      .array(fc.record({ hook: fc.nat({ max: hooks - 1 }), replica: fc.nat({ max: 1 }), order: fc.double({ min: 0, max: 1, noNaN: true }) }), {
+        maxLength: hooks,
+      })
+      // Every hook once (to some replica), some again: in an order of their own.
+      .chain((again) =>
+        fc
+          .tuple(...Array.from({ length: hooks }, () => fc.record({ replica: fc.nat({ max: 1 }), order: fc.double({ min: 0, max: 1, noNaN: true }) })))
+          .map((once) => [...once.map((delivery, hook) => ({ ...delivery, hook })), ...again].sort((a, b) => a.order - b.order)),
+      );
+  const world = stories.chain((pipelines) => {
+    const hooks = pipelines.flatMap((pipeline, i) => story(500 + i, pipeline.firstFails, pipeline.retried, pipeline.secondFails));
+    return deliveries(hooks.length).map((order) => ({ pipelines, hooks, order }));
+  });
+
+  it(`records each run once and leaves none active (${RUNS} runs, seed ${SEED})`, async () => {
+    await fc.assert(
+      fc.asyncProperty(world, async ({ pipelines, hooks, order }) => {
+        const store = new MemoryTracedWorkStore();
+        const outbox = new MemoryOutboxStore();
+        const registries = [new MetricsService(), new MetricsService()];
+        const replicas = registries.map((metrics) => pipelineSpansServiceOn(loadConfig({}), { store, outbox, metrics }));
+        try {
+          for (const [i] of pipelines.entries()) {
+            const pipelineId = 500 + i;
+            replicas[0].recordPickup(
+              {
+                jobId: pipelineId * 10,
+                pipelineId,
+                rootPipelineId: pipelineId,
+                projectId: 7,
+                runnerId: 17,
+                runnerType: 'project_type',
+                traceId: pipelineId.toString(16).padStart(32, 'a'),
+                queuedAt: Date.now() - 1_000,
+                pickedUpAt: Date.now(),
+              },
+              Date.now() + 3_600_000,
+              (pipelineId * 10).toString(16).padStart(16, '0'),
+            );
+          }
+          await replicas[0].onModuleDestroy();
+          const sum = async (name: string, labels: Record<string, string> = {}) =>
+            (await Promise.all(registries.map((metrics) => counted(metrics.registry, name, labels)))).reduce((a, b) => a + b, 0);
+          const durations = async (state: string) =>
+            (
+              await Promise.all(
+                registries.map((metrics) => histogram(metrics.registry, 'cicd_pipeline_run_duration_seconds', { cicd_pipeline_run_state: state })),
+              )
+            ).reduce((a, b) => a + b.count, 0);
+          for (const delivery of order) {
+            await replicas[delivery.replica].handleWebhook(hooks[delivery.hook]);
+            const active = await sum('cicd_pipeline_run_active');
+            expect(active).toBeGreaterThanOrEqual(0);
+            expect(active).toBeLessThanOrEqual(pipelines.length);
+          }
+          expect(await durations('pending')).toBe(pipelines.length);
+          expect(await durations('executing')).toBe(pipelines.length);
+          expect(await sum('cicd_pipeline_run_active')).toBe(0);
+          // An end that failed is counted unless a later end was told before it; the last end, if failed, always is.
+          const errors = await sum('cicd_pipeline_run_errors_total');
+          const lastFailed = pipelines.filter((p) => (p.retried ? p.secondFails : p.firstFails)).length;
+          const failedEnds = pipelines.reduce((n, p) => n + (p.firstFails ? 1 : 0) + (p.retried && p.secondFails ? 1 : 0), 0);
+          expect(errors).toBeGreaterThanOrEqual(lastFailed);
+          expect(errors).toBeLessThanOrEqual(failedEnds);
+        } finally {
+          store.close();
+          outbox.close();
+        }
+      }),
+      { numRuns: RUNS, seed: SEED },
+    );
   });
 });
