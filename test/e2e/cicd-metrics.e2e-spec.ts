@@ -1,3 +1,5 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { deliverWebhook, pipelineAt, pipelineHook, WebhookJob } from '../../simulator/gitlab-webhooks';
 import { decodeExportRequest } from '../../src/otlp/otlp-receiver';
 import { jobPayloadRequest } from '../fixtures/job-payload';
@@ -113,6 +115,19 @@ describe('CI/CD semantic-convention metrics (SPEC §14)', () => {
     const part = (name: string) => `ci_pipeline_run_pending_duration_seconds_sum{cicd_pipeline_name="${NAME}",ci_pipeline_run_pending_part="${name}"}`;
     expect([await series(service, part('gitlab_delay')), await series(service, part('queue_wait'))]).toEqual([20, 10]);
     expect(await series(service, `cicd_pipeline_run_errors_total{cicd_pipeline_name="${NAME}",error_type="_OTHER"}`)).toBeUndefined();
+
+    // The dashboard's panels on them select series the service exports.
+    const dashboard = JSON.parse(readFileSync(join(__dirname, '..', '..', 'deploy', 'grafana', 'dashboards', 'ci-job-telemetry.json'), 'utf8')) as {
+      panels: Array<{ title: string; targets: Array<{ expr?: string }> }>;
+    };
+    const exposed = await (await fetch(`${service.url}/metrics`)).text();
+    for (const title of ['Pipeline run time p95 by state', 'Active pipeline runs by state']) {
+      const selected = dashboard.panels
+        .find((panel) => panel.title === title)!
+        .targets.flatMap((target) => [...target.expr!.replace(/by \([^)]*\)/g, '').matchAll(/\b(ci(?:cd)?_\w+?)(?:_bucket)?\b/g)].map((match) => match[1]));
+      expect(selected.length).toBeGreaterThan(0);
+      for (const name of selected) expect(exposed).toMatch(new RegExp(`^# TYPE ${name} `, 'm'));
+    }
 
     // Over OTLP, beside the service's own spans: the conventions' names, units and attributes, the same numbers.
     const exported = await waitFor('the CI/CD metrics over OTLP', async () => {
