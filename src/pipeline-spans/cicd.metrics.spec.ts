@@ -235,6 +235,21 @@ describe('CI/CD metrics from the control plane (SPEC §14)', () => {
     expect([...labels].sort()).toEqual(['ci_pipeline_run_pending_part', 'cicd_pipeline_name', 'cicd_pipeline_result', 'cicd_pipeline_run_state', 'le']);
   });
 
+  it("in GitLab's own trace-id scheme counts root pipelines only, whose span is the control plane's", async () => {
+    start({ TRACE_ID_SCHEME: 'gitlab' });
+    await traced(500);
+    const child = { rootPipelineId: 500, source: { pipelineId: 500, jobId: 5000, projectId: 7 } };
+    const finished = (pipelineId: number) => ({ finished: [job(pipelineId * 10 + 1, pipelineId, { pendingAt: 1, startedAt: 2, finishedAt: 20 })] });
+    await service.handleWebhook(hook(501, 'running', { active: [5011] }, child));
+    await service.handleWebhook(hook(501, 'success', finished(501), child));
+    await service.handleWebhook(hook(500, 'running', { active: [5001] }));
+    expect(await active('executing')).toBe(1);
+    await service.handleWebhook(hook(500, 'success', finished(500)));
+    expect(await active('executing')).toBe(0);
+    expect((await duration({ cicd_pipeline_run_state: 'executing' })).count).toBe(1);
+    expect((await histogram(metrics.registry, 'cicd_pipeline_run_duration_seconds', { cicd_pipeline_name: 'group/app (child)' })).count).toBe(0);
+  });
+
   it("counts the control plane's own store failures as cicd.system.errors, not as a pipeline run's", async () => {
     const failing = new (class extends MemoryTracedWorkStore {
       override async recordTracedPipelines(): Promise<void> {
