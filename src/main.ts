@@ -72,7 +72,7 @@ async function bootstrap(): Promise<void> {
 
   const { role, host, internalPort, gatewayPort, logLevel } = config.process;
   const logger = createLogger(logLevel);
-  const stopSelfTracing = startSelfTracing(config.selfTracing.endpoint, config.selfTracing.serviceName);
+  const stopSelfTracing = startSelfTracing(config.selfTracing.endpoint, config.selfTracing.serviceName, config.selfTracing.metricExportIntervalMs);
   const internal = await createInternalApp(config, secrets, logger);
   const readinessChecks = internal.get(ReadinessChecks);
   readinessChecks.holdUntilStarted();

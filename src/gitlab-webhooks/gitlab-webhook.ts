@@ -178,6 +178,7 @@ export function parsePipelineHook(body: unknown, receivedAt: number): PipelineEv
     kind: 'pipeline',
     pipelineId,
     projectId: id(project.id ?? attributes.project_id, 'project.id'),
+    projectPath: text(project.path_with_namespace),
     rootPipelineId: optionalId(attributes.root_pipeline_id, 'object_attributes.root_pipeline_id'),
     source: sourcePipeline(body.source_pipeline),
     status,

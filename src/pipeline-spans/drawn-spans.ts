@@ -43,15 +43,20 @@ export class SpanDrawer {
   /**
    * The spans of a pipeline's version, unless a newer version of its span was emitted already. The same
    * version goes on (the outbox keeps one copy), so a hook retried after a failed enqueue is not lost.
+   * `firstTold` is called when this call is the first, on any replica, to tell of this version (a redelivered,
+   * repeated or older hook's is not): with the highest version told before (0: none), for what must count a
+   * pipeline's story once (its CI/CD metrics).
    */
   async newerVersion(
     source: string,
     pipelineId: number,
     end: Pick<PipelineEnd, 'finishedAt' | 'status' | 'jobsSeen'>,
     spans: ControlPlaneSpan[],
+    firstTold?: (before: number) => void,
   ): Promise<ControlPlaneSpan[]> {
     const version = pipelineSpanVersion(end);
-    const highest = await this.story.raisePipelineSpanVersion(pipelineId, version, this.rememberMs);
+    const { before, highest } = await this.story.raisePipelineSpanVersion(pipelineId, version, this.rememberMs);
+    if (before < version) firstTold?.(before);
     if (highest <= version) return spans;
     // Told of already, by a newer version: counted as the outbox counts a copy it drops.
     this.metrics.enqueued(source, { queued: 0, duplicates: spans.length, refused: 0 });

@@ -15,6 +15,8 @@ import {
 } from './pipeline-span-model';
 import { writtenCriticalPath } from './pipeline-critical-path';
 import { appendTo, SpanDrawer } from './drawn-spans';
+import type { CicdMetrics } from './cicd.metrics';
+import { RUN_STATE_RANK, runStateOf } from './pipeline-runs';
 
 /** Jobs of a hook's pipeline looked up when the pipeline's record is not found (one store read each, in parallel). */
 const PIPELINE_JOBS_LOOKED_UP = 20;
@@ -60,6 +62,7 @@ export class HookSpans {
     private readonly drawer: SpanDrawer,
     private readonly store: TracedWorkStore,
     private readonly scheme: 'keyed' | 'gitlab',
+    private readonly runs: Pick<CicdMetrics, 'entered' | 'ended'>,
   ) {}
 
   /**
@@ -123,7 +126,14 @@ export class HookSpans {
       downstreamProjectId: event.projectId,
     };
     const own: PipelineEnd = { status: event.end.status, createdAt: event.end.createdAt, finishedAt: event.end.finishedAt };
-    const spans = await this.drawer.newerVersion('pipeline_hook', event.pipelineId, own, [bridgeSpan(this.drawer.serviceName, place, bridge, own)]);
+    // The downstream pipeline's own version: whichever of its spans tells of it first counts its run's end.
+    const spans = await this.drawer.newerVersion(
+      'pipeline_hook',
+      event.pipelineId,
+      own,
+      [bridgeSpan(this.drawer.serviceName, place, bridge, own)],
+      this.runEnded(event),
+    );
     if (spans.length > 0) {
       const chapter: Chapter = { kind: 'bridge', place, bridge, child: own };
       await this.store.recordTraceStory(
@@ -214,12 +224,19 @@ export class HookSpans {
       if (event.pipelineId !== root) return spans;
       const place = { traceId: gitlabTraceIdFor(root), spanId: gitlabPipelineSpanIdFor(root) };
       await this.ended(event, place);
-      return this.drawer.newerVersion('pipeline_hook', event.pipelineId, event.end, [pipelineSpan(serviceName, place, pipeline, event.end)]);
+      return this.drawer.newerVersion(
+        'pipeline_hook',
+        event.pipelineId,
+        event.end,
+        [pipelineSpan(serviceName, place, pipeline, event.end)],
+        this.runEnded(event),
+      );
     }
     const place = { traceId: pipeline.traceId, spanId: this.drawer.pipelineSpanId(event.pipelineId), tracestate: pipeline.tracestate };
     if (event.pipelineId === root) {
       await this.ended(event, place);
-      return [...spans, ...(await this.drawer.newerVersion('pipeline_hook', event.pipelineId, event.end, await this.rootEndSpans(event, pipeline, place)))];
+      const rootEnd = await this.rootEndSpans(event, pipeline, place);
+      return [...spans, ...(await this.drawer.newerVersion('pipeline_hook', event.pipelineId, event.end, rootEnd, this.runEnded(event)))];
     }
     // A pipeline hangs only on its own project's spans: a multi-project downstream pipeline whose jobs named their
     // upstream's root is the top of its project's part of the trace (its bridge is drawn for the upstream, above).
@@ -227,14 +244,20 @@ export class HookSpans {
       await this.ended(event, place);
       return [
         ...spans,
-        ...(await this.drawer.newerVersion('pipeline_hook', event.pipelineId, event.end, [pipelineSpan(serviceName, place, pipeline, event.end)])),
+        ...(await this.drawer.newerVersion(
+          'pipeline_hook',
+          event.pipelineId,
+          event.end,
+          [pipelineSpan(serviceName, place, pipeline, event.end)],
+          this.runEnded(event),
+        )),
       ];
     }
     const parent = await this.childPipelineParent(event, pipeline, root);
     const childPlace = { ...place, parentSpanId: parent.spanId };
     await this.ended(event, childPlace);
     const child = pipelineSpan(serviceName, childPlace, pipeline, event.end);
-    const emitted = await this.drawer.newerVersion('pipeline_hook', event.pipelineId, event.end, [...parent.spans, child]);
+    const emitted = await this.drawer.newerVersion('pipeline_hook', event.pipelineId, event.end, [...parent.spans, child], this.runEnded(event));
     if (emitted.length > 0 && parent.chapter !== undefined) {
       await this.store.recordTraceStory(root, [{ key: `bridge:${event.pipelineId}`, text: JSON.stringify(parent.chapter) }], this.drawer.rememberMs);
     }
@@ -262,7 +285,7 @@ export class HookSpans {
    * (Outcome sampling reads the same rule, runsAgain in outcome-decision.ts, for its own reopening.)
    */
   private async reopened(event: PipelineEvent, pipeline: TracedPipeline): Promise<ControlPlaneSpan[]> {
-    const ended = await this.store.pipelineEnd(event.pipelineId);
+    const [ended] = await Promise.all([this.store.pipelineEnd(event.pipelineId), this.runStateTold(event, pipeline)]);
     if (ended === null) return [];
     const finished = new Set(ended.finishedJobIds);
     if (!event.activeJobIds.some((jobId) => !finished.has(jobId))) return [];
@@ -271,7 +294,28 @@ export class HookSpans {
     const status = event.status !== undefined && NOT_FINISHED_STATUSES.has(event.status) ? event.status : 'running';
     const running = reopenedPipelineEnd({ ...previous, finishedAt: previous.finishedAt + 1 }, status);
     const span = pipelineSpan(this.drawer.serviceName, ended.place as SpanPlace, pipeline, running);
-    return this.drawer.newerVersion('pipeline_hook', event.pipelineId, running, [span]);
+    const version = pipelineSpanVersion(running);
+    return this.drawer.newerVersion('pipeline_hook', event.pipelineId, running, [span], () => this.runs.entered(event, 'executing', version));
+  }
+
+  /**
+   * The run state (pending, executing) an unfinished pipeline's hook says, raised as its span's version (below every
+   * drawn version, see RUN_STATE_RANK): counted active by the replica that told it first, never by a hook repeated,
+   * delivered after a later state, or after the run's end. Only for a pipeline whose end is told here too (in the
+   * `gitlab` scheme, a root's), or it would stay active.
+   */
+  private async runStateTold(event: PipelineEvent, pipeline: TracedPipeline): Promise<void> {
+    const state = runStateOf(event.status);
+    if (state === undefined) return;
+    if (this.scheme === 'gitlab' && event.pipelineId !== (event.rootPipelineId ?? pipeline.rootPipelineId)) return;
+    const told = RUN_STATE_RANK[state];
+    const { before } = await this.store.raisePipelineSpanVersion(event.pipelineId, told, this.drawer.rememberMs);
+    if (before < told) this.runs.entered(event, state, told);
+  }
+
+  /** What counts a run's end (CI/CD metrics), given to the raise of its pipeline span's version. */
+  private runEnded(event: PipelineEvent): (before: number) => void {
+    return (before) => this.runs.ended(event, before);
   }
 
   /**

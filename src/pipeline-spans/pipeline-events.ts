@@ -14,6 +14,8 @@ export interface PipelineEvent {
   readonly kind: 'pipeline';
   readonly pipelineId: number;
   readonly projectId: number;
+  /** GitLab's `project.path_with_namespace`: the CI/CD metrics' `cicd.pipeline.name` (pipeline-runs.ts). */
+  readonly projectPath?: string;
   readonly rootPipelineId?: number;
   /** The trigger job and pipeline of a child pipeline. */
   readonly source?: { readonly pipelineId: number; readonly jobId?: number; readonly projectId?: number };

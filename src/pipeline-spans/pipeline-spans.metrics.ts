@@ -1,6 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { Counter } from 'prom-client';
 import { MetricsService, seriesOf } from '../observability/metrics.service';
+import { CicdMetrics } from './cicd.metrics';
 
 /** What an operator watches of SPEC §10's spans: where each went (queued, a copy, refused: outbox full), and store failures. */
 @Injectable()
@@ -10,7 +11,10 @@ export class PipelineSpansMetrics {
   private readonly spanSeries = seriesOf((source, outcome) => this.spans.labels(source, outcome));
   private readonly storeFailureSeries = seriesOf((operation) => this.storeFailures.labels(operation));
 
-  constructor(metrics: MetricsService) {
+  constructor(
+    metrics: MetricsService,
+    private readonly cicd: CicdMetrics,
+  ) {
     const registers = [metrics.registry];
     this.spans = new Counter({
       name: 'ci_job_telemetry_pipeline_spans_total',
@@ -33,7 +37,9 @@ export class PipelineSpansMetrics {
     if (outcome.refused > 0) this.spanSeries(source, 'refused').inc(outcome.refused);
   }
 
+  /** Also the conventions' `cicd.system.errors`: a failure of the control plane's own, not of a pipeline run. */
   storeFailure(operation: string): void {
     this.storeFailureSeries(operation).inc();
+    this.cicd.systemError('pipeline_spans', 'store_failure');
   }
 }

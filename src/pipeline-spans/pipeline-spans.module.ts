@@ -2,6 +2,7 @@ import { Module } from '@nestjs/common';
 import { OutboxModule } from '../outbox/outbox.module';
 import { OutcomeSamplingModule } from '../outcome-sampling/outcome-sampling.module';
 import { TracedWorkModule } from '../traced-work/traced-work.module';
+import { CicdMetrics } from './cicd.metrics';
 import { PipelineSpansMetrics } from './pipeline-spans.metrics';
 import { PipelineSpansService } from './pipeline-spans.service';
 
@@ -11,7 +12,7 @@ import { PipelineSpansService } from './pipeline-spans.service';
  */
 @Module({
   imports: [TracedWorkModule, OutboxModule, OutcomeSamplingModule],
-  providers: [PipelineSpansMetrics, PipelineSpansService],
+  providers: [CicdMetrics, PipelineSpansMetrics, PipelineSpansService],
   exports: [PipelineSpansService],
 })
 export class PipelineSpansModule {}

@@ -18,6 +18,7 @@ import { MIN_TRACED_MEMORY_MS, TracedJob, TracedWorkStore } from '../traced-work
 import { withTimeout } from '../observability/with-timeout';
 import { WebhookEvent } from './pipeline-events';
 import { PipelineSpansMetrics } from './pipeline-spans.metrics';
+import { CicdMetrics } from './cicd.metrics';
 import { ControlPlaneSpan, outboxKeyOf } from './pipeline-span-model';
 import { atSliceBoundary, PickupBatch } from './pickup-batch';
 import { appendTo, SpanDrawer } from './drawn-spans';
@@ -87,12 +88,13 @@ export class PipelineSpansService implements OnModuleDestroy {
     private readonly deliverer: OutboxDeliverer,
     private readonly metrics: PipelineSpansMetrics,
     private readonly outcomeSampling: OutcomeSamplingService,
+    cicdMetrics: CicdMetrics,
   ) {
     this.limits = { maxSpans: outboxConfig.maxSpans, rememberMs: outboxConfig.dedupSeconds * 1000 };
     this.pipelineMemoryMs = outcomeSamplingConfig.maxWaitSeconds * 1000;
     this.drawer = new SpanDrawer(config.serviceName, secrets.traceKey, store, metrics, this.limits.rememberMs);
     this.pickupSpans = new PickupSpans(this.drawer, jobPayload.traceIdScheme === 'keyed');
-    this.hookSpans = new HookSpans(this.drawer, store, jobPayload.traceIdScheme);
+    this.hookSpans = new HookSpans(this.drawer, store, jobPayload.traceIdScheme, cicdMetrics);
     this.runnerSpans = new RunnerSpans(this.drawer, store);
   }
 

@@ -2,6 +2,7 @@ import {
   HeadDecision,
   PipelineEndSeen,
   pipelineRecordAfter,
+  RaisedVersion,
   Remembered,
   RunnerJobEnd,
   StoryChapter,
@@ -70,11 +71,18 @@ export class MemoryTracedWorkStore implements TracedWorkStore {
     return { ...proposed };
   }
 
-  async raisePipelineSpanVersion(pipelineId: number, version: number, ttlMs: number): Promise<number> {
+  async raisePipelineSpanVersion(pipelineId: number, version: number, ttlMs: number): Promise<RaisedVersion> {
     const entry = this.pipelineSpanVersions.get(pipelineId);
     const kept = entry === undefined || entry.expiresAt <= this.now() ? 0 : entry.value;
     if (version > kept) this.pipelineSpanVersions.set(pipelineId, { value: version, expiresAt: this.now() + ttlMs });
-    return Math.max(kept, version);
+    return { before: kept, highest: Math.max(kept, version) };
+  }
+
+  async highestPipelineSpanVersions(pipelineIds: readonly number[]): Promise<number[]> {
+    return pipelineIds.map((pipelineId) => {
+      const entry = this.pipelineSpanVersions.get(pipelineId);
+      return entry === undefined || entry.expiresAt <= this.now() ? 0 : entry.value;
+    });
   }
 
   async recordRunnerJobEnd(pipelineId: number, end: RunnerJobEnd, ttlMs: number): Promise<RunnerJobEnd[]> {

@@ -34,18 +34,18 @@ return 1
   }),
 
   /**
-   * Raises a pipeline span's highest version and answers the highest, as text: versions are integers up to 2^53, exact
-   * in Lua's doubles but not as its integer replies' `%d`.
+   * Raises a pipeline span's highest version and answers the highest before and after, as text: versions are integers
+   * up to 2^53, exact in Lua's doubles but not as its integer replies' `%d`.
    */
-  raiseVersion: luaScript<[version: string], [version: number, ttlMs: number], string>({
+  raiseVersion: luaScript<[version: string], [version: number, ttlMs: number], [before: string, highest: string]>({
     keys: 1,
     lua: `
-local kept = tonumber(redis.call('GET', KEYS[1]) or '0')
-if tonumber(ARGV[1]) > kept then
+local before = redis.call('GET', KEYS[1]) or '0'
+if tonumber(ARGV[1]) > tonumber(before) then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return ARGV[1]
+  return {before, ARGV[1]}
 end
-return redis.call('GET', KEYS[1])
+return {before, before}
 `,
   }),
 

@@ -10,7 +10,17 @@ import {
 import { defineScripts, ttlArgument } from '../store/redis-scripts';
 import { RedisStore } from '../store/redis-store';
 import { TRACED_WORK_SCRIPTS } from './redis-traced-work-store.scripts';
-import { HeadDecision, PipelineEndSeen, Remembered, RunnerJobEnd, StoryChapter, TracedJob, TracedPipeline, TracedWorkStore } from './traced-work';
+import {
+  HeadDecision,
+  PipelineEndSeen,
+  RaisedVersion,
+  Remembered,
+  RunnerJobEnd,
+  StoryChapter,
+  TracedJob,
+  TracedPipeline,
+  TracedWorkStore,
+} from './traced-work';
 
 export class RedisTracedWorkStore implements TracedWorkStore {
   private readonly scripts;
@@ -43,8 +53,15 @@ export class RedisTracedWorkStore implements TracedWorkStore {
     return JSON.parse(kept) as HeadDecision;
   }
 
-  async raisePipelineSpanVersion(pipelineId: number, version: number, ttlMs: number): Promise<number> {
-    return Number(await this.store.guard(() => this.scripts.raiseVersion([PIPELINE_SPAN_VERSION_KEY(pipelineId)], [version, ttlArgument(ttlMs)])));
+  async raisePipelineSpanVersion(pipelineId: number, version: number, ttlMs: number): Promise<RaisedVersion> {
+    const [before, highest] = await this.store.guard(() => this.scripts.raiseVersion([PIPELINE_SPAN_VERSION_KEY(pipelineId)], [version, ttlArgument(ttlMs)]));
+    return { before: Number(before), highest: Number(highest) };
+  }
+
+  async highestPipelineSpanVersions(pipelineIds: readonly number[]): Promise<number[]> {
+    // One GET each, together: the keys are in as many slots as pipelines (a Cluster takes no multi-slot MGET).
+    const kept = await this.store.guard(() => Promise.all(pipelineIds.map((pipelineId) => this.store.client.get(PIPELINE_SPAN_VERSION_KEY(pipelineId)))));
+    return kept.map((version) => (version === null ? 0 : Number(version)));
   }
 
   async recordRunnerJobEnd(pipelineId: number, end: RunnerJobEnd, ttlMs: number): Promise<RunnerJobEnd[]> {

@@ -108,12 +108,21 @@ export interface RunnerJobEnd {
  * The store's part of SPEC §10's final story (issue 27): a pipeline's span is emitted again as its
  * story changes, in versions. Kept in the pipeline's slot.
  */
+/** A pipeline span's highest version before and after a raise (see raisePipelineSpanVersion). */
+export interface RaisedVersion {
+  readonly before: number;
+  readonly highest: number;
+}
+
 export interface PipelineStoryStore {
   /**
    * Raises the highest version of a pipeline's span emitted so far to `version`, and answers the highest
-   * after the call: above `version`, a newer story was emitted already and this one need not be.
+   * after the call (above `version`, a newer story was emitted already and this one need not be) and before it
+   * (0: none): below `version`, this call is the one, on any replica, that told of it first.
    */
-  raisePipelineSpanVersion(pipelineId: number, version: number, ttlMs: number): Promise<number>;
+  raisePipelineSpanVersion(pipelineId: number, version: number, ttlMs: number): Promise<RaisedVersion>;
+  /** The highest version of each pipeline's span told so far (0: none, or forgotten), in the order asked. */
+  highestPipelineSpanVersions(pipelineIds: readonly number[]): Promise<number[]>;
   /** Without webhooks: adds one traced job's end to its pipeline's, and answers them all (each job once). */
   recordRunnerJobEnd(pipelineId: number, end: RunnerJobEnd, ttlMs: number): Promise<RunnerJobEnd[]>;
   /**

@@ -3,6 +3,7 @@ import { MetricsService } from '../../src/observability/metrics.service';
 import { OutboxStore } from '../../src/outbox/outbox';
 import { OutboxDeliverer } from '../../src/outbox/outbox-deliverer';
 import { OutcomeSamplingService } from '../../src/outcome-sampling/outcome-sampling.service';
+import { CicdMetrics } from '../../src/pipeline-spans/cicd.metrics';
 import { PipelineSpansMetrics } from '../../src/pipeline-spans/pipeline-spans.metrics';
 import { PipelineSpansService } from '../../src/pipeline-spans/pipeline-spans.service';
 import { TracedWorkStore } from '../../src/traced-work/traced-work';
@@ -16,6 +17,8 @@ export function pipelineSpansServiceOn(
   config: AppConfig,
   parts: { store: TracedWorkStore; outbox: OutboxStore; deliverer?: OutboxDeliverer; metrics?: MetricsService; outcomeSampling?: OutcomeSamplingService },
 ): PipelineSpansService {
+  const metrics = parts.metrics ?? new MetricsService();
+  const cicdMetrics = new CicdMetrics(config.pipelineSpans, metrics, parts.store);
   return new PipelineSpansService(
     config.pipelineSpans,
     config.outbox,
@@ -27,7 +30,8 @@ export function pipelineSpansServiceOn(
     parts.store,
     parts.outbox,
     parts.deliverer ?? ({ kick: () => undefined } as unknown as OutboxDeliverer),
-    new PipelineSpansMetrics(parts.metrics ?? new MetricsService()),
+    new PipelineSpansMetrics(metrics, cicdMetrics),
     parts.outcomeSampling ?? ({} as OutcomeSamplingService),
+    cicdMetrics,
   );
 }

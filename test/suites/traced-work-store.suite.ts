@@ -97,11 +97,13 @@ export function behavesAsATracedWorkStore(world: StoreWorld) {
 
     it("keeps a pipeline span's highest version whatever order versions come in, and says when one is stale", async () => {
       const [older, newer] = [(2 ** 40 + 5) * 1024, (2 ** 40 + 9) * 1024 + 130];
-      expect(await tracedWork.raisePipelineSpanVersion(501, older, 60_000)).toBe(older);
-      expect(await tracedWork.raisePipelineSpanVersion(501, newer, 60_000)).toBe(newer);
-      expect(await tracedWork.raisePipelineSpanVersion(501, older, 60_000)).toBe(newer);
-      expect(await tracedWork.raisePipelineSpanVersion(501, newer, 60_000)).toBe(newer);
-      expect(await tracedWork.raisePipelineSpanVersion(502, older, 60_000)).toBe(older);
+      expect(await tracedWork.raisePipelineSpanVersion(501, older, 60_000)).toEqual({ before: 0, highest: older });
+      expect(await tracedWork.raisePipelineSpanVersion(501, newer, 60_000)).toEqual({ before: older, highest: newer });
+      expect(await tracedWork.raisePipelineSpanVersion(501, older, 60_000)).toEqual({ before: newer, highest: newer });
+      // The same version again (a redelivered hook) raises nothing: only the first call told of it.
+      expect(await tracedWork.raisePipelineSpanVersion(501, newer, 60_000)).toEqual({ before: newer, highest: newer });
+      expect(await tracedWork.raisePipelineSpanVersion(502, older, 60_000)).toEqual({ before: 0, highest: older });
+      expect(await tracedWork.highestPipelineSpanVersions([502, 503, 501])).toEqual([older, 0, newer]);
     });
 
     it("keeps each job's runner end once per pipeline and answers them all", async () => {
