@@ -554,7 +554,10 @@ export class ClickHouseTraceReads implements TraceReads {
         ...(compact === undefined ? {} : { clickhouse_settings: compact.clickhouse_settings }),
         abort_signal: signal === undefined ? timeout : AbortSignal.any([timeout, signal]),
       });
-      const rows = await result.json<Row>();
+      // Each row parsed as its bytes arrive and are decompressed, not once the whole answer is in: parsing a month's
+      // 50 MB of rows overlaps its transfer.
+      const rows: Row[] = [];
+      for await (const batch of result.stream<Row>()) for (const row of batch) rows.push(row.json<Row>());
       this.report(query, result.response_headers['x-clickhouse-summary']);
       return rows;
     } catch (error) {
