@@ -203,6 +203,13 @@ describe('regressions, waste, queues, a what-if and the slowest jobs for an agen
     expect(shaped).toMatchObject({ pipelines_considered: 30, speedups: 1, regressions_total: 2 });
     expect(regressionsOutput.safeParse(shaped).success).toBe(true);
     expect(page(regressionsAnswer({ ...answer, change_points: [point(null, 'critical_path', 300, 200, 9)] })).largest).toBeNull();
+    // The whole path stepped up more than any stage (it carries the stage's step and noise): the stage is named.
+    const withPath = page(regressionsAnswer({ ...answer, change_points: [point(null, 'critical_path', 190, 255, 15), ...answer.change_points] }));
+    expect(withPath.largest).toMatchObject({ job: 'test', part: 'restore_cache' });
+    expect((withPath.regressions as Array<{ part: string }>)[0].part).toBe('critical_path');
+    expect(page(regressionsAnswer({ ...answer, change_points: [point(null, 'critical_path', 190, 255, 15)] })).largest).toMatchObject({
+      part: 'critical_path',
+    });
   });
 
   it('names the one job and kind of waste with most seconds, queue wait summed over tag sets', () => {

@@ -336,7 +336,11 @@ const changePoint = z.object({
 });
 
 export const regressionsOutput = z.object({
-  largest: changePoint.nullable().describe('The step up with the most seconds, and the first pipeline and commit it shows in; null when nothing got slower'),
+  largest: changePoint
+    .nullable()
+    .describe(
+      "The step up of a job's stage with the most seconds (the whole critical path's only when no stage stepped up), with the first pipeline and commit it shows in; null when nothing got slower",
+    ),
   pipelines_considered: z.number().int(),
   from: z.string(),
   to: z.string(),
@@ -372,9 +376,12 @@ export function regressionsAnswer(answer: Regressions & { from: string; to: stri
         (point) => `${point.job}\u0000${point.part}\u0000${point.first_pipeline_id}`,
       ),
     );
+  // The step of a job's stage is what an agent can act on; the whole path's step is its symptom, named only when no
+  // job's stage stepped up with it.
+  const largest = slower.find((point) => point.job !== null) ?? slower[0] ?? null;
   return {
     head: {
-      largest: slower[0] ?? null,
+      largest,
       pipelines_considered: answer.pipelines,
       from: answer.from,
       to: answer.to,
