@@ -7,11 +7,13 @@ import { JobPayloadModule } from './job-payload/job-payload.module';
 import { ObservabilityModule } from './observability/observability.module';
 import { OtlpGatewayModule } from './otlp-gateway/otlp-gateway.module';
 import { GitlabWebhooksModule } from './gitlab-webhooks/gitlab-webhooks.module';
+import { McpModule } from './mcp/mcp.module';
 import { ReadsModule } from './reads/reads.module';
 import { TokenAuthModule } from './token-auth/token-auth.module';
 
 /**
- * The process by role (SPEC §2): the internal API on 8080 (job payload, auth, trace reads, health, metrics) and,
+ * The process by role (SPEC §2): the internal API on 8080 (job payload, auth, trace reads and their MCP server, health,
+ * metrics) and,
  * unless ROLE=control, the OTLP gateway on 4318. A gateway-only process keeps health and metrics
  * on the internal port and asks a control process for auth decisions.
  *
@@ -21,7 +23,8 @@ import { TokenAuthModule } from './token-auth/token-auth.module';
 @Module({})
 export class AppModule {
   static forRoot(config: AppConfig, secrets: Secrets, logger: Logger): DynamicModule {
-    const control = config.process.role === 'gateway' ? [] : [TokenAuthModule, JobPayloadModule, GitlabWebhooksModule, ReadsModule.forRoot()];
+    const reads = ReadsModule.forRoot();
+    const control = config.process.role === 'gateway' ? [] : [TokenAuthModule, JobPayloadModule, GitlabWebhooksModule, reads, McpModule.over(reads)];
     const gateway = config.process.role === 'control' ? [] : [OtlpGatewayModule.forRole(config.process.role)];
     return {
       module: AppModule,

@@ -7,6 +7,7 @@ import { FlagsConfig } from './sections/flags';
 import { GatewayConfig } from './sections/gateway';
 import { InternalApiConfig } from './sections/internal-api';
 import { JobPayloadConfig } from './sections/job-payload';
+import { McpConfig } from './sections/mcp';
 import { OutboxConfig } from './sections/outbox';
 import { OutcomeSamplingConfig } from './sections/outcome-sampling';
 import { PipelineSpansConfig } from './sections/pipeline-spans';
@@ -38,6 +39,7 @@ export const SECTIONS = {
   outcomeSampling: OutcomeSamplingConfig,
   store: StoreConfig,
   reads: ReadsConfig,
+  mcp: McpConfig,
   selfTracing: SelfTracingConfig,
 } as const;
 

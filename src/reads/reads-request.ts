@@ -12,6 +12,8 @@ export interface FieldProblem {
 }
 
 export const MAX_WINDOW_DAYS = 31;
+/** The problem of a window over MAX_WINDOW_DAYS: the one 400 a caller fixes by asking less, not by fixing a value (the MCP tools say `window_too_long`). */
+export const WINDOW_TOO_LONG = `the window from from to to must be at most ${MAX_WINDOW_DAYS} days`;
 export const DAY_MS = 86_400_000;
 /**
  * GitLab's times of a pipeline are its own clock's; runners' and the control plane's spans may sit a little
@@ -61,7 +63,7 @@ export function parseWindow(query: Record<string, unknown>, now: number, lookbac
   if (problems.length === before) {
     if (asked.toMs < asked.fromMs) problems.push({ field: 'to', problems: ['to must not be before from'] });
     else if (asked.toMs - asked.fromMs > MAX_WINDOW_DAYS * DAY_MS) {
-      problems.push({ field: from === undefined ? 'to' : 'from', problems: [`the window from from to to must be at most ${MAX_WINDOW_DAYS} days`] });
+      problems.push({ field: from === undefined ? 'to' : 'from', problems: [WINDOW_TOO_LONG] });
     }
   }
   const margin = from === undefined && to === undefined ? 0 : WINDOW_MARGIN_MS;

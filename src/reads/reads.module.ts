@@ -63,6 +63,7 @@ export class ReadsModule {
   }
 
   private static with(runner: Provider): DynamicModule {
-    return { module: ReadsModule, imports: [InternalApiModule], controllers: [ReadsController], providers: [runner, ReadsService] };
+    // ReadsService is exported for the MCP tools (src/mcp/), a second edge over the same reads.
+    return { module: ReadsModule, imports: [InternalApiModule], controllers: [ReadsController], providers: [runner, ReadsService], exports: [ReadsService] };
   }
 }
