@@ -1,10 +1,9 @@
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { InjectedCause, injectedCauseWorld, InjectedCauseWorld, INJECTED_SECONDS } from '../helpers/injected-cause';
-import { internalApiHeaders } from '../helpers/internal-api';
+import { mcpClient } from '../helpers/mcp-client';
 import { writeCollectorFiles } from '../helpers/reads-cases';
 import { Diagnosis, diagnoseSlowPipeline } from '../helpers/scripted-agent';
 import { ServiceProcess, startService } from '../helpers/service';
@@ -21,7 +20,6 @@ import { ServiceProcess, startService } from '../helpers/service';
 const SEEDS = Array.from({ length: 20 }, (_, i) => i + 1);
 const INJECTED_PROJECT = (seed: number) => 5900 + seed;
 const CONTROL_PROJECT = (seed: number) => 5950 + seed;
-const MCP_PATH = '/internal/ci/telemetry/mcp';
 
 /** Right when the part and the job are the injected ones, and for a queue the tag set too. */
 function named(diagnosis: Diagnosis | null, cause: InjectedCause): boolean {
@@ -54,30 +52,19 @@ describe('a scripted agent names an injected cause through the MCP tools (issue 
       [...injected.values(), ...control.values()].flatMap((world) => world.exports),
     );
     service = await startService({ DATA_DIR: dataDir });
+    // The internal API's own header, as GitLab sends it to the HTTP reads, signed afresh for every request.
+    client = await mcpClient(service.url, service.secrets.internalApiSecret, 'header');
   }, 60_000);
 
   afterAll(async () => {
+    await client?.close();
     await service?.stop();
     if (dataDir !== undefined) rmSync(dataDir, { recursive: true, force: true });
   });
 
-  /** One agent run on its own connection: the internal-API token is signed for it, as GitLab signs each call. */
-  async function ask(world: InjectedCauseWorld): Promise<Diagnosis | null> {
-    const client = new Client({ name: 'scripted-agent', version: '1.0.0' });
-    const transport = new StreamableHTTPClientTransport(new URL(`${service.url}${MCP_PATH}`), {
-      requestInit: { headers: await internalApiHeaders(service.secrets.internalApiSecret) },
-    });
-    await client.connect(transport);
-    try {
-      return await diagnoseSlowPipeline(client, {
-        projectId: world.projectId,
-        pipelineId: world.target.pipelineId,
-        pipelineCreatedAt: world.target.createdAt,
-      });
-    } finally {
-      await client.close();
-    }
-  }
+  let client: Client;
+  const ask = (world: InjectedCauseWorld) =>
+    diagnoseSlowPipeline(client, { projectId: world.projectId, pipelineId: world.target.pipelineId, pipelineCreatedAt: world.target.createdAt });
 
   it('names the injected cause in at least 19 of 20 seeds', async () => {
     const misses: string[] = [];
