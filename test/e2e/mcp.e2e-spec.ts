@@ -6,6 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { MCP_PATH } from '../../src/mcp/mcp.route';
 import { internalApiHeaders, ISSUER } from '../helpers/internal-api';
+import { expectMatchesOpenApi } from '../helpers/openapi';
 import { mcpClient, signingFetch } from '../helpers/mcp-client';
 import { PipelineTrace } from '../helpers/pipeline-trace';
 import { readsWorld, writeCollectorFiles } from '../helpers/reads-cases';
@@ -273,7 +274,9 @@ describe('the MCP server (SPEC §14) over the built service', () => {
       ];
       for (const headers of refused) {
         const response = await post(headers);
-        expect([response.status, typeof (await response.json()).error]).toEqual([401, 'string']);
+        const body = await response.json();
+        expect([response.status, typeof body.error]).toEqual([401, 'string']);
+        expectMatchesOpenApi(MCP_PATH, 'POST', 401, response.headers.get('content-type')!, body);
       }
       await expect(mcpClient(service.url, Buffer.alloc(32, 9))).rejects.toThrow();
     });
@@ -285,8 +288,9 @@ describe('the MCP server (SPEC §14) over the built service', () => {
           headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
           body: JSON.stringify(initialize),
         });
-        expect(response.status).toBe(200);
-        expect((await response.json()).result.serverInfo.name).toBe('ci-job-telemetry');
+        const body = await response.json();
+        expect([response.status, body.result.serverInfo.name]).toEqual([200, 'ci-job-telemetry']);
+        expectMatchesOpenApi(MCP_PATH, 'POST', 200, response.headers.get('content-type')!, body);
       }
       const viaHeader = await mcpClient(service.url, service.secrets.internalApiSecret, 'header');
       expect((await viaHeader.listTools()).tools).toHaveLength(TOOLS.length);
@@ -300,7 +304,40 @@ describe('the MCP server (SPEC §14) over the built service', () => {
           headers: { accept: 'text/event-stream' },
         });
         expect([response.status, response.headers.get('allow')]).toEqual([405, 'POST']);
+        expectMatchesOpenApi(MCP_PATH, method, 405, response.headers.get('content-type')!, await response.json());
       }
+    });
+
+    it("answers what is not JSON-RPC in JSON-RPC's terms, as openapi.yaml has it, and a notification 202", async () => {
+      const send = (body: string, headers: Record<string, string> = {}) =>
+        signingFetch(service.secrets.internalApiSecret)(`${service.url}${MCP_PATH}`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', ...headers },
+          body,
+        });
+      const cases: Array<[Response, number, number]> = [
+        [await send('{"jsonrpc": "2.0", "id": 1, "method": '), 400, -32700],
+        [await send(JSON.stringify(initialize), { accept: 'application/json' }), 406, -32000],
+        [await send(JSON.stringify(initialize), { 'content-type': 'text/plain' }), 415, -32000],
+      ];
+      for (const [response, status, code] of cases) {
+        const body = await response.json();
+        expect([response.status, body.error.code]).toEqual([status, code]);
+        expectMatchesOpenApi(MCP_PATH, 'POST', status, response.headers.get('content-type')!, body);
+      }
+      const notification = await send(JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }));
+      expect([notification.status, await notification.text()]).toEqual([202, '']);
+      const call = await send(
+        JSON.stringify({
+          jsonrpc: '2.0',
+          id: 7,
+          method: 'tools/call',
+          params: { name: 'compare_pipeline', arguments: { project_id: 71, pipeline_id: 71020 } },
+        }),
+      );
+      const answered = await call.json();
+      expect(answered.result.structuredContent.cause).toMatchObject({ part: 'restore_cache', job: 'test' });
+      expectMatchesOpenApi(MCP_PATH, 'POST', 200, call.headers.get('content-type')!, answered);
     });
 
     it('never writes a token to its log', async () => {
