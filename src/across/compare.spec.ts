@@ -97,15 +97,16 @@ describe('compare a pipeline with a baseline (SPEC §13)', () => {
     expect(answer.jobs.find((job) => job.name === 'build')).toMatchObject({ delta_seconds: 0, on_critical_path: { target: true, baseline: true } });
   });
 
-  it('names a wait for what it was: a retried job on the path adds to retry, its attempts summed', () => {
+  it('names a retry for what it cost: the failed attempt on the path and the wait before its retry are retry, not its stages', () => {
     const baseline = pipeline(1, { build: 10000, a: 100000, b: 80000, onPath: 'a' });
     const failed = { ...baseline[1], pipelineId: 2, rootPipelineId: 2, jobId: 30, retried: true, status: 'failed' };
     const retry = { ...baseline[1], pipelineId: 2, rootPipelineId: 2, jobId: 31, attempt: 2, waitMs: 20000, waitingFor: 'retry' as const };
     const target = [...pipeline(2, { build: 10000, a: 100000, b: 80000, onPath: 'a' }).filter((row) => row.name !== 'a'), failed, retry];
     const answer = comparePipelines(target, baseline, 'by hand');
-    // Another queue (1 s) and run (102 s) of `a`, and the 20 s before its retry; GitLab's delay before `a` is unchanged.
+    // The failed attempt's queue (1 s) and run (102 s), and the 20 s before its retry; GitLab's delay before `a` and
+    // the last attempt's stages are unchanged.
     expect(answer.duration_delta_seconds).toBe(123);
-    expect(answer.contributions).toMatchObject({ retry: 20, delay: 0, queue: 1, restore_cache: 2, step_script: 100, path_moved: 0 });
+    expect(answer.contributions).toMatchObject({ retry: 123, delay: 0, queue: 0, restore_cache: 0, step_script: 0, path_moved: 0 });
     expect(answer.jobs[0]).toMatchObject({ name: 'a', delta_seconds: 123 });
   });
 

@@ -1,6 +1,6 @@
 import { RUNNER_PARTS, WaitingFor } from '../critical-path/critical-path';
 import { weightedPercentile } from './percentiles';
-import type { JobRunRow } from './job-run';
+import { runMs, type JobRunRow } from './job-run';
 import { groupByPipeline, pathMs, PipelineRuns, seconds, timeMs, weightOf } from './pipeline-runs';
 
 /**
@@ -9,7 +9,8 @@ import { groupByPipeline, pathMs, PipelineRuns, seconds, timeMs, weightOf } from
  * the path's time is split exactly, in whole milliseconds: a job on both paths gives each part its own difference
  * (GitLab's delay, the other waits by cause, the queue, each runner stage); the time of a job on only one of the two
  * paths is `path_moved`, whatever it was spent on, since it is there because a different job became critical, not
- * because one of its stages changed. Pure, no I/O: the endpoint reads the rows and picks the baseline.
+ * because one of its stages changed. An attempt superseded by a retry gives its queue and run to `retry`: the job's
+ * stages are its last attempt's. Pure, no I/O: the endpoint reads the rows and picks the baseline.
  */
 
 /** What the change in the path's time is split into: the waits by cause, the queue, the runner's stages, the path moving. */
@@ -91,6 +92,12 @@ function jobTimesOf(rows: readonly JobRunRow[]): Map<string, JobTimes> {
     if (row.onCriticalPath !== true) continue;
     job.onPath = true;
     job.pathParts[WAIT_CONTRIBUTION[row.waitingFor]] += row.waitMs;
+    if (row.retried) {
+      // An attempt a later one superseded: its queue and run are what the retry cost the path (as waste counts them),
+      // not a change in the job's stages, which are its last attempt's (SPEC §12).
+      job.pathParts.retry += row.queueMs + runMs(row);
+      continue;
+    }
     job.pathParts.queue += row.queueMs;
     for (const part of RUNNER_PARTS) job.pathParts[part] += row.partsMs[part];
   }

@@ -17,7 +17,10 @@ import type { TraceReads } from './trace-reads';
 /** The backend configuration names: ClickHouse with CLICKHOUSE_URL, else the embedded collector's files under DATA_DIR. */
 export function backendSpecFor(config: ReadsConfig, processConfig: ProcessConfig, clickhousePassword: string | undefined): BackendSpec {
   if (config.clickhouseUrl !== undefined) {
-    return { kind: 'clickhouse', options: { url: config.clickhouseUrl, password: clickhousePassword ?? '', timeoutMs: config.timeoutMs } };
+    return {
+      kind: 'clickhouse',
+      options: { url: config.clickhouseUrl, password: clickhousePassword ?? '', timeoutMs: config.timeoutMs, compression: config.clickhouseCompression },
+    };
   }
   return { kind: 'files', directory: localCollectorDirectory(processConfig.dataDir) };
 }

@@ -148,6 +148,8 @@ export interface ClickHouseReadsOptions {
   readonly password?: string;
   /** READS_TIMEOUT_MS: the service stops waiting after it; the backend should cancel its query by then too. */
   readonly timeoutMs: number;
+  /** CLICKHOUSE_COMPRESSION: whether ClickHouse gzips its answers; not by default. */
+  readonly compression?: 'none' | 'gzip';
 }
 
 /**

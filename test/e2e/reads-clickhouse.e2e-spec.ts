@@ -353,6 +353,20 @@ describe('ClickHouseTraceReads on a real ClickHouse engine over HTTP', () => {
       expect(criticalPath(read!)).toEqual(expected);
   });
 
+  it('reads the same spans and job runs when ClickHouse gzips its answers (CLICKHOUSE_COMPRESSION=gzip) as when it does not', async () => {
+    const gzipped = new ClickHouseTraceReads({ url: clickhouse.url, password: clickhouse.password, timeoutMs: 10_000, compression: 'gzip' });
+    try {
+      const plain = (await spansOf(reads.pipelineTrace(7, 700, today, ALL)))!;
+      expect(await spansOf(gzipped.pipelineTrace(7, 700, today, ALL))).toEqual(plain);
+      expect(plain.length).toBeGreaterThan(0);
+      const runs = await reads.jobRunRows(7, today, {});
+      expect(await gzipped.jobRunRows(7, today, {})).toEqual(runs);
+      expect(runs.length).toBeGreaterThan(0);
+    } finally {
+      await gzipped.close();
+    }
+  });
+
   it('says how many rows each lookup read: a handful of granules, not the tables', async () => {
     statistics.length = 0;
     await spansOf(reads.pipelineTrace(7, 700, today, ALL));

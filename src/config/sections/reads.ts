@@ -1,4 +1,4 @@
-import { IsOptional } from 'class-validator';
+import { IsIn, IsOptional } from 'class-validator';
 import { Integer, IsHttpUrl, OptionalText, Variable } from '../variable';
 
 /** Reading traces (SPEC §12): where from, and how far a read may go. */
@@ -12,6 +12,13 @@ export class ReadsConfig {
   /** File holding the password of CLICKHOUSE_URL's user, like the other secrets. */
   @Variable('CLICKHOUSE_PASSWORD_FILE') @OptionalText() readonly clickhousePasswordFile?: string;
 
+  /**
+   * Whether ClickHouse gzips its answers. `none` by default: the service reads ClickHouse inside its own cluster (as
+   * every manifest in deploy/ places it), where a month's 50 MB of job runs cross the link in a fraction of the time
+   * gzip takes on both ends. `gzip` where ClickHouse is reached over a slow or metered link.
+   */
+  @Variable('CLICKHOUSE_COMPRESSION') @IsIn(['none', 'gzip']) readonly clickhouseCompression: 'none' | 'gzip' = 'none';
+
   /** The longest a read waits for its backend; then it answers 503 with Retry-After (GitLab's own calls time out later). */
   @Variable('READS_TIMEOUT_MS') @Integer({ min: 100, max: 60_000 }) readonly timeoutMs: number = 4000;
 
@@ -19,15 +26,15 @@ export class ReadsConfig {
   @Variable('READS_LOOKBACK_DAYS') @Integer({ min: 1, max: 31 }) readonly lookbackDays: number = 31;
 
   /**
-   * The most spans one trace read answers (SPEC §12 "a read is bounded"): about 300 bytes of OTLP/JSON a span, so
-   * the default answer stays within a few MiB. Past it, `completeness` says `truncated` and how many there were.
-   */
-  /**
    * A JSON file of prices per runner minute, by runner type or tag set (`{"per_minute": {"runner_type":
    * {"instance_type": 0.008}, "tags": {"arm64,docker": 0.012}}}`): the waste read then prices what it counts (SPEC
    * §13). Unset: no cost. Read once at start; a bad file stops the service.
    */
   @Variable('RUNNER_PRICES_FILE') @OptionalText() readonly runnerPricesFile?: string;
 
+  /**
+   * The most spans one trace read answers (SPEC §12 "a read is bounded"): about 300 bytes of OTLP/JSON a span, so
+   * the default answer stays within a few MiB. Past it, `completeness` says `truncated` and how many there were.
+   */
   @Variable('READS_MAX_SPANS') @Integer({ min: 100, max: 1_000_000 }) readonly maxSpans: number = 10_000;
 }
