@@ -124,7 +124,7 @@ describe('loadConfig', () => {
 
 describe('the sections', () => {
   it('read each variable once, into the section of the feature that uses it, under a camelCase name', () => {
-    expect(VARIABLE_NAMES.size).toBe(94);
+    expect(VARIABLE_NAMES.size).toBe(95);
     const config = loadConfig({ REDIS_COMMAND_TIMEOUT_MS: '300', READS_MAX_SPANS: '500', GITLAB_WEBHOOK_SECRET_FILE: '/run/secrets/hooks' });
     expect([config.store.commandTimeoutMs, config.reads.maxSpans, config.webhooks.secretFile]).toEqual([300, 500, '/run/secrets/hooks']);
     expect(valueOf(config, 'REDIS_COMMAND_TIMEOUT_MS')).toBe(300);
