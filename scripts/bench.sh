@@ -31,6 +31,7 @@ benches=(
   "outcome-sampling|service||--smoke"
   "trace-reads|service||--smoke"
   "across|service||--smoke"
+  "mcp|service||--smoke"
   "runtimes|service||--rounds 1 --round-seconds 1 --warmup-seconds 0"
 )
 # Run by name only: job-payload-revisions builds two revisions of its own (--before, --after); otlp-json-join is one

@@ -248,8 +248,12 @@ async function call(tool: ToolDefinition, reads: ReadsService, budget: number, g
 const INSTRUCTIONS =
   "Read-only answers about one GitLab project's CI pipelines, from their traces: why a pipeline was slow, what got slower, what is wasted, whether runners are short. Every tool names the project; the first key of every answer is its finding. Long lists come in pages: pass next_cursor back as cursor.";
 
+/** Each tool's declared input schema, converted once: a server is built per request. */
+let declaredInputs: ReadonlyMap<string, z.ZodType> | undefined;
+
 /** A server holding the tools over `reads`; one per request, the transport being stateless. */
 export function mcpServerOver(reads: ReadsService, budget: number): McpServer {
+  declaredInputs ??= new Map(TOOLS.map((tool) => [tool.name, declared(tool.input)]));
   const server = new McpServer({ name: 'ci-job-telemetry', version: '0.1.0' }, { capabilities: { tools: {} }, instructions: INSTRUCTIONS });
   for (const tool of TOOLS) {
     server.registerTool(
@@ -257,7 +261,7 @@ export function mcpServerOver(reads: ReadsService, budget: number): McpServer {
       {
         title: tool.title,
         description: tool.description,
-        inputSchema: declared(tool.input),
+        inputSchema: declaredInputs.get(tool.name)!,
         outputSchema: tool.output,
         annotations: { title: tool.title, readOnlyHint: true, idempotentHint: true, openWorldHint: false, destructiveHint: false },
       },

@@ -2,30 +2,17 @@ import { Inject, Injectable, Logger as NestLogger, OnModuleInit } from '@nestjs/
 import { HttpAdapterHost } from '@nestjs/core';
 import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import type { IncomingHttpHeaders } from 'node:http';
 import type { Logger } from 'pino';
 import { McpConfig } from '../config/sections/mcp';
-import { callerCheckHook, internalApiCallerRefusal } from '../internal-api/internal-api-caller';
-import { INTERNAL_API_HEADER, InternalApiTokenVerifier } from '../internal-api/internal-api-token';
+import { callerCheckHook } from '../internal-api/internal-api-caller';
+import { InternalApiTokenVerifier } from '../internal-api/internal-api-token';
 import { INTERNAL_API_VERIFIER } from '../internal-api/internal-api.constants';
 import { APP_LOGGER } from '../observability/logger';
 import { ReadsService } from '../reads/reads.service';
+import { mcpCallerRefusal } from './mcp-caller';
 import { mcpServerOver } from './mcp-tools';
 
 export const MCP_PATH = '/internal/ci/telemetry/mcp';
-
-const BEARER = /^Bearer\s+(\S+)\s*$/i;
-
-/**
- * The internal API's caller check (SPEC §3), with the JWT also taken from `Authorization: Bearer`, where MCP
- * clients put a token: the same token, the same verifier, the same 401s. The internal API's own header wins when
- * both are sent.
- */
-export function mcpCallerRefusal(headers: IncomingHttpHeaders, verifier: InternalApiTokenVerifier): ReturnType<typeof internalApiCallerRefusal> {
-  if (headers[INTERNAL_API_HEADER] !== undefined) return internalApiCallerRefusal(headers, verifier);
-  const bearer = BEARER.exec(headers.authorization ?? '')?.[1];
-  return internalApiCallerRefusal(bearer === undefined ? headers : { ...headers, [INTERNAL_API_HEADER]: bearer }, verifier);
-}
 
 /** The JSON-RPC error a stateless server answers a GET (no stream to open) or a DELETE (no session to end) with. */
 const NO_SESSIONS = JSON.stringify({
