@@ -16,6 +16,9 @@ import type { RunnerQueue, WhatIf } from '../src/across/runner-queue';
 import type { WasteLedger } from '../src/across/waste';
 import { Comparison, comparisonLines, queueLines, regressionLines, shortSha, wasteLines, whatIfLines } from './across-answers';
 import { pipelineSeries, SeriesPipeline } from './pipeline-series';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { MCP_PATH } from '../src/mcp/mcp.route';
 
 const ROOT = repoRoot();
 const PROJECT_ID = 7;
@@ -632,6 +635,8 @@ const SERIES = {
   seed: 58,
 } as const;
 const SERIES_REF = 'main';
+/** Where the demo's last story, an assistant asking over MCP, begins. */
+const AGENT_STORY = 'Then an assistant asks the same over MCP: ';
 const SERIES_RUNNER = { id: 18, runner_type: 'project_type', token: 'glrt-demo-arm64-runner-token', features: { tracing: true } };
 const SERIES_RUNNER_TAGS = ['docker', 'arm64'];
 /** The tag set as the reads name it: the runner's tags, sorted, joined by ','. */
@@ -709,7 +714,13 @@ async function askService<T>(demo: Demo, route: string, body?: unknown): Promise
   return (await response.json()) as T;
 }
 
-async function slowdownStory(demo: Demo & { flagsFile: string }): Promise<void> {
+/** What the slowdown story leaves for an assistant to ask about: the series' last pipeline and its window. */
+interface SlowdownAsked {
+  readonly last: SeriesPipeline;
+  readonly window: { readonly from: string; readonly to: string };
+}
+
+async function slowdownStory(demo: Demo & { flagsFile: string }): Promise<SlowdownAsked> {
   const series = pipelineSeries({ ...SERIES, endBefore: new Date() });
   const first = series[0];
   const planted = series[SERIES.slowFrom];
@@ -774,6 +785,53 @@ async function slowdownStory(demo: Demo & { flagsFile: string }): Promise<void> 
   say();
   say(`And with one more? POST ${whatIfRoute} ${JSON.stringify(question)} answers:`);
   for (const line of whatIfLines(await askService<WhatIf>(demo, whatIfRoute, question))) say(line);
+  return { last, window };
+}
+
+/**
+ * An assistant asks the same (SPEC §14): the MCP SDK's own client over Streamable HTTP to the service's MCP server,
+ * the internal API's JWT as `Authorization: Bearer`, signed for each request as GitLab signs its calls. Each tool once,
+ * on the slowdown's data: its one-line text and its first key, the finding an agent acts on.
+ */
+async function agentStory(demo: Demo, { last, window }: SlowdownAsked): Promise<void> {
+  const signing: typeof fetch = async (input, init) => {
+    const headers = new Headers(init?.headers);
+    headers.set('authorization', `Bearer ${await signInternalApiToken(demo.internalApiSecret, 'gitlab')}`);
+    return fetch(input, { ...init, headers });
+  };
+  const client = new Client({ name: 'ci-job-telemetry-demo', version: '1.0.0' });
+  await client.connect(new StreamableHTTPClientTransport(new URL(`${demo.internalUrl}${MCP_PATH}`), { fetch: signing }));
+  try {
+    const { tools } = await client.listTools();
+    say();
+    say(
+      `${AGENT_STORY}POST ${MCP_PATH} lists ${tools.length} tools, each read-only (${tools.filter((tool) => tool.annotations?.readOnlyHint === true).length} say so) ` +
+        `with an output schema: ${tools.map((tool) => tool.name).join(', ')}.`,
+    );
+    const test = last.jobs.find((job) => job.name === SERIES.slowJob)!;
+    const calls: ReadonlyArray<[string, Record<string, unknown>]> = [
+      ['compare_pipeline', { pipeline_id: last.id }],
+      ['pipeline_critical_path', { pipeline_id: last.id }],
+      ['job_trace_summary', { job_id: test.id }],
+      ['list_regressions', { ...window, ref: SERIES_REF }],
+      ['list_waste', window],
+      ['runner_queue_health', window],
+      ['runner_what_if', { tags: SERIES_TAG_SET, runners: 1, ...window }],
+      ['slowest_jobs', { ...window, ref: SERIES_REF }],
+    ];
+    for (const [name, args] of calls) {
+      const result = await client.callTool({ name, arguments: { project_id: PROJECT_ID, ...args } });
+      if (result.isError === true) throw new Error(`MCP ${name}: ${JSON.stringify(result.content)}`);
+      const content = result.structuredContent as Record<string, unknown>;
+      const [firstKey] = Object.keys(content);
+      const text = (result.content as Array<{ type: string; text?: string }>).find((item) => item.type === 'text')?.text ?? '';
+      say();
+      say(`${name} ${JSON.stringify(args)}: ${text}`);
+      say(`  ${firstKey}: ${JSON.stringify(content[firstKey])} (${JSON.stringify(content).length} characters in all)`);
+    }
+  } finally {
+    await client.close();
+  }
 }
 
 async function main(): Promise<void> {
@@ -930,7 +988,8 @@ async function main(): Promise<void> {
 
     await retriedPipeline({ internalUrl, internalApiSecret, collector, deliver });
     await outcomeKeeping({ internalUrl, internalApiSecret, collector, deliver, flagsFile });
-    await slowdownStory({ internalUrl, internalApiSecret, collector, deliver, flagsFile });
+    const asked = await slowdownStory({ internalUrl, internalApiSecret, collector, deliver, flagsFile });
+    await agentStory({ internalUrl, internalApiSecret, collector, deliver }, asked);
   } finally {
     if (service.exitCode === null) service.kill('SIGTERM');
     await new Promise((resolve) => (service.exitCode !== null ? resolve(undefined) : service.once('exit', resolve)));

@@ -183,7 +183,11 @@ export const TOOLS: readonly ToolDefinition[] = [
     shape: whatIfAnswer,
     summary: (page) => {
       const effect = at(page, 'effect')!;
-      return `With ${effect.runners_added} more ${tagsWord(effect.tags)}, the p95 queue wait would have been ${effect.queue_p95_after_seconds} s instead of ${effect.queue_p95_before_seconds} s.`;
+      const added = effect.runners_added as number;
+      const count = Math.abs(added);
+      const runners = `${count} ${added >= 0 ? 'more' : 'fewer'} ${count === 1 ? 'runner' : 'runners'}`;
+      const tagged = effect.tags === '' ? ' without tags' : ` tagged ${effect.tags}`;
+      return `With ${runners}${tagged}, the p95 queue wait would have been ${effect.queue_p95_after_seconds} s instead of ${effect.queue_p95_before_seconds} s.`;
     },
   },
   {

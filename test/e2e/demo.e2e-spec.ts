@@ -9,6 +9,8 @@ const RETRY_STORY = "Then a flaky test: pipeline 501's test job fails, is retrie
 const OUTCOME_STORY = 'Then the operator samples 10 % of pipelines and turns outcome keeping on, in the flag file, with no restart:';
 /** Where its fourth, a slowdown found across pipelines (SPEC §13), begins. */
 const SLOWDOWN_STORY = 'Then a slowdown: ';
+/** And its fifth, an assistant asking the same over MCP (SPEC §14). */
+const AGENT_STORY = 'Then an assistant asks the same over MCP: ';
 const run = promisify(execFile);
 
 /**
@@ -264,7 +266,7 @@ describe('npm run demo (README "See a pipeline become a trace")', () => {
   });
 
   it('then finds a slowdown across pipelines: the delta by part, the pipeline and commit it began with, the waste, the queue and one more runner', () => {
-    const story = stdout.split(SLOWDOWN_STORY)[1];
+    const story = stdout.split(SLOWDOWN_STORY)[1].split(AGENT_STORY)[0];
     const [, count, firstPipeline, planted, commit, slowJob] =
       /^(\d+) pipelines of main \((\d+) to \d+\)[^\n]*\nFrom pipeline (\d+) \(commit ([0-9a-f]{8})\) on, (\w+)'s restore_cache takes 60 s longer/.exec(story)!;
     expect(story).toMatch(new RegExp(`${count} pipelines, \\d+ jobs: picked up through the decorator, exported by the runner, closed by GitLab's hooks`));
@@ -322,6 +324,40 @@ describe('npm run demo (README "See a pipeline become a trace")', () => {
     expect(unsigned(withTwo)).toBeLessThan(unsigned(recorded) / 2);
     const [, before, after] = new RegExp(`critical paths p50 / p95: (${DURATION}) / ${DURATION} → (${DURATION}) / `).exec(whatIf)!;
     expect(unsigned(after)).toBeLessThan(unsigned(before));
+  });
+
+  it("then an assistant asks over MCP: eight read-only tools, each answering the slowdown's finding first", () => {
+    const slowdown = stdout.split(SLOWDOWN_STORY)[1];
+    const [, planted, slowJob] = /From pipeline (\d+) \(commit [0-9a-f]{8}\) on, (\w+)'s restore_cache takes 60 s longer/.exec(slowdown)!;
+    const [, last] = /Why was pipeline (\d+) slower\?/.exec(slowdown)!;
+    const story = stdout.split(AGENT_STORY)[1];
+    expect(story).toMatch(/^POST \/internal\/ci\/telemetry\/mcp lists 8 tools, each read-only \(8 say so\) with an output schema: /);
+    const finding = (tool: string) => {
+      const [, key, json] = new RegExp(`^${tool} \\{[^\n]*\\}: [^\n]+\n  (\\w+): (.+) \\(\\d+ characters in all\\)$`, 'm').exec(story)!;
+      return { key, value: JSON.parse(json) as Record<string, unknown> };
+    };
+    // Why was the last pipeline slower: the minute on the slow job's restore_cache, as the HTTP compare said.
+    const cause = finding('compare_pipeline');
+    expect(cause.key).toBe('cause');
+    expect(cause.value).toMatchObject({ part: 'restore_cache', job: slowJob });
+    expect(cause.value.seconds).toBeGreaterThanOrEqual(59);
+    expect(story).toMatch(new RegExp(`^compare_pipeline \\{"pipeline_id":${last}\\}: restore_cache of ${slowJob} accounts for \\+`, 'm'));
+    // Since when: the step in that job's stage, from the pipeline it was planted in.
+    const largest = finding('list_regressions');
+    expect(largest.key).toBe('largest');
+    expect(largest.value).toMatchObject({ job: slowJob, part: 'restore_cache', first_pipeline_id: Number(planted) });
+    // Where runners are short, and what one more would do.
+    const queue = finding('runner_queue_health');
+    expect(queue).toMatchObject({ key: 'longest_wait', value: { tags: 'arm64,docker' } });
+    const effect = finding('runner_what_if');
+    expect(effect.key).toBe('effect');
+    expect(effect.value.queue_p95_after_seconds as number).toBeLessThan(effect.value.queue_p95_before_seconds as number);
+    // And the rest, each with its finding first, within the answer budget.
+    expect(finding('pipeline_critical_path').key).toBe('longest');
+    expect(finding('job_trace_summary').key).toBe('slowest_stage');
+    expect(finding('list_waste').key).toBe('largest');
+    expect(finding('slowest_jobs').key).toBe('slowest');
+    for (const [, characters] of story.matchAll(/\((\d+) characters in all\)/g)) expect(Number(characters)).toBeLessThanOrEqual(8000);
   });
 });
 
