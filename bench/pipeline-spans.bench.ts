@@ -3,7 +3,10 @@
  *  - how fast a GitLab Job Hook is answered (GitLab disables webhooks that time out), with the collector
  *    up and with it down, beside `GET /-/liveness` of the same process in the same run (the floor of any
  *    answer on that port);
- *  - the outbox delay: from the webhook's answer to its job span reaching the collector.
+ *  - the outbox delay: from the webhook's answer to its job span reaching the collector;
+ *  - how fast a Pipeline Hook is answered, running then ended, for each of the jobs' pipelines: where the CI/CD
+ *    metrics (issue 59) record a run's states. Run this file from another checkout (copied there) to compare
+ *    revisions: the service it starts is that checkout's build.
  *
  * Run (needs redis-server on PATH; the runner builds the service first):
  *
@@ -12,7 +15,7 @@
  * Webhooks are sent one at a time, as one GitLab instance's hook worker does for one hook. Only ratios
  * within one run mean anything on a shared machine.
  */
-import { deliverWebhook, jobHook, WebhookPipeline } from '../simulator/gitlab-webhooks';
+import { deliverWebhook, jobHook, pipelineHook, WebhookPipeline } from '../simulator/gitlab-webhooks';
 import { jobPayloadRequest } from '../test/fixtures/job-payload';
 import { pickUpJob } from '../test/helpers/ci-job';
 import { waitFor } from '../test/helpers/ports';
@@ -99,24 +102,46 @@ async function main(): Promise<void> {
     await sink.start();
     await waitFor('every job span after the outage', async () => (jobSpans().length >= 2 * JOBS ? true : undefined), 120_000);
 
+    // Pipeline Hooks: each pipeline of the jobs above running, then its end, each answer beside a liveness call.
+    const pipelineHooks = { running: [] as number[], ended: [] as number[], floor: [] as number[] };
+    const firstPipeline = Math.floor(100_000 / 4);
+    for (let pipelineId = firstPipeline; pipelineId < firstPipeline + (2 * JOBS) / 4; pipelineId++) {
+      const createdAt = new Date(Date.now() - 120_000);
+      for (const status of ['running', pipelineId % 10 === 0 ? 'failed' : 'success'] as const) {
+        const ended = status !== 'running';
+        const body = pipelineHook({ id: pipelineId, projectId: PROJECT, status, createdAt, ...(ended ? { finishedAt: new Date() } : {}), jobs: [] });
+        const answer = await deliverWebhook(service.url, 'Pipeline Hook', body, { token: secret.secret });
+        if (answer.status !== 200) throw new Error(`pipeline ${pipelineId}: webhook answered ${answer.status} ${JSON.stringify(answer.body)}`);
+        pipelineHooks[ended ? 'ended' : 'running'].push(answer.elapsedMs);
+        pipelineHooks.floor.push(await liveness());
+      }
+    }
+
     const row = (name: string, samples: number[]) => [name, ...[50, 95, 99].map((p) => percentile(samples, p).toFixed(2))];
     const ratio = (name: string, samples: number[], floor: number[]) => [
       name,
       ...[50, 95, 99].map((p) => (percentile(samples, p) / percentile(floor, p)).toFixed(2)),
     ];
-    console.log(`${JOBS} Job Hooks with the collector up, ${JOBS} with it down; Redis store; one at a time`);
+    console.log(
+      `${JOBS} Job Hooks with the collector up, ${JOBS} with it down, then ${(2 * JOBS) / 4} Pipeline Hooks running and as many ended; Redis store; one at a time`,
+    );
     printTable([
       ['ms', 'p50', 'p95', 'p99'],
       row('webhook answer, collector up', up.webhook),
       row('webhook answer, collector down', down.webhook),
       row('GET /-/liveness (floor)', [...up.floor, ...down.floor]),
       row('outbox delay, answer → collector', delay),
+      row('Pipeline Hook answer, running', pipelineHooks.running),
+      row('Pipeline Hook answer, ended', pipelineHooks.ended),
+      row('GET /-/liveness beside them (floor)', pipelineHooks.floor),
     ]);
     console.log();
     printTable([
       ['ratio to the floor', 'p50', 'p95', 'p99'],
       ratio('webhook answer, collector up', up.webhook, up.floor),
       ratio('webhook answer, collector down', down.webhook, down.floor),
+      ratio('Pipeline Hook answer, running', pipelineHooks.running, pipelineHooks.floor),
+      ratio('Pipeline Hook answer, ended', pipelineHooks.ended, pipelineHooks.floor),
     ]);
     if (SMOKE) console.log('smoke run: no verdict');
   } finally {
