@@ -26,7 +26,7 @@ export class WebhookSpoolMetrics {
   private readonly dropped: Record<SpoolDrop, Counter.Internal>;
   private depth: SpoolDepth = { hooks: 0, bytes: 0 };
 
-  constructor(metrics: MetricsService) {
+  constructor(private readonly metrics: MetricsService) {
     const registers = [metrics.registry];
     const spooled = new Counter({
       name: 'ci_job_telemetry_webhooks_spooled_total',
@@ -69,8 +69,10 @@ export class WebhookSpoolMetrics {
     this.refusals[reason].inc();
   }
 
+  /** Also `cicd.system.errors`: a hook GitLab was told was taken, given up. */
   hookDropped(reason: SpoolDrop): void {
     this.dropped[reason].inc();
+    this.metrics.systemError('webhooks', reason);
   }
 
   spoolDepth(depth: SpoolDepth): void {

@@ -132,6 +132,7 @@ describe('WebhookSpoolService', () => {
     );
     expect(spans.recorded).toEqual(['job 51', 'job 42']);
     expect(await metric('ci_job_telemetry_webhooks_dropped_total')).toEqual(['ci_job_telemetry_webhooks_dropped_total{reason="failed_repeatedly"} 1']);
+    expect(await metric('cicd_system_errors_total')).toEqual(['cicd_system_errors_total{cicd_system_component="webhooks",error_type="failed_repeatedly"} 1']);
   }, 20_000);
 
   it('refuses only when the spool is full, and counts it', async () => {

@@ -12,7 +12,7 @@ export class JobPayloadMetrics {
   private readonly decisionSeconds: Histogram;
   private readonly grantsNotSaved: Counter.Internal;
 
-  constructor(metrics: MetricsService) {
+  constructor(private readonly metrics: MetricsService) {
     const registers = [metrics.registry];
     const decisions = new Counter({
       name: 'ci_job_telemetry_decisions_total',
@@ -41,7 +41,9 @@ export class JobPayloadMetrics {
     this.decisionSeconds.observe(seconds);
   }
 
+  /** Also `cicd.system.errors`: the job ran without telemetry because the store did not keep its grant. */
   grantNotSaved(): void {
     this.grantsNotSaved.inc();
+    this.metrics.systemError('job_payload', 'store_failure');
   }
 }

@@ -15,7 +15,7 @@ export class OutboxMetrics {
   private readonly droppedSeries = seriesOf((status) => this.dropped.labels(status));
   private depth: OutboxDepth = { spans: 0 };
 
-  constructor(metrics: MetricsService) {
+  constructor(private readonly metrics: MetricsService) {
     const registers = [metrics.registry];
     this.delivered = new Counter({ name: 'ci_job_telemetry_outbox_delivered_spans_total', help: 'Outbox spans the collector accepted', registers });
     this.failures = new Counter({
@@ -64,10 +64,13 @@ export class OutboxMetrics {
   /** One span (or one parked export that could not be cut smaller) the collector refused alone. */
   droppedSpan(status: number): void {
     this.droppedSeries(String(status)).inc();
+    this.metrics.systemError('outbox', `dropped_${status}`);
   }
 
+  /** Also `cicd.system.errors`, by what the delivery met (`unreachable`, `timeout`, the collector's status). */
   deliveryFailed(reason: string): void {
     this.failureSeries(reason).inc();
+    this.metrics.systemError('outbox', reason);
   }
 
   outboxDepth(depth: OutboxDepth): void {

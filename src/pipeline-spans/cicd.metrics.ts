@@ -62,21 +62,16 @@ export class CicdMetrics {
   private readonly runErrorSeries = seriesOf((name, errorType) =>
     made(this.prom.runErrors, this.otel.runErrors, { cicd_pipeline_name: name, error_type: errorType }),
   );
-  private readonly systemErrorSeries = seriesOf((component, errorType) =>
-    made(this.prom.systemErrors, this.otel.systemErrors, { cicd_system_component: component, error_type: errorType }),
-  );
   private readonly prom: {
     readonly duration: Histogram<string>;
     readonly pending: Histogram<string>;
     readonly runErrors: Counter<string>;
-    readonly systemErrors: Counter<string>;
     readonly active: Gauge<string>;
   };
   private readonly otel: {
     readonly duration: OtelHistogram;
     readonly pending: OtelHistogram;
     readonly runErrors: OtelCounter;
-    readonly systemErrors: OtelCounter;
   };
   /** The names `active` has counted runs of: each shown, 0 once its runs are gone, to every reader. */
   private readonly activeNames = new Set<string>();
@@ -110,12 +105,6 @@ export class CicdMetrics {
         labelNames: ['cicd_pipeline_name', 'error_type'],
         registers,
       }),
-      systemErrors: new Counter({
-        name: 'cicd_system_errors_total',
-        help: "Errors in this control plane's own components, not in pipeline runs (OpenTelemetry cicd.system.errors)",
-        labelNames: ['cicd_system_component', 'error_type'],
-        registers,
-      }),
       active: new Gauge({
         name: 'cicd_pipeline_run_active',
         help: 'Pipeline runs currently active by state (OpenTelemetry cicd.pipeline.run.active); summed over replicas',
@@ -140,7 +129,6 @@ export class CicdMetrics {
         advice: { explicitBucketBoundaries: DURATION_BUCKETS },
       }),
       runErrors: meter.createCounter('cicd.pipeline.run.errors', { unit: '{error}', description: 'The number of errors encountered in pipeline runs.' }),
-      systemErrors: meter.createCounter('cicd.system.errors', { unit: '{error}', description: 'The number of errors in a component of the CICD system.' }),
     };
     meter
       .createObservableUpDownCounter('cicd.pipeline.run.active', {
@@ -174,11 +162,6 @@ export class CicdMetrics {
     if (run.pendingParts === undefined) return;
     this.pendingSeries(name, 'gitlab_delay').record(run.pendingParts.gitlabDelay);
     this.pendingSeries(name, 'queue_wait').record(run.pendingParts.queueWait);
-  }
-
-  /** A failure of the control plane's own (`component`: the part that failed, `errorType`: its class). */
-  systemError(component: string, errorType: string): void {
-    this.systemErrorSeries(component, errorType).record(1);
   }
 
   /**
@@ -217,6 +200,5 @@ const ATTRIBUTE_OF_LABEL: Readonly<Record<string, string>> = {
   cicd_pipeline_run_state: 'cicd.pipeline.run.state',
   cicd_pipeline_result: 'cicd.pipeline.result',
   error_type: 'error.type',
-  cicd_system_component: 'cicd.system.component',
   ci_pipeline_run_pending_part: 'ci.pipeline.run.pending.part',
 };

@@ -1,7 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import { Counter } from 'prom-client';
 import { MetricsService, seriesOf } from '../observability/metrics.service';
-import { CicdMetrics } from './cicd.metrics';
 
 /** What an operator watches of SPEC §10's spans: where each went (queued, a copy, refused: outbox full), and store failures. */
 @Injectable()
@@ -11,10 +10,7 @@ export class PipelineSpansMetrics {
   private readonly spanSeries = seriesOf((source, outcome) => this.spans.labels(source, outcome));
   private readonly storeFailureSeries = seriesOf((operation) => this.storeFailures.labels(operation));
 
-  constructor(
-    metrics: MetricsService,
-    private readonly cicd: CicdMetrics,
-  ) {
+  constructor(private readonly metrics: MetricsService) {
     const registers = [metrics.registry];
     this.spans = new Counter({
       name: 'ci_job_telemetry_pipeline_spans_total',
@@ -40,6 +36,6 @@ export class PipelineSpansMetrics {
   /** Also the conventions' `cicd.system.errors`: a failure of the control plane's own, not of a pipeline run. */
   storeFailure(operation: string): void {
     this.storeFailureSeries(operation).inc();
-    this.cicd.systemError('pipeline_spans', 'store_failure');
+    this.metrics.systemError('pipeline_spans', 'store_failure');
   }
 }

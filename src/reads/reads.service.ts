@@ -3,6 +3,7 @@ import type { Logger } from 'pino';
 import { ReadsConfig } from '../config/sections/reads';
 import { HttpProblem } from '../observability/http-error';
 import { APP_LOGGER } from '../observability/logger';
+import { MetricsService } from '../observability/metrics.service';
 import { OUTAGE_RETRY_AFTER_SECONDS } from '../otlp/retry-after';
 import type { ReadOutcome, ReadTask } from './read-answers';
 import { DAY_MS, FieldProblem, MAX_RUNNERS_ADDED, parseId, parseRef, parseTags, parseWindow, ReadWindow, single } from './reads-request';
@@ -28,6 +29,7 @@ export class ReadsService implements OnModuleDestroy {
     @Inject(READS_RUNNER) private readonly runner: ReadsRunner,
     private readonly config: ReadsConfig,
     @Inject(APP_LOGGER) private readonly logger: Logger,
+    private readonly metrics: MetricsService,
   ) {
     this.prices = config.runnerPricesFile === undefined ? null : loadPrices(config.runnerPricesFile);
   }
@@ -140,6 +142,7 @@ export class ReadsService implements OnModuleDestroy {
     } catch (error) {
       const retryAfterSeconds = error instanceof ReadsUnavailableError ? Math.max(1, Math.ceil(error.retryAfterSeconds)) : OUTAGE_RETRY_AFTER_SECONDS;
       this.logger.warn(`${what}: the trace store did not answer: ${(error as Error).message}`);
+      this.metrics.systemError('reads', 'backend_unavailable');
       throw new HttpProblem(503, 'the trace store did not answer in time; try again later', { retryAfterSeconds });
     }
     if (outcome.kind === 'not_found') throw new HttpProblem(404, `no ${outcome.what} of this project`);

@@ -30,7 +30,7 @@ export function pipelineSpansServiceOn(
     parts.store,
     parts.outbox,
     parts.deliverer ?? ({ kick: () => undefined } as unknown as OutboxDeliverer),
-    new PipelineSpansMetrics(metrics, cicdMetrics),
+    new PipelineSpansMetrics(metrics),
     parts.outcomeSampling ?? ({} as OutcomeSamplingService),
     cicdMetrics,
   );

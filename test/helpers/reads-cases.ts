@@ -8,6 +8,7 @@ import { loadConfig } from '../../src/config/app-config';
 import { ConfigModule } from '../../src/config/config.module';
 import { loadSecrets } from '../../src/config/secrets';
 import { AllExceptionsFilter } from '../../src/observability/all-exceptions.filter';
+import { MetricsService } from '../../src/observability/metrics.service';
 import { ObservabilityModule } from '../../src/observability/observability.module';
 import type { OtlpResourceSpans } from '../../src/pipeline-spans/pipeline-span-model';
 import { ReadsModule } from '../../src/reads/reads.module';
@@ -34,6 +35,8 @@ export interface ReadsApp {
   get(url: string, headers?: Record<string, string>): Promise<ReadAnswer>;
   /** A read whose arguments are a JSON body (the what-if). */
   post(url: string, body: unknown, headers?: Record<string, string>): Promise<ReadAnswer>;
+  /** A series' value on the app's `/metrics` registry (0 when it has none yet). */
+  metric(series: string): Promise<number>;
   close(): Promise<void>;
 }
 
@@ -95,6 +98,10 @@ export async function startReadsApp(reads: TraceReads, env: Record<string, strin
     secret: secrets.internalApiSecret,
     get: (url, headers) => ask('GET', url, undefined, headers),
     post: (url, body, headers) => ask('POST', url, body, headers),
+    metric: async (series) => {
+      const line = (await app.get(MetricsService).registry.metrics()).split('\n').find((written) => written.startsWith(`${series} `));
+      return line === undefined ? 0 : Number(line.slice(series.length + 1));
+    },
     close: () => app.close(),
   };
 }

@@ -518,6 +518,9 @@ describe('POST /internal/ci/telemetry/job_payload', () => {
       const { status, body } = await call(running(), jobPayloadRequest());
       expect(status).toBe(200);
       expect(body.telemetry.reason).toBe('degraded');
+      // Counted where an operator watches the control plane's own failures (cicd.system.errors), not a pipeline's.
+      const metrics = (await running().app.inject({ method: 'GET', url: '/metrics' })).body;
+      expect(metrics).toContain('cicd_system_errors_total{cicd_system_component="job_payload",error_type="store_failure"} 1\n');
     });
   });
 

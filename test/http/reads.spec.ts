@@ -189,6 +189,8 @@ describe('a backend that fails or does not answer (SPEC §12)', () => {
         expect(Number(answer.headers['retry-after'])).toBeGreaterThanOrEqual(1);
         expect(answer.body.error).not.toMatch(/ECONNREFUSED|socket/);
       }
+      // Each counted where an operator watches the control plane's own failures (cicd.system.errors).
+      expect(await app.metric('cicd_system_errors_total{cicd_system_component="reads",error_type="backend_unavailable"}')).toBe(URLS.length);
     } finally {
       await app.close();
     }

@@ -83,6 +83,8 @@ export function keepsWhatTheOutboxWasGiven(world: StoreWorld) {
         expect((await outbox.depth()).spans).toBe(40);
         expect(deliverer!.deliveryFailing).toBe(true);
         expect(await counted('ci_job_telemetry_outbox_delivery_failures_total', { reason: String(failure) })).toBeGreaterThanOrEqual(2);
+        // The conventions' count of the control plane's own failures says the same (an operator's cicd.system.errors).
+        expect(await counted('cicd_system_errors_total', { cicd_system_component: 'outbox', error_type: String(failure) })).toBeGreaterThanOrEqual(2);
 
         script = () => 'ok';
         await until('the outbox to drain', async () => (await outbox.depth()).spans === 0);
