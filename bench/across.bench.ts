@@ -309,7 +309,7 @@ async function measureReads(
 
 function printReads(measured: readonly Measured[], withRows: boolean): void {
   const header = ['read', 'n', 'p50 ms', 'p95 ms', 'target p95', '', 'answer KiB (median)'];
-  if (withRows) header.push('queries', 'rows read (median)', 'rows read (max)', 'from ClickHouse, MiB gzip (median)');
+  if (withRows) header.push('queries', 'rows read (median)', 'rows read (max)', 'from ClickHouse, MiB as sent (median)');
   header.push('failures');
   printTable([
     header,

@@ -70,7 +70,8 @@ describe('the MCP server (SPEC §14) over the built service', () => {
     expect(result.structuredContent).toBeUndefined();
     return result.content[0].text!;
   };
-  const httpRead = async (path: string) => {
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- the HTTP reads' answers, checked against openapi.yaml by their own tests
+  const httpRead = async (path: string): Promise<any> => {
     const response = await fetch(`${service.url}/internal/ci/telemetry/projects/${path}`, {
       headers: await internalApiHeaders(service.secrets.internalApiSecret),
     });
@@ -274,7 +275,7 @@ describe('the MCP server (SPEC §14) over the built service', () => {
       ];
       for (const headers of refused) {
         const response = await post(headers);
-        const body = await response.json();
+        const body = (await response.json()) as { error: unknown };
         expect([response.status, typeof body.error]).toEqual([401, 'string']);
         expectMatchesOpenApi(MCP_PATH, 'POST', 401, response.headers.get('content-type')!, body);
       }
@@ -288,7 +289,7 @@ describe('the MCP server (SPEC §14) over the built service', () => {
           headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
           body: JSON.stringify(initialize),
         });
-        const body = await response.json();
+        const body = (await response.json()) as { result: { serverInfo: { name: string } } };
         expect([response.status, body.result.serverInfo.name]).toEqual([200, 'ci-job-telemetry']);
         expectMatchesOpenApi(MCP_PATH, 'POST', 200, response.headers.get('content-type')!, body);
       }
@@ -321,7 +322,7 @@ describe('the MCP server (SPEC §14) over the built service', () => {
         [await send(JSON.stringify(initialize), { 'content-type': 'text/plain' }), 415, -32000],
       ];
       for (const [response, status, code] of cases) {
-        const body = await response.json();
+        const body = (await response.json()) as { error: { code: number } };
         expect([response.status, body.error.code]).toEqual([status, code]);
         expectMatchesOpenApi(MCP_PATH, 'POST', status, response.headers.get('content-type')!, body);
       }
@@ -335,7 +336,7 @@ describe('the MCP server (SPEC §14) over the built service', () => {
           params: { name: 'compare_pipeline', arguments: { project_id: 71, pipeline_id: 71020 } },
         }),
       );
-      const answered = await call.json();
+      const answered = (await call.json()) as { result: { structuredContent: { cause: unknown } } };
       expect(answered.result.structuredContent.cause).toMatchObject({ part: 'restore_cache', job: 'test' });
       expectMatchesOpenApi(MCP_PATH, 'POST', 200, call.headers.get('content-type')!, answered);
     });

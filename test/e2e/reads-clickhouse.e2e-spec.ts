@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { ClickHouseTraceReads, QueryStatistics } from '../../src/reads/clickhouse-trace-reads';
 import { criticalPath } from '../../src/critical-path/critical-path';
 import { jobRunsOfTrace } from '../../src/across/job-runs-of-trace';
+import { groupByPipeline } from '../../src/across/pipeline-runs';
 import { ReadsUnavailableError, StoredSpan, TimeWindow, TraceRead } from '../../src/reads/trace-reads';
 import { ClickHouseOverHttp, startClickHouse } from '../helpers/clickhouse';
 import { dateTime64, insertOtelTraces, otelSpanRow, OtelTracesRow, otelTracesRowsOfResourceSpans } from '../helpers/clickhouse-exporter';
@@ -99,6 +100,43 @@ describe('`npm run -s trace -- --compare` where the service reads ClickHouse (SP
     expect(onClickHouse.out).toContain(`ClickHouse at ${clickhouse.url}`);
     expect(comparison(onClickHouse.out)).toMatch(/\+1m 00s {2}restoring caches/);
     expect(comparison(onClickHouse.out)).toEqual(comparison(onFiles.out));
+  });
+
+  it("lists a compare's baseline candidates with their rows in one query: the latest ended of the ref and source, and whether that was all", async () => {
+    const queries: string[] = [];
+    const reads = new ClickHouseTraceReads({
+      url: clickhouse.url,
+      password: clickhouse.password,
+      timeoutMs: 10_000,
+      onQuery: (query) => queries.push(query.query),
+    });
+    try {
+      const whole = { fromMs: Date.parse(world.from), toMs: Date.parse(world.to) };
+      const pipelines = groupByPipeline(await reads.jobRunRows(ACROSS_PROJECT, whole, {}));
+      const target = pipelines.at(-1)!;
+      const before = pipelines.slice(0, -1).reverse();
+      const lookback = { fromMs: target.createdAt - 31 * 86_400_000, toMs: target.createdAt };
+      const latest = (count: number, source = target.source) =>
+        reads.latestEndedRunRows(ACROSS_PROJECT, { ref: target.ref, source, except: target.pipelineId, count }, lookback);
+      const rowsOf = (ids: readonly number[]) => pipelines.filter((pipeline) => ids.includes(pipeline.pipelineId)).flatMap((pipeline) => pipeline.rows);
+      const byJob = (rows: readonly { jobId: number }[]) => [...rows].sort((a, b) => a.jobId - b.jobId);
+
+      queries.length = 0;
+      const five = await latest(5);
+      expect(queries).toEqual(['job run rows']);
+      const fiveIds = before.slice(0, 5).map((pipeline) => pipeline.pipelineId);
+      expect(groupByPipeline(five.rows).map((pipeline) => pipeline.pipelineId)).toEqual([...fiveIds].reverse());
+      expect(byJob(five.rows)).toEqual(byJob(rowsOf(fiveIds)));
+      expect(five.complete).toBe(false);
+
+      const all = await latest(40);
+      expect(groupByPipeline(all.rows).map((pipeline) => pipeline.pipelineId)).toEqual([...before].reverse().map((pipeline) => pipeline.pipelineId));
+      expect(all.complete).toBe(true);
+
+      expect(await latest(40, 'schedule')).toEqual({ rows: [], complete: true });
+    } finally {
+      await reads.close();
+    }
   });
 
   it('asks for the project, and says when ClickHouse holds no such pipeline', async () => {
