@@ -58,28 +58,31 @@ export const PIPELINE_RUN_FACTS = jobRunFacts(/* sql */ `
         HAVING max(pipeline_facts).7 = 0 OR max(pipeline_facts).7 >= {from_ms:Int64} * 1000000
     ),`);
 
+/** The same for the pipelines named (`LATEST_ENDED_PIPELINES`' ids), each with the rest of its root's. */
+export const PIPELINES_RUN_FACTS = jobRunFacts(/* sql */ `
+    in_window AS (
+        SELECT arrayJoin({pipelines:Array(UInt64)}) AS pipeline_id
+    ),`);
+
 /**
  * A compare's default baseline is one of the latest ended root pipelines of the target's ref and source before it
- * (src/across/compare.ts's chooseBaseline): at most {count} of them, latest first (creation, then id, as chooseBaseline
- * orders them), each with the rest of its root's, in one query. One whose source GitLab did not say is listed too: its
- * rows may say it (the runner's CI_PIPELINE_SOURCE), and chooseBaseline decides. Created in the window, its end
- * excluded.
+ * (src/across/compare.ts's chooseBaseline): their ids, latest first (creation, then id, as chooseBaseline orders
+ * them), at most {count}. One whose source GitLab did not say is listed too: its rows may say it (the runner's
+ * CI_PIPELINE_SOURCE), and chooseBaseline decides. Created in the window, its end excluded.
  */
-export const LATEST_ENDED_RUN_FACTS = jobRunFacts(/* sql */ `
-    in_window AS (
-        SELECT pipeline_id
-        FROM ci_job_runs FINAL
-        WHERE project_id = {project:UInt64} AND job_id = 0
-          AND first_start_ms BETWEEN {from_ms:Int64} - {longest_ms:Int64} AND {to_ms:Int64}
-          AND pipeline_id != {except:UInt64}
-          AND root_pipeline_id IN (0, pipeline_id)
-          AND pipeline_facts.2 = {ref:String} AND pipeline_facts.4 IN ({source:String}, '')
-          AND has({finished:Array(String)}, pipeline_facts.5)
-          AND intDiv(pipeline_facts.6 + 500000, 1000000) >= {from_ms:Int64}
-          AND intDiv(pipeline_facts.6 + 500000, 1000000) < {to_ms:Int64}
-        ORDER BY intDiv(pipeline_facts.6 + 500000, 1000000) DESC, pipeline_id DESC
-        LIMIT {count:UInt32}
-    ),`);
+export const LATEST_ENDED_PIPELINES = /* sql */ `
+SELECT pipeline_id
+FROM ci_job_runs FINAL
+WHERE project_id = {project:UInt64} AND job_id = 0
+  AND first_start_ms BETWEEN {from_ms:Int64} - {longest_ms:Int64} AND {to_ms:Int64}
+  AND pipeline_id != {except:UInt64}
+  AND root_pipeline_id IN (0, pipeline_id)
+  AND pipeline_facts.2 = {ref:String} AND pipeline_facts.4 IN ({source:String}, '')
+  AND has({finished:Array(String)}, pipeline_facts.5)
+  AND intDiv(pipeline_facts.6 + 500000, 1000000) >= {from_ms:Int64}
+  AND intDiv(pipeline_facts.6 + 500000, 1000000) < {to_ms:Int64}
+ORDER BY intDiv(pipeline_facts.6 + 500000, 1000000) DESC, pipeline_id DESC
+LIMIT {count:UInt32}`;
 
 function jobRunFacts(selection: string): string {
   return /* sql */ `

@@ -5,7 +5,15 @@ import type { JobRunRow } from '../across/job-run';
 import { jobRunsOfTrace } from '../across/job-runs-of-trace';
 import type { AttributeValue } from '../otlp/collected-spans';
 import { round } from '../across/percentiles';
-import { inWindow, JOB_RUN_FACTS, JobRunFactsRow, jobRunsOfFacts, LATEST_ENDED_RUN_FACTS, PIPELINE_RUN_FACTS } from './clickhouse-job-runs';
+import {
+  inWindow,
+  JOB_RUN_FACTS,
+  JobRunFactsRow,
+  jobRunsOfFacts,
+  LATEST_ENDED_PIPELINES,
+  PIPELINE_RUN_FACTS,
+  PIPELINES_RUN_FACTS,
+} from './clickhouse-job-runs';
 import { bySummaryOrder, JobSummary } from './job-summary';
 import { ClickHouseReadsOptions, LONGEST_SPAN_MS, ReadsUnavailableError, StoredSpan, TimeWindow, TraceBound, TraceRead, TraceReads } from './trace-reads';
 
@@ -460,37 +468,27 @@ export class ClickHouseTraceReads implements TraceReads {
     window: TimeWindow,
     signal?: AbortSignal,
   ): Promise<{ rows: JobRunRow[]; complete: boolean }> {
-    const deadline = Date.now() + this.timeoutMs;
-    const params = {
-      project: projectId,
-      ...windowParams(window),
-      longest_ms: LONGEST_SPAN_MS,
-      ref: latest.ref,
-      source: latest.source,
-      except: latest.except,
-      count: latest.count,
-      finished: [...FINISHED_STATUSES],
-    };
-    const facts = await this.facts(LATEST_ENDED_RUN_FACTS, params, deadline, signal);
-    // The pipelines listed are the roots among the rows (the rest are their children): fewer than asked for, all there are.
-    const listed = facts.filter(([pipelineId, jobId, rootId]) => jobId === 0 && (rootId === 0 || rootId === pipelineId)).length;
-    return { rows: await this.runsOfFacts(projectId, facts, deadline, signal), complete: listed < latest.count };
+    const params = { project: projectId, ...windowParams(window), longest_ms: LONGEST_SPAN_MS };
+    const found = await this.rows<{ pipeline_id: string }>(
+      'latest ended pipelines',
+      LATEST_ENDED_PIPELINES,
+      { ...params, ref: latest.ref, source: latest.source, except: latest.except, count: latest.count, finished: [...FINISHED_STATUSES] },
+      Date.now() + this.timeoutMs,
+      signal,
+    );
+    const pipelines = found.map((row) => Number(row.pipeline_id));
+    const rows = pipelines.length === 0 ? [] : await this.jobRuns(PIPELINES_RUN_FACTS, { ...params, pipelines }, signal);
+    return { rows, complete: pipelines.length < latest.count };
   }
 
   /** The job runs of the pipelines a query selects: from their written figures, else (`walked`) from their spans. */
   private async jobRuns(query: string, params: Record<string, unknown>, signal?: AbortSignal): Promise<JobRunRow[]> {
     const deadline = Date.now() + this.timeoutMs;
-    return this.runsOfFacts(Number(params.project), await this.facts(query, params, deadline, signal), deadline, signal);
-  }
-
-  private facts(query: string, params: Record<string, unknown>, deadline: number, signal?: AbortSignal): Promise<JobRunFactsRow[]> {
-    return this.rows<JobRunFactsRow>('job run rows', query, params, deadline, signal, {
+    const projectId = Number(params.project);
+    const facts = await this.rows<JobRunFactsRow>('job run rows', query, params, deadline, signal, {
       format: 'JSONCompactEachRow',
       clickhouse_settings: { output_format_json_quote_64bit_integers: 0 },
     });
-  }
-
-  private async runsOfFacts(projectId: number, facts: readonly JobRunFactsRow[], deadline: number, signal?: AbortSignal): Promise<JobRunRow[]> {
     const { rows, walked } = jobRunsOfFacts(projectId, facts);
     if (walked.length > 0) {
       const spans = await this.rows<JobRunTableRow>('job run spans', JOB_RUN_SPANS, { project: projectId, pipelines: walked }, deadline, signal);
