@@ -11,8 +11,13 @@ export function decideOnOutcome(policy: OutcomePolicy, root: RootOutcome, facts:
   const statuses = new Set([root.status, ...facts.statuses]);
   if (policy.keepStatuses.some((status) => statuses.has(status))) return { keep: true, reason: 'failed' };
   if (policy.slowerThanSeconds !== undefined && root.finishedAt - root.createdAt > policy.slowerThanSeconds * 1000) return { keep: true, reason: 'slow' };
-  if (policy.queuedLongerThanSeconds !== undefined && facts.longestQueueMs > policy.queuedLongerThanSeconds * 1000) return { keep: true, reason: 'queued' };
+  if (queuedTooLong(policy, facts.longestQueueMs)) return { keep: true, reason: 'queued' };
   return { keep: false, reason: 'outcome' };
+}
+
+/** Whether a job's queue wait (ms) is one the policy keeps its pipeline for. */
+export function queuedTooLong(policy: OutcomePolicy, queueMs: number): boolean {
+  return policy.queuedLongerThanSeconds !== undefined && queueMs > policy.queuedLongerThanSeconds * 1000;
 }
 
 /** When the time limit ends without a terminal hook: the policy's `when_no_outcome`. */

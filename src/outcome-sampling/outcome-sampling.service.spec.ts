@@ -188,6 +188,19 @@ describe('outcome sampling in the orders and faults GitLab and operators meet (i
     expect(world.sent).toEqual([]);
   });
 
+  it("keeps a pipeline whose long queue wait is noted after its root's end: a pickup batch recorded late, the hooks on another replica", async () => {
+    world = new World({ OUTCOME_SAMPLING_LATE_CHILD_SECONDS: '300' });
+    const outcomePolicy = { ...DEFAULT_OUTCOME_POLICY, queuedLongerThanSeconds: 300 };
+    await world.service.parkExport(TRACE, 'protobuf', exportOf(2), 2);
+    // The job ran and GitLab's hooks came before the batch holding its pickup was recorded: nothing keeps it yet.
+    await world.service.note({ kind: 'pipeline_hook', pipeline: { ...pipeline, outcomePolicy }, hook: rootHook('success', [{ jobId: 1, status: 'success' }]) });
+    expect(await world.parking.findDecision(TRACE)).toBeNull();
+    await world.service.note({ kind: 'pickups', jobs: [{ traceId: TRACE, queuedAt: T0, pickedUpAt: T0 + 360_000, outcomePolicy }] });
+    expect(await world.parking.findDecision(TRACE)).toEqual({ keep: true, reason: 'queued' });
+    await world.deliverAll();
+    expect(world.sent.filter((sent) => sent.encoding === 'protobuf')).toHaveLength(1);
+  });
+
   it("delivers a kept pipeline's job span once when its Job Hook comes after the Pipeline Hook (7)", async () => {
     world = new World();
     await world.service.offer(TRACE, [{ key: '0bb1', body: spanText('0bb1') }]);

@@ -9,7 +9,7 @@ import { OutcomeSamplingReason, settleSamplingReason } from '../otlp/sampling-re
 import { ADMIT_ALWAYS, ClaimedEntry, KindDelivery, kindKey, OutboxLimits, OutboxStore } from '../outbox/outbox';
 import { OUTBOX_STORE } from '../outbox/outbox.constants';
 import { OutboxDeliverer } from '../outbox/outbox-deliverer';
-import { decideOnOutcome, decideWithoutOutcome, runsAgain } from './outcome-decision';
+import { decideOnOutcome, decideWithoutOutcome, queuedTooLong, runsAgain } from './outcome-decision';
 import { DEFAULT_OUTCOME_POLICY, OutcomePolicy, parseOutcomePolicy } from './outcome-policy';
 import { OutcomeSamplingMetrics } from './outcome-sampling.metrics';
 import { nextPage, PARKED_KIND, parkedSpansAsEntries, sendPage } from './parked-delivery';
@@ -238,15 +238,26 @@ export class OutcomeSamplingService implements OnApplicationBootstrap, OnModuleD
     return this.limits.holdMs + this.limits.rememberMs;
   }
 
+  /**
+   * The queue waits of a pickup batch, decided on as they come: a batch is recorded after the pickups were answered, so
+   * on another replica the job may have run and the root's terminal hook come first (its drop then waits for late facts,
+   * decideIfEnded), and a long wait that comes late still keeps the pipeline.
+   */
   private async notePickups(jobs: readonly ProvisionalPickup[]): Promise<void> {
-    const byTrace = new Map<string, { longestQueueMs: number; whenNoOutcome: 'keep' | 'drop' }>();
+    const byTrace = new Map<string, { longestQueueMs: number; policy: OutcomePolicy }>();
     for (const job of jobs) {
       if (job.outcomePolicy === undefined) continue;
       const queueMs = job.queuedAt === undefined ? 0 : Math.max(0, job.pickedUpAt - job.queuedAt);
       const known = byTrace.get(job.traceId);
-      byTrace.set(job.traceId, { longestQueueMs: Math.max(known?.longestQueueMs ?? 0, queueMs), whenNoOutcome: job.outcomePolicy.whenNoOutcome });
+      byTrace.set(job.traceId, { longestQueueMs: Math.max(known?.longestQueueMs ?? 0, queueMs), policy: job.outcomePolicy });
     }
-    await Promise.all([...byTrace].map(([traceId, facts]) => this.parking.noteFacts(traceId, facts, this.factsTtlMs)));
+    await Promise.all(
+      [...byTrace].map(async ([traceId, { longestQueueMs, policy }]) => {
+        await this.parking.noteFacts(traceId, { longestQueueMs, whenNoOutcome: policy.whenNoOutcome }, this.factsTtlMs);
+        // Only a wait the policy keeps for can change a decision: the others cost no read.
+        if (queuedTooLong(policy, longestQueueMs)) await this.decideIfEnded(traceId, policy);
+      }),
+    );
   }
 
   private async noteJobStatuses(pipeline: Pick<ProvisionalPipeline, 'traceId' | 'outcomePolicy'>, statuses: readonly string[]): Promise<void> {
