@@ -67,7 +67,9 @@ class GitlabPipeline {
   }
 
   /** Picked up by a runner, run, exported as a stock runner does, then its Job Hook. */
-  async run(jobId: number, name: string, status: 'success' | 'failed', retriesCount = 0): Promise<RanJob> {
+  /** `notBefore`: a retry is queued no earlier than the attempt it retries ended (GitLab's order, whatever the load here). */
+  async run(jobId: number, name: string, status: 'success' | 'failed', retriesCount = 0, notBefore?: Date): Promise<RanJob> {
+    if (notBefore !== undefined) await sleep(Math.max(0, notBefore.getTime() + 201 - Date.now()));
     const queuedAt = new Date(Date.now() - 200);
     const startedAt = new Date();
     const run = {
@@ -198,14 +200,14 @@ describe('a pipeline that finishes more than once: its trace tells the final sto
 
   it('a flaky job retried and passing: the latest pipeline span is OK, ends after every job, both attempts under it', async () => {
     const pipeline = new GitlabPipeline(service, secret, 2700);
-    await Promise.all([pipeline.run(27001, 'build', 'success'), pipeline.run(27002, 'test', 'failed')]);
+    const [, failed] = await Promise.all([pipeline.run(27001, 'build', 'success'), pipeline.run(27002, 'test', 'failed')]);
     const failedHook = await pipeline.pipelineHook('failed');
     await outboxDrained(2700, 1);
 
     // Retry: GitLab creates a new job with the same name, puts the pipeline back to running, lists only
     // the latest attempt of each job in builds.
     await pipeline.pipelineHook('running');
-    await pipeline.run(27003, 'test', 'success', 1);
+    await pipeline.run(27003, 'test', 'success', 1, failed.hook.finishedAt);
     await pipeline.pipelineHook('success');
     await outboxDrained(2700, 2);
     // The first terminal hook again, late (a redelivery, out of order): an older version is not sent again.
